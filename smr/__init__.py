@@ -1,0 +1,9 @@
+"""smr: a fault-tolerant, elastic, stateful streaming MapReduce engine.
+
+The user API is :class:`Job`; see ``smr.api`` for the contract of ``map``, ``reduce`` and
+``combine``.
+"""
+
+from smr.api import Job, JobLoadError, load_job
+
+__all__ = ["Job", "JobLoadError", "load_job"]

@@ -1,0 +1,361 @@
+"""The ``smr`` command line: ``verb [options] target``.
+
+Every user error (unknown flag, missing job module or input file, unreachable cluster) is one
+line on standard error starting with ``smr: error:`` and exit code 2, never a traceback. A
+feed whose ``map`` raised on some records exits 1 after delivering the rest.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any, NoReturn
+
+import click
+
+from checkpoint.ids import MapperId
+from smr import cluster as local_cluster
+from smr.api import JobLoadError, load_job
+from smr.client import Client, NodeUnreachable, cluster_view
+from smr.cluster import ClusterError, read_spec
+from smr.emitter import BATCH_SIZE_DEFAULT, WINDOW_BATCHES_DEFAULT, DeliveryError, Emitter
+from smr.feed import InputError, check_inputs, feed, total_bytes
+from smr.protocol import FrameError, Kind, decode
+from smr.transport import Subscriber, TransportError
+
+USER_ERRORS = (
+    ClusterError,
+    JobLoadError,
+    NodeUnreachable,
+    DeliveryError,
+    TransportError,
+    InputError,
+    OSError,
+    ValueError,
+)
+
+cluster_dir_option = click.option(
+    "--cluster",
+    "cluster_dir",
+    required=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="The cluster's directory (holds cluster.json).",
+)
+
+
+def fail(message: str) -> NoReturn:
+    """Print one error line and exit 2."""
+    click.echo(f"smr: error: {message}", err=True)
+    sys.exit(2)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def main_group() -> None:
+    """smr: fault-tolerant, elastic, stateful streaming MapReduce on a peer ring."""
+
+
+# -- cluster -------------------------------------------------------------------------------
+
+
+@main_group.group("cluster")
+def cluster_group() -> None:
+    """Start and stop a local cluster of reducer nodes."""
+
+
+@cluster_group.command("up")
+@click.option("--dir", "cluster_dir", required=True, type=click.Path(path_type=Path))
+@click.option("--nodes", default=3, show_default=True, type=click.IntRange(1, 64))
+@click.option(
+    "--replication",
+    default=0,
+    show_default=True,
+    type=click.IntRange(0),
+    help="Copies of each tuple and state beyond the primary (r).",
+)
+@click.option("--job", "job_ref", required=True, help="The job, as module:attribute.")
+@click.option("--slot-bits", default=14, show_default=True, type=click.IntRange(1, 20))
+@click.option("--checkpoint-interval-ms", default=1000, show_default=True, type=click.IntRange(1))
+def cluster_up(
+    cluster_dir: Path,
+    nodes: int,
+    replication: int,
+    job_ref: str,
+    slot_bits: int,
+    checkpoint_interval_ms: int,
+) -> None:
+    """Start NODES node processes on 127.0.0.1 in the background."""
+    load_job(job_ref)  # fail here, with the reason, rather than in every node's log
+    spec = local_cluster.up(
+        cluster_dir, nodes, replication, job_ref, slot_bits, checkpoint_interval_ms
+    )
+    click.echo(f"cluster of {nodes} nodes up in {cluster_dir}")
+    for node in spec.nodes:
+        click.echo(f"  {node.id}  {node.addr}  pid {node.pid}  token {node.token}")
+
+
+@cluster_group.command("down")
+@click.option("--dir", "cluster_dir", required=True, type=click.Path(path_type=Path))
+@click.option("--grace-s", default=5.0, show_default=True, type=click.FloatRange(0))
+def cluster_down(cluster_dir: Path, grace_s: float) -> None:
+    """Stop every node (SIGTERM, then SIGKILL after the grace period)."""
+    stopped = local_cluster.down(cluster_dir, grace_s)
+    click.echo(f"stopped {len(stopped)} nodes" + (f": {', '.join(stopped)}" if stopped else ""))
+
+
+# -- data ----------------------------------------------------------------------------------
+
+
+@main_group.command("feed")
+@cluster_dir_option
+@click.option("--job", "job_ref", required=True, help="The job, as module:attribute.")
+@click.option("--batch-size", default=BATCH_SIZE_DEFAULT, show_default=True, type=click.IntRange(1))
+@click.option(
+    "--window", default=WINDOW_BATCHES_DEFAULT, show_default=True, type=click.IntRange(1),
+    help="Unacked batches per node before the feed waits.",
+)
+@click.option("--no-combine", is_flag=True, help="Do not apply the job's combine.")
+@click.option("--progress/--no-progress", default=None, help="Progress bar (default: on a TTY).")
+@click.argument("files", nargs=-1, required=True)
+def feed_command(
+    cluster_dir: Path,
+    job_ref: str,
+    batch_size: int,
+    window: int,
+    no_combine: bool,
+    progress: bool | None,
+    files: tuple[str, ...],
+) -> None:
+    """Stream FILES (or - for standard input) through the job's map into the ring."""
+    job = load_job(job_ref)
+    check_inputs(files)
+    spec = read_spec(cluster_dir)
+    client = Client()
+    try:
+        view = cluster_view(client, [n.addr for n in spec.nodes])
+    finally:
+        client.close()
+    mapper_id = MapperId(f"feed-{uuid.uuid4().hex[:12]}")
+    emitter = Emitter(
+        view,
+        spec.slot_bits,
+        mapper_id,
+        # Tuple peer-backup (r > 0) arrives with the fault-tolerance work; until then every
+        # batch goes to its primary only.
+        replication=0,
+        combine=None if no_combine else job.combine,
+        batch_size=batch_size,
+        window_batches=window,
+    )
+    show_progress = sys.stderr.isatty() if progress is None else progress
+    total = total_bytes(files)
+
+    def report(line: str) -> None:
+        click.echo(line, err=True)
+
+    if show_progress:
+        from rich.progress import Progress
+
+        with Progress(transient=True) as bar:
+            task = bar.add_task("feeding", total=total)
+            result = feed(job, emitter, files, report, lambda done: bar.update(task, completed=done))
+    else:
+        result = feed(job, emitter, files, report)
+    click.echo(
+        f"fed {result.tuples_emitted} tuples from {result.records} records "
+        f"({result.tuples_sent} sent after combine) in {result.elapsed_s:.2f} s: "
+        f"{result.tuples_per_s:,.0f} tuples/s"
+    )
+    if result.map_failures:
+        click.echo(f"smr: {result.map_failures} records failed in map", err=True)
+        sys.exit(1)
+
+
+@main_group.command("dump")
+@cluster_dir_option
+@click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False, path_type=Path))
+def dump_command(cluster_dir: Path, out_path: Path) -> None:
+    """Write every key's state, one JSON object per line, read from each slot's primary."""
+    spec = read_spec(cluster_dir)
+    client = Client()
+    keys = 0
+    try:
+        view = cluster_view(client, [n.addr for n in spec.nodes])
+        temporary = out_path.with_name(out_path.name + ".partial")
+        with open(temporary, "w", encoding="utf-8") as out:
+            for member in view.owners():
+                for _slot, key, state in client.dump(member.addr):
+                    out.write(json.dumps({"key": key, "state": state}) + "\n")
+                    keys += 1
+        temporary.replace(out_path)
+    finally:
+        client.close()
+    click.echo(f"dumped {keys} keys to {out_path}")
+
+
+@main_group.command("query")
+@cluster_dir_option
+@click.argument("key")
+@click.option("--int-key", is_flag=True, help="Treat KEY as an integer key.")
+def query_command(cluster_dir: Path, key: str, int_key: bool) -> None:
+    """Print the state of one KEY, read from its primary."""
+    from ring.hashing import slot_of
+    from ring.placement import Ring
+
+    spec = read_spec(cluster_dir)
+    typed_key: str | int = int(key) if int_key else key
+    client = Client()
+    try:
+        view = cluster_view(client, [n.addr for n in spec.nodes])
+        owner = view.members[Ring(view, spec.slot_bits).primary(slot_of(typed_key, spec.slot_bits))]
+        answer = client.query(owner.addr, typed_key)
+    finally:
+        client.close()
+    click.echo(json.dumps({"key": typed_key, "node": owner.node_id, **answer}))
+
+
+@main_group.command("status")
+@cluster_dir_option
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def status_command(cluster_dir: Path, as_json: bool) -> None:
+    """Show the ring: node, token, range share, keys, tuples/s."""
+    spec = read_spec(cluster_dir)
+    client = Client(timeout_ms=1000)
+    rows: list[dict[str, Any]] = []
+    try:
+        for node in spec.nodes:
+            try:
+                rows.append({"state": "up", **client.status(node.addr)})
+            except NodeUnreachable:
+                rows.append({"node": node.id, "state": "unreachable", "pid": node.pid})
+    finally:
+        client.close()
+    if as_json:
+        click.echo(json.dumps({"nodes": rows}, indent=2))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"smr cluster {cluster_dir}")
+    for column in ("node", "state", "token", "range", "keys", "tuples/s", "applied", "errors"):
+        table.add_column(column, justify="left" if column in ("node", "state") else "right")
+    for row in rows:
+        if row["state"] != "up":
+            table.add_row(row["node"], row["state"], *["-"] * 6)
+            continue
+        table.add_row(
+            row["node"],
+            row["state"],
+            str(row["token"]),
+            f"{row['range_share']:.1%}",
+            f"{row['keys']:,}",
+            f"{row['tuples_per_s']:,.0f}",
+            f"{row['tuples_applied']:,}",
+            str(row["tuples_failed"] + row["bad_frames"]),
+        )
+    Console().print(table)
+
+
+@main_group.command("tail")
+@cluster_dir_option
+@click.option("--count", default=0, type=click.IntRange(0), help="Stop after N records (0: never).")
+@click.option("--timeout-s", default=0.0, type=click.FloatRange(0), help="Stop after S seconds idle.")
+def tail_command(cluster_dir: Path, count: int, timeout_s: float) -> None:
+    """Print reducers' output records as they are emitted."""
+    spec = read_spec(cluster_dir)
+    subscriber = Subscriber([n.pub_addr for n in spec.nodes])
+    printed = 0
+    try:
+        while count == 0 or printed < count:
+            frames = subscriber.receive(int(timeout_s * 1000) if timeout_s else 1000)
+            if frames is None:
+                if timeout_s:
+                    break
+                continue
+            try:
+                message = decode(frames)
+            except FrameError:
+                continue
+            if message.kind != Kind.OUTPUT:
+                continue
+            for line in message.body.decode("utf-8", errors="replace").splitlines():
+                click.echo(line)
+                printed += 1
+                if count and printed >= count:
+                    break
+    finally:
+        subscriber.close()
+
+
+# -- faults --------------------------------------------------------------------------------
+
+
+@main_group.group("fault")
+def fault_group() -> None:
+    """Inject faults into a local cluster's nodes."""
+
+
+def _fault(cluster_dir: Path, node_id: str, signum: signal.Signals, verb: str) -> None:
+    spec = read_spec(cluster_dir)
+    pid = local_cluster.signal_node(spec, node_id, signum)
+    click.echo(f"{verb} {node_id} (pid {pid}) at {time.strftime('%H:%M:%S')}")
+
+
+@fault_group.command("kill")
+@click.argument("node_id")
+@cluster_dir_option
+def fault_kill(node_id: str, cluster_dir: Path) -> None:
+    """SIGKILL node NODE_ID."""
+    _fault(cluster_dir, node_id, signal.SIGKILL, "killed")
+
+
+@fault_group.command("pause")
+@click.argument("node_id")
+@cluster_dir_option
+def fault_pause(node_id: str, cluster_dir: Path) -> None:
+    """SIGSTOP node NODE_ID."""
+    _fault(cluster_dir, node_id, signal.SIGSTOP, "paused")
+
+
+@fault_group.command("resume")
+@click.argument("node_id")
+@cluster_dir_option
+def fault_resume(node_id: str, cluster_dir: Path) -> None:
+    """SIGCONT node NODE_ID."""
+    _fault(cluster_dir, node_id, signal.SIGCONT, "resumed")
+
+
+# -- the node process ----------------------------------------------------------------------
+
+
+@main_group.command("node", hidden=True)
+@cluster_dir_option
+@click.option("--id", "node_id", required=True)
+def node_command(cluster_dir: Path, node_id: str) -> None:
+    """Run one reducer node in the foreground (started by 'smr cluster up')."""
+    from smr.node import serve
+
+    sys.exit(serve(cluster_dir, node_id))
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: run a command, turning every user error into one line and exit 2."""
+    try:
+        main_group.main(args=argv, prog_name="smr", standalone_mode=False)
+    except click.exceptions.Abort:
+        fail("aborted")
+    except click.exceptions.UsageError as error:
+        fail(error.format_message())
+    except click.exceptions.ClickException as error:
+        fail(error.format_message())
+    except USER_ERRORS as error:
+        fail(str(error))
+    except KeyboardInterrupt:
+        fail("interrupted")
+
+
+if __name__ == "__main__":
+    main()

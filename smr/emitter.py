@@ -1,0 +1,417 @@
+"""The mapper side of the data path: route, batch, send, track acks (DESIGN section 4).
+
+An :class:`Emitter` belongs to one mapper id. The life of a tuple in it:
+
+1. ``emit(key, value)`` computes the key's slot (cached per key), gives the tuple the next
+   ``seq`` of that slot, and appends it to the open batch of the slot's primary (with a
+   ``combine``, a tuple whose key is already in the open batch is folded into it instead, and
+   seqs are given when the batch closes).
+2. A batch closes when it holds ``batch_size`` tuples, or on ``flush()``. Its body is encoded
+   once; the same bytes go to every node of the primary's replica set, each on its own
+   channel with its own batch number.
+3. A channel holds at most ``window_batches`` unacked batches; when it is full, ``emit``
+   blocks while it reads replies (backpressure: nothing is dropped).
+4. Replies: ``ACK through=k`` releases the channel's batches up to ``k``, and a batch is done
+   when every node of its set acked it; ``NACK expect=k`` resends from ``k``; ``NOT_OWNER``
+   merges the node's view and re-routes the batch's tuples, with their seqs, by the new
+   view; ``ERROR`` stops the emitter with the node's message.
+5. A channel that makes no progress for ``resend_after_ms`` resends all its unacked batches
+   (go-back-N; nodes drop what they already have), and after ``give_up_after_s`` without
+   progress :class:`DeliveryError` names the node.
+
+Guarantee: when :meth:`Emitter.close` returns, every emitted tuple was acked by every node
+of its replica set; otherwise it raises.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from checkpoint.ids import MapperId
+from ring.hashing import slot_of
+from ring.ids import NodeId
+from ring.placement import Ring
+from ring.view import View
+from smr.protocol import (
+    FrameError,
+    Kind,
+    batch_header,
+    decode,
+    encode,
+    encode_batch_body,
+    unpack_body,
+)
+from smr.transport import Outbox, wait_any
+
+BATCH_SIZE_DEFAULT: Final = 1000
+WINDOW_BATCHES_DEFAULT: Final = 16
+# No ack progress for this long on a channel with unacked batches: resend them. Well above
+# the time a node needs for a full window (16 x 1000 tuples at ~0.5 M/s is ~30 ms).
+RESEND_AFTER_MS_DEFAULT: Final = 1000
+GIVE_UP_AFTER_S_DEFAULT: Final = 30.0
+# Keys whose slot is remembered; past it the cache starts over (a word stream's vocabulary
+# fits; an unbounded key space must not grow the mapper without bound).
+SLOT_CACHE_KEYS_MAX: Final = 1_000_000
+
+
+class DeliveryError(Exception):
+    """Tuples could not be delivered: a node stopped answering or refused a batch."""
+
+
+Row = tuple[int, int, Any, Any, float]  # slot, seq, key, value, ts
+
+
+@dataclass
+class _OutBatch:
+    """A closed batch: its rows (kept for re-routing), its encoded body and who still owes
+    an ack."""
+
+    rows: list[Row]
+    body: bytes
+    waiting_for: set[NodeId] = field(default_factory=set)
+    rerouted: bool = False
+
+
+@dataclass
+class _Channel:
+    """The stream of batches from this mapper to one node, numbered from 1."""
+
+    node: NodeId
+    outbox: Outbox
+    next_chan: int = 1
+    unacked: OrderedDict[int, _OutBatch] = field(default_factory=OrderedDict)
+    unsent_from: int | None = None  # first batch number a send failed for, if any
+    progress_at: float = 0.0
+    resent_at: float = 0.0
+
+    @property
+    def base(self) -> int:
+        return next(iter(self.unacked), self.next_chan)
+
+
+class Emitter:
+    """Sends one mapper's tuples to the ring, exactly once per tuple identity."""
+
+    def __init__(
+        self,
+        view: View,
+        slot_bits: int,
+        mapper_id: MapperId,
+        replication: int = 0,
+        combine: Callable[[Any, Any], Any] | None = None,
+        batch_size: int = BATCH_SIZE_DEFAULT,
+        window_batches: int = WINDOW_BATCHES_DEFAULT,
+        resend_after_ms: int = RESEND_AFTER_MS_DEFAULT,
+        give_up_after_s: float = GIVE_UP_AFTER_S_DEFAULT,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if batch_size < 1 or window_batches < 1:
+            raise ValueError("batch_size and window_batches must be at least 1")
+        self.mapper_id = mapper_id
+        self.slot_bits = slot_bits
+        self.replication = replication
+        self.batch_size = batch_size
+        self.window_batches = window_batches
+        self.resend_after_s = resend_after_ms / 1000
+        self.give_up_after_s = give_up_after_s
+        self._clock = clock
+        self._combine = combine
+        self._channels: dict[NodeId, _Channel] = {}
+        self._addr_of: dict[NodeId, str] = {}
+        self._seqs = [0] * (1 << slot_bits)
+        self._slot_cache: dict[Any, int] = {}
+        # Open batches per destination index; rows, or key -> [slot, value, ts] with combine.
+        self._open_rows: list[list[Row]] = []
+        self._open_combined: list[dict[Any, list[Any]]] = []
+        self._dest_of_slot: list[int] = []
+        self.tuples_emitted = 0
+        self.tuples_acked = 0
+        self.tuples_sent = 0
+        self.batches_sent = 0
+        self.resends = 0
+        self.reroutes = 0
+        self._set_view(view)
+        self.emit: Callable[[Any, Any], None] = (
+            self._make_combining_emit() if combine else self._make_emit()
+        )
+
+    # -- routing ----------------------------------------------------------------------------
+
+    def _set_view(self, view: View) -> None:
+        """Route by ``view`` from now on; open (not yet sent) tuples move with their slots."""
+        ring = Ring(view, self.slot_bits)
+        if not ring.owners:
+            raise DeliveryError("the view has no live node to send to")
+        old_rows = [row for rows in self._open_rows for row in rows]
+        old_combined = [item for batch in self._open_combined for item in batch.items()]
+        self.view = view
+        self.ring = ring
+        self._owners: tuple[NodeId, ...] = ring.owners
+        self._replica_sets = [ring.replica_set_of(o, self.replication) for o in ring.owners]
+        self._addr_of.update({m.node_id: m.addr for m in view.members.values()})
+        index = {owner: i for i, owner in enumerate(ring.owners)}
+        # Mutated in place: the emit closures hold these very lists.
+        self._dest_of_slot[:] = [index[ring.primary(s)] for s in range(ring.slot_count)]  # type: ignore[arg-type]
+        self._open_rows[:] = [[] for _ in ring.owners]
+        self._open_combined[:] = [{} for _ in ring.owners]
+        for row in old_rows:
+            self._open_rows[self._dest_of_slot[row[0]]].append(row)
+        for key, entry in old_combined:
+            self._open_combined[self._dest_of_slot[entry[0]]][key] = entry
+
+    def _channel(self, node: NodeId) -> _Channel:
+        channel = self._channels.get(node)
+        if channel is None:
+            addr = self._addr_of.get(node)
+            if addr is None:
+                raise DeliveryError(f"node {node} has no address in the view")
+            channel = _Channel(node, Outbox(addr, send_queue_messages_max=2 * self.window_batches + 8))
+            channel.progress_at = self._clock()
+            self._channels[node] = channel
+        return channel
+
+    # -- emitting ---------------------------------------------------------------------------
+
+    def _slot(self, key: Any) -> int:
+        slot = slot_of(key, self.slot_bits)
+        if len(self._slot_cache) >= SLOT_CACHE_KEYS_MAX:
+            self._slot_cache.clear()
+        self._slot_cache[key] = slot
+        return slot
+
+    def _make_emit(self) -> Callable[[Any, Any], None]:
+        slot_cache_get = self._slot_cache.get
+        find_slot = self._slot
+        seqs = self._seqs
+        dest_of_slot = self._dest_of_slot
+        open_rows = self._open_rows
+        batch_size = self.batch_size
+        dispatch = self._dispatch_rows
+        now = time.time
+
+        def emit(key: Any, value: Any) -> None:
+            slot = slot_cache_get(key)
+            if slot is None:
+                slot = find_slot(key)
+            seq = seqs[slot] + 1
+            seqs[slot] = seq
+            dest = dest_of_slot[slot]
+            rows = open_rows[dest]
+            rows.append((slot, seq, key, value, now()))
+            if len(rows) >= batch_size:
+                dispatch(dest)
+
+        return emit
+
+    def _make_combining_emit(self) -> Callable[[Any, Any], None]:
+        slot_cache_get = self._slot_cache.get
+        find_slot = self._slot
+        dest_of_slot = self._dest_of_slot
+        open_combined = self._open_combined
+        batch_size = self.batch_size
+        dispatch = self._dispatch_combined
+        combine = self._combine
+        assert combine is not None
+        now = time.time
+        counter = self
+
+        def emit(key: Any, value: Any) -> None:
+            slot = slot_cache_get(key)
+            if slot is None:
+                slot = find_slot(key)
+            dest = dest_of_slot[slot]
+            combined = open_combined[dest]
+            entry = combined.get(key)
+            counter.tuples_emitted += 1
+            if entry is None:
+                combined[key] = [slot, value, now()]
+                if len(combined) >= batch_size:
+                    dispatch(dest)
+            else:
+                entry[1] = combine(entry[1], value)
+
+        return emit
+
+    def _dispatch_combined(self, dest: int) -> None:
+        combined = self._open_combined[dest]
+        if not combined:
+            return
+        seqs = self._seqs
+        rows: list[Row] = []
+        for key, (slot, value, ts) in combined.items():
+            seq = seqs[slot] + 1
+            seqs[slot] = seq
+            rows.append((slot, seq, key, value, ts))
+        combined.clear()
+        self._send_batch(dest, rows)
+
+    def _dispatch_rows(self, dest: int) -> None:
+        rows = self._open_rows[dest]
+        if not rows:
+            return
+        self._open_rows[dest] = []
+        if self._combine is None:
+            self.tuples_emitted += len(rows)
+        self._send_batch(dest, rows)
+
+    def _send_batch(self, dest: int, rows: list[Row]) -> None:
+        slots, seqs, keys, values, ts = zip(*rows, strict=True)
+        body = encode_batch_body(slots, seqs, keys, values, ts)
+        batch = _OutBatch(rows, body)
+        for node in self._replica_sets[dest]:
+            channel = self._channel(node)
+            # 3. Backpressure: wait for room in this channel's window.
+            while len(channel.unacked) >= self.window_batches:
+                self.pump(timeout_ms=50)
+            chan = channel.next_chan
+            channel.next_chan += 1
+            channel.unacked[chan] = batch
+            batch.waiting_for.add(node)
+            self._transmit(channel, chan)
+        self.tuples_sent += len(rows)
+        self.batches_sent += 1
+
+    def _transmit(self, channel: _Channel, chan: int) -> None:
+        """Send batch ``chan`` unless an earlier one still waits to be sent (order matters)."""
+        if channel.unsent_from is not None:
+            return
+        batch = channel.unacked[chan]
+        header = batch_header(self.mapper_id, chan, channel.base, self.view.epoch, len(batch.rows))
+        if not channel.outbox.send(encode(Kind.BATCH, header, batch.body)):
+            channel.unsent_from = chan
+
+    def flush(self) -> None:
+        """Close and send every open batch."""
+        for dest in range(len(self._owners)):
+            if self._combine is None:
+                self._dispatch_rows(dest)
+            else:
+                self._dispatch_combined(dest)
+
+    # -- replies ----------------------------------------------------------------------------
+
+    def pump(self, timeout_ms: int = 0) -> None:
+        """Read replies for up to ``timeout_ms``; retry unsent batches, resend stalled ones."""
+        channels = list(self._channels.values())
+        if wait_any([c.outbox for c in channels], timeout_ms):
+            for channel in channels:
+                while (frames := channel.outbox.receive()) is not None:
+                    self._on_reply(channel, frames)
+        self._retry(channels)
+
+    def _on_reply(self, channel: _Channel, frames: list[bytes]) -> None:
+        try:
+            message = decode(frames)
+        except FrameError:
+            return  # nodes only send well-formed replies; ignore anything else
+        header = message.header
+        if message.kind == Kind.ACK:
+            self._on_ack(channel, header["through"])
+        elif message.kind == Kind.NACK:
+            self._resend(channel, from_chan=header["expect"])
+        elif message.kind == Kind.NOT_OWNER:
+            try:
+                view = View.from_wire(unpack_body(message.body))
+            except (FrameError, ValueError):
+                return
+            self._on_not_owner(channel, header["chan"], view)
+        elif message.kind == Kind.ERROR:
+            raise DeliveryError(f"node {channel.node} refused a batch: {header['message']}")
+
+    def _on_ack(self, channel: _Channel, through: int) -> None:
+        released = False
+        while channel.unacked:
+            chan, batch = next(iter(channel.unacked.items()))
+            if chan > through:
+                break
+            del channel.unacked[chan]
+            released = True
+            batch.waiting_for.discard(channel.node)
+            if not batch.waiting_for and not batch.rerouted:
+                self.tuples_acked += len(batch.rows)
+        if released:
+            channel.progress_at = self._clock()
+
+    def _on_not_owner(self, channel: _Channel, chan: int, view: View) -> None:
+        batch = channel.unacked.get(chan)
+        if batch is None or batch.rerouted:
+            return
+        # The batch leaves every channel of its old replica set; its rows go out again by
+        # the merged view with the same seqs, so any copy already applied is a duplicate.
+        batch.rerouted = True
+        for node in list(batch.waiting_for):
+            other = self._channels[node]
+            for number, held in list(other.unacked.items()):
+                if held is batch:
+                    del other.unacked[number]
+        batch.waiting_for.clear()
+        self.reroutes += 1
+        self._set_view(self.view.merge(view))
+        for row in batch.rows:
+            self._open_rows[self._dest_of_slot[row[0]]].append(row)
+        for dest, rows in enumerate(self._open_rows):
+            if rows:
+                self._open_rows[dest] = []
+                self._send_batch(dest, rows)
+        channel.progress_at = self._clock()
+
+    def _resend(self, channel: _Channel, from_chan: int) -> None:
+        now = self._clock()
+        # One go-back-N per stall: the NACKs of a pipelined window must not each trigger one.
+        if now - channel.resent_at < self.resend_after_s / 4:
+            return
+        channel.resent_at = now
+        self.resends += 1
+        channel.unsent_from = None
+        for chan in list(channel.unacked):
+            if chan >= from_chan:
+                self._transmit(channel, chan)
+
+    def _retry(self, channels: list[_Channel]) -> None:
+        now = self._clock()
+        for channel in channels:
+            if not channel.unacked:
+                channel.progress_at = now
+                continue
+            if channel.unsent_from is not None:
+                start = channel.unsent_from
+                channel.unsent_from = None
+                for chan in list(channel.unacked):
+                    if chan >= start:
+                        self._transmit(channel, chan)
+            stalled_s = now - channel.progress_at
+            if stalled_s >= self.give_up_after_s:
+                raise DeliveryError(
+                    f"node {channel.node} at {channel.outbox.addr} acknowledged nothing for "
+                    f"{stalled_s:.0f} s; {sum(len(b.rows) for b in channel.unacked.values())} "
+                    "tuples are unacknowledged"
+                )
+            if stalled_s >= self.resend_after_s and now - channel.resent_at >= self.resend_after_s:
+                self._resend(channel, from_chan=0)
+
+    @property
+    def unacked_batches(self) -> int:
+        """Batches sent and not yet acked by every node of their set."""
+        return sum(len(c.unacked) for c in self._channels.values())
+
+    def close(self, timeout_s: float | None = None) -> None:
+        """Flush, then wait until every tuple is acked; DeliveryError if that cannot happen.
+
+        ``timeout_s`` bounds the wait (default: the give-up time of a stalled channel)."""
+        self.flush()
+        deadline = self._clock() + (timeout_s if timeout_s is not None else 1e18)
+        try:
+            while self.unacked_batches:
+                if self._clock() > deadline:
+                    raise DeliveryError(
+                        f"{self.unacked_batches} batches still unacknowledged after {timeout_s} s"
+                    )
+                self.pump(timeout_ms=50)
+        finally:
+            for channel in self._channels.values():
+                channel.outbox.close()
+            self._channels.clear()

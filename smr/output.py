@@ -1,0 +1,60 @@
+"""Where reducers' emits go: a JSON-lines file per node and a publish stream.
+
+Each record is one line ``{"node": ID, "key": K, "value": V}``. The file is the complete
+record of a node's output (appended, flushed every tick and on shutdown); the publish stream
+(``smr tail``) carries the same lines for watching and, by PUB's contract, skips messages for
+subscribers that fall behind.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import IO, Any, Final
+
+from smr.protocol import Kind, encode
+
+# Lines kept in memory before a forced write; the file's own buffer does the rest.
+PENDING_LINES_MAX: Final = 10_000
+
+
+class OutputSink:
+    """Collects emitted ``(key, value)`` records and writes them to file and stream."""
+
+    def __init__(
+        self, node_id: str, path: Path, publish: Callable[[Sequence[bytes]], None]
+    ) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._node_id = node_id
+        self._file: IO[str] = open(path, "a", encoding="utf-8")  # noqa: SIM115 - held open
+        self._publish = publish
+        self._pending: list[str] = []
+        self.records_written = 0
+
+    def extend(self, records: Sequence[tuple[Any, Any]]) -> None:
+        """Add records; values that JSON cannot encode are written as their ``str()``."""
+        node = self._node_id
+        for key, value in records:
+            self._pending.append(
+                json.dumps({"node": node, "key": key, "value": value}, default=str)
+            )
+        if len(self._pending) >= PENDING_LINES_MAX:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write pending lines to the file and the stream, and flush the file."""
+        if not self._pending:
+            return
+        text = "\n".join(self._pending) + "\n"
+        self._file.write(text)
+        self._file.flush()
+        header = {"node": self._node_id, "n": len(self._pending)}
+        self._publish(encode(Kind.OUTPUT, header, text.encode()))
+        self.records_written += len(self._pending)
+        self._pending.clear()
+
+    def close(self) -> None:
+        """Flush and close the file."""
+        self.flush()
+        self._file.close()

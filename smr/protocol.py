@@ -1,0 +1,252 @@
+"""The wire protocol: versioned msgpack frames, validated on every decode (DESIGN section 9).
+
+A message is three ZeroMQ frames ``[kind, header, body]``:
+
+- ``kind``: one byte, a :class:`Kind`;
+- ``header``: a msgpack map with at least ``"v"`` (the protocol version); its other fields
+  depend on the kind and are checked against :data:`HEADER_SCHEMA`;
+- ``body``: bytes whose meaning depends on the kind (empty for most control messages).
+
+A tuple batch keeps the channel fields (mapper id, channel sequence number, view epoch) in
+the header and the tuples in the body, so that the body is encoded once and the same bytes
+fan out to the slot's primary and its secondaries, each with its own small header.
+
+The body of a batch is columnar: ``[slots, seqs, keys, values, ts]`` where ``slots`` is a
+little-endian ``uint32`` array, ``seqs`` a ``uint64`` array and ``ts`` a ``float64`` array
+(packed as bytes, so their element types need no per-tuple check), and ``keys`` / ``values``
+are msgpack arrays. A tuple's identity is ``(mapper id, slot, seq)`` (DESIGN section 1).
+
+Every decode raises :class:`FrameError` (and nothing else) on malformed, oversize or
+unknown-version input, so a node can count and drop a bad frame without ever crashing.
+"""
+
+from __future__ import annotations
+
+import sys
+from array import array
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import Any, Final
+
+import msgpack
+
+from checkpoint.ids import MapperId, Seq
+from ring.ids import Slot
+
+PROTOCOL_VERSION: Final = 1
+
+# A frame larger than this is refused before decoding: 1000-tuple batches of word counts are
+# about 30 KiB, a dump page of 10 000 small states about 400 KiB; 16 MiB leaves room for big
+# values without letting one peer make a node allocate without bound.
+FRAME_BYTES_MAX_DEFAULT: Final = 16 * 1024 * 1024
+
+_LITTLE_ENDIAN = sys.byteorder == "little"
+
+
+class Kind(IntEnum):
+    """The message kinds; a reply is usually its request's kind plus one."""
+
+    BATCH = 1
+    ACK = 2
+    NACK = 3
+    NOT_OWNER = 4
+    ERROR = 5
+    PING = 10
+    PONG = 11
+    VIEW_REQUEST = 12
+    VIEW = 13
+    STATUS_REQUEST = 14
+    STATUS = 15
+    DUMP_REQUEST = 16
+    DUMP = 17
+    QUERY_REQUEST = 18
+    QUERY = 19
+    OUTPUT = 30
+
+
+class FrameError(ValueError):
+    """A message that is malformed, oversize, of an unknown kind or of another version."""
+
+
+# Header fields per kind: name -> accepted Python types. ``"v"`` is checked for every kind.
+# Control requests carry ``req``, an id the reply echoes, so a client can match replies.
+_INT = (int,)
+_STR = (str,)
+_OPT_INT = (int, type(None))
+HEADER_SCHEMA: Final[dict[Kind, dict[str, tuple[type, ...]]]] = {
+    # chan: this batch's number on the (mapper, node) channel; base: the oldest number the
+    # mapper still holds for that channel; epoch: the view epoch the mapper routed by.
+    Kind.BATCH: {"mapper": _STR, "chan": _INT, "base": _INT, "epoch": _INT, "n": _INT},
+    Kind.ACK: {"mapper": _STR, "through": _INT, "epoch": _INT},
+    Kind.NACK: {"mapper": _STR, "expect": _INT},
+    Kind.NOT_OWNER: {"mapper": _STR, "chan": _INT, "epoch": _INT},
+    Kind.ERROR: {"req": _OPT_INT, "message": _STR},
+    Kind.PING: {"req": _INT},
+    Kind.PONG: {"req": _INT, "node": _STR},
+    Kind.VIEW_REQUEST: {"req": _INT},
+    Kind.VIEW: {"req": _INT, "epoch": _INT},
+    Kind.STATUS_REQUEST: {"req": _INT},
+    Kind.STATUS: {"req": _INT},
+    Kind.DUMP_REQUEST: {"req": _INT, "start": _INT, "max_keys": _INT},
+    Kind.DUMP: {"req": _INT, "next": _OPT_INT},
+    Kind.QUERY_REQUEST: {"req": _INT},
+    Kind.QUERY: {"req": _INT},
+    Kind.OUTPUT: {"node": _STR, "n": _INT},
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One decoded, validated message."""
+
+    kind: Kind
+    header: dict[str, Any]
+    body: bytes
+
+
+def encode(kind: Kind, header: dict[str, Any], body: bytes = b"") -> list[bytes]:
+    """Encode a message as its three frames; ``header`` gets the protocol version added."""
+    header = {"v": PROTOCOL_VERSION, **header}
+    return [bytes((kind,)), msgpack.packb(header, use_bin_type=True), body]
+
+
+def decode(frames: Sequence[bytes], frame_bytes_max: int = FRAME_BYTES_MAX_DEFAULT) -> Message:
+    """Decode and validate the three frames of a message.
+
+    Guarantees: the result's kind is known, its header has the protocol version and every
+    field its kind requires with the right type. Raises :class:`FrameError` otherwise.
+    """
+    if len(frames) != 3:
+        raise FrameError(f"expected 3 frames [kind, header, body], got {len(frames)}")
+    kind_frame, header_frame, body = frames
+    total = len(kind_frame) + len(header_frame) + len(body)
+    if total > frame_bytes_max:
+        raise FrameError(f"message of {total} bytes exceeds the cap of {frame_bytes_max}")
+    if len(kind_frame) != 1:
+        raise FrameError(f"kind frame must be 1 byte, got {len(kind_frame)}")
+    try:
+        kind = Kind(kind_frame[0])
+    except ValueError:
+        raise FrameError(f"unknown message kind {kind_frame[0]}") from None
+    header = _unpack(bytes(header_frame), "header")
+    if not isinstance(header, dict):
+        raise FrameError(f"header must be a map, got {type(header).__name__}")
+    version = header.get("v")
+    if version != PROTOCOL_VERSION:
+        raise FrameError(f"protocol version {version!r} is not {PROTOCOL_VERSION}")
+    for name, types in HEADER_SCHEMA[kind].items():
+        value = header.get(name)
+        if type(value) not in types:
+            raise FrameError(f"{kind.name} header field {name!r} is {value!r}, not {types}")
+        if type(value) is int and value < 0:
+            raise FrameError(f"{kind.name} header field {name!r} is negative: {value}")
+    return Message(kind, header, bytes(body))
+
+
+def _unpack(data: bytes, what: str) -> Any:
+    try:
+        return msgpack.unpackb(data, use_list=False, strict_map_key=False, raw=False)
+    except Exception as error:  # msgpack raises several unrelated types on bad input
+        raise FrameError(f"malformed {what}: {type(error).__name__}: {error}") from None
+
+
+def pack_body(obj: Any) -> bytes:
+    """Encode a control body (a status map, a view, a dump page) as msgpack."""
+    return msgpack.packb(obj, use_bin_type=True)
+
+
+def unpack_body(data: bytes) -> Any:
+    """Decode a control body; raises :class:`FrameError` if it is not valid msgpack."""
+    return _unpack(data, "body")
+
+
+# -- tuple batches -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """The tuples of one batch as columns; row ``i`` is tuple ``(keys[i], values[i], ts[i])``
+    of slot ``slots[i]`` with sequence number ``seqs[i]``."""
+
+    slots: Sequence[Slot]
+    seqs: Sequence[Seq]
+    keys: Sequence[str | int]
+    values: Sequence[Any]
+    ts: Sequence[float]
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+
+def encode_batch_body(
+    slots: Sequence[int],
+    seqs: Sequence[int],
+    keys: Sequence[str | int],
+    values: Sequence[Any],
+    ts: Sequence[float],
+) -> bytes:
+    """Encode the columns of a batch once; the same bytes go to every replica."""
+    slot_array = array("I", slots)
+    seq_array = array("Q", seqs)
+    ts_array = array("d", ts)
+    if not _LITTLE_ENDIAN:
+        for column in (slot_array, seq_array, ts_array):
+            column.byteswap()
+    return msgpack.packb(
+        [slot_array.tobytes(), seq_array.tobytes(), list(keys), list(values), ts_array.tobytes()],
+        use_bin_type=True,
+    )
+
+
+def decode_batch_body(body: bytes, expected_count: int, slot_count: int) -> Batch:
+    """Decode and validate a batch body.
+
+    Guarantees: five columns of ``expected_count`` rows each, every slot ``< slot_count``,
+    every seq ``>= 1``, every key a ``str`` or an ``int``. Raises :class:`FrameError`.
+    """
+    columns = _unpack(body, "batch body")
+    if not isinstance(columns, tuple) or len(columns) != 5:
+        raise FrameError("batch body must be [slots, seqs, keys, values, ts]")
+    slot_bytes, seq_bytes, keys, values, ts_bytes = columns
+    if not (
+        isinstance(slot_bytes, bytes)
+        and isinstance(seq_bytes, bytes)
+        and isinstance(ts_bytes, bytes)
+        and isinstance(keys, tuple)
+        and isinstance(values, tuple)
+    ):
+        raise FrameError("batch columns have the wrong types")
+    n = expected_count
+    if (
+        len(slot_bytes) != 4 * n
+        or len(seq_bytes) != 8 * n
+        or len(ts_bytes) != 8 * n
+        or len(keys) != n
+        or len(values) != n
+    ):
+        raise FrameError(f"batch columns do not all hold the announced {n} tuples")
+    slots = array("I")
+    seqs = array("Q")
+    ts = array("d")
+    slots.frombytes(slot_bytes)
+    seqs.frombytes(seq_bytes)
+    ts.frombytes(ts_bytes)
+    if not _LITTLE_ENDIAN:
+        for column in (slots, seqs, ts):
+            column.byteswap()
+    if n:
+        if max(slots) >= slot_count:
+            raise FrameError(f"slot {max(slots)} out of range (slot count {slot_count})")
+        if min(seqs) < 1:
+            raise FrameError("sequence numbers start at 1")
+        key_types = set(map(type, keys))
+        if not key_types <= {str, int}:
+            bad = sorted(t.__name__ for t in key_types - {str, int})
+            raise FrameError(f"keys must be str or int, got {', '.join(bad)}")
+    return Batch(slots, seqs, keys, values, ts)  # type: ignore[arg-type]
+
+
+def batch_header(mapper: MapperId, chan: int, base: int, epoch: int, n: int) -> dict[str, Any]:
+    """The per-channel header of a batch (see :data:`HEADER_SCHEMA`)."""
+    return {"mapper": mapper, "chan": chan, "base": base, "epoch": epoch, "n": n}
