@@ -1,0 +1,64 @@
+"""The ring: pure placement logic of smr, with no I/O and no dependency on the rest of smr.
+
+- `ring.ids`: `NodeId`, `Slot`, `Token`.
+- `ring.hashing`: keys to slots (`slot_of`), slot counts, evenly spaced tokens.
+- `ring.view`: the membership `View` and its `Member` entries, merge by precedence, and the
+  two range changes other nodes compute: `successor_takes_over` and `grant_range`.
+- `ring.placement`: `Ring`, the per-view routing tables (primary, replicas, ranges, roles),
+  and `split_at_load_median`.
+"""
+
+from ring.hashing import (
+    HASH_SEED,
+    SLOT_BITS_DEFAULT,
+    SLOT_BITS_MAX,
+    SLOT_BITS_MIN,
+    check_slot_bits,
+    even_tokens,
+    hash64,
+    key_bytes,
+    slot_count,
+    slot_of,
+)
+from ring.ids import NodeId, Slot, Token
+from ring.placement import Ring, Role, SlotRange, split_at_load_median
+from ring.view import (
+    INCARNATION_LIMIT,
+    OWNING_STATUSES,
+    TOKEN_LIMIT,
+    VERSION_LIMIT,
+    Member,
+    Status,
+    View,
+    grant_range,
+    successor_takes_over,
+)
+
+__all__ = [
+    "HASH_SEED",
+    "INCARNATION_LIMIT",
+    "OWNING_STATUSES",
+    "SLOT_BITS_DEFAULT",
+    "SLOT_BITS_MAX",
+    "SLOT_BITS_MIN",
+    "TOKEN_LIMIT",
+    "VERSION_LIMIT",
+    "Member",
+    "NodeId",
+    "Ring",
+    "Role",
+    "Slot",
+    "SlotRange",
+    "Status",
+    "Token",
+    "View",
+    "check_slot_bits",
+    "even_tokens",
+    "grant_range",
+    "hash64",
+    "key_bytes",
+    "slot_count",
+    "slot_of",
+    "split_at_load_median",
+    "successor_takes_over",
+]

@@ -1,0 +1,441 @@
+"""The view: the membership table every node and mapper routes by (DESIGN section 3).
+
+A `View` is an immutable value: a table of one `Member` entry per node. Views spread by gossip
+and are combined with `View.merge`, which is commutative, associative and idempotent, so every
+node that has seen the same entries holds the same view whatever order they arrived in.
+
+Who may write what (the protocol, not enforced here): only a node changes its own entry and
+raises its version each time; any node may mark another dead by writing that entry with
+``version + 1``; a node that learns it was marked dead rejoins as a new incarnation with
+empty state. The two range changes that other nodes compute are pure functions here:
+`successor_takes_over` (after a failure, DESIGN section 6) and `grant_range` (a handoff,
+DESIGN section 7).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from types import MappingProxyType
+from typing import Final
+
+from ring.hashing import SLOT_BITS_MAX
+from ring.ids import NodeId, Token
+
+
+class Status(StrEnum):
+    """A node's lifecycle state. Only `OWNING_STATUSES` own slots."""
+
+    JOINING = "joining"
+    """Started, receiving a snapshot of its future slots; owns nothing yet."""
+    UP = "up"
+    """Serving its range."""
+    LEAVING = "leaving"
+    """Still serving its range while handing it off (scale in)."""
+    DEAD = "dead"
+    """Marked failed; final for this incarnation (the node must rejoin as a new one)."""
+    STANDBY = "standby"
+    """In the provisioner's pool, ready to join; owns nothing."""
+
+
+OWNING_STATUSES: Final = frozenset({Status.UP, Status.LEAVING})
+"""The statuses whose members own slots; every other member is invisible to placement."""
+
+INCARNATION_LIMIT: Final = 1 << 32
+"""Incarnations are in ``[0, 2**32)``: a restart counter, uint32 on the wire."""
+
+VERSION_LIMIT: Final = 1 << 32
+"""Versions are in ``[0, 2**32)``. A version is raised once per change of an entry, so this is
+never reached in practice; the bound is what lets `View.epoch` be monotone (see there)."""
+
+TOKEN_LIMIT: Final = 1 << SLOT_BITS_MAX
+"""Tokens are slots, so below the largest slot count any ring can have."""
+
+_MEMBER_WIRE_LENGTH: Final = 7
+_STATUS_BY_VALUE: Final[Mapping[str, Status]] = {status.value: status for status in Status}
+_REPR_CHARS_MAX: Final = 200
+"""Error messages quote untrusted input; this keeps a huge junk frame from flooding the log."""
+
+Precedence = tuple[int, bool, int, tuple[str, str, int, str, str]]
+"""The key `Member.precedence` returns; see there."""
+
+
+def _short(obj: object) -> str:
+    text = repr(obj)
+    return text if len(text) <= _REPR_CHARS_MAX else text[:_REPR_CHARS_MAX] + "..."
+
+
+def _check_int(name: str, value: object, limit: int) -> None:
+    # bool is an int subclass; a True incarnation is junk, not 1.
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(
+            f"member {name} must be an int, got {type(value).__name__}: {_short(value)}"
+        )
+    if not 0 <= value < limit:
+        raise ValueError(f"member {name} must be in [0, {limit}), got {value}")
+
+
+def _check_str(name: str, value: object) -> None:
+    if not isinstance(value, str):
+        raise TypeError(f"member {name} must be a str, got {type(value).__name__}: {_short(value)}")
+
+
+@dataclass(frozen=True, slots=True)
+class Member:
+    """One node's entry in the view: who it is, where it listens and sits, and its state.
+
+    Guarantees: every field is validated on construction (`TypeError` for a wrong type,
+    `ValueError` for a value out of range), so a `Member` in hand is well formed.
+    """
+
+    node_id: NodeId
+    """The node's stable name; non-empty."""
+    incarnation: int
+    """Raised each time the node (re)joins with empty state; an entry of a newer incarnation
+    supersedes every entry of older ones, whatever their versions."""
+    addr: str
+    """Where the node listens (e.g. ``"tcp://10.0.0.3:7000"``)."""
+    token: Token
+    """The slot the node sits at; it is primary from here up to the next owner's token."""
+    zone: str
+    """The fault zone (rack, host, availability zone); may be empty."""
+    status: Status
+    """Lifecycle state; only `OWNING_STATUSES` own slots."""
+    version: int
+    """Raised by every change of this entry within one incarnation."""
+
+    def __post_init__(self) -> None:
+        _check_str("node_id", self.node_id)
+        if not self.node_id:
+            raise ValueError("member node_id must be non-empty")
+        _check_int("incarnation", self.incarnation, INCARNATION_LIMIT)
+        _check_str("addr", self.addr)
+        _check_int("token", self.token, TOKEN_LIMIT)
+        _check_str("zone", self.zone)
+        if not isinstance(self.status, Status):
+            raise TypeError(
+                f"member status must be a Status, got {type(self.status).__name__}: "
+                f"{_short(self.status)}"
+            )
+        _check_int("version", self.version, VERSION_LIMIT)
+
+    def precedence(self) -> Precedence:
+        """The total order merge keeps the maximum of, for entries of one node.
+
+        Highest incarnation first; within an incarnation a `dead` entry beats every live one,
+        and then the highest version wins. Dead ranks above version, not below it, because
+        DESIGN section 3 makes dead final for its incarnation: a node cut off by a partition
+        may keep raising its own version after a peer marked it dead, and must not come back
+        to life when the partition heals (it learns it is dead and rejoins as a new
+        incarnation: that is the fencing). It differs from "highest version wins, dead wins on
+        equal versions" only where a live entry of the marked incarnation has a higher
+        version than the mark, which is exactly that resurrection.
+
+        The remaining fields come last only as a tie-break, so that two entries that agree on
+        all of that but differ elsewhere (which the protocol never produces) still have a
+        well-defined maximum, and merge stays commutative. Every field takes part, so equal
+        precedence means equal members.
+        """
+        return (
+            self.incarnation,
+            self.status is Status.DEAD,
+            self.version,
+            (self.node_id, self.addr, self.token, self.zone, self.status.value),
+        )
+
+    def to_wire(self) -> list[str | int]:
+        """A msgpack/JSON-ready list of the fields in declaration order.
+
+        Guarantees: ``Member.from_wire(m.to_wire()) == m``.
+        """
+        return [
+            self.node_id,
+            self.incarnation,
+            self.addr,
+            self.token,
+            self.zone,
+            self.status.value,
+            self.version,
+        ]
+
+    @classmethod
+    def from_wire(cls, obj: object) -> Member:
+        """Parse the output of `to_wire`, received from an untrusted peer.
+
+        Guarantees: returns a well-formed `Member` or raises `ValueError` saying what was
+        wrong; never any other exception, whatever `obj` is. Accepts a tuple as well as a
+        list (msgpack can decode arrays as either).
+        """
+        if not isinstance(obj, list | tuple) or len(obj) != _MEMBER_WIRE_LENGTH:
+            raise ValueError(
+                f"a member must be a list of {_MEMBER_WIRE_LENGTH} fields "
+                f"[node_id, incarnation, addr, token, zone, status, version], got {_short(obj)}"
+            )
+        node_id, incarnation, addr, token, zone, status_value, version = obj
+        status = _STATUS_BY_VALUE.get(status_value) if isinstance(status_value, str) else None
+        if status is None:
+            raise ValueError(
+                f"member status must be one of {sorted(_STATUS_BY_VALUE)}, "
+                f"got {_short(status_value)}"
+            )
+        try:
+            return cls(
+                node_id=node_id,
+                incarnation=incarnation,
+                addr=addr,
+                token=token,
+                zone=zone,
+                status=status,
+                version=version,
+            )
+        except TypeError as error:
+            raise ValueError(f"malformed member {_short(obj)}: {error}") from None
+        except ValueError as error:
+            raise ValueError(f"malformed member {_short(obj)}: {error}") from None
+
+
+def _epoch_weight(member: Member) -> int:
+    # An order-preserving encoding of the first three components of precedence
+    # (incarnation, dead, version), plus one so that a new member counts as news. Versions
+    # are below 2**32, so the dead bit (2**32) outweighs any version and the incarnation
+    # (from 2**33 up) outweighs both.
+    dead = member.status is Status.DEAD
+    return 1 + (member.incarnation << 33) + (dead << 32) + member.version
+
+
+def _keep_max(table: dict[NodeId, Member], member: Member) -> None:
+    current = table.get(member.node_id)
+    if current is None or member.precedence() > current.precedence():
+        table[member.node_id] = member
+
+
+class View:
+    """An immutable membership table: at most one `Member` per node id.
+
+    Guarantees: a value object (equal views compare equal; no method mutates a view, each
+    returns a new one); `merge` is commutative, associative and idempotent; `epoch` never
+    decreases under merge. Not hashable.
+    """
+
+    __slots__ = ("_epoch", "_members", "_members_view", "_owners")
+
+    _members: dict[NodeId, Member]
+    _members_view: Mapping[NodeId, Member]
+    _epoch: int
+    _owners: tuple[Member, ...]
+
+    def __init__(self, members: Iterable[Member] = ()) -> None:
+        """Build a view from entries; of several entries for one node, the one with the
+        highest precedence is kept (as if they had been merged one by one)."""
+        table: dict[NodeId, Member] = {}
+        for member in members:
+            if not isinstance(member, Member):
+                raise TypeError(f"a View holds Members, got {type(member).__name__}")
+            _keep_max(table, member)
+        self._set(table)
+
+    def _set(self, table: dict[NodeId, Member]) -> None:
+        self._members = table
+        self._members_view = MappingProxyType(table)
+        self._epoch = sum(_epoch_weight(member) for member in table.values())
+        self._owners = tuple(
+            sorted(
+                (member for member in table.values() if member.status in OWNING_STATUSES),
+                key=lambda member: (member.token, member.node_id),
+            )
+        )
+
+    @classmethod
+    def _of(cls, table: dict[NodeId, Member]) -> View:
+        # For tables already reduced to one maximal entry per node: skips the re-check.
+        view = cls.__new__(cls)
+        view._set(table)
+        return view
+
+    @property
+    def members(self) -> Mapping[NodeId, Member]:
+        """The entries by node id, read-only."""
+        return self._members_view
+
+    def get(self, node_id: NodeId) -> Member | None:
+        """The entry of `node_id`, or None if the view has never heard of it."""
+        return self._members.get(node_id)
+
+    def merge(self, other: View) -> View:
+        """The view holding, per node id, the entry with the highest `Member.precedence`
+        among the two views: highest incarnation, then `dead` (final for its incarnation),
+        then highest version (DESIGN section 3).
+
+        Guarantees: commutative, associative, idempotent; the result's epoch is at least the
+        epoch of each input.
+        """
+        table = dict(self._members)
+        for member in other._members.values():
+            _keep_max(table, member)
+        return View._of(table)
+
+    def with_member(self, member: Member) -> View:
+        """This view merged with a view holding just `member` (so a stale entry is ignored)."""
+        return self.merge(View((member,)))
+
+    def mark_dead(self, node_id: NodeId) -> View:
+        """This view with `node_id`'s entry rewritten as `dead` at ``version + 1``, the write
+        any node may make about another (DESIGN section 3). Raises `KeyError` if the node is
+        not in the view."""
+        member = self._members.get(node_id)
+        if member is None:
+            raise KeyError(f"cannot mark {node_id!r} dead: it is not in the view")
+        return self.with_member(
+            dataclasses.replace(member, status=Status.DEAD, version=member.version + 1)
+        )
+
+    @property
+    def epoch(self) -> int:
+        """A cheap number that says whether one view may have news for another.
+
+        Guarantees: never decreases under merge (``a.merge(b).epoch >= a.epoch``), and
+        strictly increases when a merge brings news: a member `a` did not have, a newer
+        incarnation, a `dead` mark, or a higher version of an entry. (Only a change in the
+        remaining fields at the same incarnation, deadness and version, which the protocol
+        never produces, leaves it unchanged.) So a peer whose epoch is not greater than ours
+        has nothing for us in the entries that count.
+
+        It is the sum over members of ``1 + incarnation * 2**33 + is_dead * 2**32 + version``,
+        an encoding of the order of `Member.precedence`. (A plain sum of incarnation + version
+        would drop when an entry of a newer incarnation with a lower version replaces an
+        older one.) With small incarnations it fits in 64 bits; it grows by ``2**33`` per
+        incarnation of each member.
+        """
+        return self._epoch
+
+    def owners(self) -> tuple[Member, ...]:
+        """The members that own slots (status in `OWNING_STATUSES`), in ring order: sorted
+        by ``(token, node_id)``."""
+        return self._owners
+
+    def to_wire(self) -> list[list[str | int]]:
+        """A msgpack/JSON-ready list of member wires, sorted by node id.
+
+        Guarantees: ``View.from_wire(v.to_wire()) == v``, and equal views give equal wires.
+        """
+        return [self._members[node_id].to_wire() for node_id in sorted(self._members)]
+
+    @classmethod
+    def from_wire(cls, obj: object) -> View:
+        """Parse the output of `to_wire`, received from an untrusted peer.
+
+        Guarantees: returns a `View` or raises `ValueError` saying what was wrong; never any
+        other exception. Several entries for one node are merged, as in the constructor.
+        """
+        if not isinstance(obj, list | tuple):
+            raise ValueError(f"a view must be a list of members, got {_short(obj)}")
+        return cls(Member.from_wire(item) for item in obj)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, View):
+            return NotImplemented
+        return self._members == other._members
+
+    __hash__ = None  # type: ignore[assignment]  # a value compared by content, not a key
+
+    def __repr__(self) -> str:
+        entries = ", ".join(
+            f"{member.node_id}@{member.token}:{member.status.value}"
+            f"(i{member.incarnation}v{member.version})"
+            for member in sorted(self._members.values(), key=lambda m: m.node_id)
+        )
+        return f"View([{entries}], epoch={self._epoch})"
+
+
+def _clockwise_neighbour(owners: Sequence[Member], member: Member) -> Member | None:
+    """The first of `owners` (in ring order) after `member`'s place, wrapping; never `member`
+    itself. None if there is no other owner."""
+    others = [owner for owner in owners if owner.node_id != member.node_id]
+    if not others:
+        return None
+    place = (member.token, member.node_id)
+    for owner in others:
+        if (owner.token, owner.node_id) > place:
+            return owner
+    return others[0]
+
+
+def successor_takes_over(view: View, dead: NodeId) -> View:
+    """The view after `dead`'s first live clockwise neighbour takes over its range
+    (DESIGN section 6).
+
+    Steps:
+      1. mark `dead` dead (``version + 1``), unless it already is;
+      2. find the successor: the next owner after `dead`'s token in ring order, wrapping;
+      3. move the successor's token down to `dead`'s token and raise its version.
+
+    Guarantees (with distinct owner tokens): exactly the slots `dead` was primary for change
+    primary, and all of them go to the successor; every other slot keeps its primary. If
+    `dead` was the only owner it is just marked dead (no one is left to take over). If `dead`
+    never owned anything (joining, standby) it is just marked dead. If it is already dead
+    (another node marked it first, so its slots fell back on its counter-clockwise
+    neighbour, who holds no copy of them) the takeover still happens, unless an owner
+    already sits at its token, in which case the takeover is done and the view is returned
+    unchanged: the function is idempotent. A dead entry is taken to have been an owner when
+    it died, so call this only for a node whose range you back up (your counter-clockwise
+    neighbours), as the failure detector does. Raises `KeyError` if `dead` is not in the view.
+    """
+    member = view.get(dead)
+    if member is None:
+        raise KeyError(f"cannot take over {dead!r}: it is not in the view")
+    # 1.
+    if member.status is Status.DEAD:
+        if any(owner.token == member.token for owner in view.owners()):
+            return view
+        marked = view
+    elif member.status in OWNING_STATUSES:
+        marked = view.mark_dead(dead)
+    else:
+        return view.mark_dead(dead)
+    # 2.
+    successor = _clockwise_neighbour(marked.owners(), member)
+    if successor is None:
+        return marked
+    # 3.
+    return marked.with_member(
+        dataclasses.replace(successor, token=member.token, version=successor.version + 1)
+    )
+
+
+def _strictly_inside(split: int, start: int, end: int) -> bool:
+    """Whether `split` lies in the clockwise range ``[start, end)`` and is not `start`."""
+    if start < end:
+        return start < split < end
+    if start > end:  # the range wraps past the top slot
+        return split > start or 0 <= split < end
+    return False  # start == end: empty
+
+
+def grant_range(view: View, owner: NodeId, split: Token) -> View:
+    """The view after `owner` grants the top of its range, ``[split, end)``, to its clockwise
+    neighbour (the handoff of DESIGN section 7): the neighbour moves its token down to
+    `split` and raises its version.
+
+    Guarantees: exactly the slots ``[split, end)`` of `owner`'s range change primary, all to
+    the neighbour, and `owner` keeps ``[token, split)``, which is non-empty. Raises
+    `ValueError` if `owner` owns no range, has no neighbour (it is the only owner), or
+    `split` is not strictly inside its range (it must differ from `owner`'s token and lie
+    before the neighbour's). `split` must also be a slot of the ring the view is used with
+    (``< slot_count``); the view does not know the slot count, so `Ring` checks that.
+    """
+    member = view.get(owner)
+    if member is None or member.status not in OWNING_STATUSES:
+        raise ValueError(f"{owner!r} owns no range to grant (entry: {member!r})")
+    neighbour = _clockwise_neighbour(view.owners(), member)
+    if neighbour is None:
+        raise ValueError(f"{owner!r} is the only owner: there is no neighbour to grant to")
+    if not _strictly_inside(split, member.token, neighbour.token):
+        raise ValueError(
+            f"split {split} is not strictly inside {owner!r}'s range "
+            f"[{member.token}, {neighbour.token}) (clockwise, wrapping)"
+        )
+    return view.with_member(
+        dataclasses.replace(neighbour, token=split, version=neighbour.version + 1)
+    )

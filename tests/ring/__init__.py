@@ -1,0 +1,1 @@
+"""Tests of the pure ring package (placement, membership, hashing)."""

@@ -1,0 +1,282 @@
+"""Placement: one primary per slot, replica sets, ranges, roles, and minimal movement on join."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+from ring import (
+    Member,
+    NodeId,
+    Ring,
+    Role,
+    Slot,
+    SlotRange,
+    Status,
+    Token,
+    View,
+    even_tokens,
+)
+from tests.ring.ring_strategies import Placed, member, placed_views, primaries, sample_slots
+
+# Rings of up to 2**16 slots are rebuilt per example; no per-example deadline for that.
+ring_settings = settings(deadline=None, max_examples=40)
+
+
+def brute_force_primary(owners: list[Member], slot: int) -> NodeId:
+    """DESIGN's definition, literally: the owner with the greatest token <= slot, wrapping to
+    the greatest token overall; ties on a token go to the later node id."""
+    at_or_below = [m for m in owners if m.token <= slot]
+    return max(at_or_below or owners, key=lambda m: (m.token, m.node_id)).node_id
+
+
+@ring_settings
+@given(placed_views(), st.lists(st.integers(min_value=0), max_size=64))
+def test_every_slot_has_exactly_one_primary_and_it_is_the_brute_force_owner(
+    placed: Placed, extra: list[int]
+) -> None:
+    ring = placed.ring()
+    owners = placed.owners
+    assert len(ring.primary_index_by_slot) == placed.slot_count
+    assert all(0 <= index < len(owners) for index in ring.primary_index_by_slot)
+    assert ring.owners == tuple(m.node_id for m in owners)
+    for slot in sample_slots(placed, extra):
+        assert ring.primary(Slot(slot)) == brute_force_primary(owners, slot)
+
+
+@ring_settings
+@given(placed_views(max_slot_bits=9))
+def test_primary_matches_brute_force_on_every_slot_of_small_rings(placed: Placed) -> None:
+    ring = placed.ring()
+    owners = placed.owners
+    for slot in range(placed.slot_count):
+        assert ring.primary(Slot(slot)) == brute_force_primary(owners, slot)
+
+
+@ring_settings
+@given(placed_views(), st.integers(0, 4), st.lists(st.integers(min_value=0), max_size=32))
+def test_replicas_are_the_primary_then_the_next_distinct_owners_clockwise(
+    placed: Placed, r: int, extra: list[int]
+) -> None:
+    ring = placed.ring()
+    ring_order = [m.node_id for m in placed.owners]
+    n = len(ring_order)
+    for slot in sample_slots(placed, extra):
+        replicas = ring.replicas(Slot(slot), r)
+        assert replicas[0] == ring.primary(Slot(slot))
+        assert len(replicas) == min(r, n - 1) + 1
+        assert len(set(replicas)) == len(replicas)
+        start = ring_order.index(replicas[0])
+        assert list(replicas) == [ring_order[(start + step) % n] for step in range(len(replicas))]
+        assert ring.replica_set_of(replicas[0], r) == replicas
+
+
+@ring_settings
+@given(placed_views())
+def test_ranges_partition_the_ring_and_agree_with_primary(placed: Placed) -> None:
+    ring = placed.ring()
+    ranges = ring.ranges()
+    assert sum(slot_range.length for _, slot_range in ranges) == placed.slot_count
+    assert [node_id for node_id, _ in ranges] == list(ring.owners)  # distinct tokens
+    by_slot: list[NodeId | None] = [None] * placed.slot_count
+    for node_id, slot_range in ranges:
+        assert ring.range_of(node_id) == slot_range
+        assert int(slot_range.start) == placed.view.members[node_id].token
+        for slot in slot_range.slots():
+            assert by_slot[slot] is None
+            by_slot[slot] = node_id
+    assert by_slot == primaries(ring)
+
+
+@ring_settings
+@given(placed_views(max_slot_bits=10, max_owners=12), st.integers(0, 4))
+def test_roles_give_each_slot_one_primary_and_min_r_n_minus_1_secondaries(
+    placed: Placed, r: int
+) -> None:
+    ring = placed.ring()
+    n = len(ring.owners)
+    tables = {node_id: ring.roles_of(node_id, r) for node_id in ring.owners}
+    for slot in range(placed.slot_count):
+        roles = [tables[node_id][slot] for node_id in ring.owners]
+        assert roles.count(Role.PRIMARY) == 1
+        assert roles.count(Role.SECONDARY) == min(r, n - 1)
+        replicas = ring.replicas(Slot(slot), r)
+        for node_id in ring.owners:
+            assert tables[node_id][slot] == ring.role(node_id, Slot(slot), r)
+            assert (tables[node_id][slot] != Role.NONE) == (node_id in replicas)
+
+
+@ring_settings
+@given(placed_views(), st.integers(0, 4))
+def test_a_nodes_primary_role_covers_exactly_its_range(placed: Placed, r: int) -> None:
+    ring = placed.ring()
+    node_id = ring.owners[0]
+    table = ring.roles_of(node_id, r)
+    assert len(table) == placed.slot_count
+    slot_range = ring.range_of(node_id)
+    assert slot_range is not None
+    assert table.count(Role.PRIMARY) == slot_range.length
+    assert all(table[slot] == Role.PRIMARY for slot in slot_range.slots())
+
+
+@ring_settings
+@given(placed_views(), st.data())
+def test_adding_a_node_moves_only_the_top_of_the_range_its_token_lands_in_to_it(
+    placed: Placed, data: st.DataObject
+) -> None:
+    count = placed.slot_count
+    taken = {m.token for m in placed.owners}
+    assume(len(taken) < count)
+    new_token = data.draw(st.integers(0, count - 1).filter(lambda t: t not in taken))
+    newcomer = member("newcomer", new_token, incarnation=0, version=0)
+    before = placed.ring()
+    after = Ring(placed.view.with_member(newcomer), placed.slot_bits)
+
+    host = before.primary(Slot(new_token))
+    host_range = before.range_of(host)
+    assert host_range is not None
+    moved = SlotRange(Slot(new_token), (host_range.end - new_token) % count, count)
+    assert moved.length >= 1
+    assert after.range_of(NodeId("newcomer")) == moved
+    expected = primaries(before)
+    for slot in moved.slots():
+        assert host_range.contains(slot)
+        expected[slot] = NodeId("newcomer")
+    assert primaries(after) == expected
+
+
+@ring_settings
+@given(placed_views(), st.data())
+def test_non_owning_members_do_not_change_placement(placed: Placed, data: st.DataObject) -> None:
+    status = data.draw(st.sampled_from([Status.JOINING, Status.DEAD, Status.STANDBY]))
+    token = data.draw(st.integers(0, placed.slot_count - 1))
+    bystander = member("bystander", token, status)
+    assert (
+        Ring(placed.view.with_member(bystander), placed.slot_bits).primary_index_by_slot
+        == placed.ring().primary_index_by_slot
+    )
+
+
+# -- examples ---------------------------------------------------------------------------------
+
+
+def test_primary_is_the_greatest_token_at_or_below_the_slot_wrapping_to_the_last() -> None:
+    ring = Ring(View([member("a", 4), member("b", 10), member("c", 12)]), slot_bits=4)
+    assert [ring.primary(Slot(s)) for s in range(16)] == (
+        ["c"] * 4 + ["a"] * 6 + ["b"] * 2 + ["c"] * 4
+    )
+    assert ring.range_of(NodeId("c")) == SlotRange(Slot(12), 8, 16)
+    assert ring.range_of(NodeId("c")).end == 4  # type: ignore[union-attr]
+    assert ring.replicas(Slot(0), 1) == ("c", "a")
+    assert ring.replicas(Slot(11), 5) == ("b", "c", "a")
+
+
+def test_of_two_owners_on_one_token_the_later_node_id_owns_the_range() -> None:
+    ring = Ring(View([member("a", 3), member("b", 3), member("c", 9)]), slot_bits=4)
+    assert ring.owners == ("a", "b", "c")
+    assert ring.primary(Slot(3)) == "b"
+    assert ring.range_of(NodeId("a")) is None
+    assert ring.range_of(NodeId("b")) == SlotRange(Slot(3), 6, 16)
+    assert [node_id for node_id, _ in ring.ranges()] == ["b", "c"]
+    assert ring.roles_of(NodeId("a"), 0).count(Role.PRIMARY) == 0
+
+
+def test_owners_all_on_one_token_give_the_whole_ring_to_the_last() -> None:
+    ring = Ring(View([member("a", 5), member("b", 5)]), slot_bits=3)
+    assert {ring.primary(Slot(s)) for s in range(8)} == {"b"}
+    assert ring.range_of(NodeId("b")) == SlotRange(Slot(5), 8, 8)
+
+
+def test_a_single_owner_owns_the_whole_ring_and_has_no_secondaries() -> None:
+    ring = Ring(View([member("solo", 5)]), slot_bits=4)
+    assert ring.range_of(NodeId("solo")) == SlotRange(Slot(5), 16, 16)
+    assert ring.replicas(Slot(0), 3) == ("solo",)
+    assert ring.roles_of(NodeId("solo"), 3) == bytearray([Role.PRIMARY]) * 16
+
+
+def test_leaving_owners_still_own_and_dead_joining_standby_do_not() -> None:
+    view = View(
+        [
+            member("up", 0),
+            member("leaving", 4, Status.LEAVING),
+            member("dead", 8, Status.DEAD),
+            member("joining", 10, Status.JOINING),
+            member("standby", 12, Status.STANDBY),
+        ]
+    )
+    ring = Ring(view, slot_bits=4)
+    assert ring.owners == ("up", "leaving")
+    assert ring.range_of(NodeId("dead")) is None
+    assert ring.roles_of(NodeId("joining"), 2) == bytearray(16)
+
+
+def test_a_ring_without_owners_builds_but_has_no_primary() -> None:
+    ring = Ring(View([member("dead", 3, Status.DEAD)]), slot_bits=4)
+    assert ring.owners == ()
+    assert ring.ranges() == []
+    with pytest.raises(LookupError, match="no live owner in the view"):
+        ring.primary(Slot(0))
+    with pytest.raises(LookupError):
+        ring.replicas(Slot(0), 1)
+    assert ring.roles_of(NodeId("dead"), 1) == bytearray(16)
+
+
+def test_queries_refuse_slots_off_the_ring_and_negative_r() -> None:
+    ring = Ring(View([member("a", 0)]), slot_bits=4)
+    with pytest.raises(ValueError, match="slot 16"):
+        ring.primary(Slot(16))
+    with pytest.raises(ValueError, match="slot -1"):
+        ring.primary(Slot(-1))
+    with pytest.raises(ValueError, match="r must be >= 0"):
+        ring.replicas(Slot(0), -1)
+    with pytest.raises(ValueError, match="r must be >= 0"):
+        ring.roles_of(NodeId("a"), -1)
+    with pytest.raises(KeyError, match="ghost"):
+        ring.replica_set_of(NodeId("ghost"), 1)
+
+
+def test_a_token_beyond_the_slot_count_is_refused_when_building_the_ring() -> None:
+    with pytest.raises(ValueError, match="token 16"):
+        Ring(View([member("a", 16)]), slot_bits=4)
+
+
+def test_a_ring_of_a_million_slots_builds_fast_enough_to_rebuild_per_view() -> None:
+    view = View(member(f"n{i}", token) for i, token in enumerate(even_tokens(64, 20)))
+    ring = Ring(view, slot_bits=20)
+    assert len(ring.primary_index_by_slot) == 2**20
+    assert ring.primary(Slot(2**20 - 1)) == "n63"
+
+
+def test_slot_range_arithmetic_wraps() -> None:
+    wrapping = SlotRange(Slot(14), 4, 16)
+    assert list(wrapping.slots()) == [14, 15, 0, 1]
+    assert wrapping.end == 2
+    assert wrapping.share == 0.25
+    assert wrapping.contains(15) and wrapping.contains(0) and wrapping.contains(1)
+    assert not wrapping.contains(2) and not wrapping.contains(13) and not wrapping.contains(16)
+    whole = SlotRange(Slot(3), 16, 16)
+    assert whole.end == 3 and all(whole.contains(s) for s in range(16))
+    assert not any(SlotRange(Slot(3), 0, 16).contains(s) for s in range(16))
+
+
+@pytest.mark.parametrize(
+    ("start", "length", "count"), [(16, 1, 16), (-1, 1, 16), (0, 17, 16), (0, -1, 16), (0, 0, 0)]
+)
+def test_slot_range_is_validated(start: int, length: int, count: int) -> None:
+    with pytest.raises(ValueError):
+        SlotRange(Slot(start), length, count)
+
+
+def test_role_values_are_the_bytes_of_the_lookup_table() -> None:
+    assert (Role.NONE, Role.PRIMARY, Role.SECONDARY) == (0, 1, 2)
+
+
+def test_replica_sets_are_cached_per_owner_and_r() -> None:
+    ring = Ring(View([member("a", 0), member("b", 5), member("c", 9)]), slot_bits=4)
+    assert ring.replica_set_of(NodeId("a"), 1) is ring.replica_set_of(NodeId("a"), 1)
+    assert ring.replica_set_of(NodeId("c"), 1) == ("c", "a")
+
+
+def test_token_type_is_an_int_slot_number() -> None:
+    assert Token(3) == 3
