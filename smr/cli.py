@@ -114,7 +114,10 @@ def cluster_down(cluster_dir: Path, grace_s: float) -> None:
 @click.option("--job", "job_ref", required=True, help="The job, as module:attribute.")
 @click.option("--batch-size", default=BATCH_SIZE_DEFAULT, show_default=True, type=click.IntRange(1))
 @click.option(
-    "--window", default=WINDOW_BATCHES_DEFAULT, show_default=True, type=click.IntRange(1),
+    "--window",
+    default=WINDOW_BATCHES_DEFAULT,
+    show_default=True,
+    type=click.IntRange(1),
     help="Unacked batches per node before the feed waits.",
 )
 @click.option("--no-combine", is_flag=True, help="Do not apply the job's combine.")
@@ -161,7 +164,9 @@ def feed_command(
 
         with Progress(transient=True) as bar:
             task = bar.add_task("feeding", total=total)
-            result = feed(job, emitter, files, report, lambda done: bar.update(task, completed=done))
+            result = feed(
+                job, emitter, files, report, lambda done: bar.update(task, completed=done)
+            )
     else:
         result = feed(job, emitter, files, report)
     click.echo(
@@ -262,7 +267,9 @@ def status_command(cluster_dir: Path, as_json: bool) -> None:
 @main_group.command("tail")
 @cluster_dir_option
 @click.option("--count", default=0, type=click.IntRange(0), help="Stop after N records (0: never).")
-@click.option("--timeout-s", default=0.0, type=click.FloatRange(0), help="Stop after S seconds idle.")
+@click.option(
+    "--timeout-s", default=0.0, type=click.FloatRange(0), help="Stop after S seconds idle."
+)
 def tail_command(cluster_dir: Path, count: int, timeout_s: float) -> None:
     """Print reducers' output records as they are emitted."""
     spec = read_spec(cluster_dir)

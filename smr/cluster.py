@@ -15,6 +15,7 @@ that started them, log to ``DIR/logs/ID.log`` and write reducer output to
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -128,7 +129,10 @@ def _free_port() -> int:
 
 
 def plan_cluster(
-    nodes: int, replication: int, job: str, slot_bits: int = SLOT_BITS_DEFAULT,
+    nodes: int,
+    replication: int,
+    job: str,
+    slot_bits: int = SLOT_BITS_DEFAULT,
     checkpoint_interval_ms: int = CHECKPOINT_INTERVAL_MS_DEFAULT,
 ) -> ClusterSpec:
     """Choose ids, loopback addresses and evenly spaced tokens for ``nodes`` nodes."""
@@ -220,10 +224,8 @@ def signal_node(spec: ClusterSpec, node_id: str, signum: signal.Signals) -> int:
 
 def _signal(node: NodeSpec, signum: signal.Signals) -> None:
     assert node.pid is not None
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.kill(node.pid, signum)
-    except ProcessLookupError:
-        pass
 
 
 def _wait_gone(node: NodeSpec, timeout_s: float = 5.0) -> None:
@@ -291,7 +293,8 @@ def up(
                 except NodeUnreachable:
                     if node.pid is None or not is_our_node(node.pid, node.id):
                         raise ClusterError(
-                            f"node {node.id} exited during start-up: {_last_log_line(cluster_dir, node.id)}"
+                            f"node {node.id} exited during start-up: "
+                            f"{_last_log_line(cluster_dir, node.id)}"
                         ) from None
                     if time.monotonic() > deadline:
                         raise ClusterError(

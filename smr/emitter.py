@@ -169,7 +169,9 @@ class Emitter:
             addr = self._addr_of.get(node)
             if addr is None:
                 raise DeliveryError(f"node {node} has no address in the view")
-            channel = _Channel(node, Outbox(addr, send_queue_messages_max=2 * self.window_batches + 8))
+            channel = _Channel(
+                node, Outbox(addr, send_queue_messages_max=2 * self.window_batches + 8)
+            )
             channel.progress_at = self._clock()
             self._channels[node] = channel
         return channel

@@ -63,7 +63,7 @@ def check_inputs(paths: Sequence[str]) -> None:
 def _open_text(path: str) -> tuple[IO[str], IO[bytes]]:
     """The file as text, and the raw file whose position measures progress."""
     raw = open(path, "rb")  # noqa: SIM115 - closed by the caller
-    binary: IO[bytes] = gzip.GzipFile(fileobj=raw) if path.endswith(".gz") else raw
+    binary: IO[bytes] = gzip.GzipFile(fileobj=raw) if path.endswith(".gz") else raw  # type: ignore[assignment]
     return io.TextIOWrapper(binary, encoding="utf-8", errors="replace"), raw
 
 

@@ -38,7 +38,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 import psutil
 
@@ -255,7 +255,9 @@ class NodeCore:
             return
         epoch = self.view.epoch
         for (identity, mapper), through in self._acks.items():
-            self._send(identity, encode(Kind.ACK, {"mapper": mapper, "through": through, "epoch": epoch}))
+            self._send(
+                identity, encode(Kind.ACK, {"mapper": mapper, "through": through, "epoch": epoch})
+            )
         self._acks.clear()
 
     # -- reducing ---------------------------------------------------------------------------
@@ -288,7 +290,9 @@ class NodeCore:
             self._output.extend(self._emitted)
             self._emitted.clear()
 
-    def _log_reducer_failures(self, count: int, examples: Sequence[tuple[Any, BaseException]]) -> None:
+    def _log_reducer_failures(
+        self, count: int, examples: Sequence[tuple[Any, BaseException]]
+    ) -> None:
         now = self._clock()
         if now - self._error_log_window_start >= 1.0:
             if self._errors_unlogged:
@@ -307,7 +311,9 @@ class NodeCore:
     # -- control requests -------------------------------------------------------------------
 
     def _on_ping(self, identity: bytes, message: Message) -> None:
-        self._send(identity, encode(Kind.PONG, {"req": message.header["req"], "node": self.node_id}))
+        self._send(
+            identity, encode(Kind.PONG, {"req": message.header["req"], "node": self.node_id})
+        )
 
     def _on_view_request(self, identity: bytes, message: Message) -> None:
         header = {"req": message.header["req"], "epoch": self.view.epoch}
@@ -345,7 +351,7 @@ class NodeCore:
         body = pack_body({"owner": owner, "slot": slot, "state": state})
         self._send(identity, encode(Kind.QUERY, {"req": message.header["req"]}, body))
 
-    _handlers: dict[Kind, Callable[[NodeCore, bytes, Message], None]] = {
+    _handlers: ClassVar[dict[Kind, Callable[[NodeCore, bytes, Message], None]]] = {
         Kind.BATCH: _on_batch,
         Kind.PING: _on_ping,
         Kind.VIEW_REQUEST: _on_view_request,
@@ -400,7 +406,7 @@ def serve(cluster_dir: Path, node_id: str) -> int:
     code (0 after a clean stop, 2 if it could not start)."""
     import uvloop
 
-    from smr.transport import Inbox, Publisher, TransportError
+    from smr.transport import Inbox, Publisher
 
     logging.basicConfig(
         level=logging.INFO, format=f"%(asctime)s {node_id} %(levelname)s %(message)s"
@@ -415,9 +421,7 @@ def serve(cluster_dir: Path, node_id: str) -> int:
         log.error("cannot start: %s", error)
         return 2
     output = OutputSink(node_id, cluster_dir / "output" / f"{node_id}.jsonl", publisher.publish)
-    core = NodeCore(
-        NodeId(node_id), job, spec.initial_view(), spec.slot_bits, inbox.send, output
-    )
+    core = NodeCore(NodeId(node_id), job, spec.initial_view(), spec.slot_bits, inbox.send, output)
     log.info("serving on %s (output %s), slot_bits=%d", inbox.addr, publisher.addr, spec.slot_bits)
     try:
         uvloop.run(_run(core, inbox, spec))
@@ -434,7 +438,7 @@ async def _run(core: NodeCore, inbox: Any, spec: ClusterSpec) -> None:
     wake = asyncio.Event()
     stopping = asyncio.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, lambda: (stopping.set(), wake.set()))
+        loop.add_signal_handler(signum, _stop, stopping, wake)
     inbox.watch(loop, wake)
     timers = [
         _every(TICK_MS, core.tick, wake),
@@ -461,6 +465,11 @@ async def _run(core: NodeCore, inbox: Any, spec: ClusterSpec) -> None:
             timer.cancel()
         inbox.unwatch(loop)
         core.tick()
+
+
+def _stop(stopping: asyncio.Event, wake: asyncio.Event) -> None:
+    stopping.set()
+    wake.set()
 
 
 def _every(interval_ms: int, action: Callable[[], None], wake: asyncio.Event) -> asyncio.Task[None]:

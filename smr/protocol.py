@@ -108,7 +108,8 @@ class Message:
 def encode(kind: Kind, header: dict[str, Any], body: bytes = b"") -> list[bytes]:
     """Encode a message as its three frames; ``header`` gets the protocol version added."""
     header = {"v": PROTOCOL_VERSION, **header}
-    return [bytes((kind,)), msgpack.packb(header, use_bin_type=True), body]
+    header_bytes: bytes = msgpack.packb(header, use_bin_type=True)
+    return [bytes((kind,)), header_bytes, body]
 
 
 def decode(frames: Sequence[bytes], frame_bytes_max: int = FRAME_BYTES_MAX_DEFAULT) -> Message:
@@ -153,7 +154,8 @@ def _unpack(data: bytes, what: str) -> Any:
 
 def pack_body(obj: Any) -> bytes:
     """Encode a control body (a status map, a view, a dump page) as msgpack."""
-    return msgpack.packb(obj, use_bin_type=True)
+    body: bytes = msgpack.packb(obj, use_bin_type=True)
+    return body
 
 
 def unpack_body(data: bytes) -> Any:
@@ -193,10 +195,11 @@ def encode_batch_body(
     if not _LITTLE_ENDIAN:
         for column in (slot_array, seq_array, ts_array):
             column.byteswap()
-    return msgpack.packb(
+    body: bytes = msgpack.packb(
         [slot_array.tobytes(), seq_array.tobytes(), list(keys), list(values), ts_array.tobytes()],
         use_bin_type=True,
     )
+    return body
 
 
 def decode_batch_body(body: bytes, expected_count: int, slot_count: int) -> Batch:

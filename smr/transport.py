@@ -16,6 +16,7 @@ more than draining a ready socket (PERF-NOTES).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Sequence
 from typing import Final
 
@@ -52,7 +53,7 @@ class Inbox:
             self._socket.close()
             raise TransportError(f"cannot bind {bind_addr}: {error}") from None
         self.addr: str = self._socket.getsockopt_string(zmq.LAST_ENDPOINT)
-        self._readable = asyncio.Event()
+        self._fd = int(self._socket.getsockopt(zmq.FD))
 
     def receive(self) -> tuple[bytes, list[bytes]] | None:
         """One waiting message as ``(sender identity, frames)``, or None if none waits."""
@@ -78,17 +79,17 @@ class Inbox:
         between raises the descriptor and sets the event through the reader callback.
         """
         wake.clear()
-        if self._socket.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+        if int(self._socket.getsockopt(zmq.EVENTS)) & zmq.POLLIN:
             return
         await wake.wait()
 
     def watch(self, loop: asyncio.AbstractEventLoop, wake: asyncio.Event) -> None:
         """Set ``wake`` whenever the socket's descriptor signals."""
-        loop.add_reader(self._socket.getsockopt(zmq.FD), wake.set)
+        loop.add_reader(self._fd, wake.set)
 
     def unwatch(self, loop: asyncio.AbstractEventLoop) -> None:
         """Stop watching the socket's descriptor."""
-        loop.remove_reader(self._socket.getsockopt(zmq.FD))
+        loop.remove_reader(self._fd)
 
     def close(self) -> None:
         """Close the socket at once (pending messages are dropped: their senders resend)."""
@@ -161,10 +162,9 @@ class Publisher:
 
     def publish(self, frames: Sequence[bytes]) -> None:
         """Send to current subscribers; never blocks."""
-        try:
+        # With no subscriber keeping up, by PUB's contract the message is not delivered.
+        with contextlib.suppress(zmq.Again):
             self._socket.send_multipart(frames, zmq.NOBLOCK)
-        except zmq.Again:
-            pass  # no subscriber keeping up: by PUB's contract the message is not delivered
 
     def close(self) -> None:
         """Close the socket at once."""

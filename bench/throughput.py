@@ -1,0 +1,294 @@
+"""Throughput: tuples per second into 1 and 2 reducer nodes, against the raw transport ceiling.
+
+What is measured, all in one run (the machine is noisy, so only ratios within a run count):
+
+- **raw ceiling**: two processes and no engine; the sender msgpack-encodes batches of
+  ``(key, value, ts)`` columns and PUSHes them over ZeroMQ on 127.0.0.1, the receiver PULLs
+  and decodes them. Tuples/s from the first send to the last decode.
+- **engine**: a local cluster of 1 or 2 node processes and a feeder in its own process that
+  runs smr's Emitter over the same word stream (``(word, 1)`` pairs from the books), with and
+  without ``combine``; tuples/s from the first emit until every tuple is acked, counting
+  input tuples (before combine).
+
+Each configuration runs ``--runs`` times; the JSON in ``bench/results/throughput.json``
+holds every run, the median and the spread (min, max), the machine and the versions; a
+plot goes to ``bench/results/throughput.png``. The headline is the engine's median at batch
+size 100 as a ratio of the raw ceiling's median at batch size 100.
+
+    python bench/throughput.py [--runs 3] [--tuples 1000000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import multiprocessing
+import os
+import platform
+import re
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+RESULTS = REPO / "bench" / "results"
+SHARED_TEXT = REPO.parent / "shared" / "data" / "text"
+WORD = re.compile(r"[a-z0-9']+")
+
+
+def load_words(limit: int) -> list[str]:
+    """``limit`` words of real text: the shared books when present, else the shipped ones."""
+    paths = sorted(SHARED_TEXT.glob("pg*.txt")) or sorted((REPO / "examples" / "data").glob("*.gz"))
+    words: list[str] = []
+    while len(words) < limit:
+        for path in paths:
+            opener: Any = gzip.open if path.suffix == ".gz" else open
+            with opener(path, "rt", encoding="utf-8", errors="replace") as text:
+                for line in text:
+                    words.extend(WORD.findall(line.lower()))
+                    if len(words) >= limit:
+                        return words
+    return words
+
+
+# -- raw ceiling ---------------------------------------------------------------------------
+
+
+def _raw_receiver(port: int, batches: int, results: Any) -> None:
+    import msgpack
+    import zmq
+
+    pull = zmq.Context.instance().socket(zmq.PULL)
+    pull.setsockopt(zmq.RCVHWM, 1000)
+    pull.bind(f"tcp://127.0.0.1:{port}")
+    results.put("ready")
+    received = 0
+    started = 0.0
+    for index in range(batches):
+        data = pull.recv()
+        if index == 0:
+            started = time.perf_counter()
+        keys, _values, _ts = msgpack.unpackb(data, use_list=False)
+        received += len(keys)
+    results.put((received, started, time.perf_counter()))
+
+
+def _raw_sender(port: int, words: list[str], batch_size: int, results: Any) -> None:
+    import msgpack
+    import zmq
+
+    push = zmq.Context.instance().socket(zmq.PUSH)
+    push.setsockopt(zmq.SNDHWM, 1000)
+    push.connect(f"tcp://127.0.0.1:{port}")
+    ones = [1] * batch_size
+    started = time.perf_counter()
+    for start in range(0, len(words), batch_size):
+        keys = words[start : start + batch_size]
+        now = time.time()
+        push.send(msgpack.packb([keys, ones[: len(keys)], [now] * len(keys)]))
+    results.put(started)
+    push.close(linger=-1)
+
+
+def run_raw(words: list[str], batch_size: int) -> dict[str, Any]:
+    """One raw-ceiling run: tuples/s between two processes with no engine."""
+    import socket
+
+    context = multiprocessing.get_context("spawn")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    batches = (len(words) + batch_size - 1) // batch_size
+    results = context.Queue()
+    receiver = context.Process(target=_raw_receiver, args=(port, batches, results))
+    receiver.start()
+    assert results.get(timeout=60) == "ready"
+    sender_results = context.Queue()
+    sender = context.Process(target=_raw_sender, args=(port, words, batch_size, sender_results))
+    sender.start()
+    sent_at = sender_results.get(timeout=300)
+    received, _first, last = results.get(timeout=300)
+    sender.join()
+    receiver.join()
+    elapsed = last - sent_at
+    return {"tuples": received, "elapsed_s": elapsed, "tuples_per_s": received / elapsed}
+
+
+# -- engine --------------------------------------------------------------------------------
+
+
+def _engine_feeder(
+    cluster_dir: str, words: list[str], batch_size: int, combine: bool, results: Any
+) -> None:
+    from examples.wordcount import add
+    from smr.client import Client, cluster_view
+    from smr.cluster import read_spec
+    from smr.emitter import Emitter
+
+    spec = read_spec(Path(cluster_dir))
+    client = Client()
+    view = cluster_view(client, [n.addr for n in spec.nodes])
+    client.close()
+    emitter = Emitter(
+        view,
+        spec.slot_bits,
+        f"bench-{os.getpid()}",
+        batch_size=batch_size,
+        combine=add if combine else None,
+    )
+    emit = emitter.emit
+    started = time.perf_counter()
+    for word in words:
+        emit(word, 1)
+    emitter.close()
+    elapsed = time.perf_counter() - started
+    results.put(
+        {
+            "tuples": len(words),
+            "tuples_sent": emitter.tuples_sent,
+            "elapsed_s": elapsed,
+            "tuples_per_s": len(words) / elapsed,
+            "resends": emitter.resends,
+        }
+    )
+
+
+def run_engine(words: list[str], nodes: int, batch_size: int, combine: bool) -> dict[str, Any]:
+    """One engine run: a fresh cluster, one feeder process, every tuple acked."""
+    from smr.client import Client
+    from smr.cluster import down, up
+
+    with tempfile.TemporaryDirectory(prefix="smr-bench-") as workdir:
+        cluster_dir = Path(workdir) / "cluster"
+        spec = up(cluster_dir, nodes, 0, "examples.wordcount:job")
+        try:
+            context = multiprocessing.get_context("spawn")
+            results = context.Queue()
+            feeder = context.Process(
+                target=_engine_feeder,
+                args=(str(cluster_dir), words, batch_size, combine, results),
+            )
+            feeder.start()
+            result: dict[str, Any] = results.get(timeout=600)
+            feeder.join()
+            client = Client()
+            applied = sum(client.status(n.addr)["tuples_applied"] for n in spec.nodes)
+            client.close()
+            assert applied == result["tuples_sent"], (applied, result)
+        finally:
+            down(cluster_dir)
+    return result
+
+
+# -- report --------------------------------------------------------------------------------
+
+
+def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Median and spread of tuples/s over runs."""
+    rates = [r["tuples_per_s"] for r in runs]
+    return {
+        "median_tuples_per_s": statistics.median(rates),
+        "min_tuples_per_s": min(rates),
+        "max_tuples_per_s": max(rates),
+        "runs": runs,
+    }
+
+
+def versions() -> dict[str, str]:
+    """The versions that shape the figures."""
+    import msgpack
+    import zmq
+
+    return {
+        "python": platform.python_version(),
+        "pyzmq": zmq.__version__,
+        "libzmq": zmq.zmq_version(),
+        "msgpack": ".".join(map(str, msgpack.version)),
+    }
+
+
+def plot(report: dict[str, Any], path: Path) -> None:
+    """Bars of median tuples/s per configuration, with min-max whiskers."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels, medians, lows, highs = [], [], [], []
+    for name, summary in report["configurations"].items():
+        labels.append(name.replace(" ", "\n"))
+        medians.append(summary["median_tuples_per_s"] / 1e6)
+        lows.append((summary["median_tuples_per_s"] - summary["min_tuples_per_s"]) / 1e6)
+        highs.append((summary["max_tuples_per_s"] - summary["median_tuples_per_s"]) / 1e6)
+    figure, axes = plt.subplots(figsize=(max(8, 1.1 * len(labels)), 5))
+    colours = ["tab:grey" if label.startswith("raw") else "tab:blue" for label in labels]
+    axes.bar(range(len(labels)), medians, yerr=[lows, highs], color=colours, capsize=4)
+    axes.set_xticks(range(len(labels)), labels, fontsize=7)
+    axes.set_ylabel("million tuples per second (median, min-max)")
+    axes.set_title(
+        f"smr throughput vs raw pyzmq+msgpack ceiling; batch 100 ratio "
+        f"{report['headline']['engine_to_raw_ratio_batch_100']:.2f}"
+    )
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--tuples", type=int, default=1_000_000)
+    parser.add_argument("--batch-sizes", default="100,1000")
+    parser.add_argument("--out", type=Path, default=RESULTS / "throughput.json")
+    args = parser.parse_args()
+    words = load_words(args.tuples)
+    batch_sizes = [int(b) for b in args.batch_sizes.split(",")]
+    configurations: dict[str, dict[str, Any]] = {}
+    for batch_size in batch_sizes:
+        name = f"raw batch {batch_size}"
+        configurations[name] = summarise([run_raw(words, batch_size) for _ in range(args.runs)])
+        print(f"{name}: {configurations[name]['median_tuples_per_s']:,.0f} tuples/s", flush=True)
+        for nodes in (1, 2):
+            for combine in (False, True):
+                name = f"smr {nodes} node{'s' if nodes > 1 else ''} batch {batch_size}" + (
+                    " combine" if combine else ""
+                )
+                runs = [run_engine(words, nodes, batch_size, combine) for _ in range(args.runs)]
+                configurations[name] = summarise(runs)
+                print(
+                    f"{name}: {configurations[name]['median_tuples_per_s']:,.0f} tuples/s",
+                    flush=True,
+                )
+    raw_100 = configurations.get("raw batch 100", {}).get("median_tuples_per_s")
+    engine_100 = configurations.get("smr 1 node batch 100", {}).get("median_tuples_per_s")
+    report = {
+        "benchmark": "throughput",
+        "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
+        "versions": versions(),
+        "tuples_per_run": len(words),
+        "runs_per_configuration": args.runs,
+        "configurations": configurations,
+        "headline": {
+            "engine_to_raw_ratio_batch_100": (engine_100 / raw_100)
+            if raw_100 and engine_100
+            else None,
+            "target_ratio": 0.5,
+        },
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    plot(report, args.out.with_suffix(".png"))
+    print(
+        f"engine/raw at batch 100: {report['headline']['engine_to_raw_ratio_batch_100']:.3f} "
+        f"(target 0.5); results in {args.out}"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,142 @@
+"""End-to-end fixtures: real node processes on 127.0.0.1, driven through the smr CLI.
+
+Every node a test starts is stopped by its PID when the test ends, whatever happened.
+"""
+
+from __future__ import annotations
+
+import collections
+import gzip
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SHARED_TEXT = REPO.parent / "shared" / "data" / "text"
+EXAMPLE_BOOKS = sorted(str(p) for p in (REPO / "examples" / "data").glob("*.txt.gz"))
+WORD = re.compile(r"[a-z0-9']+")
+JOB = "examples.wordcount:job"
+
+
+def word_counts(paths: Sequence[str]) -> dict[str, int]:
+    """Plain Python's word count, tokenising exactly as smr feed and the example job do."""
+    counts: collections.Counter[str] = collections.Counter()
+    for path in paths:
+        opener: Any = gzip.open if path.endswith(".gz") else open
+        with opener(path, "rt", encoding="utf-8", errors="replace") as text:
+            for line in text:
+                counts.update(WORD.findall(line.rstrip("\r\n").lower()))
+    return dict(counts)
+
+
+def shared_books(*names: str) -> list[str]:
+    """Books from ../shared/data/text, or a skip saying that directory is needed."""
+    paths = [SHARED_TEXT / name for name in names]
+    if not all(p.is_file() for p in paths):
+        pytest.skip(f"needs {SHARED_TEXT} (the shared data beside the repository)")
+    return [str(p) for p in paths]
+
+
+class Cluster:
+    """A local cluster in a temporary directory, driven by the smr command line."""
+
+    def __init__(self, directory: Path) -> None:
+        self.dir = directory
+
+    def smr(
+        self, *args: str, check: bool = True, input_text: str | None = None, timeout_s: float = 120
+    ) -> subprocess.CompletedProcess[str]:
+        result = subprocess.run(
+            [sys.executable, "-m", "smr", *args],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            input=input_text,
+            timeout=timeout_s,
+        )
+        if check and result.returncode != 0:
+            raise AssertionError(
+                f"smr {' '.join(args)} exited {result.returncode}:\n"
+                f"{result.stdout}\n{result.stderr}"
+            )
+        return result
+
+    def up(self, nodes: int = 3, job: str = JOB, *extra: str) -> None:
+        self.smr(
+            "cluster", "up", "--dir", str(self.dir), "--nodes", str(nodes), "--job", job, *extra
+        )
+
+    def feed(
+        self,
+        *files: str,
+        job: str = JOB,
+        extra: Sequence[str] = (),
+        check: bool = True,
+        input_text: str | None = None,
+    ) -> subprocess.CompletedProcess[str]:
+        return self.smr(
+            "feed",
+            "--cluster",
+            str(self.dir),
+            "--job",
+            job,
+            *extra,
+            *files,
+            check=check,
+            input_text=input_text,
+        )
+
+    def dump(self) -> dict[Any, dict[str, Any]]:
+        out = self.dir / "dump.jsonl"
+        self.smr("dump", "--cluster", str(self.dir), "--out", str(out))
+        states: dict[Any, dict[str, Any]] = {}
+        for line in out.read_text(encoding="utf-8").splitlines():
+            record = json.loads(line)
+            assert record["key"] not in states, f"key {record['key']!r} dumped twice"
+            states[record["key"]] = record["state"]
+        return states
+
+    def counts(self) -> dict[str, int]:
+        return {key: state["count"] for key, state in self.dump().items()}
+
+    def spec(self) -> dict[str, Any]:
+        return json.loads((self.dir / "cluster.json").read_text())
+
+    def pids(self) -> list[int]:
+        if not (self.dir / "cluster.json").exists():
+            return []
+        return [n["pid"] for n in self.spec()["nodes"] if n.get("pid")]
+
+    def status(self) -> dict[str, dict[str, Any]]:
+        out = self.smr("status", "--cluster", str(self.dir), "--json").stdout
+        return {row["node"]: row for row in json.loads(out)["nodes"]}
+
+    def stop(self) -> None:
+        """Stop every node this cluster started, by PID, even if the CLI cannot."""
+        if (self.dir / "cluster.json").exists():
+            self.smr("cluster", "down", "--dir", str(self.dir), "--grace-s", "3", check=False)
+        for pid in self.pids():
+            if psutil.pid_exists(pid):
+                try:
+                    os.kill(pid, signal.SIGCONT)
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    c = Cluster(tmp_path / "cluster")
+    try:
+        yield c
+    finally:
+        c.stop()

@@ -1,0 +1,96 @@
+"""User errors: one line naming the problem, exit code 2, no traceback."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.conftest import EXAMPLE_BOOKS, Cluster
+
+pytestmark = pytest.mark.e2e
+
+
+def _assert_one_line_error(result: object, *fragments: str) -> None:
+    assert result.returncode == 2, result  # type: ignore[attr-defined]
+    lines = result.stderr.strip().splitlines()  # type: ignore[attr-defined]
+    assert len(lines) == 1, result.stderr  # type: ignore[attr-defined]
+    assert lines[0].startswith("smr: error: ")
+    for fragment in fragments:
+        assert fragment in lines[0]
+
+
+def test_unknown_flag(cluster: Cluster) -> None:
+    result = cluster.smr("cluster", "up", "--dir", str(cluster.dir), "--colour", "red", check=False)
+    _assert_one_line_error(result, "--colour")
+
+
+def test_missing_job_module(cluster: Cluster) -> None:
+    result = cluster.smr(
+        "cluster", "up", "--dir", str(cluster.dir), "--job", "nosuch.mod:job", check=False
+    )
+    _assert_one_line_error(result, "nosuch.mod", "not found")
+    assert cluster.pids() == []
+
+
+def test_job_attribute_that_is_not_a_job(cluster: Cluster) -> None:
+    result = cluster.smr(
+        "cluster", "up", "--dir", str(cluster.dir), "--job", "examples.wordcount:add", check=False
+    )
+    _assert_one_line_error(result, "not an smr.Job")
+
+
+def test_no_cluster_in_directory(cluster: Cluster) -> None:
+    result = cluster.smr("status", "--cluster", str(cluster.dir), check=False)
+    _assert_one_line_error(result, "no cluster at", "smr cluster up")
+
+
+def test_unreachable_cluster(cluster: Cluster, tmp_path: Path) -> None:
+    cluster.dir.mkdir(parents=True)
+    spec = {
+        "format": 1,
+        "slot_bits": 8,
+        "replication": 0,
+        "job": "examples.wordcount:job",
+        "nodes": [
+            {
+                "id": "n0",
+                "addr": "tcp://127.0.0.1:9",
+                "pub_addr": "tcp://127.0.0.1:9",
+                "token": 0,
+                "pid": None,
+            }
+        ],
+    }
+    (cluster.dir / "cluster.json").write_text(json.dumps(spec))
+    result = cluster.smr(
+        "feed",
+        "--cluster",
+        str(cluster.dir),
+        "--job",
+        "examples.wordcount:job",
+        EXAMPLE_BOOKS[0],
+        check=False,
+    )
+    _assert_one_line_error(result, "no node of the cluster answers", "127.0.0.1:9")
+
+
+def test_missing_input_file(cluster: Cluster) -> None:
+    cluster.up(1)
+    result = cluster.feed("/nonexistent/book.txt", check=False)
+    _assert_one_line_error(result, "/nonexistent/book.txt", "does not exist")
+
+
+def test_second_cluster_in_the_same_directory_is_refused(cluster: Cluster) -> None:
+    cluster.up(1)
+    result = cluster.smr(
+        "cluster", "up", "--dir", str(cluster.dir), "--job", "examples.wordcount:job", check=False
+    )
+    _assert_one_line_error(result, "already running")
+
+
+def test_fault_on_unknown_node(cluster: Cluster) -> None:
+    cluster.up(1)
+    result = cluster.smr("fault", "kill", "n9", "--cluster", str(cluster.dir), check=False)
+    _assert_one_line_error(result, "no node 'n9'", "n0")

@@ -1,0 +1,216 @@
+"""The reducer node's logic, driven in-process: channels, ownership, dedup, reducer errors."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ring.hashing import slot_of
+from ring.ids import NodeId, Token
+from ring.placement import Ring
+from ring.view import Member, Status, View
+from smr.api import Job
+from smr.node import NodeCore
+from smr.output import OutputSink
+from smr.protocol import (
+    Kind,
+    Message,
+    batch_header,
+    decode,
+    encode,
+    encode_batch_body,
+    unpack_body,
+)
+
+SLOT_BITS = 8
+PEER = b"peer-1"
+
+
+def _count(key: Any, value: Any, state: dict[str, Any], emit: Any) -> None:
+    if value == "boom":
+        state["count"] = -1000  # mutated, then raises: must leave no trace
+        emit(key, "never")
+        raise RuntimeError("poison value")
+    state["count"] = state.get("count", 0) + value
+    if state["count"] == 3:
+        emit(key, "reached 3")
+
+
+JOB = Job("test", map=lambda record, emit: None, reduce=_count)
+
+
+class Harness:
+    """A NodeCore for node a of a two-node view, with its replies captured."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.view = View(
+            [
+                Member(NodeId("a"), 1, "tcp://a", Token(0), "", Status.UP, 1),
+                Member(NodeId("b"), 1, "tcp://b", Token(128), "", Status.UP, 1),
+            ]
+        )
+        self.replies: list[tuple[bytes, Message]] = []
+        self.published: list[Sequence[bytes]] = []
+        self.output_path = tmp_path / "a.jsonl"
+        output = OutputSink("a", self.output_path, self.published.append)
+        self.core = NodeCore(NodeId("a"), JOB, self.view, SLOT_BITS, self._reply, output)
+        ring = Ring(self.view, SLOT_BITS)
+        self.own_keys = [
+            k for k in (f"k{i}" for i in range(500)) if ring.primary(slot_of(k, SLOT_BITS)) == "a"
+        ]
+        self.other_keys = [
+            k for k in (f"k{i}" for i in range(500)) if ring.primary(slot_of(k, SLOT_BITS)) == "b"
+        ]
+        self.seqs: dict[int, int] = {}
+
+    def _reply(self, identity: bytes, frames: Sequence[bytes]) -> bool:
+        self.replies.append((identity, decode(frames)))
+        return True
+
+    def batch_frames(
+        self,
+        chan: int,
+        pairs: list[tuple[str, Any]],
+        base: int = 1,
+        mapper: str = "m",
+        seqs: list[int] | None = None,
+    ) -> list[bytes]:
+        slots = [slot_of(k, SLOT_BITS) for k, _ in pairs]
+        if seqs is None:
+            seqs = []
+            for slot in slots:
+                self.seqs[slot] = self.seqs.get(slot, 0) + 1
+                seqs.append(self.seqs[slot])
+        body = encode_batch_body(
+            slots, seqs, [k for k, _ in pairs], [v for _, v in pairs], [0.0] * len(pairs)
+        )
+        return encode(Kind.BATCH, batch_header(mapper, chan, base, 1, len(pairs)), body)
+
+    def deliver(self, frames: list[bytes]) -> list[Message]:
+        self.replies.clear()
+        self.core.on_frames(PEER, frames)
+        self.core.apply_inbox()
+        self.core.send_acks()
+        return [m for _, m in self.replies]
+
+    def state(self, key: str) -> dict[str, Any] | None:
+        return self.core.store.get(slot_of(key, SLOT_BITS), key)
+
+
+@pytest.fixture
+def node(tmp_path: Path) -> Harness:
+    return Harness(tmp_path)
+
+
+def test_accepted_batch_is_applied_then_acked_cumulatively(node: Harness) -> None:
+    k = node.own_keys[0]
+    (reply,) = node.deliver(node.batch_frames(1, [(k, 1), (k, 2)]))
+    assert reply.kind == Kind.ACK and reply.header["through"] == 1
+    assert node.state(k) == {"count": 3}
+    assert node.core.counters.tuples_applied == 2
+
+
+def test_resent_batch_is_acked_again_and_applied_once(node: Harness) -> None:
+    k = node.own_keys[0]
+    frames = node.batch_frames(1, [(k, 5)])
+    node.deliver(frames)
+    (reply,) = node.deliver(frames)
+    assert reply.kind == Kind.ACK and reply.header["through"] == 1
+    assert node.state(k) == {"count": 5}
+
+
+def test_same_tuples_on_a_new_channel_number_are_dropped_by_hwm(node: Harness) -> None:
+    k = node.own_keys[0]
+    node.deliver(node.batch_frames(1, [(k, 5)], seqs=[1]))
+    (reply,) = node.deliver(node.batch_frames(2, [(k, 5)], seqs=[1]))
+    assert reply.kind == Kind.ACK and reply.header["through"] == 2
+    assert node.state(k) == {"count": 5}
+    assert node.core.counters.tuples_duplicate == 1
+
+
+def test_gap_is_answered_with_resend_from_the_expected_batch(node: Harness) -> None:
+    k = node.own_keys[0]
+    node.deliver(node.batch_frames(1, [(k, 1)]))
+    (reply,) = node.deliver(node.batch_frames(3, [(k, 1)]))
+    assert reply.kind == Kind.NACK and reply.header["expect"] == 2
+    assert node.state(k) == {"count": 1}
+
+
+def test_base_past_the_expected_number_rebases_the_channel(node: Harness) -> None:
+    k = node.own_keys[0]
+    (reply,) = node.deliver(node.batch_frames(40, [(k, 1)], base=40))
+    assert reply.kind == Kind.ACK and reply.header["through"] == 40
+
+
+def test_batch_with_a_foreign_slot_is_refused_whole_with_the_view(node: Harness) -> None:
+    mine, theirs = node.own_keys[0], node.other_keys[0]
+    (reply,) = node.deliver(node.batch_frames(1, [(mine, 1), (theirs, 1)]))
+    assert reply.kind == Kind.NOT_OWNER and reply.header["chan"] == 1
+    assert View.from_wire(unpack_body(reply.body)) == node.view
+    assert node.state(mine) is None
+    # The channel did not advance: batch 1 is still the expected one.
+    (reply,) = node.deliver(node.batch_frames(1, [(mine, 1)]))
+    assert reply.kind == Kind.ACK and node.state(mine) == {"count": 1}
+
+
+def test_reducer_that_raises_leaves_no_trace_and_is_counted(node: Harness) -> None:
+    k = node.own_keys[0]
+    (reply,) = node.deliver(node.batch_frames(1, [(k, 1), (k, "boom"), (k, 2)]))
+    assert reply.kind == Kind.ACK
+    assert node.state(k) == {"count": 3}
+    assert node.core.counters.tuples_failed == 1
+    node.core.tick()
+    lines = node.output_path.read_text().splitlines()
+    assert lines == [f'{{"node": "a", "key": "{k}", "value": "reached 3"}}']
+    assert len(node.published) == 1
+
+
+def test_malformed_batch_body_is_answered_with_error_and_not_accepted(node: Harness) -> None:
+    frames = node.batch_frames(1, [(node.own_keys[0], 1)])
+    frames[2] = frames[2][:-3]
+    (reply,) = node.deliver(frames)
+    assert reply.kind == Kind.ERROR
+    assert node.core.counters.bad_frames == 1
+    assert node.core.store.key_count() == 0
+
+
+@settings(max_examples=300)
+@given(st.lists(st.binary(max_size=40), min_size=0, max_size=4))
+def test_random_frames_never_raise_or_change_state(
+    tmp_path_factory: Any, frames: list[bytes]
+) -> None:
+    harness = Harness(tmp_path_factory.mktemp("n"))
+    harness.core.on_frames(PEER, frames)
+    harness.core.apply_inbox()
+    assert harness.core.store.key_count() == 0
+
+
+def test_dump_pages_cover_every_owned_key_once(node: Harness) -> None:
+    pairs = [(k, 1) for k in node.own_keys]
+    node.deliver(node.batch_frames(1, pairs))
+    seen: list[str] = []
+    start: int | None = 0
+    while start is not None:
+        node.replies.clear()
+        node.core.on_frames(
+            PEER, encode(Kind.DUMP_REQUEST, {"req": 1, "start": start, "max_keys": 7})
+        )
+        ((_, reply),) = node.replies
+        seen.extend(key for _slot, key, _state in unpack_body(reply.body))
+        start = reply.header["next"]
+    assert sorted(seen) == sorted(node.own_keys)
+
+
+def test_checkpoint_keeps_state_readable(node: Harness) -> None:
+    k = node.own_keys[0]
+    node.deliver(node.batch_frames(1, [(k, 1)]))
+    node.core.checkpoint()
+    node.deliver(node.batch_frames(2, [(k, 1)]))
+    node.core.checkpoint()
+    assert node.state(k) == {"count": 2}
+    assert node.core.store.active == {} or all(not v for v in node.core.store.active.values())
