@@ -1,15 +1,17 @@
-"""The wire protocol: versioned msgpack frames, validated on every decode (DESIGN section 9).
+"""The wire protocol: versioned msgpack messages, validated on every decode (DESIGN section 9).
 
-A message is three ZeroMQ frames ``[kind, header, body]``:
+A message is one ZeroMQ frame (one frame, not three: a multipart send costs about twice a
+single-part one on this transport, and small messages are dominated by per-send cost):
 
-- ``kind``: one byte, a :class:`Kind`;
-- ``header``: a msgpack map with at least ``"v"`` (the protocol version); its other fields
-  depend on the kind and are checked against :data:`HEADER_SCHEMA`;
-- ``body``: bytes whose meaning depends on the kind (empty for most control messages).
+- byte 0: the :class:`Kind`;
+- bytes 1-4: the header's length ``h``, unsigned big-endian;
+- the next ``h`` bytes: the header, a msgpack map with at least ``"v"`` (the protocol
+  version); its other fields depend on the kind and are checked against :data:`HEADER_SCHEMA`;
+- the rest: the body, whose meaning depends on the kind (empty for most control messages).
 
 A tuple batch keeps the channel fields (mapper id, channel sequence number, view epoch) in
-the header and the tuples in the body, so that the body is encoded once and the same bytes
-fan out to the slot's primary and its secondaries, each with its own small header.
+the header and the tuples in the body, so the body is encoded once and the same bytes fan out
+to the slot's primary and its secondaries, each behind its own small header.
 
 The body of a batch is columnar: ``[slots, seqs, keys, values, ts]`` where ``slots`` is a
 little-endian ``uint32`` array, ``seqs`` a ``uint64`` array and ``ts`` a ``float64`` array
@@ -17,7 +19,7 @@ little-endian ``uint32`` array, ``seqs`` a ``uint64`` array and ``ts`` a ``float
 are msgpack arrays. A tuple's identity is ``(mapper id, slot, seq)`` (DESIGN section 1).
 
 Every decode raises :class:`FrameError` (and nothing else) on malformed, oversize or
-unknown-version input, so a node can count and drop a bad frame without ever crashing.
+unknown-version input, so a node can count and drop a bad message without ever crashing.
 """
 
 from __future__ import annotations
@@ -105,32 +107,38 @@ class Message:
     body: bytes
 
 
+_HEADER_LENGTH_BYTES: Final = 4
+
+
 def encode(kind: Kind, header: dict[str, Any], body: bytes = b"") -> list[bytes]:
-    """Encode a message as its three frames; ``header`` gets the protocol version added."""
-    header = {"v": PROTOCOL_VERSION, **header}
-    header_bytes: bytes = msgpack.packb(header, use_bin_type=True)
-    return [bytes((kind,)), header_bytes, body]
+    """Encode a message as its frames (one); ``header`` gets the protocol version added."""
+    header_bytes: bytes = msgpack.packb({"v": PROTOCOL_VERSION, **header}, use_bin_type=True)
+    prefix = bytes((kind,)) + len(header_bytes).to_bytes(_HEADER_LENGTH_BYTES, "big")
+    return [b"".join((prefix, header_bytes, body))]
 
 
 def decode(frames: Sequence[bytes], frame_bytes_max: int = FRAME_BYTES_MAX_DEFAULT) -> Message:
-    """Decode and validate the three frames of a message.
+    """Decode and validate a received message.
 
     Guarantees: the result's kind is known, its header has the protocol version and every
     field its kind requires with the right type. Raises :class:`FrameError` otherwise.
     """
-    if len(frames) != 3:
-        raise FrameError(f"expected 3 frames [kind, header, body], got {len(frames)}")
-    kind_frame, header_frame, body = frames
-    total = len(kind_frame) + len(header_frame) + len(body)
-    if total > frame_bytes_max:
-        raise FrameError(f"message of {total} bytes exceeds the cap of {frame_bytes_max}")
-    if len(kind_frame) != 1:
-        raise FrameError(f"kind frame must be 1 byte, got {len(kind_frame)}")
+    if len(frames) != 1:
+        raise FrameError(f"expected a message of 1 frame, got {len(frames)} frames")
+    data = frames[0]
+    if len(data) > frame_bytes_max:
+        raise FrameError(f"message of {len(data)} bytes exceeds the cap of {frame_bytes_max}")
+    header_start = 1 + _HEADER_LENGTH_BYTES
+    if len(data) < header_start:
+        raise FrameError(f"message of {len(data)} bytes is shorter than its fixed prefix")
     try:
-        kind = Kind(kind_frame[0])
+        kind = Kind(data[0])
     except ValueError:
-        raise FrameError(f"unknown message kind {kind_frame[0]}") from None
-    header = _unpack(bytes(header_frame), "header")
+        raise FrameError(f"unknown message kind {data[0]}") from None
+    header_end = header_start + int.from_bytes(data[1:header_start], "big")
+    if header_end > len(data):
+        raise FrameError(f"header runs past the end of the {len(data)}-byte message")
+    header = _unpack(data[header_start:header_end], "header")
     if not isinstance(header, dict):
         raise FrameError(f"header must be a map, got {type(header).__name__}")
     version = header.get("v")
@@ -142,7 +150,7 @@ def decode(frames: Sequence[bytes], frame_bytes_max: int = FRAME_BYTES_MAX_DEFAU
             raise FrameError(f"{kind.name} header field {name!r} is {value!r}, not {types}")
         if type(value) is int and value < 0:
             raise FrameError(f"{kind.name} header field {name!r} is negative: {value}")
-    return Message(kind, header, bytes(body))
+    return Message(kind, header, bytes(data[header_end:]))
 
 
 def _unpack(data: bytes, what: str) -> Any:

@@ -66,7 +66,7 @@ class Inbox:
     def send(self, identity: bytes, frames: Sequence[bytes]) -> bool:
         """Queue a reply to ``identity``; False if that peer is gone or its queue is full."""
         try:
-            self._socket.send_multipart([identity, *frames], zmq.NOBLOCK, copy=False)
+            self._socket.send_multipart([identity, *frames], zmq.NOBLOCK)
         except (zmq.Again, zmq.ZMQError):
             return False
         return True
@@ -119,7 +119,7 @@ class Outbox:
     def send(self, frames: Sequence[bytes]) -> bool:
         """Queue a message; False if not connected or the queue is full (nothing is sent)."""
         try:
-            self._socket.send_multipart(frames, zmq.NOBLOCK, copy=False)
+            self._socket.send_multipart(frames, zmq.NOBLOCK)
         except zmq.Again:
             return False
         return True

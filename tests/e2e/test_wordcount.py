@@ -90,7 +90,7 @@ def test_node_survives_random_frames_and_counts_them(cluster: Cluster) -> None:
     for _ in range(300):
         frames = [rng.randbytes(rng.randint(0, 60)) for _ in range(rng.randint(1, 4))]
         junk.send_multipart(frames)
-    junk.send_multipart([b"\x01", b"\x81\xa1v\x01", b"\xff" * 10])  # a batch with a junk header
+    junk.send(b"\x01\x00\x00\x00\x04\x81\xa1v\x01" + b"\xff" * 10)  # a batch, junk header
     time.sleep(0.3)
     junk.close()
     cluster.feed(*EXAMPLE_BOOKS)

@@ -172,7 +172,7 @@ def test_reducer_that_raises_leaves_no_trace_and_is_counted(node: Harness) -> No
 
 def test_malformed_batch_body_is_answered_with_error_and_not_accepted(node: Harness) -> None:
     frames = node.batch_frames(1, [(node.own_keys[0], 1)])
-    frames[2] = frames[2][:-3]
+    frames[0] = frames[0][:-3]
     (reply,) = node.deliver(frames)
     assert reply.kind == Kind.ERROR
     assert node.core.counters.bad_frames == 1
