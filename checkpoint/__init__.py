@@ -1,0 +1,43 @@
+"""Pure checkpoint logic of smr: per-slot keyed state, dedup hwms, deltas and their encoding.
+
+No I/O and nothing from ``smr``: the node wires this to sockets and timers (DESIGN section 2).
+``StateStore`` keeps a node's state in master / inactive / active fragments and drops duplicate
+tuples by per-``(mapper, slot)`` high-water marks; ``swap`` / ``merge_inactive`` run the
+checkpoint cycle, and ``encode_delta`` / ``decode_delta`` carry its deltas to the secondaries.
+"""
+
+from checkpoint.delta import (
+    DELTA_BYTES_MAX_DEFAULT,
+    DELTA_FORMAT_VERSION,
+    EXT_NESTING_MAX,
+    TOMBSTONE,
+    Delta,
+    DeltaError,
+    Tombstone,
+    decode_delta,
+    encode_delta,
+)
+from checkpoint.ids import FieldValue, Fragment, Key, KeyState, MapperId, Seq
+from checkpoint.store import FAILURE_EXAMPLES_MAX, BatchOutcome, ReduceFn, StateStore
+
+__all__ = [
+    "DELTA_BYTES_MAX_DEFAULT",
+    "DELTA_FORMAT_VERSION",
+    "EXT_NESTING_MAX",
+    "FAILURE_EXAMPLES_MAX",
+    "TOMBSTONE",
+    "BatchOutcome",
+    "Delta",
+    "DeltaError",
+    "FieldValue",
+    "Fragment",
+    "Key",
+    "KeyState",
+    "MapperId",
+    "ReduceFn",
+    "Seq",
+    "StateStore",
+    "Tombstone",
+    "decode_delta",
+    "encode_delta",
+]

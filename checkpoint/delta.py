@@ -1,0 +1,333 @@
+"""Checkpoint deltas and their wire encoding.
+
+A ``Delta`` is what a primary ships to a slot range's secondaries at each checkpoint (DESIGN
+section 5): the fields that changed since the previous checkpoint, deleted fields as
+``TOMBSTONE``, and the hwm vectors of the slots whose hwm moved. A full snapshot of some slots
+(for re-replication and handoff) is a ``Delta`` without tombstones.
+
+Wire format, version 1 (msgpack): one array ``[version, states, hwms]``;
+``states`` maps slot (int) -> key (str or int) -> field (str) -> value and ``hwms`` maps
+slot (int) -> mapper id (str) -> seq (int >= 0). Field values round-trip exactly, so that a
+promoted replica behaves like the primary it replaces: msgpack arrays carry tuples, and the
+types msgpack cannot tell apart travel as extension types (the codes are ``_EXT_*`` below).
+Decoding never trusts its input: anything malformed raises ``DeltaError``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Final, final
+
+import msgpack
+
+from checkpoint.ids import Fragment, MapperId, Seq, Slot
+
+DELTA_FORMAT_VERSION: Final = 1
+"""Version written first in every encoded delta; a decoder refuses any other version."""
+
+DELTA_BYTES_MAX_DEFAULT: Final = 64 * 1024 * 1024
+"""Default cap on an encoded delta (64 MiB): a full snapshot of 100 k keys is about 1 MB, so
+this leaves room for big states while refusing a frame that would exhaust a node's memory."""
+
+# Extension type codes. A list and a tuple are both msgpack arrays, a bytearray is packed like
+# bytes, and sets are no msgpack type at all: each needs a code to come back as it left.
+# Arrays decode as tuples (use_list=False: lists on a large heap wake the garbage collector,
+# PERF-NOTES), which keeps tuples, the recommended shape for state values, on the fast path.
+_EXT_TOMBSTONE: Final = 1
+_EXT_LIST: Final = 2
+_EXT_SET: Final = 3
+_EXT_FROZENSET: Final = 4
+_EXT_BYTEARRAY: Final = 5
+
+EXT_NESTING_MAX: Final = 32
+"""Most extension containers (lists, sets, frozensets) nested inside one another in a field
+value. Each level is decoded by a nested msgpack call that puts ~40 KB on the C stack, so an
+unbounded depth from a forged frame would overflow it and kill the process, not raise."""
+
+_EXT_CODE_OF_CONTAINER: Final[dict[type, int]] = {
+    list: _EXT_LIST,
+    set: _EXT_SET,
+    frozenset: _EXT_FROZENSET,
+}
+
+# Field values of these exact types need no conversion before packing.
+_PLAIN_TYPES: Final[frozenset[type]] = frozenset({int, str, float, bool, bytes, type(None)})
+
+
+@final
+class Tombstone:
+    """The type of ``TOMBSTONE``; it has exactly one instance, also across copy and pickle."""
+
+    __slots__ = ()
+    _instance: Tombstone | None = None
+
+    def __new__(cls) -> Tombstone:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "TOMBSTONE"
+
+    def __reduce__(self) -> str:
+        # Pickle by name, so an unpickled tombstone is the module's singleton.
+        return "TOMBSTONE"
+
+    def __copy__(self) -> Tombstone:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Tombstone:
+        return self
+
+
+TOMBSTONE: Final = Tombstone()
+"""Marks a deleted field in an unmerged fragment or a delta; compare with ``is``."""
+
+
+class DeltaError(ValueError):
+    """An encoded delta is malformed, of an unknown version, too big, or not encodable."""
+
+
+@dataclass(frozen=True, slots=True)
+class Delta:
+    """One checkpoint increment (or a full snapshot) of some slots.
+
+    ``states``: slot -> key -> field -> value, where a value may be ``TOMBSTONE`` (the field
+    was deleted). ``hwms``: slot -> mapper id -> the highest seq applied, for the slots the
+    delta covers. The store never mutates a delta it has handed out, but a delta may share
+    field values with the store: treat it as read-only.
+    """
+
+    states: Fragment
+    hwms: dict[Slot, dict[MapperId, Seq]]
+
+    def is_empty(self) -> bool:
+        """True when the delta carries neither state nor hwm, so shipping it changes nothing."""
+        return not self.states and not self.hwms
+
+    def key_count(self) -> int:
+        """Number of (slot, key) entries the delta carries, deletions included."""
+        return sum(len(keys) for keys in self.states.values())
+
+
+def encode_delta(delta: Delta) -> bytes:
+    """Encode ``delta`` in wire format version ``DELTA_FORMAT_VERSION``.
+
+    ``decode_delta(encode_delta(d))`` equals ``d`` for field values made of None, bool, int
+    (64-bit), float, str, bytes, bytearray, and lists, tuples, dicts, sets and frozensets of
+    those. Raises ``DeltaError`` naming the slot, key and field of a value it cannot encode.
+    """
+    try:
+        encoded: bytes = msgpack.packb(
+            [DELTA_FORMAT_VERSION, _states_to_wire(delta.states), delta.hwms]
+        )
+    except Exception as error:
+        raise DeltaError(_locate_unencodable(delta, error)) from error
+    return encoded
+
+
+def decode_delta(data: bytes, max_bytes: int = DELTA_BYTES_MAX_DEFAULT) -> Delta:
+    """Decode and validate an encoded delta received from the network.
+
+    Guarantees: returns a ``Delta`` whose slots and seqs are non-negative ints, keys are str
+    or int, fields and mapper ids are str, and whose containers are fresh (not shared with
+    anything); on any other input, whatever it is, raises ``DeltaError`` and nothing else.
+    """
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise DeltaError(f"a delta must be bytes, got {type(data).__name__}")
+    size_bytes = len(data)
+    if size_bytes > max_bytes:
+        raise DeltaError(
+            f"delta of {size_bytes} bytes exceeds the cap of {max_bytes} bytes; "
+            "raise max_bytes on the receiver or checkpoint more often"
+        )
+    try:
+        unpacker = msgpack.Unpacker(
+            use_list=False,
+            strict_map_key=False,
+            ext_hook=_ExtDecoder(),
+            # Every length inside is bounded by the input, so a forged length cannot make the
+            # decoder allocate more than the frame itself.
+            max_buffer_size=max(size_bytes, 1),
+        )
+        unpacker.feed(data)
+        # The version comes first and is read alone, so a delta from a newer format is
+        # refused for its version, not for whatever its body looks like.
+        try:
+            header_length = unpacker.read_array_header()
+        except ValueError as error:  # Not an array at all.
+            raise DeltaError("a delta must be an array [version, states, hwms]") from error
+        if header_length == 0:
+            raise DeltaError("a delta must be an array [version, states, hwms], got []")
+        version = unpacker.unpack()
+        if version != DELTA_FORMAT_VERSION or type(version) is not int:
+            raise DeltaError(
+                f"unsupported delta format version {version!r}; "
+                f"this node reads version {DELTA_FORMAT_VERSION}"
+            )
+        if header_length != 3:
+            raise DeltaError(
+                f"a delta must be an array [version, states, hwms], got {header_length} items"
+            )
+        states = unpacker.unpack()
+        hwms = unpacker.unpack()
+        if unpacker.tell() != size_bytes:
+            raise DeltaError(f"{size_bytes - unpacker.tell()} trailing bytes after the delta")
+    except DeltaError:
+        raise
+    except msgpack.OutOfData as error:
+        raise DeltaError(f"delta truncated: {size_bytes} bytes end mid-value") from error
+    except Exception as error:
+        # Truncated data, a forged length, nesting too deep, an unknown extension type:
+        # msgpack and the extension hooks raise many types, all of which mean "malformed".
+        detail = str(error) or "no detail"
+        raise DeltaError(f"malformed delta: {type(error).__name__}: {detail}") from error
+    _validate_states(states)
+    _validate_hwms(hwms)
+    return Delta(states=states, hwms=hwms)
+
+
+def _states_to_wire(states: Fragment) -> dict[Slot, dict[Any, dict[str, Any]]]:
+    """Return ``states`` with every field value converted by ``_to_wire``, copying only the
+    maps on the way to a value that is not a plain scalar (most deltas hold none)."""
+    wire_states: dict[Slot, dict[Any, dict[str, Any]]] = states
+    for slot, keys in states.items():
+        wire_keys: dict[Any, dict[str, Any]] = keys
+        for key, fields in keys.items():
+            for value in fields.values():
+                if value.__class__ not in _PLAIN_TYPES:
+                    break
+            else:
+                continue
+            if wire_keys is keys:
+                wire_keys = dict(keys)
+                if wire_states is states:
+                    wire_states = dict(states)
+                wire_states[slot] = wire_keys
+            wire_keys[key] = {field: _to_wire(value) for field, value in fields.items()}
+    return wire_states
+
+
+def _to_wire(value: Any, depth: int = 0) -> Any:
+    """Convert a field value to what msgpack packs so that it decodes back to ``value``.
+
+    ``depth`` counts the extension containers around ``value``; past ``EXT_NESTING_MAX`` the
+    value is refused here, as a decoder would refuse it.
+    """
+    cls = value.__class__
+    if cls in _PLAIN_TYPES:
+        return value
+    if value is TOMBSTONE:
+        return msgpack.ExtType(_EXT_TOMBSTONE, b"")
+    if cls is tuple:
+        return tuple(_to_wire(item, depth) for item in value)
+    if cls is dict:
+        return {_to_wire(k, depth): _to_wire(v, depth) for k, v in value.items()}
+    if cls is bytearray:
+        return msgpack.ExtType(_EXT_BYTEARRAY, bytes(value))
+    code = _EXT_CODE_OF_CONTAINER.get(cls)
+    if code is None:
+        # Anything else is left to msgpack, which packs what it knows or raises TypeError.
+        return value
+    if depth >= EXT_NESTING_MAX:
+        raise DeltaError(f"value nests lists or sets deeper than {EXT_NESTING_MAX} levels")
+    return msgpack.ExtType(code, msgpack.packb([_to_wire(item, depth + 1) for item in value]))
+
+
+class _ExtDecoder:
+    """msgpack ``ext_hook`` that rebuilds values packed as extension types by ``_to_wire``,
+    refusing containers nested deeper than ``EXT_NESTING_MAX``. One per decode call."""
+
+    __slots__ = ("depth",)
+
+    def __init__(self) -> None:
+        self.depth = 0
+
+    def __call__(self, code: int, data: bytes) -> Any:
+        if code == _EXT_TOMBSTONE:
+            if data:
+                raise DeltaError("a tombstone carries no data")
+            return TOMBSTONE
+        if code == _EXT_BYTEARRAY:
+            return bytearray(data)
+        if code not in (_EXT_LIST, _EXT_SET, _EXT_FROZENSET):
+            raise DeltaError(f"unknown extension type {code} in delta")
+        if self.depth >= EXT_NESTING_MAX:
+            raise DeltaError(f"value nests lists or sets deeper than {EXT_NESTING_MAX} levels")
+        self.depth += 1
+        try:
+            items = msgpack.unpackb(data, use_list=False, strict_map_key=False, ext_hook=self)
+        finally:
+            self.depth -= 1
+        if type(items) is not tuple:
+            raise DeltaError(f"extension type {code} must hold an array")
+        if code == _EXT_LIST:
+            return list(items)
+        return set(items) if code == _EXT_SET else frozenset(items)
+
+
+def _validate_states(states: Any) -> None:
+    """Raise ``DeltaError`` unless ``states`` is slot -> key -> field -> value."""
+    if type(states) is not dict:
+        raise DeltaError(f"delta states must be a map, got {type(states).__name__}")
+    for slot, keys in states.items():
+        _check_non_negative_int(slot, "slot")
+        if type(keys) is not dict:
+            raise DeltaError(f"state of slot {slot} must be a map, got {type(keys).__name__}")
+        for key, fields in keys.items():
+            if not isinstance(key, (str, int)):
+                raise DeltaError(
+                    f"key {key!r} in slot {slot} must be str or int, got {type(key).__name__}"
+                )
+            if type(fields) is not dict:
+                raise DeltaError(
+                    f"state of key {key!r} in slot {slot} must be a map, "
+                    f"got {type(fields).__name__}"
+                )
+            for field in fields:
+                if type(field) is not str:
+                    raise DeltaError(
+                        f"field {field!r} of key {key!r} in slot {slot} must be str, "
+                        f"got {type(field).__name__}"
+                    )
+
+
+def _validate_hwms(hwms: Any) -> None:
+    """Raise ``DeltaError`` unless ``hwms`` is slot -> mapper id -> seq."""
+    if type(hwms) is not dict:
+        raise DeltaError(f"delta hwms must be a map, got {type(hwms).__name__}")
+    for slot, vector in hwms.items():
+        _check_non_negative_int(slot, "slot")
+        if type(vector) is not dict:
+            raise DeltaError(
+                f"hwm vector of slot {slot} must be a map, got {type(vector).__name__}"
+            )
+        for mapper, seq in vector.items():
+            if type(mapper) is not str:
+                raise DeltaError(
+                    f"mapper id {mapper!r} in slot {slot} must be str, got {type(mapper).__name__}"
+                )
+            _check_non_negative_int(seq, f"seq of mapper {mapper!r} in slot {slot}")
+
+
+def _check_non_negative_int(value: Any, what: str) -> None:
+    # bool is an int subclass; a slot or seq of True is a forgery, not a number.
+    if type(value) is not int or value < 0:
+        raise DeltaError(f"{what} must be a non-negative int, got {value!r}")
+
+
+def _locate_unencodable(delta: Delta, error: Exception) -> str:
+    """Explain an encoding failure, naming the first field value that cannot be encoded."""
+    for slot, keys in delta.states.items():
+        for key, fields in keys.items():
+            for field, value in fields.items():
+                try:
+                    msgpack.packb(_to_wire(value))
+                except Exception as field_error:
+                    return (
+                        f"cannot encode field {field!r} of key {key!r} in slot {slot}: "
+                        f"{type(value).__name__} value {value!r:.80}: {field_error}; "
+                        "keep state values to None, bool, int (64-bit), float, str, bytes "
+                        "and lists, tuples, dicts and sets of those"
+                    )
+    return f"cannot encode delta: {type(error).__name__}: {error}"

@@ -1,0 +1,568 @@
+"""Per-slot keyed state of one node, in three fragments, with per-slot dedup (DESIGN section 5).
+
+The life of a tuple here: the node hands a batch from one mapper to ``StateStore.apply_batch``,
+which drops duplicates by the ``(mapper, slot)`` high-water mark (hwm), reduces the rest into
+the ``active`` fragment, and records which slots' hwm moved. Every checkpoint interval the node
+runs the checkpoint cycle:
+
+1. ``delta = store.swap()``: ``active`` becomes ``inactive`` and a new empty ``active`` takes
+   the writes that follow; the delta holds the inactive fragment and the moved hwm vectors.
+2. The node encodes the delta (``checkpoint.delta.encode_delta``) and sends it, numbered, to
+   the range's secondaries, which ``apply_delta`` it to their replica store.
+3. ``store.merge_inactive()`` folds the inactive fragment into ``master``.
+
+No step waits for the network, and the event loop is single-threaded, so a swap happens between
+two tuples and never pauses processing.
+
+Field values are shared between fragments and deltas but never mutated in place by the store:
+values of mutable types (list, dict, set, bytearray and their subclasses) are deep-copied when
+read, so a reducer that mutates them in place mutates its own copy. Values of other mutable
+types (a deque, a custom object, a list inside a tuple) must be replaced, never mutated in
+place, or the change may be lost.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Final, TypeAlias, cast
+
+from checkpoint.delta import TOMBSTONE, Delta
+from checkpoint.ids import Fragment, Key, MapperId, Seq, Slot
+
+__all__ = ["FAILURE_EXAMPLES_MAX", "TOMBSTONE", "BatchOutcome", "ReduceFn", "StateStore"]
+
+ReduceFn: TypeAlias = Callable[[Key, Any, dict[str, Any]], None]
+"""``reduce_fn(key, value, state)``: folds one value into ``state``, a dict it may mutate."""
+
+FAILURE_EXAMPLES_MAX: Final = 100
+"""Failed tuples kept as examples per batch: enough to diagnose a bad reducer, while a reducer
+that fails on every tuple cannot make one outcome hold a whole batch of tracebacks."""
+
+# Values of these exact types are immutable: equality tells whether they changed, and they
+# need no copy. Checking the exact class first keeps the common case to one set lookup.
+_PLAIN_TYPES: Final[frozenset[type]] = frozenset({int, str, float, bool, bytes, type(None)})
+
+# Values of these types may be mutated in place by a reducer: they are deep-copied on read, and
+# always count as changed on commit, since a caller's "before" may share them with "after"
+# (and comparing big containers would cost more than shipping them).
+_MUTABLE_TYPES: Final = (list, dict, set, bytearray)
+
+# The "before" of a key with no state: an empty mapping that nobody can mutate.
+_NO_FIELDS: Final[MappingProxyType[str, Any]] = MappingProxyType({})
+
+
+@dataclass(slots=True)
+class BatchOutcome:
+    """What ``StateStore.apply_batch`` did with a batch; every tuple is counted exactly once.
+
+    ``applied + duplicates + failed`` equals the batch size. ``failures`` holds up to
+    ``FAILURE_EXAMPLES_MAX`` examples ``(key, exception)`` of the ``failed`` tuples, in order.
+    """
+
+    applied: int = 0
+    duplicates: int = 0
+    failed: int = 0
+    failures: list[tuple[Key, BaseException]] = field(default_factory=list)
+
+
+class StateStore:
+    """Keyed state of a node's slots, in three fragments, plus the per-slot dedup hwms.
+
+    Fragments, each slot -> key -> field -> value (read-only outside the store, public so that
+    tests and metrics can see their sizes):
+
+    - ``master``: stable state, already shipped; never holds a tombstone, an empty key or an
+      empty slot.
+    - ``inactive``: the fragment being shipped, between ``swap`` and ``merge_inactive``.
+    - ``active``: takes every write; a deleted field is ``TOMBSTONE``.
+
+    Guarantees: a read sees, field by field, the newest of active, inactive and master, with
+    tombstoned fields absent; each tuple ``(mapper, slot, seq)`` changes state at most once,
+    since seqs at or below the ``(mapper, slot)`` hwm are dropped; a reducer that raises leaves
+    no trace in state; a ``Delta`` handed out is never mutated by the store afterwards.
+    """
+
+    def __init__(self) -> None:
+        self.master: Fragment = {}
+        """Stable state, already shipped to the secondaries (or received, on a replica)."""
+        self.inactive: Fragment = {}
+        """The fragment being shipped: the last ``swap``'s delta until ``merge_inactive``."""
+        self.active: Fragment = {}
+        """Writes since the last ``swap``; deleted fields are ``TOMBSTONE``."""
+        # Mapper-major, since apply_batch checks one mapper's hwms for a whole batch.
+        self._hwm: dict[MapperId, dict[Slot, Seq]] = {}
+        # Slots whose hwm rose since the last swap: their vectors go into the next delta.
+        self._hwm_dirty_slots: set[Slot] = set()
+        # Whether a fragment may hold a tombstone: when neither does, reads skip the scan.
+        self._active_has_tombstones = False
+        self._inactive_has_tombstones = False
+        # Whether any value of a mutable type may be in the store: until one is, reads need
+        # not look for values to deep-copy. Never reset: values move between fragments.
+        self._holds_mutables = False
+
+    # ----------------------------------------------------------------------------- reads
+
+    def read(self, slot: Slot, key: Key) -> dict[str, Any]:
+        """The key's merged live state as a fresh dict (``{}`` if absent).
+
+        The caller may mutate the dict and the values in it: values of mutable types are
+        deep copies, so nothing done to the result can alter the store.
+        """
+        state = self._merged(slot, key)
+        if state is None:
+            return {}
+        for name, value in state.items():
+            if value.__class__ not in _PLAIN_TYPES and isinstance(value, _MUTABLE_TYPES):
+                state[name] = copy.deepcopy(value)
+        return state
+
+    def get(self, slot: Slot, key: Key) -> dict[str, Any] | None:
+        """Like ``read``, but None when the key has no live field."""
+        state = self.read(slot, key)
+        return state if state else None
+
+    def items(
+        self, slots: Iterable[Slot] | None = None
+    ) -> Iterator[tuple[Slot, Key, dict[str, Any]]]:
+        """Yield ``(slot, key, state)`` for every key with a live field in ``slots`` (None:
+        all slots), each state a fresh dict as from ``read``. Do not write to the store while
+        iterating."""
+        for slot in self._fragment_slots() if slots is None else slots:
+            for key in self._keys_of(slot):
+                state = self.read(slot, key)
+                if state:
+                    yield slot, key, state
+
+    def key_count(self) -> int:
+        """Number of keys with at least one live field, over all slots."""
+        count = 0
+        for slot in self._fragment_slots():
+            if slot not in self.active and slot not in self.inactive:
+                # Master holds no empty key, so every key of the slot is live.
+                count += len(self.master.get(slot, ()))
+            else:
+                count += sum(1 for key in self._keys_of(slot) if self._merged(slot, key))
+        return count
+
+    def slots(self) -> set[Slot]:
+        """Slots with an entry in any fragment or any hwm."""
+        result = self._fragment_slots()
+        for hwm_of_slot in self._hwm.values():
+            result.update(hwm_of_slot)
+        return result
+
+    def hwm(self, mapper: MapperId, slot: Slot) -> Seq:
+        """The highest seq of ``mapper`` applied to ``slot``; 0 if none."""
+        hwm_of_slot = self._hwm.get(mapper)
+        return Seq(0) if hwm_of_slot is None else hwm_of_slot.get(slot, Seq(0))
+
+    def hwm_vector(self, slot: Slot) -> dict[MapperId, Seq]:
+        """``{mapper: hwm}`` of ``slot`` for every mapper with a tuple applied there."""
+        return {
+            mapper: hwm_of_slot[slot]
+            for mapper, hwm_of_slot in self._hwm.items()
+            if slot in hwm_of_slot
+        }
+
+    def is_duplicate(self, mapper: MapperId, slot: Slot, seq: Seq) -> bool:
+        """True when the tuple ``(mapper, slot, seq)`` was already applied (or consumed)."""
+        return seq <= self.hwm(mapper, slot)
+
+    # ---------------------------------------------------------------------------- writes
+
+    def commit(
+        self, slot: Slot, key: Key, before: Mapping[str, Any], after: Mapping[str, Any]
+    ) -> None:
+        """Record in ``active`` the change of a key's state from ``before`` to ``after``.
+
+        Writes exactly the fields of ``after`` that differ from ``before`` (by ``is`` or
+        ``==``; a value of a mutable type always counts as changed, since it may have been
+        mutated in place), and a tombstone for each field of ``before`` missing in ``after``.
+        The store keeps deep copies of mutable values, so the caller may go on using ``after``.
+        """
+        active_keys = self.active.get(slot)
+        active_fields = None if active_keys is None else active_keys.get(key)
+        for name, value in after.items():
+            if value.__class__ not in _PLAIN_TYPES and isinstance(value, _MUTABLE_TYPES):
+                value = copy.deepcopy(value)
+                self._holds_mutables = True
+            elif name in before:
+                try:
+                    old = before[name]
+                    if value is old or value == old:
+                        continue
+                except Exception:
+                    pass  # An __eq__ that raises (or an ambiguous truth value): a change.
+            if active_fields is None:
+                if active_keys is None:
+                    active_keys = self.active[slot] = {}
+                active_fields = active_keys[key] = {}
+            active_fields[name] = value
+        for name in before:
+            if name not in after:
+                if active_fields is None:
+                    if active_keys is None:
+                        active_keys = self.active[slot] = {}
+                    active_fields = active_keys[key] = {}
+                active_fields[name] = TOMBSTONE
+                self._active_has_tombstones = True
+
+    def delete(self, slot: Slot, key: Key) -> None:
+        """Delete the key: tombstone every live field of it (no-op if it has none)."""
+        state = self._merged(slot, key)
+        if state:
+            self.commit(slot, key, state, _NO_FIELDS)
+
+    def apply_batch(
+        self,
+        mapper: MapperId,
+        slots: Sequence[int],
+        seqs: Sequence[int],
+        keys: Sequence[Key],
+        values: Sequence[Any],
+        reduce_fn: ReduceFn,
+    ) -> BatchOutcome:
+        """Reduce a batch of tuples from one mapper into state, skipping duplicates.
+
+        Tuple ``i`` is ``(mapper, slots[i], seqs[i])`` with payload ``(keys[i], values[i])``.
+        For each tuple, in order:
+
+        1. If ``seq <= hwm[mapper][slot]`` it is a duplicate: skip it and count it.
+        2. Raise the hwm to ``seq`` and mark the slot hwm-dirty. The tuple is consumed even if
+           the reducer fails, so a deterministic failure is never retried forever.
+        3. ``state = read(slot, key)``, remember ``before = dict(state)``, and call
+           ``reduce_fn(key, value, state)``.
+        4. If it raised an ``Exception``, the tuple has no effect on state (``state`` was a
+           private copy, so nothing is half-applied): count it, keep the first
+           ``FAILURE_EXAMPLES_MAX`` ``(key, exception)`` examples, and go on.
+        5. Otherwise ``commit(slot, key, before, state)``.
+
+        ``reduce_fn`` must not call back into the store, nor keep references to ``state`` or
+        its values after it returns. An exception that is not an ``Exception`` (such as
+        ``KeyboardInterrupt``) propagates: earlier tuples stay applied, and the interrupted one
+        stays consumed without effect.
+
+        This is the hot path: one loop, with everything it touches bound to locals first.
+        """
+        batch_size = len(slots)
+        if not len(seqs) == len(keys) == len(values) == batch_size:
+            raise ValueError(
+                f"batch columns differ in length: {batch_size} slots, {len(seqs)} seqs, "
+                f"{len(keys)} keys, {len(values)} values"
+            )
+        hwm_of_slot = cast(dict[int, int], self._hwm.setdefault(mapper, {}))
+        hwm_get = hwm_of_slot.get
+        mark_dirty = cast(set[int], self._hwm_dirty_slots).add
+        active = cast(dict[int, dict[Key, dict[str, Any]]], self.active)
+        active_get = active.get
+        # The inactive fragment lives only between swap and merge_inactive, so it is usually
+        # empty: then one test per batch saves a lookup per tuple.
+        inactive_get = cast(dict[int, dict[Key, dict[str, Any]]], self.inactive).get
+        has_inactive = bool(self.inactive)
+        master_get = cast(dict[int, dict[Key, dict[str, Any]]], self.master).get
+        tombstones_possible = self._active_has_tombstones or self._inactive_has_tombstones
+        holds_mutables = self._holds_mutables
+        plain_types = _PLAIN_TYPES
+        mutable_types = _MUTABLE_TYPES
+        deepcopy = copy.deepcopy
+        no_fields = _NO_FIELDS
+        tombstone = TOMBSTONE
+        duplicates = failed = 0
+        failures: list[tuple[Key, BaseException]] = []
+        before: dict[str, Any] | MappingProxyType[str, Any] | None
+
+        # Lengths were checked above, so zip cannot silently drop a tail.
+        for slot, seq, key, value in zip(slots, seqs, keys, values, strict=False):
+            # 1. Duplicate?
+            if seq <= hwm_get(slot, 0):
+                duplicates += 1
+                continue
+            # 2. Consume the tuple.
+            hwm_of_slot[slot] = seq
+            mark_dirty(slot)
+            # 3. Read (active, then inactive, then master) and snapshot. The snapshot may be
+            # a fragment's own dict, never the dict handed to the reducer.
+            active_keys = active_get(slot)
+            active_fields = None if active_keys is None else active_keys.get(key)
+            if has_inactive:
+                inactive_keys = inactive_get(slot)
+                inactive_fields = None if inactive_keys is None else inactive_keys.get(key)
+            else:
+                inactive_fields = None
+            master_keys = master_get(slot)
+            master_fields = None if master_keys is None else master_keys.get(key)
+            if inactive_fields is None:
+                if active_fields is None:
+                    # Only master has the key, if anything: master is the snapshot itself,
+                    # since the reducer gets a copy and commit writes only to active.
+                    before = no_fields if master_fields is None else master_fields
+                elif not tombstones_possible and (
+                    master_fields is None or master_fields.keys() <= active_fields.keys()
+                ):
+                    # Active shadows every field master has: it alone is the merged state,
+                    # and is the snapshot too. Commit writes into this same dict only fields
+                    # it has already compared (see step 5).
+                    before = active_fields
+                else:
+                    before = None
+            else:
+                before = None
+            if before is None:
+                merged = {} if master_fields is None else master_fields.copy()
+                if inactive_fields is not None:
+                    merged.update(inactive_fields)
+                if active_fields is not None:
+                    merged.update(active_fields)
+                if tombstones_possible:
+                    for name in [name for name, v in merged.items() if v is tombstone]:
+                        del merged[name]
+                before = merged
+            state = before.copy()
+            if holds_mutables:
+                for name, field_value in state.items():
+                    if field_value.__class__ not in plain_types and isinstance(
+                        field_value, mutable_types
+                    ):
+                        state[name] = deepcopy(field_value)
+            try:
+                reduce_fn(key, value, state)
+            except Exception as error:
+                # 4. The reducer failed: drop its private state, keep an example.
+                failed += 1
+                if len(failures) < FAILURE_EXAMPLES_MAX:
+                    failures.append((key, error))
+                continue
+            # 5. Commit: write the changed fields into active, then tombstone the fields of
+            # before that state lacks, found by counting the fields the two share.
+            before_count = len(before)
+            kept_count = 0
+            for name, field_value in state.items():
+                if name in before:
+                    kept_count += 1
+                    if field_value.__class__ in plain_types:
+                        # Plain values compare without raising.
+                        old = before[name]
+                        if field_value is old or field_value == old:
+                            continue
+                    elif not isinstance(field_value, mutable_types):
+                        try:
+                            old = before[name]
+                            if field_value is old or field_value == old:
+                                continue
+                        except Exception:
+                            pass  # An __eq__ that raises or an ambiguous truth: a change.
+                if active_fields is None:
+                    if active_keys is None:
+                        active_keys = active[slot] = {}
+                    active_fields = active_keys[key] = {}
+                active_fields[name] = field_value
+                if (
+                    not holds_mutables
+                    and field_value.__class__ not in plain_types
+                    and isinstance(field_value, mutable_types)
+                ):
+                    holds_mutables = self._holds_mutables = True
+            if kept_count != before_count:
+                for name in [name for name in before if name not in state]:
+                    if active_fields is None:
+                        if active_keys is None:
+                            active_keys = active[slot] = {}
+                        active_fields = active_keys[key] = {}
+                    active_fields[name] = tombstone
+                    tombstones_possible = self._active_has_tombstones = True
+
+        applied = batch_size - duplicates - failed
+        return BatchOutcome(applied, duplicates, failed, failures)
+
+    # ------------------------------------------------------------------ checkpoint cycle
+
+    def swap(self) -> Delta:
+        """Step 1 of the checkpoint cycle: freeze the writes since the last swap as a delta.
+
+        1. Refuse (``RuntimeError``) if the previous inactive fragment still holds unmerged
+           writes: swapping now would lose them.
+        2. Collect the full hwm vectors of the hwm-dirty slots, and clear the dirty set.
+        3. ``active`` becomes ``inactive``; a new empty ``active`` takes the next writes.
+
+        Returns a ``Delta`` of the inactive fragment and those vectors. The store never
+        mutates it afterwards (``merge_inactive`` reads it, then lets go of it).
+        """
+        # 1.
+        if self.inactive:
+            raise RuntimeError(
+                f"swap() while the previous inactive fragment ({len(self.inactive)} slots) is "
+                "not merged yet; call merge_inactive() once its delta is shipped"
+            )
+        # 2.
+        hwms = self._hwm_vectors(self._hwm_dirty_slots)
+        self._hwm_dirty_slots = set()
+        # 3.
+        self.inactive, self.active = self.active, {}
+        self._inactive_has_tombstones = self._active_has_tombstones
+        self._active_has_tombstones = False
+        return Delta(states=self.inactive, hwms=hwms)
+
+    def merge_inactive(self) -> None:
+        """Step 3 of the checkpoint cycle: fold the inactive fragment into master, clear it.
+
+        Tombstones delete fields; a key left without fields and a slot left without keys
+        disappear from master. Reads return the same states before and after.
+        """
+        _merge_into(self.master, self.inactive, self._inactive_has_tombstones)
+        # Rebind rather than clear: the delta returned by swap shares this fragment.
+        self.inactive = {}
+        self._inactive_has_tombstones = False
+
+    def apply_delta(self, delta: Delta) -> None:
+        """The replica side of a checkpoint: merge ``delta`` into master and raise the hwms.
+
+        Fields are set, tombstones delete fields (keys and slots left empty disappear), and
+        each hwm becomes the larger of its own and the delta's, so applying a delta twice, or
+        an older one after a newer one, never lowers a hwm. Meant for a replica, which takes
+        no local writes: on a key that also has unmerged local writes, those shadow the delta.
+        It marks nothing dirty: after a promotion the new secondaries get a full ``snapshot``.
+        """
+        _merge_into(self.master, delta.states)
+        if not self._holds_mutables:
+            self._holds_mutables = any(
+                value.__class__ not in _PLAIN_TYPES and isinstance(value, _MUTABLE_TYPES)
+                for keys in delta.states.values()
+                for fields in keys.values()
+                for value in fields.values()
+            )
+        for slot, vector in delta.hwms.items():
+            for mapper, seq in vector.items():
+                hwm_of_slot = self._hwm.get(mapper)
+                if hwm_of_slot is None:
+                    hwm_of_slot = self._hwm[mapper] = {}
+                if seq > hwm_of_slot.get(slot, 0):
+                    hwm_of_slot[slot] = seq
+
+    def snapshot(self, slots: Iterable[Slot]) -> Delta:
+        """Full merged state and full hwm vectors of ``slots``, as a delta with no tombstones.
+
+        For re-replication and handoff. A snapshot does not delete what the receiver may
+        already hold for those slots: the receiver ``drop_slots`` them first, then
+        ``apply_delta`` reproduces exactly this store's state and hwms of those slots.
+        """
+        wanted = set(slots)
+        states: Fragment = {}
+        for slot in wanted:
+            slot_states = {key: self._merged(slot, key) for key in self._keys_of(slot)}
+            live = {key: state for key, state in slot_states.items() if state}
+            if live:
+                states[slot] = live
+        hwms = self._hwm_vectors(wanted)
+        return Delta(states=states, hwms=hwms)
+
+    def drop_slots(self, slots: Iterable[Slot]) -> None:
+        """Forget the state (all fragments) and hwms of ``slots``, e.g. after a range moved."""
+        dropped = set(slots)
+        for slot in dropped:
+            self.master.pop(slot, None)
+            self.active.pop(slot, None)
+        if not dropped.isdisjoint(self.inactive):
+            # Rebuild rather than edit: the delta returned by swap shares this fragment.
+            self.inactive = {s: k for s, k in self.inactive.items() if s not in dropped}
+        for mapper in list(self._hwm):
+            hwm_of_slot = self._hwm[mapper]
+            for slot in dropped:
+                hwm_of_slot.pop(slot, None)
+            if not hwm_of_slot:
+                del self._hwm[mapper]
+        self._hwm_dirty_slots -= dropped
+
+    # --------------------------------------------------------------------------- helpers
+
+    def _merged(self, slot: Slot, key: Key) -> dict[str, Any] | None:
+        """The key's merged live fields as a fresh dict (values shared), or None if none."""
+        master_keys = self.master.get(slot)
+        master_fields = None if master_keys is None else master_keys.get(key)
+        inactive_keys = self.inactive.get(slot)
+        active_keys = self.active.get(slot)
+        inactive_fields = None if inactive_keys is None else inactive_keys.get(key)
+        active_fields = None if active_keys is None else active_keys.get(key)
+        if inactive_fields is None and active_fields is None:
+            # Fast path: master never holds a tombstone or an empty key.
+            return None if master_fields is None else dict(master_fields)
+        merged = {} if master_fields is None else dict(master_fields)
+        if inactive_fields is not None:
+            merged.update(inactive_fields)
+        if active_fields is not None:
+            merged.update(active_fields)
+        for name in [name for name, value in merged.items() if value is TOMBSTONE]:
+            del merged[name]
+        return merged or None
+
+    def _keys_of(self, slot: Slot) -> set[Key]:
+        """Keys with an entry for ``slot`` in any fragment (live or not)."""
+        keys: set[Key] = set()
+        for fragment in (self.master, self.inactive, self.active):
+            keys.update(fragment.get(slot, ()))
+        return keys
+
+    def _fragment_slots(self) -> set[Slot]:
+        return set(self.master).union(self.inactive, self.active)
+
+    def _hwm_vectors(self, slots: set[Slot]) -> dict[Slot, dict[MapperId, Seq]]:
+        """``{slot: hwm_vector(slot)}`` for ``slots``, in time proportional to the output."""
+        vectors: dict[Slot, dict[MapperId, Seq]] = {}
+        for mapper, hwm_of_slot in self._hwm.items():
+            # Walk the smaller side: a mapper may have touched few slots, or many.
+            if len(hwm_of_slot) <= len(slots):
+                found = [(slot, seq) for slot, seq in hwm_of_slot.items() if slot in slots]
+            else:
+                found = [(slot, hwm_of_slot[slot]) for slot in slots if slot in hwm_of_slot]
+            for slot, seq in found:
+                vector = vectors.get(slot)
+                if vector is None:
+                    vectors[slot] = {mapper: seq}
+                else:
+                    vector[mapper] = seq
+        return vectors
+
+
+def _merge_into(master: Fragment, fragment: Fragment, may_hold_tombstones: bool = True) -> None:
+    """Merge ``fragment`` into ``master`` (which holds no tombstone, empty key or empty slot).
+
+    Copies every key map it adds, so master never shares a dict with the fragment, and
+    never mutates the fragment. ``may_hold_tombstones=False`` promises the fragment holds
+    none, which allows a faster path.
+    """
+    for slot, keys in fragment.items():
+        master_keys = master.get(slot)
+        if not may_hold_tombstones:
+            if master_keys is None:
+                copied = {key: fields.copy() for key, fields in keys.items() if fields}
+                if copied:
+                    master[slot] = copied
+                continue
+            for key, fields in keys.items():
+                master_fields = master_keys.get(key)
+                if master_fields is None:
+                    if fields:
+                        master_keys[key] = fields.copy()
+                else:
+                    master_fields.update(fields)
+            continue
+        if master_keys is None:
+            master_keys = master[slot] = {}
+        for key, fields in keys.items():
+            master_fields = master_keys.get(key)
+            if master_fields is None:
+                live = {name: value for name, value in fields.items() if value is not TOMBSTONE}
+                if live:
+                    master_keys[key] = live
+                continue
+            for name, value in fields.items():
+                if value is TOMBSTONE:
+                    master_fields.pop(name, None)
+                else:
+                    master_fields[name] = value
+            if not master_fields:
+                del master_keys[key]
+        if not master_keys:
+            del master[slot]
