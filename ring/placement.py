@@ -166,6 +166,21 @@ class Ring:
         self._replica_sets[key] = replica_set
         return replica_set
 
+    def predecessors(self, node_id: NodeId, r: int) -> tuple[NodeId, ...]:
+        """The owners whose secondaries include `node_id`: the next ``min(r, n - 1)`` owners
+        counter-clockwise of it, nearest first. These are the nodes whose tuples and state
+        `node_id` backs up, and so the ones it watches for failure (DESIGN section 6).
+
+        Empty if `node_id` is not an owner. Raises `ValueError` if ``r < 0``.
+        """
+        if r < 0:
+            raise ValueError(f"the replication factor r must be >= 0, got {r}")
+        index = self._index_by_owner.get(node_id)
+        if index is None:
+            return ()
+        n = len(self.owners)
+        return tuple(self.owners[(index - step) % n] for step in range(1, min(r, n - 1) + 1))
+
     def replicas(self, slot: Slot, r: int) -> tuple[NodeId, ...]:
         """The replica set of `slot`: its primary first, then its ``min(r, n - 1)``
         secondaries in clockwise order; all distinct.

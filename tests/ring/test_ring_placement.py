@@ -280,3 +280,32 @@ def test_replica_sets_are_cached_per_owner_and_r() -> None:
 
 def test_token_type_is_an_int_slot_number() -> None:
     assert Token(3) == 3
+
+
+@given(
+    st.integers(1, 12).flatmap(
+        lambda n: st.tuples(
+            st.just(n), st.lists(st.integers(0, 255), min_size=n, max_size=n, unique=True)
+        )
+    ),
+    st.integers(0, 4),
+)
+def test_predecessors_are_exactly_the_owners_whose_replica_sets_include_the_node(
+    sized_tokens: tuple[int, list[int]], r: int
+) -> None:
+    from ring.ids import NodeId, Token
+    from ring.placement import Ring
+    from ring.view import Member, Status, View
+
+    n, tokens = sized_tokens
+    view = View(
+        Member(NodeId(f"n{i}"), 1, "", Token(t), "", Status.UP, 1) for i, t in enumerate(tokens)
+    )
+    ring = Ring(view, 8)
+    for node in ring.owners:
+        predecessors = ring.predecessors(node, r)
+        backed_up = {o for o in ring.owners if o != node and node in ring.replica_set_of(o, r)}
+        assert set(predecessors) == backed_up
+        assert len(predecessors) == min(r, n - 1)
+        if predecessors:
+            assert ring.replica_set_of(predecessors[0], 1)[-1] == node
