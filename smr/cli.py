@@ -146,9 +146,7 @@ def feed_command(
         view,
         spec.slot_bits,
         mapper_id,
-        # Tuple peer-backup (r > 0) arrives with the fault-tolerance work; until then every
-        # batch goes to its primary only.
-        replication=0,
+        replication=spec.replication,
         combine=None if no_combine else job.combine,
         batch_size=batch_size,
         window_batches=window,

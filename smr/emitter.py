@@ -13,11 +13,14 @@ An :class:`Emitter` belongs to one mapper id. The life of a tuple in it:
    blocks while it reads replies (backpressure: nothing is dropped).
 4. Replies: ``ACK through=k`` releases the channel's batches up to ``k``, and a batch is done
    when every node of its set acked it; ``NACK expect=k`` resends from ``k``; ``NOT_OWNER``
-   merges the node's view and re-routes the batch's tuples, with their seqs, by the new
-   view; ``ERROR`` stops the emitter with the node's message.
-5. A channel that makes no progress for ``resend_after_ms`` resends all its unacked batches
-   (go-back-N; nodes drop what they already have), and after ``give_up_after_s`` without
-   progress :class:`DeliveryError` names the node.
+   carries the node's view; ``ERROR`` stops the emitter with the node's message.
+5. A view change (from ``NOT_OWNER``, or asked for when an ack shows a newer view epoch or
+   a channel stalls) re-routes every batch whose replica set changed: its tuples go out
+   again, with their seqs, by the new view; the nodes' hwm makes any copy already applied a
+   duplicate.
+6. A channel that makes no progress for ``resend_after_ms`` resends all its unacked batches
+   (go-back-N; nodes drop what they already have) and asks the other nodes for their view;
+   after ``give_up_after_s`` without progress :class:`DeliveryError` names the node.
 
 Guarantee: when :meth:`Emitter.close` returns, every emitted tuple was acked by every node
 of its replica set; otherwise it raises.
@@ -35,7 +38,7 @@ from checkpoint.ids import MapperId
 from ring.hashing import slot_of
 from ring.ids import NodeId
 from ring.placement import Ring
-from ring.view import View
+from ring.view import Status, View
 from smr.protocol import (
     FrameError,
     Kind,
@@ -72,6 +75,7 @@ class _OutBatch:
 
     rows: list[Row]
     body: bytes
+    replica_set: tuple[NodeId, ...] = ()
     waiting_for: set[NodeId] = field(default_factory=set)
     rerouted: bool = False
 
@@ -134,6 +138,9 @@ class Emitter:
         self.batches_sent = 0
         self.resends = 0
         self.reroutes = 0
+        self.view_changes = 0
+        self._view_requests = 0
+        self._view_asked_at = -1e9
         self._set_view(view)
         self.emit: Callable[[Any, Any], None] = (
             self._make_combining_emit() if combine else self._make_emit()
@@ -263,12 +270,20 @@ class Emitter:
     def _send_batch(self, dest: int, rows: list[Row]) -> None:
         slots, seqs, keys, values, ts = zip(*rows, strict=True)
         body = encode_batch_body(slots, seqs, keys, values, ts)
-        batch = _OutBatch(rows, body)
-        for node in self._replica_sets[dest]:
+        batch = _OutBatch(rows, body, self._replica_sets[dest])
+        epoch = self.view.epoch
+        for node in batch.replica_set:
             channel = self._channel(node)
             # 3. Backpressure: wait for room in this channel's window.
             while len(channel.unacked) >= self.window_batches:
                 self.pump(timeout_ms=50)
+            if batch.rerouted:
+                return  # a view change while we waited already sent its rows out again
+            if self.view.epoch != epoch:
+                # The view changed while we waited, before the batch was on every channel
+                # of its (now stale) replica set: send its rows again by the new view.
+                self._reroute([batch])
+                return
             chan = channel.next_chan
             channel.next_chan += 1
             channel.unacked[chan] = batch
@@ -313,6 +328,14 @@ class Emitter:
         header = message.header
         if message.kind == Kind.ACK:
             self._on_ack(channel, header["through"])
+            if header["epoch"] > self.view.epoch:
+                self._ask_view([channel])
+        elif message.kind == Kind.VIEW:
+            try:
+                view = View.from_wire(unpack_body(message.body))
+            except (FrameError, ValueError):
+                return
+            self._on_view(view)
         elif message.kind == Kind.NACK:
             self._resend(channel, from_chan=header["expect"])
         elif message.kind == Kind.NOT_OWNER:
@@ -340,26 +363,66 @@ class Emitter:
 
     def _on_not_owner(self, channel: _Channel, chan: int, view: View) -> None:
         batch = channel.unacked.get(chan)
-        if batch is None or batch.rerouted:
+        if batch is not None and not batch.rerouted:
+            channel.progress_at = self._clock()
+            self._reroute([batch])
+        self._on_view(view)
+
+    def _on_view(self, view: View) -> None:
+        """Adopt a newer view; re-route every in-flight batch whose replica set changed."""
+        merged = self.view.merge(view)
+        if merged.epoch == self.view.epoch:
             return
-        # The batch leaves every channel of its old replica set; its rows go out again by
-        # the merged view with the same seqs, so any copy already applied is a duplicate.
-        batch.rerouted = True
-        for node in list(batch.waiting_for):
-            other = self._channels[node]
-            for number, held in list(other.unacked.items()):
-                if held is batch:
-                    del other.unacked[number]
-        batch.waiting_for.clear()
-        self.reroutes += 1
-        self._set_view(self.view.merge(view))
-        for row in batch.rows:
-            self._open_rows[self._dest_of_slot[row[0]]].append(row)
+        self.view_changes += 1
+        self._set_view(merged)
+        ring = self.ring
+        moved = []
+        for batch in self._in_flight():
+            primaries = {ring.primary(row[0]) for row in batch.rows}  # type: ignore[arg-type]
+            if (
+                len(primaries) != 1
+                or ring.replica_set_of(primaries.pop(), self.replication) != batch.replica_set
+            ):
+                moved.append(batch)
+        self._reroute(moved)
+
+    def _in_flight(self) -> list[_OutBatch]:
+        seen: dict[int, _OutBatch] = {}
+        for channel in self._channels.values():
+            for batch in channel.unacked.values():
+                if not batch.rerouted:
+                    seen[id(batch)] = batch
+        return list(seen.values())
+
+    def _reroute(self, batches: list[_OutBatch]) -> None:
+        """Take ``batches`` off their channels and send their rows again by the current view."""
+        if not batches:
+            return
+        for batch in batches:
+            batch.rerouted = True
+            for node in list(batch.waiting_for):
+                other = self._channels[node]
+                for number, held in list(other.unacked.items()):
+                    if held is batch:
+                        del other.unacked[number]
+            batch.waiting_for.clear()
+            self.reroutes += 1
+            for row in batch.rows:
+                self._open_rows[self._dest_of_slot[row[0]]].append(row)
         for dest, rows in enumerate(self._open_rows):
             if rows:
                 self._open_rows[dest] = []
                 self._send_batch(dest, rows)
-        channel.progress_at = self._clock()
+
+    def _ask_view(self, channels: list[_Channel]) -> None:
+        """Ask nodes for their view (at most every quarter of the resend interval)."""
+        now = self._clock()
+        if now - self._view_asked_at < self.resend_after_s / 4:
+            return
+        self._view_asked_at = now
+        for channel in channels:
+            self._view_requests += 1
+            channel.outbox.send(encode(Kind.VIEW_REQUEST, {"req": self._view_requests}))
 
     def _resend(self, channel: _Channel, from_chan: int) -> None:
         now = self._clock()
@@ -394,6 +457,15 @@ class Emitter:
                 )
             if stalled_s >= self.resend_after_s and now - channel.resent_at >= self.resend_after_s:
                 self._resend(channel, from_chan=0)
+                self._ask_view([c for c in self._live_channels() if c is not channel])
+
+    def _live_channels(self) -> list[_Channel]:
+        """Channels to every live member of the view, opened if need be."""
+        return [
+            self._channel(m.node_id)
+            for m in self.view.members.values()
+            if m.status is not Status.DEAD
+        ]
 
     @property
     def unacked_batches(self) -> int:

@@ -22,9 +22,14 @@ Receiving a tuple batch on the channel from mapper ``M`` (DESIGN section 4):
 7. Applying a batch runs ``reduce`` per tuple, skipping tuples with ``seq <= hwm`` (already
    applied); only then is the batch acked (a slow node acks slowly).
 
-Every checkpoint interval the state store swaps its active fragment and merges it into
-master (DESIGN section 5); with peer backup the delta is shipped to the secondaries between
-those two steps.
+A batch whose slots are all backed up here (this node is one of their primary's ``r``
+secondaries) is kept as raw bytes in that primary's :class:`TupleBackup` and acked at once;
+it is dropped when a checkpoint from the primary covers it (exact eviction, DESIGN section 5).
+
+The other protocols (checkpoint cycle, snapshot, failure detection, takeover, fencing) are
+written as numbered steps on the methods that run them: :meth:`NodeCore.checkpoint`,
+:meth:`NodeCore._snapshot_steps`, :meth:`NodeCore.tick`, :meth:`NodeCore.take_over`,
+:meth:`NodeCore._fence`.
 """
 
 from __future__ import annotations
@@ -35,19 +40,22 @@ import os
 import signal
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, ClassVar, Final
 
 import psutil
 
+from checkpoint.backup import BackedUpBatch, CheckpointGap, PeerReplica, TupleBackup, replay_plan
+from checkpoint.delta import DeltaError, decode_delta, encode_delta
 from checkpoint.ids import MapperId
 from checkpoint.store import StateStore
+from ring.failure import FailureDetector, Verdict
 from ring.hashing import slot_of
 from ring.ids import NodeId, Slot
 from ring.placement import Ring, Role
-from ring.view import View
+from ring.view import Status, View, successor_takes_over
 from smr.api import Job, load_job
 from smr.cluster import ClusterSpec, read_spec
 from smr.output import OutputSink
@@ -59,6 +67,7 @@ from smr.protocol import (
     Message,
     decode,
     decode_batch_body,
+    decode_batch_ids,
     encode,
     pack_body,
     unpack_body,
@@ -77,7 +86,24 @@ DUMP_KEYS_PER_PAGE_MAX: Final = 20_000
 ERROR_LOGS_PER_SECOND: Final = 5
 
 Reply = Callable[[bytes, Sequence[bytes]], bool]
+SendToPeer = Callable[[NodeId, Sequence[bytes]], bool]
 Publish = Callable[[Sequence[bytes]], None]
+
+
+@dataclass(frozen=True)
+class NodeSettings:
+    """A node's tunables; the defaults are DESIGN's."""
+
+    replication: int = 0
+    checkpoint_interval_ms: int = 1000
+    heartbeat_interval_ms: int = 100
+    failure_timeout_ms: int = 500
+    probe_timeout_ms: int = 200
+    # Raw batch bytes held for all primaries together. At the bound, new backup batches are
+    # not accepted (not acked) until checkpoints evict old ones: the mappers wait.
+    backup_bytes_max: int = 512 * 1024 * 1024
+    # Keys per snapshot chunk: bounds how long one chunk keeps the event loop (~10 ms).
+    snapshot_chunk_keys: int = 5000
 
 
 @dataclass
@@ -94,6 +120,15 @@ class NodeCounters:
     bad_frames: int = 0
     replies_dropped: int = 0
     checkpoints: int = 0
+    backup_batches: int = 0
+    backup_refused_full: int = 0
+    checkpoints_applied: int = 0
+    snapshots_sent: int = 0
+    snapshots_received: int = 0
+    takeovers: int = 0
+    tuples_replayed: int = 0
+    peer_messages_dropped: int = 0
+    fenced: int = 0
 
 
 @dataclass(frozen=True)
@@ -124,11 +159,31 @@ class NodeCore:
         output: OutputSink,
         clock: Callable[[], float] = time.monotonic,
         frame_bytes_max: int = FRAME_BYTES_MAX_DEFAULT,
+        settings: NodeSettings = NodeSettings(),
+        send_to_peer: SendToPeer = lambda node, frames: False,
     ) -> None:
         self.node_id = node_id
         self.job = job
         self.slot_bits = slot_bits
+        self.settings = settings
+        self.replication = settings.replication
+        self._send_to_peer = send_to_peer
+        member = view.get(node_id)
+        self.incarnation = member.incarnation if member else 1
         self.store = StateStore()
+        # As a secondary: a replica of each predecessor's state and its backed-up batches.
+        self.replicas: dict[NodeId, PeerReplica] = {}
+        self.backups: dict[NodeId, TupleBackup] = {}
+        # As a primary: the checkpoint counter, the secondaries, pending snapshot sends.
+        self.checkpoint_number = 0
+        self.secondaries: tuple[NodeId, ...] = ()
+        self._snapshot_jobs: dict[NodeId, Iterator[None]] = {}
+        self.detector = FailureDetector(
+            settings.failure_timeout_ms / 1000, settings.probe_timeout_ms / 1000
+        )
+        self.predecessors: tuple[NodeId, ...] = ()
+        self._last_heartbeat = -1e9
+        self._probe_ids = 0
         self.counters = NodeCounters()
         self.inbox: deque[_Pending] = deque()
         self.inbox_peak = 0
@@ -144,15 +199,65 @@ class NodeCore:
         self._errors_unlogged = 0
         self._rate_mark = (clock(), 0)
         self.tuples_per_s = 0.0
-        self._set_view(view)
+        self.view = View()
+        self.ring: Ring = Ring(self.view, slot_bits)
         self._reduce_fn = self._make_reduce_fn()
+        self._set_view(view)
 
     # -- view -------------------------------------------------------------------------------
 
     def _set_view(self, view: View) -> None:
+        """Route by ``view`` from now on; follow up what it changes for this node.
+
+        1. If it marks this incarnation dead, fence (stop serving, rejoin empty).
+        2. Recompute roles, predecessors (watched, backed up) and secondaries.
+        3. Forget replicas and backups of nodes that are no longer predecessors.
+        4. If the secondaries or this node's range changed, send each secondary a snapshot
+           of the range (re-replication), then increments as usual.
+        """
+        old_range = self.ring.range_of(self.node_id)
+        # 1.
+        me = view.get(self.node_id)
+        if me is not None and me.status is Status.DEAD and me.incarnation == self.incarnation:
+            self.view = view
+            self._fence()
+            return
+        # 2.
         self.view = view
         self.ring = Ring(view, self.slot_bits)
-        self.roles = self.ring.roles_of(self.node_id, 0)
+        r = self.replication
+        self.roles = self.ring.roles_of(self.node_id, r)
+        self.predecessors = self.ring.predecessors(self.node_id, r)
+        self.detector.watch(self.predecessors, self._clock())
+        secondaries = (
+            self.ring.replica_set_of(self.node_id, r)[1:]
+            if self.node_id in self.ring.owners
+            else ()
+        )
+        # 3.
+        for node in list(self.replicas):
+            if node not in self.predecessors:
+                del self.replicas[node]
+                self.backups.pop(node, None)
+        # 4.
+        new_range = self.ring.range_of(self.node_id)
+        changed_range = new_range != old_range
+        for node in secondaries:
+            if changed_range or node not in self.secondaries:
+                self._snapshot_jobs[node] = self._snapshot_steps(node)
+        for node in list(self._snapshot_jobs):
+            if node not in secondaries:
+                del self._snapshot_jobs[node]
+        self.secondaries = secondaries
+
+    def merge_view(self, incoming: View) -> bool:
+        """Merge a view heard from a peer or a client; True if it brought news."""
+        merged = self.view.merge(incoming)
+        if merged.epoch == self.view.epoch:
+            return False
+        self._set_view(merged)
+        self._gossip()
+        return True
 
     # -- messages ---------------------------------------------------------------------------
 
@@ -210,17 +315,23 @@ class NodeCore:
             self.counters.gaps += 1
             self._send(identity, encode(Kind.NACK, {"mapper": mapper, "expect": expected}))
             return
-        # 4. Decode and validate.
+        # 4. Decode and validate (the slot and seq columns first: a secondary needs no more).
         try:
-            batch = decode_batch_body(message.body, header["n"], self.ring.slot_count)
+            slots, seqs = decode_batch_ids(message.body, header["n"], self.ring.slot_count)
+            roles = self.roles
+            slot_roles = {roles[slot] for slot in set(slots)}
+            batch = None
+            if slot_roles == {Role.PRIMARY}:
+                batch = decode_batch_body(message.body, header["n"], self.ring.slot_count)
         except FrameError as error:
             self._bad_frame(identity, f"batch {chan} from {mapper}: {error}")
             self._send(identity, encode(Kind.ERROR, {"req": None, "message": str(error)}))
             return
-        # 5. Ownership.
-        roles = self.roles
-        primary = Role.PRIMARY
-        if any(roles[slot] != primary for slot in set(batch.slots)):
+        # 5. Ownership: primary of every slot, or secondary of every slot, or refuse.
+        if slot_roles == {Role.SECONDARY}:
+            self._back_up(identity, mapper, chan, message.body, slots, seqs)
+            return
+        if batch is None:
             self.counters.not_owner += 1
             header_out = {"mapper": mapper, "chan": chan, "epoch": self.view.epoch}
             self._send(identity, encode(Kind.NOT_OWNER, header_out, pack_body(self.view.to_wire())))
@@ -259,6 +370,271 @@ class NodeCore:
                 identity, encode(Kind.ACK, {"mapper": mapper, "through": through, "epoch": epoch})
             )
         self._acks.clear()
+
+    # -- secondary: tuple backup and replicas -----------------------------------------------
+
+    def _back_up(
+        self,
+        identity: bytes,
+        mapper: MapperId,
+        chan: int,
+        body: bytes,
+        slots: Sequence[int],
+        seqs: Sequence[int],
+    ) -> None:
+        """Keep a batch for its primary until a checkpoint covers it; ack it at once.
+
+        At ``backup_bytes_max`` the batch is not accepted (the channel does not advance and no
+        ack is sent): the mapper resends later, by when checkpoints will have evicted older
+        batches. Nothing is dropped.
+        """
+        primary = self.ring.primary(Slot(slots[0]))
+        if sum(b.bytes_held for b in self.backups.values()) >= self.settings.backup_bytes_max:
+            self.counters.backup_refused_full += 1
+            return
+        replica = self._replica(primary)
+        # Seqs rise per slot within a batch, so the last one seen per slot is its highest.
+        last_seq_by_slot = dict(zip(slots, seqs, strict=True))
+        backed_up = BackedUpBatch(mapper, body, len(slots), last_seq_by_slot)  # type: ignore[arg-type]
+        self.backups.setdefault(primary, TupleBackup()).add(backed_up, replica.hwm)
+        self.counters.backup_batches += 1
+        self._expected[mapper] = chan + 1
+        self._acks[(identity, mapper)] = chan
+
+    def _replica(self, primary: NodeId) -> PeerReplica:
+        replica = self.replicas.get(primary)
+        if replica is None:
+            replica = self.replicas[primary] = PeerReplica()
+            self._peer_send(primary, Kind.SNAPSHOT_REQUEST, {})
+        return replica
+
+    def _peer_send(
+        self, node: NodeId, kind: Kind, header: dict[str, Any], body: bytes = b""
+    ) -> None:
+        frames = encode(kind, {"from": self.node_id, "inc": self.incarnation, **header}, body)
+        if not self._send_to_peer(node, frames):
+            self.counters.peer_messages_dropped += 1
+
+    def _gossip(self) -> None:
+        """Send this node's view to every other live member."""
+        body = pack_body(self.view.to_wire())
+        for member in self.view.members.values():
+            if member.node_id != self.node_id and member.status is not Status.DEAD:
+                self._peer_send(member.node_id, Kind.GOSSIP, {"epoch": self.view.epoch}, body)
+
+    def _from_live_peer(self, message: Message) -> NodeId | None:
+        """The sender of a peer message, or None if it is not a live incarnation in our view
+        (then it is sent our view, so that a fenced node learns it was marked dead)."""
+        sender = NodeId(message.header["from"])
+        member = self.view.get(sender)
+        if (
+            member is None
+            or member.incarnation != message.header["inc"]
+            or member.status is Status.DEAD
+        ):
+            if member is not None:
+                self._peer_send(
+                    sender, Kind.GOSSIP, {"epoch": self.view.epoch}, pack_body(self.view.to_wire())
+                )
+            return None
+        self.detector.heard(sender, self._clock())
+        return sender
+
+    def _on_heartbeat(self, identity: bytes, message: Message) -> None:
+        sender = self._from_live_peer(message)
+        if sender is not None and message.header["epoch"] != self.view.epoch:
+            self._peer_send(
+                sender, Kind.GOSSIP, {"epoch": self.view.epoch}, pack_body(self.view.to_wire())
+            )
+
+    def _on_gossip(self, identity: bytes, message: Message) -> None:
+        try:
+            view = View.from_wire(unpack_body(message.body))
+        except ValueError as error:
+            raise FrameError(f"malformed view in gossip: {error}") from None
+        self.detector.heard(NodeId(message.header["from"]), self._clock())
+        self.merge_view(view)
+
+    def _on_probe(self, identity: bytes, message: Message) -> None:
+        sender = NodeId(message.header["from"])
+        self._peer_send(sender, Kind.PROBE_ACK, {"req": message.header["req"]})
+
+    def _on_probe_ack(self, identity: bytes, message: Message) -> None:
+        self._from_live_peer(message)
+
+    def _on_checkpoint(self, identity: bytes, message: Message) -> None:
+        """A secondary applies a primary's checkpoint, then evicts what it covers."""
+        sender = self._from_live_peer(message)
+        if sender is None or sender not in self.predecessors:
+            return
+        try:
+            delta = decode_delta(message.body)
+        except DeltaError as error:
+            raise FrameError(f"checkpoint from {sender}: {error}") from None
+        replica = self._replica(sender)
+        try:
+            applied = replica.apply_checkpoint(message.header["number"], delta)
+        except CheckpointGap:
+            self._peer_send(sender, Kind.SNAPSHOT_REQUEST, {})
+            return
+        if applied:
+            self.counters.checkpoints_applied += 1
+            backup = self.backups.get(sender)
+            if backup is not None:
+                backup.evict_covered(replica.hwm)
+
+    def _on_snapshot_request(self, identity: bytes, message: Message) -> None:
+        sender = self._from_live_peer(message)
+        if sender is not None and sender in self.secondaries:
+            self._snapshot_jobs[sender] = self._snapshot_steps(sender)
+
+    def _on_snapshot_begin(self, identity: bytes, message: Message) -> None:
+        sender = self._from_live_peer(message)
+        if sender is not None and sender in self.predecessors:
+            replica = self.replicas.setdefault(sender, PeerReplica())
+            replica.begin_snapshot(message.header["as_of"])
+
+    def _on_snapshot_chunk(self, identity: bytes, message: Message) -> None:
+        sender = self._from_live_peer(message)
+        replica = self.replicas.get(sender) if sender is not None else None
+        if replica is None:
+            return
+        try:
+            chunk = decode_delta(message.body)
+        except DeltaError as error:
+            raise FrameError(f"snapshot chunk from {sender}: {error}") from None
+        replica.apply_snapshot_chunk(chunk)
+
+    def _on_snapshot_end(self, identity: bytes, message: Message) -> None:
+        sender = self._from_live_peer(message)
+        replica = self.replicas.get(sender) if sender is not None else None
+        if replica is None or sender is None:
+            return
+        replica.end_snapshot()
+        self.counters.snapshots_received += 1
+        backup = self.backups.get(sender)
+        if backup is not None:
+            backup.evict_covered(replica.hwm)
+
+    # -- primary: checkpoints and snapshots to the secondaries -------------------------------
+
+    def _snapshot_steps(self, secondary: NodeId) -> Iterator[None]:
+        """Send ``secondary`` a full snapshot of this node's range, one chunk per step.
+
+        1. SNAPSHOT_BEGIN with ``as_of``, the last checkpoint number already swapped.
+        2. One SNAPSHOT_CHUNK per ``snapshot_chunk_keys`` keys: the full merged state and hwm
+           vectors of whole slots, read when the chunk is sent; checkpoints keep flowing in
+           between, on the same ordered channel, and the secondary applies them on top.
+        3. SNAPSHOT_END.
+        """
+        # 1.
+        self._peer_send(secondary, Kind.SNAPSHOT_BEGIN, {"as_of": self.checkpoint_number})
+        yield
+        # 2.
+        roles = self.roles
+        owned = sorted(s for s in self.store.slots() if roles[s] == Role.PRIMARY)
+        chunk: list[Slot] = []
+        keys = 0
+        for slot in owned:
+            chunk.append(slot)
+            keys += sum(1 for _ in self.store.items([slot]))
+            if keys >= self.settings.snapshot_chunk_keys:
+                self._send_chunk(secondary, chunk)
+                chunk, keys = [], 0
+                yield
+        if chunk:
+            self._send_chunk(secondary, chunk)
+        # 3.
+        self._peer_send(secondary, Kind.SNAPSHOT_END, {})
+        self.counters.snapshots_sent += 1
+
+    def _send_chunk(self, secondary: NodeId, slots: list[Slot]) -> None:
+        roles = self.roles
+        current = [s for s in slots if roles[s] == Role.PRIMARY]
+        self._peer_send(
+            secondary, Kind.SNAPSHOT_CHUNK, {}, encode_delta(self.store.snapshot(current))
+        )
+
+    @property
+    def has_background_work(self) -> bool:
+        """True while snapshot chunks wait to be sent."""
+        return bool(self._snapshot_jobs)
+
+    def background_step(self) -> None:
+        """Send one snapshot chunk per pending snapshot."""
+        for node, job in list(self._snapshot_jobs.items()):
+            try:
+                next(job)
+            except StopIteration:
+                if self._snapshot_jobs.get(node) is job:
+                    del self._snapshot_jobs[node]
+
+    # -- failure detection, takeover, fencing ----------------------------------------------
+
+    def take_over(self, dead: NodeId) -> None:
+        """Take over the range of ``dead``, this node's nearest counter-clockwise neighbour.
+
+        1. The new view: ``dead`` marked dead, this node's token moved down to its token.
+        2. Promote the replica of its state to primary state (slots and hwm vectors).
+        3. Replay its backed-up batches: ``apply_batch`` skips every tuple at or below the
+           promoted hwm, so each tuple's effect is in the state exactly once.
+        4. Route by the new view (re-replicating to the secondaries) and gossip it.
+        """
+        started = self._clock()
+        # 1.
+        view = successor_takes_over(self.view, dead)
+        # 2.
+        replica = self.replicas.pop(dead, None)
+        if replica is None or not replica.is_complete:
+            log.error("taking over %s without a complete replica of its state", dead)
+        if replica is not None:
+            self.store.apply_delta(replica.store.snapshot(replica.store.slots()))
+        # 3.
+        backup = self.backups.pop(dead, None)
+        replayed = 0
+        if backup is not None:
+            for held in replay_plan(backup, range(self.ring.slot_count)):
+                batch = decode_batch_body(held.body, held.tuple_count, self.ring.slot_count)
+                outcome = self.store.apply_batch(
+                    held.mapper, batch.slots, batch.seqs, batch.keys, batch.values, self._reduce_fn
+                )
+                replayed += outcome.applied
+        self._flush_pending_emits()
+        self.counters.tuples_replayed += replayed
+        self.counters.takeovers += 1
+        # 4.
+        self._set_view(view)
+        self._gossip()
+        log.warning(
+            "took over %s: %d tuples replayed in %.1f ms; now at token %s",
+            dead,
+            replayed,
+            (self._clock() - started) * 1000,
+            self.view.members[self.node_id].token,
+        )
+
+    def _fence(self) -> None:
+        """This incarnation was marked dead: stop serving and rejoin empty.
+
+        1. Drop all state, replicas, backups, channels and pending work.
+        2. Rejoin as the next incarnation on standby (owning nothing) and gossip it.
+        """
+        log.error("marked dead in the view: fencing incarnation %d", self.incarnation)
+        self.counters.fenced += 1
+        # 1.
+        self.store = StateStore()
+        self.replicas.clear()
+        self.backups.clear()
+        self.inbox.clear()
+        self._expected.clear()
+        self._acks.clear()
+        self._snapshot_jobs.clear()
+        # 2.
+        old = self.view.members[self.node_id]
+        self.incarnation = old.incarnation + 1
+        rejoined = replace(old, incarnation=self.incarnation, status=Status.STANDBY, version=1)
+        self._set_view(self.view.with_member(rejoined))
+        self._gossip()
 
     # -- reducing ---------------------------------------------------------------------------
 
@@ -358,27 +734,80 @@ class NodeCore:
         Kind.STATUS_REQUEST: _on_status_request,
         Kind.DUMP_REQUEST: _on_dump_request,
         Kind.QUERY_REQUEST: _on_query_request,
+        Kind.HEARTBEAT: _on_heartbeat,
+        Kind.GOSSIP: _on_gossip,
+        Kind.PROBE: _on_probe,
+        Kind.PROBE_ACK: _on_probe_ack,
+        Kind.CHECKPOINT: _on_checkpoint,
+        Kind.SNAPSHOT_REQUEST: _on_snapshot_request,
+        Kind.SNAPSHOT_BEGIN: _on_snapshot_begin,
+        Kind.SNAPSHOT_CHUNK: _on_snapshot_chunk,
+        Kind.SNAPSHOT_END: _on_snapshot_end,
     }
 
     # -- timers -----------------------------------------------------------------------------
 
     def checkpoint(self) -> None:
-        """The checkpoint cycle: 1. swap the active fragment out (atomic between tuples);
-        2. (with peer backup: ship the delta to the secondaries); 3. merge it into master."""
+        """The checkpoint cycle (DESIGN section 5); never waits for the network.
+
+        1. Swap the active fragment out with the hwm vectors of its slots (atomic: the event
+           loop runs one thing at a time, so this falls between two tuples).
+        2. Number it, encode it once, send it to every secondary (optimistic: no ack awaited;
+           a secondary that misses one asks for a snapshot).
+        3. Merge it into master.
+        """
         # 1.
-        self.store.swap()
+        delta = self.store.swap()
+        self.checkpoint_number += 1
+        # 2.
+        if self.secondaries:
+            body = encode_delta(delta)
+            for secondary in self.secondaries:
+                self._peer_send(
+                    secondary, Kind.CHECKPOINT, {"number": self.checkpoint_number}, body
+                )
         # 3.
         self.store.merge_inactive()
         self.counters.checkpoints += 1
 
     def tick(self) -> None:
-        """Periodic housekeeping: the applied-tuples rate and the output flush."""
+        """Periodic work: heartbeats, failure detection, the applied-tuples rate, output.
+
+        1. Every heartbeat interval, a heartbeat to each secondary (they watch this node).
+        2. Judge the nearest watched predecessor: silent past the timeout, probe it; no
+           answer to the probe, take it over (and the next one is judged on the next tick:
+           the walk of up to ``r`` hops over consecutive failures).
+        """
         now = self._clock()
+        # 1.
+        if now - self._last_heartbeat >= self.settings.heartbeat_interval_ms / 1000:
+            self._last_heartbeat = now
+            for secondary in self.secondaries:
+                self._peer_send(secondary, Kind.HEARTBEAT, {"epoch": self.view.epoch})
+        # 2.
+        if self.replication > 0:
+            verdict = self.detector.judge(self.predecessors, now)
+            if verdict is not None:
+                action, node = verdict
+                if action is Verdict.PROBE:
+                    self._probe_ids += 1
+                    self._peer_send(node, Kind.PROBE, {"req": self._probe_ids})
+                else:
+                    self.take_over(node)
         mark_time, mark_count = self._rate_mark
         if now - mark_time >= 1.0:
             self.tuples_per_s = (self.counters.tuples_applied - mark_count) / (now - mark_time)
             self._rate_mark = (now, self.counters.tuples_applied)
         self._output.flush()
+
+    def under_replicated_slots(self) -> int:
+        """Slots of this node's range with fewer than ``r`` complete copies elsewhere: all of
+        them while a snapshot to a secondary is in flight or a secondary is missing."""
+        own_range = self.ring.range_of(self.node_id)
+        if own_range is None or self.replication == 0:
+            return 0
+        missing = self.replication - len(self.secondaries) + len(self._snapshot_jobs)
+        return own_range.length if missing > 0 else 0
 
     def status(self) -> dict[str, Any]:
         """A snapshot of the node for ``smr status``: ring position, load and counters."""
@@ -394,6 +823,11 @@ class NodeCore:
             "epoch": self.view.epoch,
             "inbox_peak": self.inbox_peak,
             "rss_bytes": psutil.Process().memory_info().rss,
+            "incarnation": self.incarnation,
+            "status_in_view": member.status.value if member else None,
+            "secondaries": list(self.secondaries),
+            "backup_bytes": sum(b.bytes_held for b in self.backups.values()),
+            "under_replicated_slots": self.under_replicated_slots(),
             **vars(self.counters),
         }
 
@@ -421,7 +855,20 @@ def serve(cluster_dir: Path, node_id: str) -> int:
         log.error("cannot start: %s", error)
         return 2
     output = OutputSink(node_id, cluster_dir / "output" / f"{node_id}.jsonl", publisher.publish)
-    core = NodeCore(NodeId(node_id), job, spec.initial_view(), spec.slot_bits, inbox.send, output)
+    peers = PeerLinks()
+    settings = NodeSettings(
+        replication=spec.replication, checkpoint_interval_ms=spec.checkpoint_interval_ms
+    )
+    core = NodeCore(
+        NodeId(node_id),
+        job,
+        spec.initial_view(),
+        spec.slot_bits,
+        inbox.send,
+        output,
+        settings=settings,
+        send_to_peer=lambda node, frames: peers.send(core.view, node, frames),
+    )
     log.info("serving on %s (output %s), slot_bits=%d", inbox.addr, publisher.addr, spec.slot_bits)
     try:
         uvloop.run(_run(core, inbox, spec))
@@ -429,6 +876,7 @@ def serve(cluster_dir: Path, node_id: str) -> int:
         output.close()
         inbox.close()
         publisher.close()
+        peers.close()
     log.info("stopped cleanly")
     return 0
 
@@ -441,7 +889,7 @@ async def _run(core: NodeCore, inbox: Any, spec: ClusterSpec) -> None:
         loop.add_signal_handler(signum, _stop, stopping, wake)
     inbox.watch(loop, wake)
     timers = [
-        _every(TICK_MS, core.tick, wake),
+        _every(min(TICK_MS, core.settings.heartbeat_interval_ms // 2), core.tick, wake),
         _every(spec.checkpoint_interval_ms, core.checkpoint, wake),
     ]
     receive = inbox.receive
@@ -456,6 +904,9 @@ async def _run(core: NodeCore, inbox: Any, spec: ClusterSpec) -> None:
                 on_frames(*received)
             core.apply_inbox()
             core.send_acks()
+            if core.has_background_work:
+                core.background_step()
+                wake.set()  # more chunks to send: do not sleep
             # Yield once per cycle even under constant load, so timers (checkpoints, rates,
             # output flush) and signals run; then sleep until a message or a timer wakes us.
             await asyncio.sleep(0)
@@ -465,6 +916,32 @@ async def _run(core: NodeCore, inbox: Any, spec: ClusterSpec) -> None:
             timer.cancel()
         inbox.unwatch(loop)
         core.tick()
+
+
+class PeerLinks:
+    """One outbox per peer address, opened on first use; sends never block."""
+
+    def __init__(self) -> None:
+        from smr.transport import Outbox
+
+        self._outbox_type = Outbox
+        self._outboxes: dict[str, Any] = {}
+
+    def send(self, view: View, node: NodeId, frames: Sequence[bytes]) -> bool:
+        """Send to ``node`` at its address in ``view``; False if unknown or not connected."""
+        member = view.get(node)
+        if member is None:
+            return False
+        outbox = self._outboxes.get(member.addr)
+        if outbox is None:
+            outbox = self._outboxes[member.addr] = self._outbox_type(member.addr, immediate=False)
+        sent: bool = outbox.send(frames)
+        return sent
+
+    def close(self) -> None:
+        """Close every outbox."""
+        for outbox in self._outboxes.values():
+            outbox.close()
 
 
 def _stop(stopping: asyncio.Event, wake: asyncio.Event) -> None:

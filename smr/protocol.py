@@ -13,10 +13,10 @@ A tuple batch keeps the channel fields (mapper id, channel sequence number, view
 the header and the tuples in the body, so the body is encoded once and the same bytes fan out
 to the slot's primary and its secondaries, each behind its own small header.
 
-The body of a batch is columnar: ``[slots, seqs, keys, values, ts]`` where ``slots`` is a
-little-endian ``uint32`` array, ``seqs`` a ``uint64`` array and ``ts`` a ``float64`` array
-(packed as bytes, so their element types need no per-tuple check), and ``keys`` / ``values``
-are msgpack arrays. A tuple's identity is ``(mapper id, slot, seq)`` (DESIGN section 1).
+The body of a batch is columnar: ``n`` little-endian ``uint32`` slots, ``n`` ``uint64``
+seqs and ``n`` ``float64`` timestamps (fixed width, so their types need no per-tuple check
+and a secondary reads slots and seqs without decoding the rest), then msgpack
+``[keys, values]``. A tuple's identity is ``(mapper id, slot, seq)`` (DESIGN section 1).
 
 Every decode raises :class:`FrameError` (and nothing else) on malformed, oversize or
 unknown-version input, so a node can count and drop a bad message without ever crashing.
@@ -64,6 +64,16 @@ class Kind(IntEnum):
     DUMP = 17
     QUERY_REQUEST = 18
     QUERY = 19
+    # Between nodes; every peer message names its sender and the sender's incarnation.
+    HEARTBEAT = 40
+    GOSSIP = 41
+    PROBE = 42
+    PROBE_ACK = 43
+    CHECKPOINT = 44
+    SNAPSHOT_REQUEST = 45
+    SNAPSHOT_BEGIN = 46
+    SNAPSHOT_CHUNK = 47
+    SNAPSHOT_END = 48
     OUTPUT = 30
 
 
@@ -95,6 +105,17 @@ HEADER_SCHEMA: Final[dict[Kind, dict[str, tuple[type, ...]]]] = {
     Kind.QUERY_REQUEST: {"req": _INT},
     Kind.QUERY: {"req": _INT},
     Kind.OUTPUT: {"node": _STR, "n": _INT},
+    Kind.HEARTBEAT: {"from": _STR, "inc": _INT, "epoch": _INT},
+    Kind.GOSSIP: {"from": _STR, "inc": _INT, "epoch": _INT},
+    Kind.PROBE: {"from": _STR, "inc": _INT, "req": _INT},
+    Kind.PROBE_ACK: {"from": _STR, "inc": _INT, "req": _INT},
+    # number: the primary's checkpoint counter (per incarnation), so gaps show.
+    Kind.CHECKPOINT: {"from": _STR, "inc": _INT, "number": _INT},
+    Kind.SNAPSHOT_REQUEST: {"from": _STR, "inc": _INT},
+    # as_of: the last checkpoint number swapped before the snapshot was read.
+    Kind.SNAPSHOT_BEGIN: {"from": _STR, "inc": _INT, "as_of": _INT},
+    Kind.SNAPSHOT_CHUNK: {"from": _STR, "inc": _INT},
+    Kind.SNAPSHOT_END: {"from": _STR, "inc": _INT},
 }
 
 
@@ -203,54 +224,58 @@ def encode_batch_body(
     if not _LITTLE_ENDIAN:
         for column in (slot_array, seq_array, ts_array):
             column.byteswap()
-    body: bytes = msgpack.packb(
-        [slot_array.tobytes(), seq_array.tobytes(), list(keys), list(values), ts_array.tobytes()],
-        use_bin_type=True,
-    )
-    return body
+    payload: bytes = msgpack.packb([list(keys), list(values)], use_bin_type=True)
+    return b"".join((slot_array.tobytes(), seq_array.tobytes(), ts_array.tobytes(), payload))
 
 
-def decode_batch_body(body: bytes, expected_count: int, slot_count: int) -> Batch:
-    """Decode and validate a batch body.
+def decode_batch_ids(body: bytes, count: int, slot_count: int) -> tuple[array[int], array[int]]:
+    """Only the slots and seqs of a batch body, without decoding keys and values.
 
-    Guarantees: five columns of ``expected_count`` rows each, every slot ``< slot_count``,
-    every seq ``>= 1``, every key a ``str`` or an ``int``. Raises :class:`FrameError`.
+    A secondary backs a batch up by its raw bytes and needs just these two columns to know
+    when a checkpoint covers it. Raises :class:`FrameError` if the columns are malformed.
     """
-    columns = _unpack(body, "batch body")
-    if not isinstance(columns, tuple) or len(columns) != 5:
-        raise FrameError("batch body must be [slots, seqs, keys, values, ts]")
-    slot_bytes, seq_bytes, keys, values, ts_bytes = columns
-    if not (
-        isinstance(slot_bytes, bytes)
-        and isinstance(seq_bytes, bytes)
-        and isinstance(ts_bytes, bytes)
-        and isinstance(keys, tuple)
-        and isinstance(values, tuple)
-    ):
-        raise FrameError("batch columns have the wrong types")
-    n = expected_count
-    if (
-        len(slot_bytes) != 4 * n
-        or len(seq_bytes) != 8 * n
-        or len(ts_bytes) != 8 * n
-        or len(keys) != n
-        or len(values) != n
-    ):
-        raise FrameError(f"batch columns do not all hold the announced {n} tuples")
+    if len(body) < 12 * count:
+        raise FrameError(f"batch body of {len(body)} bytes is too short for {count} tuples")
     slots = array("I")
     seqs = array("Q")
-    ts = array("d")
-    slots.frombytes(slot_bytes)
-    seqs.frombytes(seq_bytes)
-    ts.frombytes(ts_bytes)
+    slots.frombytes(body[: 4 * count])
+    seqs.frombytes(body[4 * count : 12 * count])
     if not _LITTLE_ENDIAN:
-        for column in (slots, seqs, ts):
-            column.byteswap()
-    if n:
+        slots.byteswap()
+        seqs.byteswap()
+    if count:
         if max(slots) >= slot_count:
             raise FrameError(f"slot {max(slots)} out of range (slot count {slot_count})")
         if min(seqs) < 1:
             raise FrameError("sequence numbers start at 1")
+    return slots, seqs
+
+
+def decode_batch_body(body: bytes, count: int, slot_count: int) -> Batch:
+    """Decode and validate a batch body.
+
+    Layout: ``count`` little-endian ``uint32`` slots, ``count`` ``uint64`` seqs, ``count``
+    ``float64`` timestamps, then msgpack ``[keys, values]``.
+
+    Guarantees: every column has ``count`` rows, every slot is ``< slot_count``, every seq
+    ``>= 1``, every key a ``str`` or an ``int``. Raises :class:`FrameError` otherwise.
+    """
+    if len(body) < 20 * count:
+        raise FrameError(f"batch body of {len(body)} bytes is too short for {count} tuples")
+    slots, seqs = decode_batch_ids(body, count, slot_count)
+    ts = array("d")
+    ts.frombytes(body[12 * count : 20 * count])
+    if not _LITTLE_ENDIAN:
+        ts.byteswap()
+    columns = _unpack(body[20 * count :], "batch body")
+    if not isinstance(columns, tuple) or len(columns) != 2:
+        raise FrameError("batch body must end with [keys, values]")
+    keys, values = columns
+    if not (isinstance(keys, tuple) and isinstance(values, tuple)):
+        raise FrameError("batch keys and values must be arrays")
+    if len(keys) != count or len(values) != count:
+        raise FrameError(f"batch columns do not all hold the announced {count} tuples")
+    if count:
         key_types = set(map(type, keys))
         if not key_types <= {str, int}:
             bad = sorted(t.__name__ for t in key_types - {str, int})

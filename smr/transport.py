@@ -99,15 +99,23 @@ class Inbox:
 class Outbox:
     """A DEALER connected to one node's inbox; used by mappers and clients."""
 
-    def __init__(self, addr: str, send_queue_messages_max: int = SEND_QUEUE_MESSAGES_MAX) -> None:
+    def __init__(
+        self,
+        addr: str,
+        send_queue_messages_max: int = SEND_QUEUE_MESSAGES_MAX,
+        immediate: bool = True,
+    ) -> None:
         self.addr = addr
         self._socket = _context().socket(zmq.DEALER)
         self._socket.setsockopt(zmq.LINGER, 0)
         self._socket.setsockopt(zmq.SNDHWM, send_queue_messages_max)
         self._socket.setsockopt(zmq.RCVHWM, RECEIVE_QUEUE_MESSAGES_MAX)
-        # Queue only on live connections: a send to an unreachable node fails at once
-        # instead of piling up behind a connection that may never come.
-        self._socket.setsockopt(zmq.IMMEDIATE, 1)
+        # With `immediate`, queue only on live connections: a send to an unreachable node
+        # fails at once instead of piling up behind a connection that may never come (the
+        # mappers' choice: they hold and resend). Without it, messages queue while the
+        # connection is made (up to the bound), keeping their order (the nodes' choice for
+        # peer messages such as snapshot chunks).
+        self._socket.setsockopt(zmq.IMMEDIATE, 1 if immediate else 0)
         self._socket.setsockopt(zmq.RECONNECT_IVL, 50)
         self._socket.setsockopt(zmq.RECONNECT_IVL_MAX, 1000)
         try:

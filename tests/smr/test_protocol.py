@@ -16,6 +16,7 @@ from smr.protocol import (
     batch_header,
     decode,
     decode_batch_body,
+    decode_batch_ids,
     encode,
     encode_batch_body,
 )
@@ -120,7 +121,14 @@ def test_batch_body_validation_names_the_problem(columns: tuple, reason: str) ->
         decode_batch_body(encode_batch_body(*columns), 1, SLOT_COUNT)
 
 
-def test_batch_body_with_a_wrong_count_is_refused() -> None:
+@pytest.mark.parametrize("announced", [0, 1, 3, 100])
+def test_batch_body_with_a_wrong_count_is_refused(announced: int) -> None:
     body = encode_batch_body([1, 2], [1, 1], ["a", "b"], [1, 1], [0.0, 0.0])
-    with pytest.raises(FrameError, match="announced 3"):
-        decode_batch_body(body, 3, SLOT_COUNT)
+    with pytest.raises(FrameError):
+        decode_batch_body(body, announced, SLOT_COUNT)
+
+
+def test_ids_are_read_without_decoding_keys_and_values() -> None:
+    body = encode_batch_body([5, 9, 5], [1, 1, 2], ["a", "b", "a"], [1, 1, 1], [0.0] * 3)
+    slots, seqs = decode_batch_ids(body[:36], 3, SLOT_COUNT)
+    assert list(slots) == [5, 9, 5] and list(seqs) == [1, 1, 2]
