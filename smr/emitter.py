@@ -30,9 +30,9 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from checkpoint.ids import MapperId
 from ring.hashing import slot_of
@@ -49,6 +49,35 @@ from smr.protocol import (
     unpack_body,
 )
 from smr.transport import Outbox, wait_any
+
+
+class ChannelEnd(Protocol):
+    """What an emitter needs of one connection to a node."""
+
+    addr: str
+
+    def send(self, frames: Sequence[bytes]) -> bool: ...
+    def receive(self) -> list[bytes] | None: ...
+    def close(self) -> None: ...
+
+
+class MapperTransport(Protocol):
+    """How an emitter reaches nodes; ZeroMQ by default, simulated in tests."""
+
+    def open(self, addr: str, send_queue_messages_max: int) -> ChannelEnd: ...
+    def wait_any(self, ends: Sequence[ChannelEnd], timeout_ms: int) -> list[ChannelEnd]: ...
+
+
+class ZmqMapperTransport:
+    """The real transport: a ZeroMQ DEALER per node (see ``smr.transport``)."""
+
+    def open(self, addr: str, send_queue_messages_max: int) -> ChannelEnd:
+        return Outbox(addr, send_queue_messages_max=send_queue_messages_max)
+
+    def wait_any(self, ends: Sequence[ChannelEnd], timeout_ms: int) -> list[ChannelEnd]:
+        outboxes = [end for end in ends if isinstance(end, Outbox)]
+        return list(wait_any(outboxes, timeout_ms))
+
 
 BATCH_SIZE_DEFAULT: Final = 1000
 WINDOW_BATCHES_DEFAULT: Final = 16
@@ -85,7 +114,7 @@ class _Channel:
     """The stream of batches from this mapper to one node, numbered from 1."""
 
     node: NodeId
-    outbox: Outbox
+    outbox: ChannelEnd
     next_chan: int = 1
     unacked: OrderedDict[int, _OutBatch] = field(default_factory=OrderedDict)
     unsent_from: int | None = None  # first batch number a send failed for, if any
@@ -112,6 +141,7 @@ class Emitter:
         resend_after_ms: int = RESEND_AFTER_MS_DEFAULT,
         give_up_after_s: float = GIVE_UP_AFTER_S_DEFAULT,
         clock: Callable[[], float] = time.monotonic,
+        transport: MapperTransport | None = None,
     ) -> None:
         if batch_size < 1 or window_batches < 1:
             raise ValueError("batch_size and window_batches must be at least 1")
@@ -123,6 +153,7 @@ class Emitter:
         self.resend_after_s = resend_after_ms / 1000
         self.give_up_after_s = give_up_after_s
         self._clock = clock
+        self._transport: MapperTransport = transport or ZmqMapperTransport()
         self._combine = combine
         self._channels: dict[NodeId, _Channel] = {}
         self._addr_of: dict[NodeId, str] = {}
@@ -176,9 +207,7 @@ class Emitter:
             addr = self._addr_of.get(node)
             if addr is None:
                 raise DeliveryError(f"node {node} has no address in the view")
-            channel = _Channel(
-                node, Outbox(addr, send_queue_messages_max=2 * self.window_batches + 8)
-            )
+            channel = _Channel(node, self._transport.open(addr, 2 * self.window_batches + 8))
             channel.progress_at = self._clock()
             self._channels[node] = channel
         return channel
@@ -314,7 +343,7 @@ class Emitter:
     def pump(self, timeout_ms: int = 0) -> None:
         """Read replies for up to ``timeout_ms``; retry unsent batches, resend stalled ones."""
         channels = list(self._channels.values())
-        if wait_any([c.outbox for c in channels], timeout_ms):
+        if self._transport.wait_any([c.outbox for c in channels], timeout_ms):
             for channel in channels:
                 while (frames := channel.outbox.receive()) is not None:
                     self._on_reply(channel, frames)

@@ -184,6 +184,8 @@ class NodeCore:
         self.predecessors: tuple[NodeId, ...] = ()
         self._last_heartbeat = -1e9
         self._probe_ids = 0
+        # One record per takeover, for `status` and the recovery benchmark (bounded).
+        self.takeover_records: deque[dict[str, Any]] = deque(maxlen=64)
         self.counters = NodeCounters()
         self.inbox: deque[_Pending] = deque()
         self.inbox_peak = 0
@@ -605,6 +607,15 @@ class NodeCore:
         # 4.
         self._set_view(view)
         self._gossip()
+        self.takeover_records.append(
+            {
+                "dead": dead,
+                "declared_at_unix_s": time.time() - (self._clock() - started),
+                "takeover_ms": (self._clock() - started) * 1000,
+                "tuples_replayed": replayed,
+                "keys_after": self.store.key_count(),
+            }
+        )
         log.warning(
             "took over %s: %d tuples replayed in %.1f ms; now at token %s",
             dead,
@@ -828,6 +839,7 @@ class NodeCore:
             "secondaries": list(self.secondaries),
             "backup_bytes": sum(b.bytes_held for b in self.backups.values()),
             "under_replicated_slots": self.under_replicated_slots(),
+            "takeover_records": list(self.takeover_records),
             **vars(self.counters),
         }
 
