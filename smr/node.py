@@ -573,6 +573,12 @@ class NodeCore:
 
     # -- failure detection, takeover, fencing ----------------------------------------------
 
+    def suspect(self, node: NodeId) -> None:
+        """``node``'s connection dropped: probe it now instead of after the silence timeout."""
+        if self.replication > 0 and self.detector.suspect(node, self._clock()):
+            self._probe_ids += 1
+            self._peer_send(node, Kind.PROBE, {"req": self._probe_ids})
+
     def take_over(self, dead: NodeId) -> None:
         """Take over the range of ``dead``, this node's nearest counter-clockwise neighbour.
 
@@ -881,9 +887,15 @@ def serve(cluster_dir: Path, node_id: str) -> int:
         settings=settings,
         send_to_peer=lambda node, frames: peers.send(core.view, node, frames),
     )
+
+    def tick() -> None:
+        for node in peers.dropped(core.view, core.predecessors):
+            core.suspect(node)
+        core.tick()
+
     log.info("serving on %s (output %s), slot_bits=%d", inbox.addr, publisher.addr, spec.slot_bits)
     try:
-        uvloop.run(_run(core, inbox, spec))
+        uvloop.run(_run(core, inbox, spec, tick))
     finally:
         output.close()
         inbox.close()
@@ -893,7 +905,7 @@ def serve(cluster_dir: Path, node_id: str) -> int:
     return 0
 
 
-async def _run(core: NodeCore, inbox: Any, spec: ClusterSpec) -> None:
+async def _run(core: NodeCore, inbox: Any, spec: ClusterSpec, tick: Callable[[], None]) -> None:
     loop = asyncio.get_running_loop()
     wake = asyncio.Event()
     stopping = asyncio.Event()
@@ -901,7 +913,7 @@ async def _run(core: NodeCore, inbox: Any, spec: ClusterSpec) -> None:
         loop.add_signal_handler(signum, _stop, stopping, wake)
     inbox.watch(loop, wake)
     timers = [
-        _every(min(TICK_MS, core.settings.heartbeat_interval_ms // 2), core.tick, wake),
+        _every(min(TICK_MS, core.settings.heartbeat_interval_ms // 2), tick, wake),
         _every(spec.checkpoint_interval_ms, core.checkpoint, wake),
     ]
     receive = inbox.receive
@@ -939,16 +951,29 @@ class PeerLinks:
         self._outbox_type = Outbox
         self._outboxes: dict[str, Any] = {}
 
-    def send(self, view: View, node: NodeId, frames: Sequence[bytes]) -> bool:
-        """Send to ``node`` at its address in ``view``; False if unknown or not connected."""
+    def _outbox(self, view: View, node: NodeId) -> Any:
         member = view.get(node)
         if member is None:
-            return False
+            return None
         outbox = self._outboxes.get(member.addr)
         if outbox is None:
             outbox = self._outboxes[member.addr] = self._outbox_type(member.addr, immediate=False)
-        sent: bool = outbox.send(frames)
+        return outbox
+
+    def send(self, view: View, node: NodeId, frames: Sequence[bytes]) -> bool:
+        """Send to ``node`` at its address in ``view``; False if unknown or the queue is full."""
+        outbox = self._outbox(view, node)
+        sent: bool = outbox is not None and outbox.send(frames)
         return sent
+
+    def dropped(self, view: View, nodes: Sequence[NodeId]) -> list[NodeId]:
+        """Those of ``nodes`` whose connection dropped since the last call (connecting to
+        them first if need be, so their drops are seen)."""
+        return [
+            node
+            for node in nodes
+            if (outbox := self._outbox(view, node)) is not None and outbox.disconnected()
+        ]
 
     def close(self) -> None:
         """Close every outbox."""

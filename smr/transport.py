@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from typing import Final
 
 import zmq
+from zmq.utils.monitor import recv_monitor_message
 
 # Socket queue bounds in messages. A mapper never has more than its window in flight per
 # node, so the send bound only matters when a node is unreachable; the receive bound is the
@@ -118,6 +119,7 @@ class Outbox:
         self._socket.setsockopt(zmq.IMMEDIATE, 1 if immediate else 0)
         self._socket.setsockopt(zmq.RECONNECT_IVL, 50)
         self._socket.setsockopt(zmq.RECONNECT_IVL_MAX, 1000)
+        self._monitor: zmq.Socket[bytes] | None = None
         try:
             self._socket.connect(addr)
         except zmq.ZMQError as error:
@@ -139,8 +141,29 @@ class Outbox:
         except zmq.Again:
             return None
 
+    def disconnected(self) -> bool:
+        """True if the connection dropped since the last call.
+
+        A crashed process's sockets are closed by its kernel, so its peers see the drop at
+        once; this is how a node suspects a crashed neighbour without waiting for the
+        silence timeout (DESIGN section 6). The first call starts watching.
+        """
+        if self._monitor is None:
+            self._monitor = self._socket.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+            return False
+        dropped = False
+        while True:
+            try:
+                event = recv_monitor_message(self._monitor, zmq.NOBLOCK)
+            except zmq.Again:
+                return dropped
+            dropped = dropped or event["event"] == zmq.EVENT_DISCONNECTED
+
     def close(self) -> None:
         """Close the socket at once."""
+        if self._monitor is not None:
+            self._socket.disable_monitor()
+            self._monitor.close(linger=0)
         self._socket.close(linger=0)
 
 
