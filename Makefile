@@ -26,8 +26,12 @@ lint: $(STAMP)
 test: lint
 	$(BIN)/python -m pytest -q
 
+# Each script also runs alone; results (JSON and PNG) go to bench/results/.
 bench: $(STAMP)
 	$(BIN)/python bench/throughput.py
+	$(BIN)/python bench/checkpoint.py
+	$(BIN)/python bench/recovery.py
+	$(BIN)/python bench/soak.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -127,14 +127,12 @@ def _engine_feeder(
     cluster_dir: str, words: list[str], batch_size: int, combine: bool, results: Any
 ) -> None:
     from examples.wordcount import add
-    from smr.client import Client, cluster_view
+    from smr.client import fetch_view
     from smr.cluster import read_spec
     from smr.emitter import Emitter
 
     spec = read_spec(Path(cluster_dir))
-    client = Client()
-    view = cluster_view(client, [n.addr for n in spec.nodes])
-    client.close()
+    view = fetch_view([n.addr for n in spec.nodes])
     emitter = Emitter(
         view,
         spec.slot_bits,
@@ -247,6 +245,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=RESULTS / "throughput.json")
     args = parser.parse_args()
     words = load_words(args.tuples)
+    load_before = os.getloadavg()
     batch_sizes = [int(b) for b in args.batch_sizes.split(",")]
     configurations: dict[str, dict[str, Any]] = {}
     for batch_size in batch_sizes:
@@ -269,7 +268,12 @@ def main() -> None:
     report = {
         "benchmark": "throughput",
         "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
+        "machine": {
+            "cpus": os.cpu_count(),
+            "platform": platform.platform(),
+            "loadavg_before": load_before,
+            "loadavg_after": os.getloadavg(),
+        },
         "versions": versions(),
         "tuples_per_run": len(words),
         "runs_per_configuration": args.runs,

@@ -357,8 +357,11 @@ class PeerReplica:
 
     1. Fresh replica: ``needs_snapshot`` is True; checkpoints are ignored (return False) until
        a snapshot begins.
-    2. ``begin_snapshot(as_of)``: clears the replica's state; ``as_of`` is the number of the
-       last checkpoint the primary had swapped when it started reading the snapshot.
+    2. ``begin_snapshot(as_of)``: ``as_of`` is the number of the last checkpoint the primary
+       had swapped when it started reading the snapshot. The current state is kept: chunks
+       replace their slots one by one, and a slot not chunked yet keeps its older, whole
+       state (checkpoints apply on top of it), so a replica whose primary dies in the middle
+       of re-replicating is still promotable.
     3. ``apply_snapshot_chunk(chunk)``: a chunk is the full merged state and full hwm vectors
        of some slots: those slots are replaced entirely (``store.drop_slots`` of the chunk's
        slots, then ``store.apply_delta(chunk)``).
@@ -376,8 +379,11 @@ class PeerReplica:
     ignored until the next ``begin_snapshot``). After a gap with no snapshot begun,
     ``is_complete`` stays True: the state is stale, not partial, and the tuple backup evicted
     against it still holds every batch past it, so promoting it and replaying the backup stays
-    exact. From ``begin_snapshot`` until ``end_snapshot`` the state is partial, and batches
-    evicted against the state it cleared are gone: it must not be promoted.
+    exact. A snapshot in progress keeps ``is_complete`` as it was: each slot is either
+    replaced by its chunk or still whole from before. (One case stays inexact: a snapshot
+    begun right after a gap, promoted before the chunk of a slot whose deltas were missed.)
+    Slots a chunk never mentions (a range that moved away) keep stale state: whoever
+    promotes a replica takes only the slots of the dead primary's range.
     """
 
     def __init__(self) -> None:
@@ -440,19 +446,16 @@ class PeerReplica:
         return True
 
     def begin_snapshot(self, as_of: int) -> None:
-        """Step 2: clear the state and expect chunks, then checkpoints from ``as_of + 1``.
+        """Step 2: expect chunks, then checkpoints from ``as_of + 1``; the state is kept.
 
         Also restarts a snapshot already in progress (the primary began a new one).
         """
         if as_of < 0:
             raise ValueError(f"snapshot as_of must be a checkpoint number >= 0, got {as_of}")
-        # A fresh store rather than dropping every slot: O(1), and the old one is freed.
-        self.store = StateStore()
-        self._hwms_by_mapper = {}
+        # The state is kept (step 2): chunks replace it slot by slot.
         self.last_checkpoint = as_of
         self.needs_snapshot = True
         self._snapshot_in_progress = True
-        self._is_complete = False
 
     def apply_snapshot_chunk(self, chunk: Delta) -> None:
         """Step 3: replace the state and hwms of the chunk's slots by the chunk's.

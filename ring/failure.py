@@ -7,6 +7,10 @@ order of nearness:
 1. Silence of at least ``failure_timeout_s`` (or an explicit suspicion, such as a dropped
    connection) starts a probe: the caller sends a direct probe, answered at once by a live node.
 2. No sign of life within ``probe_timeout_s`` of the probe: the node is declared dead.
+Silence from a node never heard from since this detector started counts only after an extra
+``first_contact_grace_s``: a cluster's processes start one after the other, and a node still
+importing its code is not dead. A dropped connection (``suspect``) is judged without grace.
+
 3. Only the nearest watched node that is not yet declared dead is judged at a time: a node
    farther away is somebody else's to take over unless every node between is dead, which the
    caller learns by taking over the nearer one first (the walk of up to ``r`` hops).
@@ -42,8 +46,10 @@ class FailureDetector:
 
     failure_timeout_s: float
     probe_timeout_s: float
+    first_contact_grace_s: float = 0.0
     last_heard_s: dict[NodeId, float] = field(default_factory=dict)
     probe_deadline_s: dict[NodeId, float] = field(default_factory=dict)
+    heard_from: set[NodeId] = field(default_factory=set)
 
     def watch(self, nodes: Sequence[NodeId], now: float) -> None:
         """Watch exactly ``nodes`` from now on; a newly watched node's silence counts from now."""
@@ -52,12 +58,17 @@ class FailureDetector:
                 del self.last_heard_s[node]
                 self.probe_deadline_s.pop(node, None)
         for node in nodes:
-            self.last_heard_s.setdefault(node, now)
+            grace = 0.0 if node in self.heard_from else self.first_contact_grace_s
+            self.last_heard_s.setdefault(node, now + grace)
 
     def heard(self, node: NodeId, now: float) -> None:
         """A sign of life from ``node``: reset its silence and cancel its probe."""
+        first_contact = node not in self.heard_from
+        self.heard_from.add(node)
         if node in self.last_heard_s:
-            self.last_heard_s[node] = max(self.last_heard_s[node], now)
+            # The first contact ends the grace; later ones only move the mark forward.
+            last = self.last_heard_s[node]
+            self.last_heard_s[node] = now if first_contact else max(last, now)
             self.probe_deadline_s.pop(node, None)
 
     def suspect(self, node: NodeId, now: float) -> bool:

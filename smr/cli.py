@@ -20,7 +20,7 @@ import click
 from checkpoint.ids import MapperId
 from smr import cluster as local_cluster
 from smr.api import JobLoadError, load_job
-from smr.client import Client, NodeUnreachable, cluster_view
+from smr.client import Client, NodeUnreachable, cluster_view, fetch_view
 from smr.cluster import ClusterError, read_spec
 from smr.emitter import BATCH_SIZE_DEFAULT, WINDOW_BATCHES_DEFAULT, DeliveryError, Emitter
 from smr.feed import InputError, check_inputs, feed, total_bytes
@@ -136,11 +136,7 @@ def feed_command(
     job = load_job(job_ref)
     check_inputs(files)
     spec = read_spec(cluster_dir)
-    client = Client()
-    try:
-        view = cluster_view(client, [n.addr for n in spec.nodes])
-    finally:
-        client.close()
+    view = fetch_view([n.addr for n in spec.nodes])
     mapper_id = MapperId(f"feed-{uuid.uuid4().hex[:12]}")
     emitter = Emitter(
         view,
@@ -224,7 +220,7 @@ def query_command(cluster_dir: Path, key: str, int_key: bool) -> None:
 @cluster_dir_option
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def status_command(cluster_dir: Path, as_json: bool) -> None:
-    """Show the ring: node, token, range share, keys, tuples/s."""
+    """Show the ring: node, token, range share, keys, tuples/s, under-replicated slots."""
     spec = read_spec(cluster_dir)
     client = Client(timeout_ms=1000)
     rows: list[dict[str, Any]] = []
@@ -243,11 +239,12 @@ def status_command(cluster_dir: Path, as_json: bool) -> None:
     from rich.table import Table
 
     table = Table(title=f"smr cluster {cluster_dir}")
-    for column in ("node", "state", "token", "range", "keys", "tuples/s", "applied", "errors"):
+    columns = ("node", "state", "token", "range", "keys", "tuples/s", "applied", "errors")
+    for column in (*columns, "under-replicated"):
         table.add_column(column, justify="left" if column in ("node", "state") else "right")
     for row in rows:
         if row["state"] != "up":
-            table.add_row(row["node"], row["state"], *["-"] * 6)
+            table.add_row(row["node"], row["state"], *["-"] * 7)
             continue
         table.add_row(
             row["node"],
@@ -258,6 +255,7 @@ def status_command(cluster_dir: Path, as_json: bool) -> None:
             f"{row['tuples_per_s']:,.0f}",
             f"{row['tuples_applied']:,}",
             str(row["tuples_failed"] + row["bad_frames"]),
+            str(row["under_replicated_slots"]),
         )
     Console().print(table)
 

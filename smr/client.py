@@ -128,3 +128,13 @@ def cluster_view(client: Client, addrs: Sequence[str]) -> View:
     if merged is None:
         raise NodeUnreachable("no node of the cluster answers: " + "; ".join(failures))
     return merged
+
+
+def fetch_view(addrs: Sequence[str], timeout_ms: int = REQUEST_TIMEOUT_MS_DEFAULT) -> View:
+    """The merged view of the nodes at ``addrs`` (see :func:`cluster_view`), with a client
+    of its own."""
+    client = Client(timeout_ms)
+    try:
+        return cluster_view(client, addrs)
+    finally:
+        client.close()

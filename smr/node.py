@@ -99,6 +99,8 @@ class NodeSettings:
     heartbeat_interval_ms: int = 100
     failure_timeout_ms: int = 500
     probe_timeout_ms: int = 200
+    # Extra silence allowed from a node never heard from yet (it may still be starting).
+    first_contact_grace_ms: int = 5000
     # Raw batch bytes held for all primaries together. At the bound, new backup batches are
     # not accepted (not acked) until checkpoints evict old ones: the mappers wait.
     backup_bytes_max: int = 512 * 1024 * 1024
@@ -129,6 +131,16 @@ class NodeCounters:
     tuples_replayed: int = 0
     peer_messages_dropped: int = 0
     fenced: int = 0
+
+
+@dataclass(frozen=True)
+class _Orphan:
+    """A copy of a dead node's state and tuples: kept until ``absorber``, which took over its
+    range, has re-replicated that range to us, and promoted if ``absorber`` dies first."""
+
+    absorber: NodeId
+    replica: PeerReplica
+    backup: TupleBackup | None
 
 
 @dataclass(frozen=True)
@@ -174,12 +186,17 @@ class NodeCore:
         # As a secondary: a replica of each predecessor's state and its backed-up batches.
         self.replicas: dict[NodeId, PeerReplica] = {}
         self.backups: dict[NodeId, TupleBackup] = {}
+        # Copies of dead predecessors whose ranges a live predecessor absorbed and is still
+        # re-replicating to us (see _set_view step 3).
+        self.orphans: dict[NodeId, _Orphan] = {}
         # As a primary: the checkpoint counter, the secondaries, pending snapshot sends.
         self.checkpoint_number = 0
         self.secondaries: tuple[NodeId, ...] = ()
         self._snapshot_jobs: dict[NodeId, Iterator[None]] = {}
         self.detector = FailureDetector(
-            settings.failure_timeout_ms / 1000, settings.probe_timeout_ms / 1000
+            settings.failure_timeout_ms / 1000,
+            settings.probe_timeout_ms / 1000,
+            first_contact_grace_s=settings.first_contact_grace_ms / 1000,
         )
         self.predecessors: tuple[NodeId, ...] = ()
         self._last_heartbeat = -1e9
@@ -236,11 +253,21 @@ class NodeCore:
             if self.node_id in self.ring.owners
             else ()
         )
-        # 3.
+        # 3. A predecessor that died and whose range another predecessor absorbed stays as
+        #    an orphan copy until that node's snapshot to us ends: until then it is the only
+        #    copy of that range we hold.
         for node in list(self.replicas):
             if node not in self.predecessors:
-                del self.replicas[node]
-                self.backups.pop(node, None)
+                replica = self.replicas.pop(node)
+                backup = self.backups.pop(node, None)
+                member = view.get(node)
+                if member is not None and member.status is Status.DEAD and self.ring.owners:
+                    absorber = self.ring.primary(Slot(member.token))
+                    if absorber in self.predecessors:
+                        self.orphans[node] = _Orphan(absorber, replica, backup)
+        for node in list(self.orphans):
+            if self.orphans[node].absorber not in self.predecessors:
+                del self.orphans[node]
         # 4.
         new_range = self.ring.range_of(self.node_id)
         changed_range = new_range != old_range
@@ -514,6 +541,8 @@ class NodeCore:
             return
         replica.end_snapshot()
         self.counters.snapshots_received += 1
+        for name in [n for n, orphan in self.orphans.items() if orphan.absorber == sender]:
+            del self.orphans[name]
         backup = self.backups.get(sender)
         if backup is not None:
             backup.evict_covered(replica.hwm)
@@ -583,25 +612,34 @@ class NodeCore:
         """Take over the range of ``dead``, this node's nearest counter-clockwise neighbour.
 
         1. The new view: ``dead`` marked dead, this node's token moved down to its token.
-        2. Promote the replica of its state to primary state (slots and hwm vectors).
-        3. Replay its backed-up batches: ``apply_batch`` skips every tuple at or below the
+        2. Promote, for the slots of ``dead``'s range only, the replicas of the nodes it had
+           absorbed and was still re-replicating to us (older), then its own (newer), to
+           primary state: field values and hwm vectors.
+        3. Replay their backed-up batches: ``apply_batch`` skips every tuple at or below the
            promoted hwm, so each tuple's effect is in the state exactly once.
         4. Route by the new view (re-replicating to the secondaries) and gossip it.
         """
         started = self._clock()
         # 1.
+        dead_range = self.ring.range_of(dead)
+        slots = set(dead_range.slots()) if dead_range is not None else set()
         view = successor_takes_over(self.view, dead)
         # 2.
+        absorbed = sorted(name for name, orphan in self.orphans.items() if orphan.absorber == dead)
+        copies = [self.orphans.pop(name) for name in absorbed]
         replica = self.replicas.pop(dead, None)
         if replica is None or not replica.is_complete:
             log.error("taking over %s without a complete replica of its state", dead)
-        if replica is not None:
-            self.store.apply_delta(replica.store.snapshot(replica.store.slots()))
+        copies.append(_Orphan(dead, replica or PeerReplica(), self.backups.pop(dead, None)))
+        for copy in copies:
+            owned = [slot for slot in copy.replica.store.slots() if slot in slots]
+            self.store.apply_delta(copy.replica.store.snapshot(owned))
         # 3.
-        backup = self.backups.pop(dead, None)
         replayed = 0
-        if backup is not None:
-            for held in replay_plan(backup, range(self.ring.slot_count)):
+        for copy in copies:
+            if copy.backup is None:
+                continue
+            for held in replay_plan(copy.backup, slots):
                 batch = decode_batch_body(held.body, held.tuple_count, self.ring.slot_count)
                 outcome = self.store.apply_batch(
                     held.mapper, batch.slots, batch.seqs, batch.keys, batch.values, self._reduce_fn
@@ -642,6 +680,7 @@ class NodeCore:
         self.store = StateStore()
         self.replicas.clear()
         self.backups.clear()
+        self.orphans.clear()
         self.inbox.clear()
         self._expected.clear()
         self._acks.clear()

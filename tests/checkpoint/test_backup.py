@@ -404,18 +404,18 @@ def test_a_gap_aborts_a_snapshot_and_its_late_chunks_and_end_are_ignored() -> No
     assert replica.needs_snapshot
     assert not replica.is_complete
     assert replica.store.read(S1, "b") == {}
-    # A new snapshot starts from scratch.
+    # A new snapshot replaces the slots it sends and keeps the rest.
     replica.begin_snapshot(as_of=5)
     replica.apply_snapshot_chunk(delta_of(S1, "b", 4, M1, 4))
     replica.end_snapshot()
     assert replica.is_complete
     assert state_of(replica.store, [S0, S1]) == (
-        {(S1, "b"): {"count": 4}},
-        {S1: {M1: 4}},
+        {(S0, "a"): {"count": 1}, (S1, "b"): {"count": 4}},
+        {S0: {M1: 1}, S1: {M1: 4}},
     )
 
 
-def test_begin_snapshot_clears_the_state_and_a_chunk_replaces_its_slots_entirely() -> None:
+def test_begin_snapshot_keeps_the_state_and_a_chunk_replaces_its_slots_entirely() -> None:
     replica = PeerReplica()
     replica.begin_snapshot(as_of=0)
     replica.apply_snapshot_chunk(
@@ -425,14 +425,19 @@ def test_begin_snapshot_clears_the_state_and_a_chunk_replaces_its_slots_entirely
         )
     )
     replica.end_snapshot()
+    before = state_of(replica.store, [S0, S1])
     replica.begin_snapshot(as_of=3)
-    assert state_of(replica.store, [S0, S1]) == ({}, {})
-    assert replica.hwm(M1, S0) == 0
+    # Still whole (and promotable) until chunks replace slots.
+    assert state_of(replica.store, [S0, S1]) == before
+    assert replica.is_complete
     replica.apply_checkpoint(4, delta_of(S0, "stale", 1, M2, 7))
     # The chunk of S0 drops what checkpoint 4 wrote there and puts the primary's S0 instead.
     replica.apply_snapshot_chunk(delta_of(S0, "a", 5, M1, 5))
     replica.end_snapshot()
-    assert state_of(replica.store, [S0, S1]) == ({(S0, "a"): {"count": 5}}, {S0: {M1: 5}})
+    assert state_of(replica.store, [S0, S1]) == (
+        {(S0, "a"): {"count": 5}, (S1, "c"): {"count": 3}},
+        {S0: {M1: 5}, S1: {M2: 1}},
+    )
     assert replica.hwm(M2, S0) == 0
     with pytest.raises(ValueError, match="as_of"):
         replica.begin_snapshot(as_of=-1)

@@ -95,6 +95,39 @@ class Cluster:
             input_text=input_text,
         )
 
+    def feed_in_background(self, *files: str, extra: Sequence[str] = ()) -> subprocess.Popen[str]:
+        """Start ``smr feed`` (word count, no combine) without waiting for it."""
+        return subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "smr",
+                "feed",
+                "--cluster",
+                str(self.dir),
+                "--job",
+                JOB,
+                "--no-combine",
+                *extra,
+                *files,
+            ],
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+
+    @staticmethod
+    def wait_feed(feed: subprocess.Popen[str], timeout_s: float = 180) -> None:
+        """Wait for a background feed; it must exit 0. It is killed if it overruns."""
+        try:
+            out, err = feed.communicate(timeout=timeout_s)
+        finally:
+            if feed.poll() is None:
+                feed.kill()
+                feed.wait()
+        assert feed.returncode == 0, f"feed exited {feed.returncode}:\n{out}\n{err}"
+
     def dump(self) -> dict[Any, dict[str, Any]]:
         out = self.dir / "dump.jsonl"
         self.smr("dump", "--cluster", str(self.dir), "--out", str(out))

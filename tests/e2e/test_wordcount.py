@@ -100,40 +100,15 @@ def test_node_survives_random_frames_and_counts_them(cluster: Cluster) -> None:
 
 def test_paused_node_delays_the_feed_without_losing_anything(cluster: Cluster) -> None:
     cluster.up(3)
-    feed = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "smr",
-            "feed",
-            "--cluster",
-            str(cluster.dir),
-            "--job",
-            "examples.wordcount:job",
-            "--no-combine",
-            "--batch-size",
-            "100",
-            "--window",
-            "4",
-            *EXAMPLE_BOOKS,
-        ],
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+    feed = cluster.feed_in_background(
+        *EXAMPLE_BOOKS, extra=["--batch-size", "100", "--window", "4"]
     )
-    try:
-        time.sleep(0.3)
-        cluster.smr("fault", "pause", "n1", "--cluster", str(cluster.dir))
-        time.sleep(1.5)
-        assert feed.poll() is None, "the feed finished while a node was paused"
-        cluster.smr("fault", "resume", "n1", "--cluster", str(cluster.dir))
-        _out, err = feed.communicate(timeout=120)
-    finally:
-        if feed.poll() is None:
-            feed.kill()
-            feed.wait()
-    assert feed.returncode == 0, err
+    time.sleep(0.3)
+    cluster.smr("fault", "pause", "n1", "--cluster", str(cluster.dir))
+    time.sleep(1.5)
+    assert feed.poll() is None, "the feed finished while a node was paused"
+    cluster.smr("fault", "resume", "n1", "--cluster", str(cluster.dir))
+    cluster.wait_feed(feed)
     assert cluster.counts() == word_counts(EXAMPLE_BOOKS)
 
 

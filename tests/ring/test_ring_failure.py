@@ -64,3 +64,28 @@ def test_never_declared_dead_without_timeout_plus_probe_of_silence(
             if verdict == (Verdict.DEAD, A):
                 assert now - last_heard >= 0.5 + 0.2 - 1e-9
                 return
+
+
+def test_a_node_never_heard_from_gets_the_first_contact_grace_but_not_after() -> None:
+    d = FailureDetector(failure_timeout_s=0.5, probe_timeout_s=0.2, first_contact_grace_s=5.0)
+    d.watch([A], now=0.0)
+    assert d.judge([A], 5.49) is None
+    assert d.judge([A], 5.51) == (Verdict.PROBE, A)
+    d.heard(A, 6.0)
+    d.watch([], now=6.0)
+    d.watch([A], now=7.0)  # watched again later: heard before, so no grace
+    assert d.judge([A], 7.51) == (Verdict.PROBE, A)
+
+
+def test_a_suspicion_is_judged_without_the_grace() -> None:
+    d = FailureDetector(failure_timeout_s=0.5, probe_timeout_s=0.2, first_contact_grace_s=5.0)
+    d.watch([A], now=0.0)
+    assert d.suspect(A, 0.1)
+    assert d.judge([A], 0.31) == (Verdict.DEAD, A)
+
+
+def test_first_contact_ends_the_grace() -> None:
+    d = FailureDetector(failure_timeout_s=0.5, probe_timeout_s=0.2, first_contact_grace_s=5.0)
+    d.watch([A], now=0.0)
+    d.heard(A, 0.2)
+    assert d.judge([A], 0.71) == (Verdict.PROBE, A)

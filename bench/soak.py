@@ -1,0 +1,156 @@
+"""Soak: node memory stays bounded under a sustained full-rate feed with peer backup.
+
+A local cluster of ``--nodes`` nodes with replication ``--replication`` takes a feed that
+loops over the books at full speed (no pacing, no combine) for ``--seconds``; every second
+the resident memory (RSS) of every node process is sampled with psutil. If tuple-backup
+eviction or checkpoint merging leaked, RSS would climb with the tuples fed; bounded memory
+shows as a plateau. Reported: peak and final RSS per node, the RSS growth over the second
+half of the run, tuples fed, and a plot of RSS over time (``bench/results/soak.json`` and
+``soak.png``).
+
+    python bench/soak.py [--seconds 120] [--nodes 3] [--replication 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from bench.throughput import RESULTS, load_words, versions  # noqa: E402
+
+
+def _feeder(
+    cluster_dir: str, words: list[str], replication: int, seconds: float, results: Any
+) -> None:
+    from smr.client import fetch_view
+    from smr.cluster import read_spec
+    from smr.emitter import Emitter
+
+    spec = read_spec(Path(cluster_dir))
+    view = fetch_view([n.addr for n in spec.nodes])
+    emitter = Emitter(view, spec.slot_bits, f"soak-{os.getpid()}", replication=replication)
+    emit = emitter.emit
+    deadline = time.monotonic() + seconds
+    fed = 0
+    while time.monotonic() < deadline:
+        for word in words:
+            emit(word, 1)
+        fed += len(words)
+    emitter.close()
+    results.put({"tuples": fed, "tuples_acked": emitter.tuples_acked})
+
+
+def main() -> None:
+    import psutil
+
+    from smr.cluster import down, up
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seconds", type=float, default=120.0)
+    parser.add_argument("--nodes", type=int, default=3)
+    parser.add_argument("--replication", type=int, default=1)
+    parser.add_argument("--out", type=Path, default=RESULTS / "soak.json")
+    args = parser.parse_args()
+    words = load_words(200_000)
+    load_before = os.getloadavg()
+    samples: dict[str, list[tuple[float, int]]] = {}
+    with tempfile.TemporaryDirectory(prefix="smr-soak-") as workdir:
+        cluster_dir = Path(workdir) / "cluster"
+        spec = up(cluster_dir, args.nodes, args.replication, "examples.wordcount:job")
+        try:
+            processes = {n.id: psutil.Process(n.pid) for n in spec.nodes}
+            context = multiprocessing.get_context("spawn")
+            results = context.Queue()
+            feeder = context.Process(
+                target=_feeder,
+                args=(str(cluster_dir), words, args.replication, args.seconds, results),
+            )
+            started = time.monotonic()
+            feeder.start()
+            while feeder.is_alive() or results.empty():
+                elapsed = time.monotonic() - started
+                for node_id, process in processes.items():
+                    samples.setdefault(node_id, []).append((elapsed, process.memory_info().rss))
+                time.sleep(1.0)
+                if elapsed > args.seconds + 120:
+                    feeder.kill()
+                    raise SystemExit("soak: the feeder did not finish in time")
+            fed = results.get(timeout=60)
+            feeder.join()
+        finally:
+            down(cluster_dir)
+    half = args.seconds / 2
+    nodes = {}
+    for node_id, series in samples.items():
+        second_half = [rss for t, rss in series if t >= half]
+        nodes[node_id] = {
+            "peak_rss_bytes": max(rss for _, rss in series),
+            "final_rss_bytes": series[-1][1],
+            "second_half_growth_bytes": (second_half[-1] - second_half[0]) if second_half else 0,
+            "samples": series,
+        }
+    report = {
+        "benchmark": "soak",
+        "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "machine": {
+            "cpus": os.cpu_count(),
+            "platform": platform.platform(),
+            "loadavg_before": load_before,
+            "loadavg_after": os.getloadavg(),
+        },
+        "versions": versions(),
+        "seconds": args.seconds,
+        "nodes_count": args.nodes,
+        "replication": args.replication,
+        "feed": fed,
+        "tuples_per_s": fed["tuples"] / args.seconds,
+        "nodes": nodes,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    plot(report, args.out.with_suffix(".png"))
+    for node_id, summary in nodes.items():
+        print(
+            f"{node_id}: peak {summary['peak_rss_bytes'] / 2**20:.0f} MiB, final "
+            f"{summary['final_rss_bytes'] / 2**20:.0f} MiB, second-half growth "
+            f"{summary['second_half_growth_bytes'] / 2**20:+.1f} MiB"
+        )
+    print(f"fed {fed['tuples']:,} tuples in {args.seconds:.0f} s; results in {args.out}")
+
+
+def plot(report: dict[str, Any], path: Path) -> None:
+    """RSS of every node over time."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(8, 4.5))
+    for node_id, summary in report["nodes"].items():
+        times = [t for t, _ in summary["samples"]]
+        rss = [r / 2**20 for _, r in summary["samples"]]
+        axes.plot(times, rss, label=node_id)
+    axes.set_xlabel("seconds into the feed")
+    axes.set_ylabel("RSS (MiB)")
+    axes.set_title(
+        f"smr soak: {report['nodes_count']} nodes, r={report['replication']}, "
+        f"{report['tuples_per_s'] / 1e3:.0f} k tuples/s"
+    )
+    axes.legend()
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+
+
+if __name__ == "__main__":
+    main()
