@@ -85,6 +85,11 @@ WINDOW_BATCHES_DEFAULT: Final = 16
 # the time a node needs for a full window (16 x 1000 tuples at ~0.5 M/s is ~30 ms).
 RESEND_AFTER_MS_DEFAULT: Final = 1000
 GIVE_UP_AFTER_S_DEFAULT: Final = 30.0
+# A channel silent this long makes the emitter ask the other nodes for their view: a takeover
+# is done about 250-400 ms after a crash, so this finds it soon after.
+VIEW_CHECK_AFTER_MS_DEFAULT: Final = 200
+# Replies are read at least every this many batches, not only when a window is full.
+REPLY_READ_EVERY_BATCHES: Final = 8
 # Keys whose slot is remembered; past it the cache starts over (a word stream's vocabulary
 # fits; an unbounded key space must not grow the mapper without bound).
 SLOT_CACHE_KEYS_MAX: Final = 1_000_000
@@ -95,6 +100,10 @@ class DeliveryError(Exception):
 
 
 Row = tuple[int, int, Any, Any, float]  # slot, seq, key, value, ts
+
+
+def _slot_and_seq(row: Row) -> tuple[int, int]:
+    return row[0], row[1]
 
 
 @dataclass
@@ -151,6 +160,7 @@ class Emitter:
         self.batch_size = batch_size
         self.window_batches = window_batches
         self.resend_after_s = resend_after_ms / 1000
+        self.view_check_after_s = VIEW_CHECK_AFTER_MS_DEFAULT / 1000
         self.give_up_after_s = give_up_after_s
         self._clock = clock
         self._transport: MapperTransport = transport or ZmqMapperTransport()
@@ -163,7 +173,8 @@ class Emitter:
         self._open_rows: list[list[Row]] = []
         self._open_combined: list[dict[Any, list[Any]]] = []
         self._dest_of_slot: list[int] = []
-        self.tuples_emitted = 0
+        # With combine: how many times emit was called (rows merge, so seqs count fewer).
+        self._combined_emits = 0
         self.tuples_acked = 0
         self.tuples_sent = 0
         self.batches_sent = 0
@@ -264,7 +275,7 @@ class Emitter:
             dest = dest_of_slot[slot]
             combined = open_combined[dest]
             entry = combined.get(key)
-            counter.tuples_emitted += 1
+            counter._combined_emits += 1
             if entry is None:
                 combined[key] = [slot, value, now()]
                 if len(combined) >= batch_size:
@@ -292,8 +303,6 @@ class Emitter:
         if not rows:
             return
         self._open_rows[dest] = []
-        if self._combine is None:
-            self.tuples_emitted += len(rows)
         self._send_batch(dest, rows)
 
     def _send_batch(self, dest: int, rows: list[Row]) -> None:
@@ -320,6 +329,10 @@ class Emitter:
             self._transmit(channel, chan)
         self.tuples_sent += len(rows)
         self.batches_sent += 1
+        if self.batches_sent % REPLY_READ_EVERY_BATCHES == 0:
+            # Read acks now and then even while windows have room: they carry the nodes'
+            # view epoch, which is how a feeder learns of a takeover within a few batches.
+            self.pump(timeout_ms=0)
 
     def _transmit(self, channel: _Channel, chan: int) -> None:
         """Send batch ``chan`` unless an earlier one still waits to be sent (order matters)."""
@@ -331,12 +344,28 @@ class Emitter:
             channel.unsent_from = chan
 
     def flush(self) -> None:
-        """Close and send every open batch."""
-        for dest in range(len(self._owners)):
-            if self._combine is None:
+        """Close and send every open batch, until no tuple is left open.
+
+        Sending may wait for window room, and a view change while waiting re-sorts the
+        open tuples by the new view (``_set_view``), possibly to destinations already
+        passed and with fewer destinations than before: so look for open tuples afresh
+        after each send instead of walking the destinations once.
+        """
+        while True:
+            dest = self._first_open_dest()
+            if dest is None:
+                return
+            if self._open_rows[dest]:
                 self._dispatch_rows(dest)
             else:
                 self._dispatch_combined(dest)
+
+    def _first_open_dest(self) -> int | None:
+        """The first destination with open tuples (rows, or combined entries), if any."""
+        for dest in range(len(self._owners)):
+            if self._open_rows[dest] or self._open_combined[dest]:
+                return dest
+        return None
 
     # -- replies ----------------------------------------------------------------------------
 
@@ -394,7 +423,11 @@ class Emitter:
         batch = channel.unacked.get(chan)
         if batch is not None and not batch.rerouted:
             channel.progress_at = self._clock()
-            self._reroute([batch])
+            # The node does not advance the channel past a refused batch, so the later ones
+            # on it can reach the node only after the refused one is sent again: out of seq
+            # order, and the node's hwm would drop the older tuples as duplicates. Re-route
+            # them all together (their rows go out sorted by slot and seq).
+            self._reroute([held for number, held in channel.unacked.items() if number >= chan])
         self._on_view(view)
 
     def _on_view(self, view: View) -> None:
@@ -441,6 +474,11 @@ class Emitter:
         for dest, rows in enumerate(self._open_rows):
             if rows:
                 self._open_rows[dest] = []
+                # Re-routed rows went in after newer open rows of their slots: restore seq
+                # order per slot, which the nodes rely on (the primary's hwm dedup drops a
+                # seq below one already applied; a secondary summarises a batch by the last
+                # seq of each slot).
+                rows.sort(key=_slot_and_seq)
                 self._send_batch(dest, rows)
 
     def _ask_view(self, channels: list[_Channel]) -> None:
@@ -484,9 +522,11 @@ class Emitter:
                     f"{stalled_s:.0f} s; {sum(len(b.rows) for b in channel.unacked.values())} "
                     "tuples are unacknowledged"
                 )
+            if stalled_s >= self.view_check_after_s:
+                # A silent node may have been taken over: ask the others (rate-limited).
+                self._ask_view([c for c in self._live_channels() if c is not channel])
             if stalled_s >= self.resend_after_s and now - channel.resent_at >= self.resend_after_s:
                 self._resend(channel, from_chan=0)
-                self._ask_view([c for c in self._live_channels() if c is not channel])
 
     def _live_channels(self) -> list[_Channel]:
         """Channels to every live member of the view, opened if need be."""
@@ -495,6 +535,14 @@ class Emitter:
             for m in self.view.members.values()
             if m.status is not Status.DEAD
         ]
+
+    @property
+    def tuples_emitted(self) -> int:
+        """Tuples passed to ``emit`` so far (counted from the per-slot seqs without combine,
+        one per tuple, so no path that sends rows can miss or repeat one)."""
+        if self._combine is None:
+            return sum(self._seqs)
+        return self._combined_emits
 
     @property
     def unacked_batches(self) -> int:
@@ -508,11 +556,13 @@ class Emitter:
         self.flush()
         deadline = self._clock() + (timeout_s if timeout_s is not None else 1e18)
         try:
-            while self.unacked_batches:
+            # Re-routing while waiting may leave tuples open (see flush): send them too.
+            while self.unacked_batches or self._first_open_dest() is not None:
                 if self._clock() > deadline:
                     raise DeliveryError(
                         f"{self.unacked_batches} batches still unacknowledged after {timeout_s} s"
                     )
+                self.flush()
                 self.pump(timeout_ms=50)
         finally:
             for channel in self._channels.values():

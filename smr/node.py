@@ -78,6 +78,9 @@ log = logging.getLogger("smr.node")
 # Decoded batches waiting to be applied. At 1000 tuples a batch this is at most 256k tuples
 # (a few tens of MB); past it the node stops reading and the mappers block.
 INBOX_BATCHES_MAX: Final = 256
+# Tuples applied per event-loop turn before timers get a chance to run: about 20-40 ms of
+# work, well under the heartbeat interval, so a busy node never looks dead to its watchers.
+APPLY_TUPLES_PER_TURN: Final = 20_000
 # How often timers run: rates, output flush, checkpoint due-checks.
 TICK_MS: Final = 100
 # A dump page holds at most this many keys, so one reply stays well under the frame cap.
@@ -145,12 +148,13 @@ class _Orphan:
 
 @dataclass(frozen=True)
 class _Pending:
-    """A batch accepted into the inbox, waiting to be applied and acked."""
+    """A batch accepted into the inbox, waiting to be applied and acked. A backed-up batch
+    (``batch`` None) is already stored; it waits only so that acks keep channel order."""
 
     identity: bytes
     mapper: MapperId
     chan: int
-    batch: Batch
+    batch: Batch | None
 
 
 class NodeCore:
@@ -211,7 +215,10 @@ class NodeCore:
         self._clock = clock
         self._frame_bytes_max = frame_bytes_max
         self._expected: dict[MapperId, int] = {}
-        self._acks: dict[tuple[bytes, MapperId], int] = {}
+        # Channels owed a cumulative ack, and per mapper the last batch number processed
+        # (applied or backed up) in channel order: the only number an ack may carry.
+        self._acks: set[tuple[bytes, MapperId]] = set()
+        self._processed: dict[MapperId, int] = {}
         self._bad_frame_logged_at: dict[bytes, float] = {}
         self._error_log_window_start = 0.0
         self._error_logs_in_window = 0
@@ -332,12 +339,18 @@ class NodeCore:
         mapper = MapperId(header["mapper"])
         chan: int = header["chan"]
         # 1. Re-base.
-        expected = max(self._expected.get(mapper, 0), header["base"])
+        expected = self._expected.get(mapper, 0)
+        if header["base"] > expected:
+            expected = header["base"]
+            # Everything below base is resolved for the mapper; once nothing of this
+            # channel waits in the inbox, acks may say so.
+            if not any(p.mapper == mapper for p in self.inbox):
+                self._processed[mapper] = max(self._processed.get(mapper, 0), expected - 1)
         self._expected[mapper] = expected
-        # 2. A resend of something already accepted.
+        # 2. A resend of something already accepted: ack what is processed so far.
         if chan < expected:
             self.counters.batches_resent_to_us += 1
-            self._acks[(identity, mapper)] = expected - 1
+            self._acks.add((identity, mapper))
             return
         # 3. A gap.
         if chan > expected:
@@ -370,13 +383,21 @@ class NodeCore:
         self.inbox_peak = max(self.inbox_peak, len(self.inbox))
         self._expected[mapper] = chan + 1
 
-    def apply_inbox(self) -> None:
-        """7. Apply every accepted batch, then queue its cumulative ack."""
+    def apply_inbox(self, tuples_max: int = APPLY_TUPLES_PER_TURN) -> None:
+        """7. Apply accepted batches in order, about ``tuples_max`` tuples at most (so that
+        heartbeats and probes are never held up for long), and mark their channels for a
+        cumulative ack."""
         store = self.store
         counters = self.counters
-        while self.inbox:
+        budget = tuples_max
+        while self.inbox and budget > 0:
             pending = self.inbox.popleft()
+            self._processed[pending.mapper] = pending.chan
+            self._acks.add((pending.identity, pending.mapper))
             batch = pending.batch
+            if batch is None:
+                continue
+            budget -= len(batch)
             outcome = store.apply_batch(
                 pending.mapper, batch.slots, batch.seqs, batch.keys, batch.values, self._reduce_fn
             )
@@ -386,7 +407,6 @@ class NodeCore:
             if outcome.failed:
                 counters.tuples_failed += outcome.failed
                 self._log_reducer_failures(outcome.failed, outcome.failures)
-            self._acks[(pending.identity, pending.mapper)] = pending.chan
         self._flush_pending_emits()
 
     def send_acks(self) -> None:
@@ -394,7 +414,10 @@ class NodeCore:
         if not self._acks:
             return
         epoch = self.view.epoch
-        for (identity, mapper), through in self._acks.items():
+        for identity, mapper in self._acks:
+            through = self._processed.get(mapper, 0)
+            if not through:
+                continue
             self._send(
                 identity, encode(Kind.ACK, {"mapper": mapper, "through": through, "epoch": epoch})
             )
@@ -428,7 +451,8 @@ class NodeCore:
         self.backups.setdefault(primary, TupleBackup()).add(backed_up, replica.hwm)
         self.counters.backup_batches += 1
         self._expected[mapper] = chan + 1
-        self._acks[(identity, mapper)] = chan
+        # Acked in channel order, after any primary batch of this channel still queued.
+        self.inbox.append(_Pending(identity, mapper, chan, None))
 
     def _replica(self, primary: NodeId) -> PeerReplica:
         replica = self.replicas.get(primary)
@@ -684,6 +708,7 @@ class NodeCore:
         self.inbox.clear()
         self._expected.clear()
         self._acks.clear()
+        self._processed.clear()
         self._snapshot_jobs.clear()
         # 2.
         old = self.view.members[self.node_id]
@@ -969,11 +994,12 @@ async def _run(core: NodeCore, inbox: Any, spec: ClusterSpec, tick: Callable[[],
             core.send_acks()
             if core.has_background_work:
                 core.background_step()
-                wake.set()  # more chunks to send: do not sleep
             # Yield once per cycle even under constant load, so timers (checkpoints, rates,
-            # output flush) and signals run; then sleep until a message or a timer wakes us.
+            # heartbeats, probes) and signals run; then, unless batches or snapshot chunks
+            # are left over, sleep until a message or a timer wakes us.
             await asyncio.sleep(0)
-            await inbox.wait_readable(wake)
+            if not (core.has_background_work or core.inbox):
+                await inbox.wait_readable(wake)
     finally:
         for timer in timers:
             timer.cancel()

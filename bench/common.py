@@ -1,0 +1,199 @@
+"""What the recovery and checkpoint benchmarks share: the word stream and its oracle, a local
+cluster that is always stopped, the exact-count check, the machine and version record, and
+the median/min/max summary.
+
+A benchmark script runs as ``python bench/NAME.py`` from anywhere: importing this module puts
+the repository first on ``sys.path`` (so ``checkpoint`` is the package, not
+``bench/checkpoint.py``) and on the ``PYTHONPATH`` of the node processes (so they can import
+``examples.wordcount``).
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import gzip
+import os
+import platform
+import signal
+import statistics
+import sys
+import tempfile
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+if sys.path[0] != str(REPO):
+    sys.path.insert(0, str(REPO))
+os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+
+from bench.throughput import SHARED_TEXT, WORD, load_words  # noqa: E402 (needs the path above)
+
+RESULTS = REPO / "bench" / "results"
+JOB = "examples.wordcount:job"
+
+__all__ = [
+    "JOB",
+    "REPO",
+    "RESULTS",
+    "check_counts",
+    "corpus_words",
+    "dump_counts",
+    "load_words",
+    "local_cluster",
+    "machine",
+    "source",
+    "spread",
+    "stop_process",
+    "stream_counts",
+    "versions",
+]
+
+
+def corpus_words() -> list[str]:
+    """The books' words once through, in order: the same books and tokens as ``load_words``,
+    without its wrapping around to the first book."""
+    paths = sorted(SHARED_TEXT.glob("pg*.txt")) or sorted((REPO / "examples" / "data").glob("*.gz"))
+    words: list[str] = []
+    for path in paths:
+        opener: Any = gzip.open if path.suffix == ".gz" else open
+        with opener(path, "rt", encoding="utf-8", errors="replace") as text:
+            for line in text:
+                words.extend(WORD.findall(line.lower()))
+    return words
+
+
+def machine() -> dict[str, Any]:
+    """The machine the figures were taken on, with its load average (1, 5, 15 min) now."""
+    return {
+        "cpus": os.cpu_count(),
+        "platform": platform.platform(),
+        "loadavg": [round(x, 2) for x in os.getloadavg()],
+    }
+
+
+def source() -> dict[str, Any]:
+    """The commit the figures were taken at, and the files that differed from it then."""
+    import subprocess
+
+    def git(*args: str) -> str:
+        result = subprocess.run(
+            ["git", *args], cwd=REPO, capture_output=True, text=True, check=False
+        )
+        return result.stdout.strip()
+
+    return {
+        "commit": git("rev-parse", "HEAD"),
+        "uncommitted": git("status", "--porcelain", "--untracked-files=no").splitlines(),
+    }
+
+
+def versions() -> dict[str, str]:
+    """The versions that shape the figures."""
+    import matplotlib
+    import msgpack
+    import zmq
+
+    return {
+        "python": platform.python_version(),
+        "pyzmq": zmq.__version__,
+        "libzmq": zmq.zmq_version(),
+        "msgpack": ".".join(map(str, msgpack.version)),
+        "matplotlib": matplotlib.__version__,
+    }
+
+
+def spread(values: Sequence[float | None]) -> dict[str, float | int | None]:
+    """Median, min and max of the values that are not None, and how many there were."""
+    present = [v for v in values if v is not None]
+    if not present:
+        return {"median": None, "min": None, "max": None, "count": 0}
+    return {
+        "median": statistics.median(present),
+        "min": min(present),
+        "max": max(present),
+        "count": len(present),
+    }
+
+
+def stream_counts(words: Sequence[str], emitted: int) -> collections.Counter[str]:
+    """Plain Python's word count of the first ``emitted`` words of ``words`` repeated
+    end to end: exactly what a feeder cycling over ``words`` fed."""
+    full_passes, rest = divmod(emitted, len(words))
+    counts: collections.Counter[str] = collections.Counter()
+    if full_passes:
+        once = collections.Counter(words)
+        for word, count in once.items():
+            counts[word] = count * full_passes
+    counts.update(words[:rest])
+    return counts
+
+
+def dump_counts(addrs: Sequence[str]) -> dict[Any, int]:
+    """Every key's ``count``, dumped from each slot's primary in the live view of the nodes
+    at ``addrs`` (as ``smr dump`` does); AssertionError if a key is dumped twice."""
+    from smr.client import Client, cluster_view
+
+    client = Client()
+    counts: dict[Any, int] = {}
+    try:
+        view = cluster_view(client, addrs)
+        for member in view.owners():
+            for _slot, key, state in client.dump(member.addr):
+                assert key not in counts, f"key {key!r} dumped twice"
+                counts[key] = state["count"]
+    finally:
+        client.close()
+    return counts
+
+
+def check_counts(dumped: dict[Any, int], expected: dict[Any, int]) -> dict[str, Any]:
+    """Compare a dump with the oracle: ``exact`` and, if not, how and where they differ."""
+    missing = [k for k in expected if k not in dumped]
+    extra = [k for k in dumped if k not in expected]
+    wrong = [k for k in expected if k in dumped and dumped[k] != expected[k]]
+    return {
+        "exact": dumped == expected,
+        "keys_expected": len(expected),
+        "keys_dumped": len(dumped),
+        "keys_missing": len(missing),
+        "keys_extra": len(extra),
+        "keys_wrong": len(wrong),
+        "examples": [
+            {"key": k, "expected": expected.get(k), "dumped": dumped.get(k)}
+            for k in (missing + extra + wrong)[:5]
+        ],
+    }
+
+
+@contextlib.contextmanager
+def local_cluster(
+    nodes: int, replication: int, checkpoint_interval_ms: int = 1000
+) -> Iterator[tuple[Path, Any]]:
+    """A fresh local cluster of the word-count job in a temporary directory; yields its
+    directory and ``ClusterSpec``, and stops every node (``smr.cluster.down``) on the way out,
+    whatever happened."""
+    from smr.cluster import down, up
+
+    with tempfile.TemporaryDirectory(prefix="smr-bench-") as workdir:
+        cluster_dir = Path(workdir) / "cluster"
+        try:
+            spec = up(
+                cluster_dir, nodes, replication, JOB, checkpoint_interval_ms=checkpoint_interval_ms
+            )
+            yield cluster_dir, spec
+        finally:
+            if (cluster_dir / "cluster.json").exists():
+                down(cluster_dir, grace_s=3.0)
+
+
+def stop_process(process: Any, grace_s: float = 5.0) -> None:
+    """Stop a benchmark's helper process by its PID: wait ``grace_s``, then SIGKILL it."""
+    if process.pid is None:
+        return
+    process.join(grace_s)
+    if process.is_alive():
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(process.pid, signal.SIGKILL)
+        process.join(5.0)
