@@ -1,0 +1,465 @@
+"""Faults as data: typed faults with targets, start times and durations (STYLE item 6).
+
+A :class:`FaultSchedule` is a sorted list of faults. The simulator (``smr.sim``) plays one
+against many nodes in one process; the local process backend and the Docker backend can
+play the same values against real processes, since nothing here does I/O or knows how a
+fault is carried out: node ids are strings and times are milliseconds from the start of a
+run.
+
+The faults:
+
+- :class:`Kill` ``node`` at ``at_ms``: the process stops for good (SIGKILL); its sockets
+  close, so peers see the connection drop.
+- :class:`Pause` ``node`` from ``at_ms`` for ``duration_ms`` (SIGSTOP, then SIGCONT): it runs
+  nothing and sends nothing; what is sent to it waits in buffers and is read on resume.
+- :class:`Partition` between ``group_a`` and ``group_b`` from ``at_ms`` for
+  ``duration_ms``: messages between the groups do not arrive until it ends (a cut that does
+  not reset connections, so TCP delivers them late, in order); traffic inside each group and
+  to or from anyone outside both groups (mappers, other nodes) is unaffected.
+- :class:`Delay` of every message to or from ``node`` by ``extra_ms`` more, from ``at_ms``
+  for ``duration_ms`` (order on each connection is kept).
+
+Tolerance (DESIGN section 6, made precise for schedules): :func:`within_tolerance` accepts a
+schedule only if
+
+1. no more than ``r`` ring-adjacent nodes are ever *lost* (the ring order is the initial
+   one, circular, and a lost node never owns slots again, so the rule looks at the whole
+   run, not at one moment; it ignores the recoveries between failures, which makes it
+   conservative), and
+2. at least one node is never lost.
+
+A node counts as *lost* when it is killed, or when it may be declared dead: its watchers
+(its clockwise neighbours) may hear nothing from it for as long as the failure detector
+needs, so it is fenced and rejoins empty, owning nothing. :class:`Tolerance` says how long a
+*silence window* of a node may last without that: a pause of the node, a partition with the
+node on either side, and the onset of a delay of the node (``2 * extra_ms``, and as much
+added to any other window the delay overlaps) are silence windows; windows closer together
+than a heartbeat gap count as one. A partition whose window is too long makes every node of
+both groups lost: each side stops hearing the other, so nodes on both sides declare their
+neighbours across the cut dead, take them over and walk on to the next; on heal the dead
+marks win the merge and healthy nodes fence (a node cut off alone takes its predecessor
+with it; cut off long enough, it marks the whole ring dead). So a long partition is never
+within tolerance for ``r >= 1`` today (``tests/sim``: a node cut off past the timeout), and
+with ``r = 0`` (no failure detection) nothing may be lost at all.
+
+:func:`random_schedule` draws schedules from a seeded ``random.Random`` and keeps only faults
+that leave the schedule within tolerance, so every schedule it returns is one the ring must
+survive with no acked tuple lost.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final, TypeAlias
+
+from ring.ids import NodeId
+
+__all__ = [
+    "Delay",
+    "Fault",
+    "FaultSchedule",
+    "Kill",
+    "Partition",
+    "Pause",
+    "Tolerance",
+    "lost_nodes",
+    "random_schedule",
+    "within_tolerance",
+]
+
+
+def _check_time(name: str, value: int, minimum: int = 0) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise ValueError(f"{name} must be an int >= {minimum} (milliseconds), got {value!r}")
+
+
+@dataclass(frozen=True)
+class Kill:
+    """Kill ``node`` at ``at_ms``, for good."""
+
+    node: NodeId
+    at_ms: int
+
+    def __post_init__(self) -> None:
+        _check_time("at_ms", self.at_ms)
+
+    @property
+    def end_ms(self) -> int:
+        """When the fault stops acting: a kill is instant (its effect is permanent)."""
+        return self.at_ms
+
+    def describe(self) -> str:
+        """One line: when and what."""
+        return f"{self.at_ms:>7} ms  kill {self.node}"
+
+
+@dataclass(frozen=True)
+class Pause:
+    """Pause ``node`` from ``at_ms`` for ``duration_ms`` (SIGSTOP, then SIGCONT)."""
+
+    node: NodeId
+    at_ms: int
+    duration_ms: int
+
+    def __post_init__(self) -> None:
+        _check_time("at_ms", self.at_ms)
+        _check_time("duration_ms", self.duration_ms, 1)
+
+    @property
+    def end_ms(self) -> int:
+        """When the node resumes."""
+        return self.at_ms + self.duration_ms
+
+    def describe(self) -> str:
+        """One line: when and what."""
+        return f"{self.at_ms:>7} ms  pause {self.node} for {self.duration_ms} ms"
+
+
+@dataclass(frozen=True)
+class Partition:
+    """Cut ``group_a`` off from ``group_b`` from ``at_ms`` for ``duration_ms``.
+
+    Guarantees: both groups are non-empty, disjoint and sorted (so equal partitions compare
+    equal whatever order their members were given in).
+    """
+
+    group_a: tuple[NodeId, ...]
+    group_b: tuple[NodeId, ...]
+    at_ms: int
+    duration_ms: int
+
+    def __post_init__(self) -> None:
+        _check_time("at_ms", self.at_ms)
+        _check_time("duration_ms", self.duration_ms, 1)
+        if not self.group_a or not self.group_b:
+            raise ValueError(f"both groups of a partition must be non-empty: {self!r}")
+        if set(self.group_a) & set(self.group_b):
+            shared = sorted(set(self.group_a) & set(self.group_b))
+            raise ValueError(f"partition groups must be disjoint; both hold {shared}")
+        object.__setattr__(self, "group_a", tuple(sorted(self.group_a)))
+        object.__setattr__(self, "group_b", tuple(sorted(self.group_b)))
+
+    @property
+    def end_ms(self) -> int:
+        """When the groups hear each other again."""
+        return self.at_ms + self.duration_ms
+
+    def separates(self, a: str, b: str) -> bool:
+        """Whether a message between ``a`` and ``b`` crosses the cut."""
+        return (a in self.group_a and b in self.group_b) or (
+            a in self.group_b and b in self.group_a
+        )
+
+    def describe(self) -> str:
+        """One line: when and what."""
+        return (
+            f"{self.at_ms:>7} ms  partition [{' '.join(self.group_a)}] | "
+            f"[{' '.join(self.group_b)}] for {self.duration_ms} ms"
+        )
+
+
+@dataclass(frozen=True)
+class Delay:
+    """Delay every message to or from ``node`` by ``extra_ms`` more, from ``at_ms`` for
+    ``duration_ms``; order on each connection is kept."""
+
+    node: NodeId
+    at_ms: int
+    duration_ms: int
+    extra_ms: int
+
+    def __post_init__(self) -> None:
+        _check_time("at_ms", self.at_ms)
+        _check_time("duration_ms", self.duration_ms, 1)
+        _check_time("extra_ms", self.extra_ms, 1)
+
+    @property
+    def end_ms(self) -> int:
+        """When messages stop being delayed (those already delayed still arrive late)."""
+        return self.at_ms + self.duration_ms
+
+    def describe(self) -> str:
+        """One line: when and what."""
+        return (
+            f"{self.at_ms:>7} ms  delay {self.node} by {self.extra_ms} ms for {self.duration_ms} ms"
+        )
+
+
+Fault: TypeAlias = Kill | Pause | Partition | Delay
+"""Any one fault."""
+
+_KIND_NAMES: Final[dict[type[Any], str]] = {
+    Kill: "kill",
+    Pause: "pause",
+    Partition: "partition",
+    Delay: "delay",
+}
+
+
+def _order(fault: Fault) -> tuple[int, str, str]:
+    # Start time, then kind, then text: a total order that needs no hashing of str.
+    return fault.at_ms, _KIND_NAMES[type(fault)], fault.describe()
+
+
+@dataclass(frozen=True)
+class FaultSchedule:
+    """Faults sorted by start time (then kind and target, so the order is total).
+
+    Guarantees: ``faults`` is sorted; equal schedules compare equal; ``describe()`` prints
+    one line per fault, enough to rebuild the schedule by hand.
+    """
+
+    faults: tuple[Fault, ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        for fault in self.faults:
+            if type(fault) not in _KIND_NAMES:
+                raise TypeError(f"a FaultSchedule holds faults, got {type(fault).__name__}")
+        object.__setattr__(self, "faults", tuple(sorted(self.faults, key=_order)))
+
+    def __iter__(self) -> Iterator[Fault]:
+        return iter(self.faults)
+
+    def __len__(self) -> int:
+        return len(self.faults)
+
+    def with_fault(self, fault: Fault) -> FaultSchedule:
+        """This schedule with ``fault`` added."""
+        return FaultSchedule((*self.faults, fault))
+
+    @property
+    def end_ms(self) -> int:
+        """When the last fault stops acting (0 for an empty schedule)."""
+        return max((fault.end_ms for fault in self.faults), default=0)
+
+    def describe(self) -> str:
+        """The schedule as text, one fault per line."""
+        if not self.faults:
+            return "fault schedule: no faults"
+        lines = [f"fault schedule ({len(self.faults)} faults):"]
+        lines.extend(f"  {fault.describe()}" for fault in self.faults)
+        return "\n".join(lines)
+
+    def to_wire(self) -> list[dict[str, Any]]:
+        """A JSON-ready list, one map per fault with its ``kind``."""
+        wire: list[dict[str, Any]] = []
+        for fault in self.faults:
+            item: dict[str, Any] = {"kind": _KIND_NAMES[type(fault)]}
+            for name, value in vars(fault).items():
+                item[name] = list(value) if isinstance(value, tuple) else value
+            wire.append(item)
+        return wire
+
+    @classmethod
+    def from_wire(cls, wire: Iterable[dict[str, Any]]) -> FaultSchedule:
+        """Parse ``to_wire``'s output; ``ValueError`` saying which item is wrong."""
+        faults: list[Fault] = []
+        kinds = {name: kind for kind, name in _KIND_NAMES.items()}
+        for index, item in enumerate(wire):
+            try:
+                fields = dict(item)
+                kind = kinds[fields.pop("kind")]
+                for name in ("group_a", "group_b"):
+                    if name in fields:
+                        fields[name] = tuple(NodeId(node) for node in fields[name])
+                faults.append(kind(**fields))
+            except (KeyError, TypeError, ValueError) as error:
+                raise ValueError(f"fault {index} ({item!r}) is malformed: {error}") from None
+        return cls(tuple(faults))
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """The failure detector's timings, in milliseconds, and what they let through.
+
+    The defaults are DESIGN's (``smr.node.NodeSettings``) with the node's 50 ms timer tick.
+    A watcher declares a node dead only after hearing nothing from it for at least
+    ``failure_timeout_ms + probe_timeout_ms``; a node sends a heartbeat to its watchers
+    every ``heartbeat_interval_ms`` (on a tick, so up to one tick late).
+    """
+
+    failure_timeout_ms: int = 500
+    probe_timeout_ms: int = 200
+    heartbeat_interval_ms: int = 100
+    tick_ms: int = 50
+
+    @property
+    def heartbeat_gap_ms(self) -> int:
+        """The longest silence between two heartbeats of a healthy node, plus a tick of
+        slack for the network."""
+        return self.heartbeat_interval_ms + 2 * self.tick_ms
+
+    @property
+    def silence_safe_ms(self) -> int:
+        """The longest silence window that cannot get a node declared dead, with margin:
+        the watcher's silence is the window plus one heartbeat gap, and it must stay below
+        the failure timeout alone (not even a probe is then sent)."""
+        return self.failure_timeout_ms - self.heartbeat_gap_ms
+
+    @property
+    def silence_lost_ms(self) -> int:
+        """A silence window at least this long gets the node declared dead for sure (with
+        a healthy watcher): the failure timeout, the probe timeout and two ticks."""
+        return self.failure_timeout_ms + self.probe_timeout_ms + 2 * self.tick_ms
+
+
+def _silence_windows(
+    schedule: FaultSchedule, node: str, tolerance: Tolerance
+) -> list[tuple[int, int]]:
+    """The merged silence windows ``(start_ms, end_ms)`` of ``node`` (see the module doc)."""
+    windows: list[tuple[int, int]] = []
+    delays: list[Delay] = []
+    for fault in schedule:
+        pause = isinstance(fault, Pause) and fault.node == node
+        cut = isinstance(fault, Partition) and (node in fault.group_a or node in fault.group_b)
+        if pause or cut:
+            windows.append((fault.at_ms, fault.end_ms))
+        elif isinstance(fault, Delay) and fault.node == node:
+            delays.append(fault)
+            windows.append((fault.at_ms, fault.at_ms + 2 * fault.extra_ms))
+    # A delay lengthens every window it overlaps by the round trip it adds.
+    stretched = []
+    for start, end in windows:
+        extra = sum(2 * d.extra_ms for d in delays if d.at_ms <= end and start <= d.end_ms)
+        stretched.append((start, end + extra))
+    merged: list[tuple[int, int]] = []
+    for start, end in sorted(stretched):
+        if merged and start - merged[-1][1] < tolerance.heartbeat_gap_ms:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    return merged
+
+
+def lost_nodes(
+    schedule: FaultSchedule, nodes: Sequence[NodeId], tolerance: Tolerance = Tolerance()
+) -> list[NodeId]:
+    """The nodes the schedule may lose (module doc), in the order of ``nodes``.
+
+    Guarantees: a superset of the nodes that can end up killed or fenced, for any timing of
+    the failure detector within ``tolerance``.
+    """
+    lost: set[str] = set()
+    for fault in schedule:
+        if isinstance(fault, Kill):
+            lost.add(fault.node)
+        elif isinstance(fault, Partition) and fault.duration_ms > tolerance.silence_safe_ms:
+            lost.update(fault.group_a)
+            lost.update(fault.group_b)
+    for node in nodes:
+        windows = _silence_windows(schedule, node, tolerance)
+        if any(end - start > tolerance.silence_safe_ms for start, end in windows):
+            lost.add(node)
+    return [node for node in nodes if node in lost]
+
+
+def within_tolerance(
+    schedule: FaultSchedule,
+    nodes: Sequence[NodeId],
+    replication: int,
+    tolerance: Tolerance = Tolerance(),
+) -> str | None:
+    """None if ``schedule`` is within tolerance for a ring of ``nodes`` (in ring order) with
+    replication ``replication``; otherwise why not, in words.
+
+    Also refuses faults that name a node not in ``nodes``.
+    """
+    known = set(nodes)
+    for fault in schedule:
+        targets = (
+            (*fault.group_a, *fault.group_b) if isinstance(fault, Partition) else (fault.node,)
+        )
+        unknown = sorted(set(targets) - known)
+        if unknown:
+            return f"{fault.describe().strip()} names nodes not in the ring: {unknown}"
+    lost = set(lost_nodes(schedule, nodes, tolerance))
+    if len(lost) >= len(nodes):
+        return f"every node may be lost: {sorted(lost)}"
+    # The longest run of lost nodes in ring order, wrapping (at least one node is not lost,
+    # so starting just after a node that is not lost covers every run).
+    count = len(nodes)
+    start = next(i for i in range(count) if nodes[i] not in lost) + 1
+    run: list[str] = []
+    longest: list[str] = []
+    for offset in range(count):
+        node = nodes[(start + offset) % count]
+        if node in lost:
+            run.append(node)
+            if len(run) > len(longest):
+                longest = list(run)
+        else:
+            run = []
+    if len(longest) > replication:
+        return (
+            f"{len(longest)} ring-adjacent nodes may be lost ({' '.join(longest)}), more "
+            f"than the replication factor r={replication} tolerates"
+        )
+    return None
+
+
+def random_schedule(
+    rng: random.Random,
+    nodes: Sequence[NodeId],
+    replication: int,
+    duration_ms: int,
+    tolerance: Tolerance = Tolerance(),
+    faults_max: int = 3,
+) -> FaultSchedule:
+    """A seeded random schedule of up to ``faults_max`` faults starting in the first 90% of
+    ``duration_ms``, on a ring of ``nodes`` (in ring order).
+
+    Guarantees: pure (the same ``rng`` state gives the same schedule); the result is within
+    tolerance (:func:`within_tolerance` returns None for it). Each fault drawn is kept only
+    if the schedule stays within tolerance; a fault that does not fit is drawn again a few
+    times, then skipped, so a schedule may hold fewer faults than ``faults_max``.
+
+    The faults drawn: kills; pauses either short (below ``tolerance.silence_safe_ms``: the
+    node must not be declared dead) or long (past ``tolerance.silence_lost_ms``: it is
+    declared dead, fenced and rejoins empty); short partitions between a random group and
+    the rest, or two random groups; delays of up to a quarter of the safe silence.
+    """
+    if duration_ms < 10:
+        raise ValueError(f"duration_ms must be at least 10, got {duration_ms}")
+    if not nodes:
+        raise ValueError("a schedule needs at least one node")
+    safe_ms = tolerance.silence_safe_ms
+    schedule = FaultSchedule()
+    count = rng.randint(0, faults_max)
+    for _ in range(count):
+        for _attempt in range(8):
+            fault = _random_fault(rng, nodes, duration_ms, tolerance, safe_ms)
+            candidate = schedule.with_fault(fault)
+            if within_tolerance(candidate, nodes, replication, tolerance) is None:
+                schedule = candidate
+                break
+    return schedule
+
+
+def _random_fault(
+    rng: random.Random,
+    nodes: Sequence[NodeId],
+    duration_ms: int,
+    tolerance: Tolerance,
+    safe_ms: int,
+) -> Fault:
+    at_ms = rng.randint(0, duration_ms * 9 // 10)
+    node = rng.choice(nodes)
+    kind = rng.choices(("kill", "pause", "partition", "delay"), weights=(3, 3, 2, 2))[0]
+    if kind == "kill":
+        return Kill(node, at_ms)
+    if kind == "pause":
+        if rng.random() < 0.5:
+            return Pause(node, at_ms, rng.randint(5, safe_ms))
+        lost_ms = tolerance.silence_lost_ms
+        return Pause(node, at_ms, rng.randint(lost_ms + 100, lost_ms + 2000))
+    if kind == "partition" and len(nodes) >= 2:
+        shuffled = list(nodes)
+        rng.shuffle(shuffled)
+        cut = rng.randint(1, len(shuffled) - 1)
+        group_a, rest = shuffled[:cut], shuffled[cut:]
+        group_b = rest if rng.random() < 0.7 else rest[: rng.randint(1, len(rest))]
+        return Partition(tuple(group_a), tuple(group_b), at_ms, rng.randint(5, safe_ms))
+    extra_ms = rng.randint(1, max(1, safe_ms // 4))
+    return Delay(node, at_ms, rng.randint(20, 1000), extra_ms)

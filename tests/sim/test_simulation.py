@@ -1,0 +1,253 @@
+"""The deterministic simulation (``smr.sim``): real NodeCores and Emitters in virtual time
+under fault schedules, checked against plain Python word counts after every run.
+
+A failing run raises ``SimulationFailure`` whose message starts with ``seed=<seed>`` and
+holds the schedule and the command that replays it. The longer sweep runs outside pytest:
+``python -m smr.sim --seeds 2000 --jobs 2``.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from ring.ids import NodeId
+from ring.view import Status
+from smr.faults import Fault, FaultSchedule, Kill, Partition, Pause
+from smr.protocol import Kind, decode
+from smr.sim import (
+    NetworkSettings,
+    SimConfig,
+    SimResult,
+    Simulation,
+    SimulationFailure,
+    SweepOptions,
+    run_seed,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+
+# The default run: this many seeds of SimConfig.from_seed (3-6 nodes, r in 0-2, slot_bits
+# 6-10, 1000-3000 tuples, up to 3 faults within tolerance). With the bigger rings below,
+# the whole file takes about 30 s on this 2-core machine.
+SWEEP_SEEDS = 200
+# Seeds that fail because of a known bug not fixed yet: seed -> reason (none today).
+KNOWN_FAILING: dict[int, str] = {}
+# And this many more of bigger rings (4-8 nodes, r in 1-3, up to 5 faults).
+BIG_SWEEP_SEEDS = 100
+BIG = SweepOptions(nodes=(4, 8), replication=(1, 3), faults_max=5)
+
+
+def n(name: str) -> NodeId:
+    return NodeId(name)
+
+
+def scenario(*faults: Fault, seed: int = 11, **settings: object) -> tuple[Simulation, SimResult]:
+    """Run 5 nodes (r=1, 256 slots, 2000 tuples fed over about 800 ms) under ``faults``;
+    ``settings`` replace those or any other field of ``SimConfig``."""
+    config = SimConfig(nodes=5, replication=1, slot_bits=8)
+    simulation = Simulation(seed, config=config, schedule=FaultSchedule(faults), **settings)  # type: ignore[arg-type]
+    return simulation, simulation.run()
+
+
+def total(result: SimResult, counter: str) -> int:
+    return sum(counters[counter] for counters in result.counters.values())
+
+
+def owners(simulation: Simulation) -> list[str]:
+    view = next(iter(simulation.live_cores().values())).view
+    return [member.node_id for member in view.owners()]
+
+
+@pytest.mark.parametrize(
+    "seed",
+    [
+        pytest.param(seed, marks=pytest.mark.xfail(strict=True, reason=KNOWN_FAILING[seed]))
+        if seed in KNOWN_FAILING
+        else seed
+        for seed in range(SWEEP_SEEDS)
+    ],
+)
+def test_random_schedules_within_tolerance_lose_no_acked_tuple(seed: int) -> None:
+    run_seed(seed)
+
+
+@pytest.mark.parametrize("seed", range(10_000, 10_000 + BIG_SWEEP_SEEDS))
+def test_bigger_rings_under_more_faults_lose_no_acked_tuple(seed: int) -> None:
+    run_seed(seed, BIG)
+
+
+def test_a_failing_run_names_its_seed_and_schedule() -> None:
+    # Beyond tolerance on purpose (two adjacent kills with r=1): the run must fail, and say
+    # how to replay it.
+    schedule = FaultSchedule((Kill(n("n1"), 300), Kill(n("n2"), 300)))
+    with pytest.raises(SimulationFailure) as failure:
+        Simulation(5, nodes=5, replication=1, schedule=schedule).run()
+    message = str(failure.value)
+    assert message.startswith("seed=5 ")
+    assert "beyond tolerance" in message
+    assert schedule.describe() in message
+
+
+def test_the_same_seed_gives_the_same_run_twice() -> None:
+    first, second = run_seed(42), run_seed(42)
+    assert first.fingerprint() == second.fingerprint()
+    assert first.counters == second.counters and first.view == second.view
+
+
+def test_a_run_does_not_depend_on_the_string_hash_seed() -> None:
+    # Two mappers feeding 4-8 nodes: the nodes' sets of channels then hold several entries.
+    code = (
+        "from smr.sim import run_seed, SweepOptions; "
+        "print(run_seed(42, SweepOptions(nodes=(4, 8), mappers=(2, 2))).fingerprint())"
+    )
+    prints = set()
+    for hash_seed in ("1", "2"):
+        env = {**os.environ, "PYTHONHASHSEED": hash_seed}
+        completed = subprocess.run(
+            [sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True
+        )
+        assert completed.returncode == 0, completed.stderr
+        prints.add(completed.stdout.strip())
+    assert prints == {run_seed(42, SweepOptions(nodes=(4, 8), mappers=(2, 2))).fingerprint()}
+
+
+def test_one_node_killed_mid_feed_loses_nothing() -> None:
+    simulation, result = scenario(Kill(n("n2"), 400))
+    assert total(result, "takeovers") == 1
+    assert "n2" not in owners(simulation)
+
+
+def test_two_non_adjacent_nodes_killed_at_once_with_r1_lose_nothing() -> None:
+    simulation, result = scenario(Kill(n("n1"), 400), Kill(n("n3"), 400))
+    assert total(result, "takeovers") == 2
+    assert owners(simulation) == ["n0", "n2", "n4"]
+
+
+def test_two_adjacent_nodes_killed_at_once_with_r2_lose_nothing() -> None:
+    simulation, result = scenario(Kill(n("n1"), 400), Kill(n("n2"), 400), replication=2)
+    # n3 takes over both, nearest first: n2, then n1 (it backs up both with r=2).
+    assert result.counters["n3"]["takeovers"] == 2
+    assert owners(simulation) == ["n0", "n3", "n4"]
+
+
+def test_a_node_paused_past_the_timeout_is_fenced_and_rejoins_empty() -> None:
+    simulation, result = scenario(Pause(n("n2"), 300, 1500))
+    paused = simulation.live_cores()[n("n2")]
+    assert result.counters["n2"]["fenced"] == 1
+    assert paused.incarnation == 2
+    assert paused.view.members[n("n2")].status is Status.STANDBY
+    assert paused.ring.range_of(n("n2")) is None
+    assert paused.store.key_count() == 0
+    assert total(result, "takeovers") == 1
+    assert "n2" not in owners(simulation)
+
+
+def test_a_short_pause_under_the_timeout_causes_no_takeover() -> None:
+    simulation, result = scenario(Pause(n("n2"), 300, 250))
+    assert total(result, "takeovers") == 0
+    assert total(result, "fenced") == 0
+    assert owners(simulation) == ["n0", "n1", "n2", "n3", "n4"]
+
+
+def test_a_short_partition_causes_no_takeover_and_loses_nothing() -> None:
+    cut = Partition((n("n1"), n("n2")), (n("n0"), n("n3"), n("n4")), 300, 250)
+    simulation, result = scenario(cut)
+    assert result.network["held_by_partition"] > 0
+    assert total(result, "takeovers") == 0
+    assert owners(simulation) == ["n0", "n1", "n2", "n3", "n4"]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=SimulationFailure,
+    reason="design bug: the cut-off node declares its own predecessor dead and takes it over; "
+    "on heal that dead mark wins the merge, the healthy predecessor fences, and its range "
+    "falls back to a node holding no copy (acked tuples lost). See smr.faults: long "
+    "partitions are counted beyond tolerance until this is fixed.",
+)
+def test_a_node_cut_off_past_the_timeout_is_fenced_and_nothing_is_lost() -> None:
+    cut = Partition((n("n2"),), (n("n0"), n("n1"), n("n3"), n("n4")), 500, 800)
+    _, result = scenario(cut, seed=7, check_tolerance=False, tuples_per_mapper=3000)
+    assert result.counters["n2"]["fenced"] == 1
+    assert total(result, "fenced") == 1
+
+
+def test_a_node_paused_soon_after_start_is_declared_dead_despite_the_first_contact_grace() -> None:
+    # The grace is for nodes never heard from; these all were, within milliseconds.
+    _, result = scenario(Pause(n("n2"), 300, 2500), first_contact_grace_ms=5000)
+    assert result.counters["n2"]["fenced"] == 1
+
+
+def test_faults_as_data_drive_a_run_exactly() -> None:
+    # The schedule a seed draws is part of its result: replaying it as data gives the same run.
+    drawn = run_seed(3)
+    config = SimConfig.from_seed(3)
+    replayed = Simulation(3, config=config, schedule=drawn.schedule).run()
+    assert replayed.fingerprint() == drawn.fingerprint()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=SimulationFailure,
+    reason="robustness gap: a lost SNAPSHOT_END (or BEGIN, or REQUEST) is never asked for "
+    "again, so the secondary's replica stays incomplete for good (the real transport loses "
+    "peer messages at its high-water mark or when a connection breaks)",
+)
+def test_a_lost_snapshot_end_is_recovered_and_the_replica_completes() -> None:
+    lost = []
+
+    def lose_first_snapshot_end(src: str, dst: str, frames: Sequence[bytes]) -> bool:
+        if (src, dst) == ("n1", "n2") and not lost and decode(frames).kind is Kind.SNAPSHOT_END:
+            lost.append(frames)
+            return True
+        return False
+
+    scenario(lose=lose_first_snapshot_end, heal_limit_ms=5000)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=SimulationFailure,
+    reason="bug: snapshot chunks are not numbered and a chunk the peer link refuses at its "
+    "queue bound (ZeroMQ's high-water mark) is only counted: the secondary completes the "
+    "snapshot without it, and a takeover from that replica loses the missing slots",
+)
+def test_a_snapshot_larger_than_the_peer_queue_bound_arrives_whole() -> None:
+    scenario(
+        Kill(n("n1"), 600),
+        seed=3,
+        nodes=4,
+        slot_bits=10,
+        snapshot_chunk_keys=1,
+        vocabulary=2000,
+        tuples_per_mapper=6000,
+        feed_chunk=200,
+        network=NetworkSettings(link_messages_max=50),
+    )
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=SimulationFailure,
+    reason="bug: view repair is one-way: a node that missed the gossip of a takeover answers "
+    "heartbeats carrying a newer epoch with its own older view, and the newer node replies "
+    "nothing, so the stale node refuses the moved range with NOT_OWNER for good and the "
+    "emitter re-routes to it forever (its give-up timer is reset by every NOT_OWNER)",
+)
+def test_a_node_that_missed_a_view_change_catches_up() -> None:
+    def lose_gossip_to_n2(src: str, dst: str, frames: Sequence[bytes]) -> bool:
+        return (src, dst) == ("n1", "n2") and decode(frames).kind is Kind.GOSSIP
+
+    scenario(
+        Kill(n("n0"), 300),
+        nodes=3,
+        lose=lose_gossip_to_n2,
+        feed_limit_ms=3_000,
+        heal_limit_ms=5_000,
+    )
