@@ -81,6 +81,8 @@ INBOX_BATCHES_MAX: Final = 256
 # Tuples applied per event-loop turn before timers get a chance to run: about 20-40 ms of
 # work, well under the heartbeat interval, so a busy node never looks dead to its watchers.
 APPLY_TUPLES_PER_TURN: Final = 20_000
+# A replica still incomplete after this long asks its primary for a snapshot again.
+SNAPSHOT_RETRY_S: Final = 2.0
 # How often timers run: rates, output flush, checkpoint due-checks.
 TICK_MS: Final = 100
 # A dump page holds at most this many keys, so one reply stays well under the frame cap.
@@ -204,6 +206,7 @@ class NodeCore:
         )
         self.predecessors: tuple[NodeId, ...] = ()
         self._last_heartbeat = -1e9
+        self._snapshot_asked_at: dict[NodeId, float] = {}
         self._probe_ids = 0
         # One record per takeover, for `status` and the recovery benchmark (bounded).
         self.takeover_records: deque[dict[str, Any]] = deque(maxlen=64)
@@ -505,8 +508,14 @@ class NodeCore:
             view = View.from_wire(unpack_body(message.body))
         except ValueError as error:
             raise FrameError(f"malformed view in gossip: {error}") from None
-        self.detector.heard(NodeId(message.header["from"]), self._clock())
+        sender = NodeId(message.header["from"])
+        self.detector.heard(sender, self._clock())
         self.merge_view(view)
+        # Repair both ways: a sender whose view is older than ours gets ours back. Merges
+        # only grow the epoch, so this stops as soon as both hold the same view.
+        if self.view.epoch > view.epoch and sender in self.view.members:
+            body = pack_body(self.view.to_wire())
+            self._peer_send(sender, Kind.GOSSIP, {"epoch": self.view.epoch}, body)
 
     def _on_probe(self, identity: bytes, message: Message) -> None:
         sender = NodeId(message.header["from"])
@@ -546,6 +555,7 @@ class NodeCore:
         if sender is not None and sender in self.predecessors:
             replica = self.replicas.setdefault(sender, PeerReplica())
             replica.begin_snapshot(message.header["as_of"])
+            self._snapshot_asked_at[sender] = self._clock()
 
     def _on_snapshot_chunk(self, identity: bytes, message: Message) -> None:
         sender = self._from_live_peer(message)
@@ -557,6 +567,9 @@ class NodeCore:
         except DeltaError as error:
             raise FrameError(f"snapshot chunk from {sender}: {error}") from None
         replica.apply_snapshot_chunk(chunk)
+        if sender is not None:
+            # A snapshot still arriving is not lost: put off asking again.
+            self._snapshot_asked_at[sender] = self._clock()
 
     def _on_snapshot_end(self, identity: bytes, message: Message) -> None:
         sender = self._from_live_peer(message)
@@ -625,6 +638,17 @@ class NodeCore:
                     del self._snapshot_jobs[node]
 
     # -- failure detection, takeover, fencing ----------------------------------------------
+
+    def _rerequest_snapshots(self, now: float) -> None:
+        """Ask again for a snapshot a replica still lacks (its request, begin or end may have
+        been lost with a broken connection) once ``SNAPSHOT_RETRY_S`` passed without a
+        request or any part of a snapshot from that primary."""
+        for node, replica in self.replicas.items():
+            if replica.is_complete and not replica.needs_snapshot:
+                continue
+            if now - self._snapshot_asked_at.get(node, -1e9) >= SNAPSHOT_RETRY_S:
+                self._snapshot_asked_at[node] = now
+                self._peer_send(node, Kind.SNAPSHOT_REQUEST, {})
 
     def suspect(self, node: NodeId) -> None:
         """``node``'s connection dropped: probe it now instead of after the silence timeout."""
@@ -867,6 +891,7 @@ class NodeCore:
                 self._peer_send(secondary, Kind.HEARTBEAT, {"epoch": self.view.epoch})
         # 2.
         if self.replication > 0:
+            self._rerequest_snapshots(now)
             verdict = self.detector.judge(self.predecessors, now)
             if verdict is not None:
                 action, node = verdict

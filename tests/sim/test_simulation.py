@@ -192,13 +192,6 @@ def test_faults_as_data_drive_a_run_exactly() -> None:
     assert replayed.fingerprint() == drawn.fingerprint()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=SimulationFailure,
-    reason="robustness gap: a lost SNAPSHOT_END (or BEGIN, or REQUEST) is never asked for "
-    "again, so the secondary's replica stays incomplete for good (the real transport loses "
-    "peer messages at its high-water mark or when a connection breaks)",
-)
 def test_a_lost_snapshot_end_is_recovered_and_the_replica_completes() -> None:
     lost = []
 
