@@ -466,10 +466,13 @@ class NodeCore:
 
     def _peer_send(
         self, node: NodeId, kind: Kind, header: dict[str, Any], body: bytes = b""
-    ) -> None:
+    ) -> bool:
+        """Send a peer message; False (and counted) if the link refused it (queue full)."""
         frames = encode(kind, {"from": self.node_id, "inc": self.incarnation, **header}, body)
         if not self._send_to_peer(node, frames):
             self.counters.peer_messages_dropped += 1
+            return False
+        return True
 
     def _gossip(self) -> None:
         """Send this node's view to every other live member."""
@@ -594,9 +597,15 @@ class NodeCore:
            vectors of whole slots, read when the chunk is sent; checkpoints keep flowing in
            between, on the same ordered channel, and the secondary applies them on top.
         3. SNAPSHOT_END.
+
+        A part the peer link refuses (its queue is full) is sent again on a later step, read
+        afresh, never skipped: the secondary must not complete a snapshot with a hole.
         """
         # 1.
-        self._peer_send(secondary, Kind.SNAPSHOT_BEGIN, {"as_of": self.checkpoint_number})
+        while not self._peer_send(
+            secondary, Kind.SNAPSHOT_BEGIN, {"as_of": self.checkpoint_number}
+        ):
+            yield
         yield
         # 2.
         roles = self.roles
@@ -607,19 +616,22 @@ class NodeCore:
             chunk.append(slot)
             keys += sum(1 for _ in self.store.items([slot]))
             if keys >= self.settings.snapshot_chunk_keys:
-                self._send_chunk(secondary, chunk)
+                while not self._send_chunk(secondary, chunk):
+                    yield
                 chunk, keys = [], 0
                 yield
         if chunk:
-            self._send_chunk(secondary, chunk)
+            while not self._send_chunk(secondary, chunk):
+                yield
         # 3.
-        self._peer_send(secondary, Kind.SNAPSHOT_END, {})
+        while not self._peer_send(secondary, Kind.SNAPSHOT_END, {}):
+            yield
         self.counters.snapshots_sent += 1
 
-    def _send_chunk(self, secondary: NodeId, slots: list[Slot]) -> None:
+    def _send_chunk(self, secondary: NodeId, slots: list[Slot]) -> bool:
         roles = self.roles
         current = [s for s in slots if roles[s] == Role.PRIMARY]
-        self._peer_send(
+        return self._peer_send(
             secondary, Kind.SNAPSHOT_CHUNK, {}, encode_delta(self.store.snapshot(current))
         )
 

@@ -204,13 +204,6 @@ def test_a_lost_snapshot_end_is_recovered_and_the_replica_completes() -> None:
     scenario(lose=lose_first_snapshot_end, heal_limit_ms=5000)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=SimulationFailure,
-    reason="bug: snapshot chunks are not numbered and a chunk the peer link refuses at its "
-    "queue bound (ZeroMQ's high-water mark) is only counted: the secondary completes the "
-    "snapshot without it, and a takeover from that replica loses the missing slots",
-)
 def test_a_snapshot_larger_than_the_peer_queue_bound_arrives_whole() -> None:
     scenario(
         Kill(n("n1"), 600),
