@@ -15,6 +15,7 @@ import contextlib
 import gzip
 import os
 import platform
+import re
 import signal
 import statistics
 import sys
@@ -28,9 +29,9 @@ if sys.path[0] != str(REPO):
     sys.path.insert(0, str(REPO))
 os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
 
-from bench.throughput import SHARED_TEXT, WORD, load_words  # noqa: E402 (needs the path above)
-
 RESULTS = REPO / "bench" / "results"
+SHARED_TEXT = REPO.parent / "shared" / "data" / "text"
+WORD = re.compile(r"[a-z0-9']+")
 JOB = "examples.wordcount:job"
 
 __all__ = [
@@ -51,16 +52,33 @@ __all__ = [
 ]
 
 
-def corpus_words() -> list[str]:
-    """The books' words once through, in order: the same books and tokens as ``load_words``,
-    without its wrapping around to the first book."""
+def book_words() -> Iterator[str]:
+    """The books' words once through, in order: the shared books when present, else the
+    shipped ones, tokenised as the word-count job does."""
     paths = sorted(SHARED_TEXT.glob("pg*.txt")) or sorted((REPO / "examples" / "data").glob("*.gz"))
-    words: list[str] = []
     for path in paths:
         opener: Any = gzip.open if path.suffix == ".gz" else open
         with opener(path, "rt", encoding="utf-8", errors="replace") as text:
             for line in text:
-                words.extend(WORD.findall(line.lower()))
+                yield from WORD.findall(line.lower())
+
+
+def corpus_words() -> list[str]:
+    """The books' words once through (``book_words`` as a list)."""
+    return list(book_words())
+
+
+def load_words(limit: int) -> list[str]:
+    """``limit`` words of real text: the books' words, wrapping around as often as needed."""
+    words: list[str] = []
+    while len(words) < limit:
+        before = len(words)
+        for word in book_words():
+            words.append(word)
+            if len(words) >= limit:
+                return words
+        if len(words) == before:
+            raise RuntimeError("no book text found to benchmark with")
     return words
 
 

@@ -17,7 +17,6 @@ import argparse
 import json
 import multiprocessing
 import os
-import platform
 import sys
 import tempfile
 import time
@@ -27,7 +26,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.throughput import RESULTS, load_words, versions  # noqa: E402
+from bench.common import RESULTS, load_words, machine, versions  # noqa: E402
 
 
 def _feeder(
@@ -103,12 +102,7 @@ def main() -> None:
     report = {
         "benchmark": "soak",
         "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "machine": {
-            "cpus": os.cpu_count(),
-            "platform": platform.platform(),
-            "loadavg_before": load_before,
-            "loadavg_after": os.getloadavg(),
-        },
+        "machine": {**machine(), "loadavg_before": load_before},
         "versions": versions(),
         "seconds": args.seconds,
         "nodes_count": args.nodes,

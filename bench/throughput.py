@@ -21,12 +21,9 @@ size 100 as a ratio of the raw ceiling's median at batch size 100.
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import multiprocessing
 import os
-import platform
-import re
 import statistics
 import sys
 import tempfile
@@ -37,25 +34,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-RESULTS = REPO / "bench" / "results"
-SHARED_TEXT = REPO.parent / "shared" / "data" / "text"
-WORD = re.compile(r"[a-z0-9']+")
-
-
-def load_words(limit: int) -> list[str]:
-    """``limit`` words of real text: the shared books when present, else the shipped ones."""
-    paths = sorted(SHARED_TEXT.glob("pg*.txt")) or sorted((REPO / "examples" / "data").glob("*.gz"))
-    words: list[str] = []
-    while len(words) < limit:
-        for path in paths:
-            opener: Any = gzip.open if path.suffix == ".gz" else open
-            with opener(path, "rt", encoding="utf-8", errors="replace") as text:
-                for line in text:
-                    words.extend(WORD.findall(line.lower()))
-                    if len(words) >= limit:
-                        return words
-    return words
-
+from bench.common import RESULTS, load_words, machine, versions  # noqa: E402
 
 # -- raw ceiling ---------------------------------------------------------------------------
 
@@ -198,19 +177,6 @@ def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def versions() -> dict[str, str]:
-    """The versions that shape the figures."""
-    import msgpack
-    import zmq
-
-    return {
-        "python": platform.python_version(),
-        "pyzmq": zmq.__version__,
-        "libzmq": zmq.zmq_version(),
-        "msgpack": ".".join(map(str, msgpack.version)),
-    }
-
-
 def plot(report: dict[str, Any], path: Path) -> None:
     """Bars of median tuples/s per configuration, with min-max whiskers."""
     import matplotlib
@@ -268,12 +234,7 @@ def main() -> None:
     report = {
         "benchmark": "throughput",
         "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "machine": {
-            "cpus": os.cpu_count(),
-            "platform": platform.platform(),
-            "loadavg_before": load_before,
-            "loadavg_after": os.getloadavg(),
-        },
+        "machine": {**machine(), "loadavg_before": load_before},
         "versions": versions(),
         "tuples_per_run": len(words),
         "runs_per_configuration": args.runs,

@@ -535,6 +535,9 @@ class SimMapperTransport:
 # -- the simulation ---------------------------------------------------------------------------
 
 
+_NODE_DEFAULTS = NodeSettings()
+
+
 @dataclass(frozen=True)
 class SimConfig:
     """Everything a run depends on besides its seed. :meth:`from_seed` draws one."""
@@ -557,10 +560,10 @@ class SimConfig:
     # The feed emits `feed_chunk` tuples, then lets `feed_pace_ms` of virtual time pass.
     feed_chunk: int = 50
     feed_pace_ms: int = 20
-    # Node settings (see smr.node.NodeSettings; the failure detector keeps its defaults).
-    checkpoint_interval_ms: int = 1000
-    snapshot_chunk_keys: int = 5000
-    backup_bytes_max: int = 512 * 1024 * 1024
+    # Node settings (smr.node.NodeSettings' defaults; the failure detector keeps its own).
+    checkpoint_interval_ms: int = _NODE_DEFAULTS.checkpoint_interval_ms
+    snapshot_chunk_keys: int = _NODE_DEFAULTS.snapshot_chunk_keys
+    backup_bytes_max: int = _NODE_DEFAULTS.backup_bytes_max
     # The real default (5 s) is for processes that start one after the other; simulated
     # nodes all start at virtual time 0 and hear each other within milliseconds.
     first_contact_grace_ms: int = 0
