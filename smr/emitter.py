@@ -22,13 +22,19 @@ An :class:`Emitter` belongs to one mapper id. The life of a tuple in it:
    (go-back-N; nodes drop what they already have) and asks the other nodes for their view;
    after ``give_up_after_s`` without progress :class:`DeliveryError` names the node.
 
-Guarantee: when :meth:`Emitter.close` returns, every emitted tuple was acked by every node
-of its replica set; otherwise it raises.
+Guarantee: when :meth:`Emitter.drain` or :meth:`Emitter.close` returns, every emitted tuple
+was acked by every node of its replica set; otherwise it raises.
+
+An emitter's channels are named by its own random stream id, not by the mapper id, so one
+emitter (and its sockets) can send for several mapper ids in turn (:meth:`Emitter.begin_mapper`,
+used by the Spark feeder: one emitter per Python worker, one mapper id per task), and a
+retried mapper on a fresh emitter starts fresh channels while its tuples keep their identity.
 """
 
 from __future__ import annotations
 
 import time
+import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -42,6 +48,7 @@ from ring.view import Status, View
 from smr.protocol import (
     FrameError,
     Kind,
+    StreamId,
     batch_header,
     decode,
     encode,
@@ -93,6 +100,8 @@ REPLY_READ_EVERY_BATCHES: Final = 8
 # Keys whose slot is remembered; past it the cache starts over (a word stream's vocabulary
 # fits; an unbounded key space must not grow the mapper without bound).
 SLOT_CACHE_KEYS_MAX: Final = 1_000_000
+# Seqs travel as uint64; staying below 2**63 keeps them exact in every encoding on the way.
+SEQ_MAX: Final = 1 << 63
 
 
 class DeliveryError(Exception):
@@ -155,6 +164,7 @@ class Emitter:
         if batch_size < 1 or window_batches < 1:
             raise ValueError("batch_size and window_batches must be at least 1")
         self.mapper_id = mapper_id
+        self.stream_id = StreamId(uuid.uuid4().hex)
         self.slot_bits = slot_bits
         self.replication = replication
         self.batch_size = batch_size
@@ -339,7 +349,9 @@ class Emitter:
         if channel.unsent_from is not None:
             return
         batch = channel.unacked[chan]
-        header = batch_header(self.mapper_id, chan, channel.base, self.view.epoch, len(batch.rows))
+        header = batch_header(
+            self.stream_id, self.mapper_id, chan, channel.base, self.view.epoch, len(batch.rows)
+        )
         if not channel.outbox.send(encode(Kind.BATCH, header, batch.body)):
             channel.unsent_from = chan
 
@@ -549,21 +561,42 @@ class Emitter:
         """Batches sent and not yet acked by every node of their set."""
         return sum(len(c.unacked) for c in self._channels.values())
 
-    def close(self, timeout_s: float | None = None) -> None:
+    def begin_mapper(self, mapper_id: MapperId, seq_base: int = 0) -> None:
+        """Send the following tuples as mapper ``mapper_id``, with per-slot seqs from
+        ``seq_base + 1``.
+
+        Only between mappers: every earlier tuple must be acked (:meth:`drain`), because a
+        batch's mapper id is the emitter's at the time it is sent, resends included. A mapper
+        that is retried re-sends identical ids when it emits the same tuples in the same order
+        from the same ``seq_base``; the nodes then drop what they already applied.
+        """
+        if self.unacked_batches or self._first_open_dest() is not None:
+            raise RuntimeError("begin_mapper needs a drained emitter: call drain() first")
+        if not 0 <= seq_base < SEQ_MAX:
+            raise ValueError(f"seq_base must be in [0, {SEQ_MAX}), not {seq_base}")
+        self.mapper_id = mapper_id
+        self._seqs[:] = [seq_base] * len(self._seqs)
+        self._combined_emits = 0
+
+    def drain(self, timeout_s: float | None = None) -> None:
         """Flush, then wait until every tuple is acked; DeliveryError if that cannot happen.
 
         ``timeout_s`` bounds the wait (default: the give-up time of a stalled channel)."""
         self.flush()
         deadline = self._clock() + (timeout_s if timeout_s is not None else 1e18)
+        # Re-routing while waiting may leave tuples open (see flush): send them too.
+        while self.unacked_batches or self._first_open_dest() is not None:
+            if self._clock() > deadline:
+                raise DeliveryError(
+                    f"{self.unacked_batches} batches still unacknowledged after {timeout_s} s"
+                )
+            self.flush()
+            self.pump(timeout_ms=50)
+
+    def close(self, timeout_s: float | None = None) -> None:
+        """Drain (see :meth:`drain`), then close every channel, also when draining fails."""
         try:
-            # Re-routing while waiting may leave tuples open (see flush): send them too.
-            while self.unacked_batches or self._first_open_dest() is not None:
-                if self._clock() > deadline:
-                    raise DeliveryError(
-                        f"{self.unacked_batches} batches still unacknowledged after {timeout_s} s"
-                    )
-                self.flush()
-                self.pump(timeout_ms=50)
+            self.drain(timeout_s)
         finally:
             for channel in self._channels.values():
                 channel.outbox.close()

@@ -5,11 +5,12 @@ messages and a clock, and talks through a ``reply`` and a ``publish`` callable, 
 logic runs over ZeroMQ (:func:`serve`) and, in tests, over a simulated transport.
 :func:`serve` is the thin shell: asyncio on uvloop, one inbox socket, timers.
 
-Receiving a tuple batch on the channel from mapper ``M`` (DESIGN section 4):
+Receiving a tuple batch on the channel of emitter stream ``S`` (DESIGN section 4; the
+batch's mapper id is the tuples' identity for dedup, the stream names the channel):
 
-1. Re-base: if the header's ``base`` (the oldest batch the mapper still holds for this
+1. Re-base: if the header's ``base`` (the oldest batch the emitter still holds for this
    channel) is past the number the node expects, expect ``base``: everything below was
-   acked or re-routed by the mapper.
+   acked or re-routed by the emitter.
 2. A batch numbered below the expected one is a resend: ack cumulatively again, apply nothing.
 3. A batch numbered above it means a gap: answer ``NACK expect=k`` (resend from ``k``).
 4. The expected batch is decoded and validated; a malformed body is answered with ``ERROR``
@@ -65,6 +66,7 @@ from smr.protocol import (
     FrameError,
     Kind,
     Message,
+    StreamId,
     decode,
     decode_batch_body,
     decode_batch_ids,
@@ -154,6 +156,7 @@ class _Pending:
     (``batch`` None) is already stored; it waits only so that acks keep channel order."""
 
     identity: bytes
+    stream: StreamId
     mapper: MapperId
     chan: int
     batch: Batch | None
@@ -217,11 +220,11 @@ class NodeCore:
         self._output = output
         self._clock = clock
         self._frame_bytes_max = frame_bytes_max
-        self._expected: dict[MapperId, int] = {}
-        # Channels owed a cumulative ack, and per mapper the last batch number processed
+        self._expected: dict[StreamId, int] = {}
+        # Channels owed a cumulative ack, and per stream the last batch number processed
         # (applied or backed up) in channel order: the only number an ack may carry.
-        self._acks: set[tuple[bytes, MapperId]] = set()
-        self._processed: dict[MapperId, int] = {}
+        self._acks: set[tuple[bytes, StreamId]] = set()
+        self._processed: dict[StreamId, int] = {}
         self._bad_frame_logged_at: dict[bytes, float] = {}
         self._error_log_window_start = 0.0
         self._error_logs_in_window = 0
@@ -339,26 +342,27 @@ class NodeCore:
 
     def _on_batch(self, identity: bytes, message: Message) -> None:
         header = message.header
+        stream = StreamId(header["stream"])
         mapper = MapperId(header["mapper"])
         chan: int = header["chan"]
         # 1. Re-base.
-        expected = self._expected.get(mapper, 0)
+        expected = self._expected.get(stream, 0)
         if header["base"] > expected:
             expected = header["base"]
-            # Everything below base is resolved for the mapper; once nothing of this
+            # Everything below base is resolved for the stream; once nothing of this
             # channel waits in the inbox, acks may say so.
-            if not any(p.mapper == mapper for p in self.inbox):
-                self._processed[mapper] = max(self._processed.get(mapper, 0), expected - 1)
-        self._expected[mapper] = expected
+            if not any(p.stream == stream for p in self.inbox):
+                self._processed[stream] = max(self._processed.get(stream, 0), expected - 1)
+        self._expected[stream] = expected
         # 2. A resend of something already accepted: ack what is processed so far.
         if chan < expected:
             self.counters.batches_resent_to_us += 1
-            self._acks.add((identity, mapper))
+            self._acks.add((identity, stream))
             return
         # 3. A gap.
         if chan > expected:
             self.counters.gaps += 1
-            self._send(identity, encode(Kind.NACK, {"mapper": mapper, "expect": expected}))
+            self._send(identity, encode(Kind.NACK, {"stream": stream, "expect": expected}))
             return
         # 4. Decode and validate (the slot and seq columns first: a secondary needs no more).
         try:
@@ -369,22 +373,22 @@ class NodeCore:
             if slot_roles == {Role.PRIMARY}:
                 batch = decode_batch_body(message.body, header["n"], self.ring.slot_count)
         except FrameError as error:
-            self._bad_frame(identity, f"batch {chan} from {mapper}: {error}")
+            self._bad_frame(identity, f"batch {chan} from {mapper} on {stream}: {error}")
             self._send(identity, encode(Kind.ERROR, {"req": None, "message": str(error)}))
             return
         # 5. Ownership: primary of every slot, or secondary of every slot, or refuse.
         if slot_roles == {Role.SECONDARY}:
-            self._back_up(identity, mapper, chan, message.body, slots, seqs)
+            self._back_up(identity, stream, mapper, chan, message.body, slots, seqs)
             return
         if batch is None:
             self.counters.not_owner += 1
-            header_out = {"mapper": mapper, "chan": chan, "epoch": self.view.epoch}
+            header_out = {"stream": stream, "chan": chan, "epoch": self.view.epoch}
             self._send(identity, encode(Kind.NOT_OWNER, header_out, pack_body(self.view.to_wire())))
             return
         # 6. Accept.
-        self.inbox.append(_Pending(identity, mapper, chan, batch))
+        self.inbox.append(_Pending(identity, stream, mapper, chan, batch))
         self.inbox_peak = max(self.inbox_peak, len(self.inbox))
-        self._expected[mapper] = chan + 1
+        self._expected[stream] = chan + 1
 
     def apply_inbox(self, tuples_max: int = APPLY_TUPLES_PER_TURN) -> None:
         """7. Apply accepted batches in order, about ``tuples_max`` tuples at most (so that
@@ -395,8 +399,8 @@ class NodeCore:
         budget = tuples_max
         while self.inbox and budget > 0:
             pending = self.inbox.popleft()
-            self._processed[pending.mapper] = pending.chan
-            self._acks.add((pending.identity, pending.mapper))
+            self._processed[pending.stream] = pending.chan
+            self._acks.add((pending.identity, pending.stream))
             batch = pending.batch
             if batch is None:
                 continue
@@ -417,12 +421,12 @@ class NodeCore:
         if not self._acks:
             return
         epoch = self.view.epoch
-        for identity, mapper in self._acks:
-            through = self._processed.get(mapper, 0)
+        for identity, stream in self._acks:
+            through = self._processed.get(stream, 0)
             if not through:
                 continue
             self._send(
-                identity, encode(Kind.ACK, {"mapper": mapper, "through": through, "epoch": epoch})
+                identity, encode(Kind.ACK, {"stream": stream, "through": through, "epoch": epoch})
             )
         self._acks.clear()
 
@@ -431,6 +435,7 @@ class NodeCore:
     def _back_up(
         self,
         identity: bytes,
+        stream: StreamId,
         mapper: MapperId,
         chan: int,
         body: bytes,
@@ -453,9 +458,9 @@ class NodeCore:
         backed_up = BackedUpBatch(mapper, body, len(slots), last_seq_by_slot)  # type: ignore[arg-type]
         self.backups.setdefault(primary, TupleBackup()).add(backed_up, replica.hwm)
         self.counters.backup_batches += 1
-        self._expected[mapper] = chan + 1
+        self._expected[stream] = chan + 1
         # Acked in channel order, after any primary batch of this channel still queued.
-        self.inbox.append(_Pending(identity, mapper, chan, None))
+        self.inbox.append(_Pending(identity, stream, mapper, chan, None))
 
     def _replica(self, primary: NodeId) -> PeerReplica:
         replica = self.replicas.get(primary)

@@ -9,9 +9,10 @@ single-part one on this transport, and small messages are dominated by per-send 
   version); its other fields depend on the kind and are checked against :data:`HEADER_SCHEMA`;
 - the rest: the body, whose meaning depends on the kind (empty for most control messages).
 
-A tuple batch keeps the channel fields (mapper id, channel sequence number, view epoch) in
-the header and the tuples in the body, so the body is encoded once and the same bytes fan out
-to the slot's primary and its secondaries, each behind its own small header.
+A tuple batch keeps the channel fields (stream id, channel sequence number, view epoch) and
+the mapper id in the header and the tuples in the body, so the body is encoded once and the
+same bytes fan out to the slot's primary and its secondaries, each behind its own small
+header.
 
 The body of a batch is columnar: ``n`` little-endian ``uint32`` slots, ``n`` ``uint64``
 seqs and ``n`` ``float64`` timestamps (fixed width, so their types need no per-tuple check
@@ -29,14 +30,17 @@ from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import Any, Final
+from typing import Any, Final, NewType
 
 import msgpack
 
 from checkpoint.ids import MapperId, Seq
 from ring.ids import Slot
 
-PROTOCOL_VERSION: Final = 1
+PROTOCOL_VERSION: Final = 2
+
+StreamId = NewType("StreamId", str)
+"""One emitter's channels to the nodes: batch numbers and acks are per (stream, node)."""
 
 # A frame larger than this is refused before decoding: 1000-tuple batches of word counts are
 # about 30 KiB, a dump page of 10 000 small states about 400 KiB; 16 MiB leaves room for big
@@ -87,12 +91,17 @@ _INT = (int,)
 _STR = (str,)
 _OPT_INT = (int, type(None))
 HEADER_SCHEMA: Final[dict[Kind, dict[str, tuple[type, ...]]]] = {
-    # chan: this batch's number on the (mapper, node) channel; base: the oldest number the
-    # mapper still holds for that channel; epoch: the view epoch the mapper routed by.
-    Kind.BATCH: {"mapper": _STR, "chan": _INT, "base": _INT, "epoch": _INT, "n": _INT},
-    Kind.ACK: {"mapper": _STR, "through": _INT, "epoch": _INT},
-    Kind.NACK: {"mapper": _STR, "expect": _INT},
-    Kind.NOT_OWNER: {"mapper": _STR, "chan": _INT, "epoch": _INT},
+    # stream: the sending emitter's id, which names the channel (one emitter may send for
+    # several mapper ids in turn, and a retried mapper comes back on a new stream); mapper:
+    # the tuples' identity for dedup; chan: this batch's number on the (stream, node)
+    # channel; base: the oldest number the emitter still holds for that channel; epoch: the
+    # view epoch the emitter routed by.
+    Kind.BATCH: {
+        "stream": _STR, "mapper": _STR, "chan": _INT, "base": _INT, "epoch": _INT, "n": _INT
+    },
+    Kind.ACK: {"stream": _STR, "through": _INT, "epoch": _INT},
+    Kind.NACK: {"stream": _STR, "expect": _INT},
+    Kind.NOT_OWNER: {"stream": _STR, "chan": _INT, "epoch": _INT},
     Kind.ERROR: {"req": _OPT_INT, "message": _STR},
     Kind.PING: {"req": _INT},
     Kind.PONG: {"req": _INT, "node": _STR},
@@ -283,6 +292,8 @@ def decode_batch_body(body: bytes, count: int, slot_count: int) -> Batch:
     return Batch(slots, seqs, keys, values, ts)  # type: ignore[arg-type]
 
 
-def batch_header(mapper: MapperId, chan: int, base: int, epoch: int, n: int) -> dict[str, Any]:
+def batch_header(
+    stream: StreamId, mapper: MapperId, chan: int, base: int, epoch: int, n: int
+) -> dict[str, Any]:
     """The per-channel header of a batch (see :data:`HEADER_SCHEMA`)."""
-    return {"mapper": mapper, "chan": chan, "base": base, "epoch": epoch, "n": n}
+    return {"stream": stream, "mapper": mapper, "chan": chan, "base": base, "epoch": epoch, "n": n}

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from checkpoint.ids import MapperId
 from ring.hashing import slot_of
 from ring.ids import NodeId, Token
 from ring.placement import Ring
@@ -20,6 +21,7 @@ from smr.output import OutputSink
 from smr.protocol import (
     Kind,
     Message,
+    StreamId,
     batch_header,
     decode,
     encode,
@@ -79,6 +81,7 @@ class Harness:
         base: int = 1,
         mapper: str = "m",
         seqs: list[int] | None = None,
+        stream: str | None = None,
     ) -> list[bytes]:
         slots = [slot_of(k, SLOT_BITS) for k, _ in pairs]
         if seqs is None:
@@ -89,7 +92,10 @@ class Harness:
         body = encode_batch_body(
             slots, seqs, [k for k, _ in pairs], [v for _, v in pairs], [0.0] * len(pairs)
         )
-        return encode(Kind.BATCH, batch_header(mapper, chan, base, 1, len(pairs)), body)
+        header = batch_header(
+            StreamId(stream or f"stream-of-{mapper}"), MapperId(mapper), chan, base, 1, len(pairs)
+        )
+        return encode(Kind.BATCH, header, body)
 
     def deliver(self, frames: list[bytes]) -> list[Message]:
         self.replies.clear()
@@ -131,6 +137,26 @@ def test_same_tuples_on_a_new_channel_number_are_dropped_by_hwm(node: Harness) -
     assert reply.kind == Kind.ACK and reply.header["through"] == 2
     assert node.state(k) == {"count": 5}
     assert node.core.counters.tuples_duplicate == 1
+
+
+def test_a_retried_mapper_on_a_new_stream_starts_a_fresh_channel_and_dedups(
+    node: Harness,
+) -> None:
+    # A retried task: the same mapper id and seqs, from a new emitter (a new stream) whose
+    # batch numbers start at 1 again while the first stream's channel is at 3.
+    k = node.own_keys[0]
+    j = next(x for x in node.own_keys if slot_of(x, SLOT_BITS) != slot_of(k, SLOT_BITS))
+    node.deliver(node.batch_frames(1, [(k, 1)], seqs=[1], stream="first"))
+    node.deliver(node.batch_frames(2, [(k, 1)], seqs=[2], stream="first"))
+    (reply,) = node.deliver(node.batch_frames(1, [(k, 1), (j, 1)], seqs=[1, 1], stream="retry"))
+    assert reply.kind == Kind.ACK and reply.header["through"] == 1
+    assert reply.header["stream"] == "retry"
+    (reply,) = node.deliver(node.batch_frames(2, [(k, 1), (k, 1)], seqs=[2, 3], stream="retry"))
+    assert reply.kind == Kind.ACK and reply.header["through"] == 2
+    # k: seqs 1, 2 applied once each, then 3; j: seq 1 (new slot stream) applied.
+    assert node.state(k) == {"count": 3}
+    assert node.state(j) == {"count": 1}
+    assert node.core.counters.tuples_duplicate == 2
 
 
 def test_gap_is_answered_with_resend_from_the_expected_batch(node: Harness) -> None:

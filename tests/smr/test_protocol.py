@@ -9,10 +9,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from checkpoint.ids import MapperId
 from smr.protocol import (
     PROTOCOL_VERSION,
     FrameError,
     Kind,
+    StreamId,
     batch_header,
     decode,
     decode_batch_body,
@@ -27,7 +29,7 @@ SLOT_COUNT = 1 << 14
 def test_batch_round_trip_keeps_every_column() -> None:
     frames = encode(
         Kind.BATCH,
-        batch_header("m1", 7, 3, 1, 3),
+        batch_header(StreamId("s1"), MapperId("m1"), 7, 3, 1, 3),
         encode_batch_body(
             [1, 2, 16383], [1, 1, 5], ["a", 7, "c"], [1, {"x": 1}, [1, 2]], [1.5, 2.5, 3.5]
         ),
@@ -36,6 +38,7 @@ def test_batch_round_trip_keeps_every_column() -> None:
     assert message.kind == Kind.BATCH
     assert message.header == {
         "v": PROTOCOL_VERSION,
+        "stream": "s1",
         "mapper": "m1",
         "chan": 7,
         "base": 3,
@@ -64,7 +67,7 @@ def test_random_batch_bodies_raise_frame_error_only(body: bytes, n: int) -> None
 
 def test_every_truncation_of_a_valid_message_is_refused() -> None:
     body = encode_batch_body([1, 2], [1, 2], ["a", "b"], [1, 1], [0.0, 0.0])
-    (frame,) = encode(Kind.BATCH, batch_header("m", 1, 1, 1, 2), body)
+    (frame,) = encode(Kind.BATCH, batch_header(StreamId("s"), MapperId("m"), 1, 1, 1, 2), body)
     for cut in range(len(frame) - len(body)):
         with pytest.raises(FrameError):
             decode([frame[:cut]])
