@@ -25,9 +25,11 @@ from smr.cluster import ClusterError, read_spec
 from smr.emitter import BATCH_SIZE_DEFAULT, WINDOW_BATCHES_DEFAULT, DeliveryError, Emitter
 from smr.feed import InputError, check_inputs, feed, total_bytes
 from smr.protocol import FrameError, Kind, decode
+from smr.spark import MASTER_DEFAULT, MAX_FILES_PER_TRIGGER_DEFAULT, BatchReport, SparkFeedError
 from smr.transport import Subscriber, TransportError
 
 USER_ERRORS = (
+    SparkFeedError,
     ClusterError,
     JobLoadError,
     NodeUnreachable,
@@ -171,6 +173,117 @@ def feed_command(
     if result.map_failures:
         click.echo(f"smr: {result.map_failures} records failed in map", err=True)
         sys.exit(1)
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
+@main_group.command("spark-feed")
+@cluster_dir_option
+@click.option("--job", "job_ref", required=True, help="The job, as module:attribute.")
+@click.option(
+    "--input",
+    "input_dir",
+    required=True,
+    type=click.Path(path_type=Path),
+    help="A directory of text files (.gz too), streamed with Spark's file source.",
+)
+@click.option(
+    "--checkpoint",
+    "checkpoint_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="The query's checkpoint; restart with the same one to resume exactly once "
+    "[default: CLUSTER/spark-checkpoints/QUERY].",
+)
+@click.option("--once", is_flag=True, help="Process the files there now, then exit.")
+@click.option("--query", "query_name", help="The query's name [default: smr-JOBNAME].")
+@click.option(
+    "--max-files-per-trigger",
+    default=MAX_FILES_PER_TRIGGER_DEFAULT,
+    show_default=True,
+    type=click.IntRange(1),
+)
+@click.option("--trigger-ms", type=click.IntRange(1), help="Processing-time trigger interval.")
+@click.option("--master", default=MASTER_DEFAULT, show_default=True, help="Spark master.")
+@click.option("--batch-size", default=BATCH_SIZE_DEFAULT, show_default=True, type=click.IntRange(1))
+@click.option("--window", default=WINDOW_BATCHES_DEFAULT, show_default=True, type=click.IntRange(1))
+@click.option("--no-combine", is_flag=True, help="Do not apply the job's combine.")
+def spark_feed_command(
+    cluster_dir: Path,
+    job_ref: str,
+    input_dir: Path,
+    checkpoint_dir: Path | None,
+    once: bool,
+    query_name: str | None,
+    max_files_per_trigger: int,
+    trigger_ms: int | None,
+    master: str,
+    batch_size: int,
+    window: int,
+    no_combine: bool,
+) -> None:
+    """Stream the files of a directory through the job's map in Spark, into the ring.
+
+    A batch commits in Spark only once all its tuples are acked by every node of their
+    replica set; a task or batch that runs again (a retry, a restart from the same
+    checkpoint) is applied once.
+    """
+    from smr import spark as smr_spark
+
+    # User errors before Spark's start-up time: the job, the input, Java, the cluster.
+    load_job(job_ref)
+    smr_spark.check_input_dir(input_dir)
+    smr_spark.check_java()
+    fetch_view([n.addr for n in read_spec(cluster_dir).nodes])
+    started = time.monotonic()
+    session = smr_spark.session(f"smr spark-feed {job_ref}", master)
+    click.echo(f"Spark {session.version} started in {time.monotonic() - started:.1f} s", err=True)
+    totals = {"records": 0, "tuples": 0, "batches": 0}
+
+    def report(batch: BatchReport) -> None:
+        totals["records"] += batch.records
+        totals["tuples"] += batch.tuples
+        totals["batches"] += 1
+        rate = batch.tuples / batch.elapsed_s if batch.elapsed_s > 0 else 0.0
+        click.echo(
+            f"batch {batch.batch_id}: {batch.records:,} records, {batch.tuples:,} tuples acked "
+            f"in {batch.elapsed_s:.2f} s ({rate:,.0f}/s); total {totals['tuples']:,} tuples"
+        )
+
+    try:
+        df = smr_spark.text_files(session, input_dir, max_files_per_trigger)
+        name = query_name or f"smr-{load_job(job_ref).name}"
+        checkpoint = checkpoint_dir or cluster_dir / "spark-checkpoints" / name
+        query = smr_spark.emit(
+            df,
+            job_ref,
+            cluster_dir,
+            query=name,
+            checkpoint_dir=checkpoint,
+            available_now=once,
+            trigger_ms=trigger_ms,
+            combine=not no_combine,
+            batch_size=batch_size,
+            window_batches=window,
+            on_batch=report,
+        )
+        click.echo(f"query {name} running, checkpoint {checkpoint}", err=True)
+        signal.signal(signal.SIGTERM, _interrupt)
+        try:
+            smr_spark.await_query(query)
+        except KeyboardInterrupt:
+            query.stop()
+            click.echo("stopped", err=True)
+        except smr_spark.SparkQueryError as error:
+            click.echo(f"smr: error: {error}", err=True)
+            sys.exit(1)
+    finally:
+        session.stop()
+    click.echo(
+        f"fed {totals['tuples']:,} tuples from {totals['records']:,} records in "
+        f"{totals['batches']} batches, {time.monotonic() - started:.1f} s in all"
+    )
 
 
 @main_group.command("dump")

@@ -185,6 +185,9 @@ class Emitter:
         self._dest_of_slot: list[int] = []
         # With combine: how many times emit was called (rows merge, so seqs count fewer).
         self._combined_emits = 0
+        # Set by begin_mapper: the seq base of the current mapper, and what earlier ones emitted.
+        self._seq_base = 0
+        self._emitted_before = 0
         self.tuples_acked = 0
         self.tuples_sent = 0
         self.batches_sent = 0
@@ -553,8 +556,8 @@ class Emitter:
         """Tuples passed to ``emit`` so far (counted from the per-slot seqs without combine,
         one per tuple, so no path that sends rows can miss or repeat one)."""
         if self._combine is None:
-            return sum(self._seqs)
-        return self._combined_emits
+            return self._emitted_before + sum(self._seqs) - self._seq_base * len(self._seqs)
+        return self._emitted_before + self._combined_emits
 
     @property
     def unacked_batches(self) -> int:
@@ -574,7 +577,9 @@ class Emitter:
             raise RuntimeError("begin_mapper needs a drained emitter: call drain() first")
         if not 0 <= seq_base < SEQ_MAX:
             raise ValueError(f"seq_base must be in [0, {SEQ_MAX}), not {seq_base}")
+        self._emitted_before = self.tuples_emitted
         self.mapper_id = mapper_id
+        self._seq_base = seq_base
         self._seqs[:] = [seq_base] * len(self._seqs)
         self._combined_emits = 0
 
@@ -592,6 +597,21 @@ class Emitter:
                 )
             self.flush()
             self.pump(timeout_ms=50)
+
+    def abort(self) -> None:
+        """Close every channel at once and forget every open and unacked tuple.
+
+        For a mapper whose work will be done again under the same identity (a failed Spark
+        task is retried): what reached the nodes stays applied and the rest comes with the
+        retry. The emitter is unusable afterwards.
+        """
+        for channel in self._channels.values():
+            channel.outbox.close()
+        self._channels.clear()
+        for rows in self._open_rows:
+            rows.clear()
+        for combined in self._open_combined:
+            combined.clear()
 
     def close(self, timeout_s: float | None = None) -> None:
         """Drain (see :meth:`drain`), then close every channel, also when draining fails."""

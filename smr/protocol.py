@@ -97,7 +97,12 @@ HEADER_SCHEMA: Final[dict[Kind, dict[str, tuple[type, ...]]]] = {
     # channel; base: the oldest number the emitter still holds for that channel; epoch: the
     # view epoch the emitter routed by.
     Kind.BATCH: {
-        "stream": _STR, "mapper": _STR, "chan": _INT, "base": _INT, "epoch": _INT, "n": _INT
+        "stream": _STR,
+        "mapper": _STR,
+        "chan": _INT,
+        "base": _INT,
+        "epoch": _INT,
+        "n": _INT,
     },
     Kind.ACK: {"stream": _STR, "through": _INT, "epoch": _INT},
     Kind.NACK: {"stream": _STR, "expect": _INT},

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import time
 from typing import Any
 
 from examples.wordcount import add, count, split_words
@@ -36,3 +38,38 @@ def count_and_announce(word: str, n: int, state: dict[str, Any], emit: Any) -> N
 poison_reduce = Job("poison-reduce", map=split_words, reduce=count_refusing_poison, combine=add)
 failing_map = Job("failing-map", map=split_words_failing_on_marker, reduce=count)
 announcing = Job("announcing", map=split_words, reduce=count_and_announce)
+
+
+# -- for the Spark feeder ---------------------------------------------------------------------
+
+FAIL_MARKER_ENV = "SMR_TEST_FAIL_MARKER"
+FAIL_AFTER_RECORDS = 3000
+_records_seen = 0
+
+
+def split_words_failing_once(line: str, emit: Any) -> None:
+    """Word count whose map raises once in the whole run: on the FAIL_AFTER_RECORDS-th record
+    a worker sees, if the marker file named by $SMR_TEST_FAIL_MARKER does not exist yet. It
+    creates the marker first (so the retry passes) and waits a second before raising, so
+    that the tuples it emitted so far are acked and applied: the retry must re-send them."""
+    global _records_seen
+    split_words(line, emit)
+    _records_seen += 1
+    if _records_seen == FAIL_AFTER_RECORDS:
+        try:
+            os.close(os.open(os.environ[FAIL_MARKER_ENV], os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            return
+        time.sleep(1.0)
+        raise RuntimeError("injected task failure after emitting")
+
+
+def split_words_slowly(line: str, emit: Any) -> None:
+    """Word count whose map takes 0.5 ms a line, so a Spark batch lasts long enough to be
+    killed in the middle."""
+    split_words(line, emit)
+    time.sleep(0.0005)
+
+
+failing_once = Job("failing-once", map=split_words_failing_once, reduce=count, combine=add)
+slow_wordcount = Job("slow-wordcount", map=split_words_slowly, reduce=count, combine=add)

@@ -1,0 +1,443 @@
+"""Spark as the mapper tier (DESIGN section 8): a Structured Streaming query runs the job's
+``map`` and emits into the ring. The only module that imports pyspark.
+
+The life of a micro-batch ``b`` of query ``Q``:
+
+1. Spark plans ``b`` from a replayable source (the file source writes the batch's files to
+   the query's checkpoint before running it) and calls the ``foreachBatch`` sink on the
+   driver.
+2. Every partition ``p`` of the batch runs as one task on a Python worker. The worker's
+   emitter (cached per worker process and cluster, so its sockets outlive the task) begins
+   mapper ``"Q/p"`` with per-slot seqs from ``b << 32``.
+3. The task runs ``map`` over its records in order. With the job's ``combine``, emits are
+   folded per key over chunks of :data:`COMBINE_RECORDS` records, and each chunk is emitted
+   in first-seen order: chunk boundaries depend on the records only, so a re-run folds the
+   same way and gives the same tuples the same seqs.
+4. Before the task returns it drains its emitter: every tuple is acked by all ``r + 1``
+   nodes of its replica set. A task that raises aborts its emitter (the retry starts clean).
+5. When every task has returned, the sink returns and Spark commits ``b``: a committed batch
+   is on ``r + 1`` nodes.
+
+Exactly-once state: a retried task, or a batch run again after a driver restart from the
+query's checkpoint, reads the same records in the same order, so it emits the same
+``(mapper, slot, seq)`` identities and the nodes drop those already applied. That needs a
+re-run to plan the same partitions (Spark's file source does, with the same configuration;
+restart a query with the master and options it had), at most ``2**32`` tuples per slot per
+partition and batch, and no speculative execution (two live attempts of one task could
+interleave; :func:`session` turns it off).
+
+A ``map`` that raises fails its task, as in any Spark job: Spark retries it (the master
+``local[N,F]`` allows ``F`` attempts) and fails the query with the error after the last one.
+(``smr feed`` instead skips and reports a record whose ``map`` raises.)
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any, Final
+
+from checkpoint.ids import MapperId
+from smr.api import Job, JobLoadError, load_job
+from smr.client import NodeUnreachable, fetch_view
+from smr.cluster import read_spec
+from smr.emitter import BATCH_SIZE_DEFAULT, WINDOW_BATCHES_DEFAULT, Emitter
+
+# Seqs of batch b start above b << SEQ_BATCH_SHIFT: room for 2**32 tuples per slot per task.
+SEQ_BATCH_SHIFT: Final = 32
+# Records folded together before their combined tuples are emitted (see step 3 above):
+# bounds the fold's memory by the keys of this many records.
+COMBINE_RECORDS: Final = 20_000
+JAVA_MAJOR_MIN: Final = 17
+# Local mode with up to 4 attempts per task (plain local[N] never retries a task).
+MASTER_DEFAULT: Final = "local[*,4]"
+MAX_FILES_PER_TRIGGER_DEFAULT: Final = 4
+LOG4J2_CONFIG: Final = Path(__file__).with_name("log4j2.properties")
+# Where the worker-side check of a query's settings gives up on the cluster.
+VIEW_TIMEOUT_MS: Final = 2000
+
+
+class SparkFeedError(Exception):
+    """Spark cannot run the feed; the message says what to do."""
+
+
+@dataclass(frozen=True)
+class FeedSettings:
+    """Everything a Spark task needs to emit, as plain values (it travels to the workers)."""
+
+    query: str
+    job_ref: str
+    job_cwd: str
+    addrs: tuple[str, ...]
+    slot_bits: int
+    replication: int
+    combine: bool
+    batch_size: int
+    window_batches: int
+    single_column: bool
+
+
+@dataclass(frozen=True)
+class BatchReport:
+    """What one micro-batch sent: its records, the tuples ``map`` emitted (before
+    ``combine``), and the seconds from the sink's call to the last ack."""
+
+    batch_id: int
+    records: int
+    tuples: int
+    elapsed_s: float
+
+
+# -- the driver: environment, session, query -------------------------------------------------
+
+
+def check_java(java_home: str | None = None) -> str:
+    """The ``java`` PySpark will start, checked to be Java 17 or newer; SparkFeedError if it
+    is missing, does not run, or is older."""
+    home = java_home if java_home is not None else os.environ.get("JAVA_HOME")
+    java = str(Path(home) / "bin" / "java") if home else shutil.which("java")
+    if java is None or not os.access(java, os.X_OK):
+        where = f"JAVA_HOME={home}" if home else "PATH"
+        raise SparkFeedError(
+            f"Java not found (looked in {where}): PySpark needs Java {JAVA_MAJOR_MIN} or newer; "
+            "install a JDK or JRE (for example openjdk-17-jre-headless) or set JAVA_HOME"
+        )
+    try:
+        done = subprocess.run(
+            [java, "-version"], capture_output=True, text=True, timeout=30, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired) as error:
+        raise SparkFeedError(f"{java} -version failed: {error}") from None
+    major = java_major_version(done.stderr + done.stdout)
+    if major is None:
+        raise SparkFeedError(f"cannot tell the version of {java}: {done.stderr.strip()!r}")
+    if major < JAVA_MAJOR_MIN:
+        raise SparkFeedError(
+            f"{java} is Java {major}; PySpark needs Java {JAVA_MAJOR_MIN} or newer "
+            "(set JAVA_HOME to a newer JDK)"
+        )
+    return java
+
+
+def java_major_version(version_output: str) -> int | None:
+    """The major version in ``java -version`` output: ``"1.8.0_392"`` is 8, ``"17.0.15"`` 17."""
+    match = re.search(r'version "(\d+)(?:\.(\d+))?', version_output)
+    if match is None:
+        return None
+    first = int(match.group(1))
+    if first == 1 and match.group(2) is not None:
+        return int(match.group(2))
+    return first
+
+
+def session(app_name: str = "smr", master: str = MASTER_DEFAULT) -> Any:
+    """A SparkSession for feeding the ring (checked Java; workers run this Python).
+
+    Shuffle partitions are the core count (Spark's default of 200 makes small stateful
+    queries ten times slower here), speculation is off (see the module docstring), the UI is
+    off and logs are quiet.
+    """
+    check_java()
+    # Workers must run this interpreter, which has smr and the job's dependencies.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    # Local mode talks to itself on loopback (Spark would pick the first interface's address).
+    if master.startswith("local"):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from pyspark.sql import SparkSession
+
+    spark = (
+        SparkSession.builder.master(master)
+        .appName(app_name)
+        .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={LOG4J2_CONFIG}")
+        .config("spark.sql.shuffle.partitions", str(os.cpu_count() or 2))
+        .config("spark.speculation", "false")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def check_input_dir(directory: Path) -> None:
+    """SparkFeedError unless ``directory`` is a readable directory."""
+    if not directory.exists():
+        raise SparkFeedError(f"input directory {str(directory)!r} does not exist")
+    if not directory.is_dir():
+        raise SparkFeedError(
+            f"input {str(directory)!r} is not a directory: Spark's file source streams the "
+            "files of a directory"
+        )
+    if not os.access(directory, os.R_OK | os.X_OK):
+        raise SparkFeedError(f"input directory {str(directory)!r} is not readable")
+
+
+def text_files(spark: Any, directory: Path, max_files_per_trigger: int) -> Any:
+    """A streaming DataFrame of the lines of the text files (``.gz`` too) in ``directory``,
+    at most ``max_files_per_trigger`` files per micro-batch; SparkFeedError if the
+    directory is missing or not a directory."""
+    check_input_dir(directory)
+    return (
+        spark.readStream.format("text")
+        .option("maxFilesPerTrigger", max_files_per_trigger)
+        .load(str(directory.resolve()))
+    )
+
+
+def feed_settings(
+    cluster_dir: Path,
+    job_ref: str,
+    query: str | None,
+    combine: bool,
+    batch_size: int,
+    window_batches: int,
+    single_column: bool,
+) -> FeedSettings:
+    """The settings for a query feeding the cluster in ``cluster_dir``, checked on the
+    driver: the job loads, and the cluster answers (SparkFeedError otherwise)."""
+    try:
+        job = load_job(job_ref)
+    except JobLoadError as error:
+        raise SparkFeedError(str(error)) from None
+    spec = read_spec(cluster_dir)
+    addrs = tuple(node.addr for node in spec.nodes)
+    try:
+        fetch_view(addrs)
+    except NodeUnreachable as error:
+        raise SparkFeedError(f"the cluster in {cluster_dir} is unreachable: {error}") from None
+    module_part = job_ref.rpartition(":")[0]
+    if module_part.endswith(".py") or "/" in module_part:
+        # A file path must mean the same file on the workers, whatever their directory.
+        job_ref = f"{Path(module_part).resolve()}:{job_ref.rpartition(':')[2]}"
+    return FeedSettings(
+        query=query or f"smr-{job.name}",
+        job_ref=job_ref,
+        job_cwd=str(Path.cwd()),
+        addrs=addrs,
+        slot_bits=spec.slot_bits,
+        replication=spec.replication,
+        combine=combine and job.combine is not None,
+        batch_size=batch_size,
+        window_batches=window_batches,
+        single_column=single_column,
+    )
+
+
+def check_workers(spark: Any, settings: FeedSettings) -> None:
+    """Run one task that loads the job and reaches the cluster the way every feeding task
+    will; SparkFeedError naming what failed on the worker."""
+    problems = (
+        spark.sparkContext.parallelize([0], 1).map(lambda _: _worker_problem(settings)).collect()
+    )
+    if problems[0] is not None:
+        raise SparkFeedError(problems[0])
+
+
+def emit(
+    df: Any,
+    job_ref: str,
+    cluster_dir: Path,
+    query: str | None = None,
+    checkpoint_dir: Path | None = None,
+    available_now: bool = False,
+    trigger_ms: int | None = None,
+    combine: bool = True,
+    batch_size: int = BATCH_SIZE_DEFAULT,
+    window_batches: int = WINDOW_BATCHES_DEFAULT,
+    on_batch: Callable[[BatchReport], None] | None = None,
+) -> Any:
+    """Start a query that emits the rows of streaming DataFrame ``df`` into the ring of
+    ``cluster_dir`` through the ``map`` of job ``job_ref`` (``module:attr``), and return the
+    started ``StreamingQuery``.
+
+    A row is passed to ``map`` as its value when ``df`` has one column, else as a dict.
+    ``query`` names the query and its mapper ids (default ``smr-<job name>``): keep it, and
+    ``checkpoint_dir``, the same across restarts to resume exactly once. ``available_now``
+    processes what the source has now and stops; ``trigger_ms`` sets a processing-time
+    trigger. ``on_batch`` runs on the driver after every batch, once all its tuples are
+    acked. Raises SparkFeedError before starting if the job does not load (on the driver or
+    on a worker) or the cluster does not answer.
+    """
+    spark = df.sparkSession
+    settings = feed_settings(
+        cluster_dir, job_ref, query, combine, batch_size, window_batches, len(df.columns) == 1
+    )
+    check_workers(spark, settings)
+    records = spark.sparkContext.accumulator(0)
+    tuples = spark.sparkContext.accumulator(0)
+
+    def run_batch(batch_df: Any, batch_id: int) -> None:
+        started = time.monotonic()
+        records_before, tuples_before = records.value, tuples.value
+        batch_df.rdd.foreachPartition(partial(_emit_partition, settings, batch_id, records, tuples))
+        if on_batch is not None:
+            on_batch(
+                BatchReport(
+                    batch_id,
+                    records.value - records_before,
+                    tuples.value - tuples_before,
+                    time.monotonic() - started,
+                )
+            )
+
+    writer = df.writeStream.queryName(settings.query).foreachBatch(run_batch)
+    if checkpoint_dir is not None:
+        writer = writer.option("checkpointLocation", str(checkpoint_dir.resolve()))
+    if available_now:
+        writer = writer.trigger(availableNow=True)
+    elif trigger_ms is not None:
+        writer = writer.trigger(processingTime=f"{trigger_ms} milliseconds")
+    return writer.start()
+
+
+class SparkQueryError(Exception):
+    """The query stopped with an error (a task failed past its retries, say)."""
+
+
+def await_query(query: Any) -> None:
+    """Wait until ``query`` ends; SparkQueryError with the root cause's line if it failed."""
+    from pyspark.errors import StreamingQueryException
+
+    try:
+        query.awaitTermination()
+    except StreamingQueryException as error:
+        cause = root_cause(str(error))
+        raise SparkQueryError(f"the Spark query {query.name} failed: {cause}") from None
+
+
+def root_cause(message: str) -> str:
+    """The most telling line of a Spark error: the last Python exception line if there is
+    one (the user's ``map`` raising, say), else the first line."""
+    python_errors = re.findall(r"^(\w+(?:Error|Exception): .*)$", message, re.MULTILINE)
+    if python_errors:
+        return str(python_errors[-1])
+    return message.strip().splitlines()[0] if message.strip() else "unknown error"
+
+
+# -- the workers ----------------------------------------------------------------------------
+
+# One emitter and job per cluster and job in each Python worker process (Spark reuses
+# workers across tasks, so sockets and routing caches outlive a task).
+_worker_emitters: dict[FeedSettings, tuple[Emitter, Job]] = {}
+
+
+def _worker_job(settings: FeedSettings) -> Job:
+    if settings.job_cwd not in sys.path:
+        sys.path.append(settings.job_cwd)
+    return load_job(settings.job_ref)
+
+
+def _worker_problem(settings: FeedSettings) -> str | None:
+    """Why a task could not feed, or None: the job must import and the cluster answer."""
+    try:
+        _worker_job(settings)
+    except JobLoadError as error:
+        return (
+            f"the Spark workers cannot load the job: {error} (a worker's sys.path is "
+            f"{sys.path[:4]}...; put the job's module on PYTHONPATH or ship it with "
+            "spark.submit.pyFiles)"
+        )
+    try:
+        fetch_view(settings.addrs, timeout_ms=VIEW_TIMEOUT_MS)
+    except NodeUnreachable as error:
+        return f"the Spark workers cannot reach the cluster: {error}"
+    return None
+
+
+def _worker_emitter(settings: FeedSettings) -> tuple[Emitter, Job]:
+    cached = _worker_emitters.get(settings)
+    if cached is None:
+        job = _worker_job(settings)
+        view = fetch_view(settings.addrs)
+        emitter = Emitter(
+            view,
+            settings.slot_bits,
+            MapperId(f"{settings.query}/unassigned"),
+            replication=settings.replication,
+            batch_size=settings.batch_size,
+            window_batches=settings.window_batches,
+        )
+        cached = _worker_emitters[settings] = (emitter, job)
+    return cached
+
+
+def _emit_partition(
+    settings: FeedSettings, batch_id: int, records_done: Any, tuples_done: Any, rows: Iterable[Any]
+) -> None:
+    """One task: steps 2-4 of the module docstring for partition ``p`` of batch ``batch_id``."""
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    assert context is not None, "runs only inside a Spark task"
+    partition = context.partitionId()
+    emitter, job = _worker_emitter(settings)
+    # 2. Begin mapper Q/p with seqs above the batch's base.
+    emitter.begin_mapper(
+        MapperId(f"{settings.query}/{partition}"), seq_base=batch_id << SEQ_BATCH_SHIFT
+    )
+    records_in = (row[0] for row in rows) if settings.single_column else (r.asDict() for r in rows)
+    try:
+        # 3. Map (and fold) in record order.
+        if settings.combine and job.combine is not None:
+            records, tuples = _map_combined(job, records_in, emitter.emit)
+        else:
+            emitted_before = emitter.tuples_emitted
+            records = _map_plain(job, records_in, emitter.emit)
+            tuples = emitter.tuples_emitted - emitted_before
+        # 4. Drain: everything acked by its whole replica set.
+        emitter.drain()
+    except BaseException:
+        del _worker_emitters[settings]
+        emitter.abort()
+        raise
+    records_done.add(records)
+    tuples_done.add(tuples)
+
+
+def _map_plain(job: Job, records: Iterator[Any], emit: Callable[[Any, Any], None]) -> int:
+    """Run ``map`` over ``records``; return how many there were."""
+    count = 0
+    user_map = job.map
+    for count, record in enumerate(records, 1):  # noqa: B007 - the last count is the total
+        user_map(record, emit)
+    return count
+
+
+def _map_combined(
+    job: Job, records: Iterator[Any], emit: Callable[[Any, Any], None]
+) -> tuple[int, int]:
+    """Run ``map`` over ``records`` folding per chunk (step 3); return the records and the
+    tuples ``map`` emitted."""
+    combine = job.combine
+    assert combine is not None
+    folded: dict[Any, Any] = {}
+    emitted = 0
+
+    def fold(key: Any, value: Any) -> None:
+        nonlocal emitted
+        emitted += 1
+        if key in folded:
+            folded[key] = combine(folded[key], value)
+        else:
+            folded[key] = value
+
+    count = 0
+    user_map = job.map
+    for count, record in enumerate(records, 1):
+        user_map(record, fold)
+        if count % COMBINE_RECORDS == 0:
+            for key, value in folded.items():
+                emit(key, value)
+            folded.clear()
+    for key, value in folded.items():
+        emit(key, value)
+    return count, emitted

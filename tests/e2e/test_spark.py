@@ -1,0 +1,207 @@
+"""The Spark feeder end to end: real node processes, a real Spark driver through
+``smr spark-feed``, and the dump compared with plain Python key by key.
+
+Exactly-once is checked where it is at risk: a task that fails after emitting and is retried,
+and a driver SIGKILLed in the middle of a batch and restarted from its checkpoint. Both must
+make the nodes drop re-sent tuples (their duplicate counters rise) and leave exact counts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.e2e.conftest import EXAMPLE_BOOKS, JOB, REPO, Cluster, word_counts
+from tests.e2e.jobs import FAIL_MARKER_ENV
+
+pytestmark = pytest.mark.e2e
+
+SPARK_TIMEOUT_S = 240
+
+
+def split_books(directory: Path, files: int) -> list[str]:
+    """The shipped books as ``files`` plain text files of whole lines, in order."""
+    lines: list[str] = []
+    for book in EXAMPLE_BOOKS:
+        with gzip.open(book, "rt", encoding="utf-8", errors="replace") as text:
+            lines.extend(line.rstrip("\r\n") for line in text)
+    directory.mkdir(parents=True)
+    per_file = len(lines) // files + 1
+    paths = []
+    for index in range(files):
+        path = directory / f"part-{index:03d}.txt"
+        path.write_text("\n".join(lines[index * per_file : (index + 1) * per_file]) + "\n")
+        paths.append(str(path))
+    return paths
+
+
+def spark_feed_args(cluster: Cluster, input_dir: Path, job: str, *extra: str) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "smr",
+        "spark-feed",
+        "--cluster",
+        str(cluster.dir),
+        "--job",
+        job,
+        "--input",
+        str(input_dir),
+        *extra,
+    ]
+
+
+def spark_feed(
+    cluster: Cluster,
+    input_dir: Path,
+    job: str = JOB,
+    extra: Sequence[str] = (),
+    env: dict[str, str] | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """Run ``smr spark-feed --once`` to the end; it must exit 0."""
+    result = subprocess.run(
+        spark_feed_args(cluster, input_dir, job, "--once", *extra),
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, **(env or {})},
+        timeout=SPARK_TIMEOUT_S,
+    )
+    assert result.returncode == 0, f"spark-feed exited {result.returncode}:\n{result.stderr}"
+    return result
+
+
+def duplicates_dropped(cluster: Cluster) -> int:
+    return sum(row["tuples_duplicate"] for row in cluster.status().values())
+
+
+def tuples_applied(cluster: Cluster) -> int:
+    return sum(row["tuples_applied"] for row in cluster.status().values())
+
+
+def test_spark_feed_delivers_every_word_exactly(cluster: Cluster, tmp_path: Path) -> None:
+    paths = split_books(tmp_path / "input", files=12)
+    cluster.up(3, JOB, "--replication", "1")
+    result = spark_feed(cluster, tmp_path / "input", extra=("--max-files-per-trigger", "4"))
+    assert "batch 2:" in result.stdout  # 12 files, 4 per batch: three batches
+    assert cluster.counts() == word_counts(paths)
+
+
+def test_a_task_that_fails_after_emitting_is_retried_exactly_once(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    paths = split_books(tmp_path / "input", files=4)
+    marker = tmp_path / "failed-once"
+    cluster.up(3, JOB, "--replication", "1")
+    spark_feed(
+        cluster,
+        tmp_path / "input",
+        job="tests.e2e.jobs:failing_once",
+        # Without combine, tuples leave in batches while the task runs, before it fails.
+        extra=("--no-combine", "--max-files-per-trigger", "4"),
+        env={FAIL_MARKER_ENV: str(marker)},
+    )
+    assert marker.exists(), "the injected failure never ran"
+    assert duplicates_dropped(cluster) > 0, "the retry re-sent nothing already applied"
+    assert cluster.counts() == word_counts(paths)
+
+
+def _wait_for(condition: object, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():  # type: ignore[operator]
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+def test_a_driver_killed_mid_batch_resumes_from_its_checkpoint_exactly_once(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    paths = split_books(tmp_path / "input", files=10)
+    checkpoint = tmp_path / "checkpoint"
+    cluster.up(3, JOB, "--replication", "1")
+    job = "tests.e2e.jobs:slow_wordcount"
+    extra = ("--no-combine", "--max-files-per-trigger", "1", "--checkpoint", str(checkpoint))
+    driver = subprocess.Popen(
+        spark_feed_args(cluster, tmp_path / "input", job, *extra),
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    victims: list[psutil.Process] = []
+    try:
+        # Kill while batch 3 runs: after part of it is applied (the nodes' applied count has
+        # grown since batch 2 committed), before it commits.
+        _wait_for(lambda: (checkpoint / "commits" / "2").exists(), SPARK_TIMEOUT_S, "batch 2")
+        applied_after_2 = tuples_applied(cluster)
+        _wait_for(
+            lambda: tuples_applied(cluster) > applied_after_2 + 3000, 60, "batch 3 to be applied"
+        )
+        root = psutil.Process(driver.pid)
+        victims = [root, *root.children(recursive=True)]
+        os.killpg(driver.pid, signal.SIGKILL)
+    finally:
+        if driver.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(driver.pid, signal.SIGKILL)
+        driver.wait()
+    assert not (checkpoint / "commits" / "3").exists(), "batch 3 committed before the kill"
+    _, alive = psutil.wait_procs(victims, timeout=10)
+    assert not alive, f"still running after SIGKILL: {alive}"
+    assert len(victims) >= 2, "the driver had no JVM child to kill"
+    duplicates_before = duplicates_dropped(cluster)
+
+    result = spark_feed(cluster, tmp_path / "input", job, extra)
+    assert "batch 3:" in result.stdout, "the restart did not run the killed batch again"
+    assert duplicates_dropped(cluster) > duplicates_before
+    assert cluster.counts() == word_counts(paths)
+
+
+# -- errors a Spark user can act on (all found before Spark starts) ---------------------------
+
+
+def _spark_feed_error(cluster: Cluster, input_dir: Path, env: dict[str, str] | None = None) -> str:
+    result = subprocess.run(
+        spark_feed_args(cluster, input_dir, JOB, "--once"),
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, **(env or {})},
+        timeout=60,
+    )
+    assert result.returncode == 2, result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("smr: error: ")
+    return line
+
+
+def test_missing_java_is_named_with_what_to_install(cluster: Cluster, tmp_path: Path) -> None:
+    split_books(tmp_path / "input", files=1)
+    cluster.up(1, JOB)
+    line = _spark_feed_error(cluster, tmp_path / "input", {"JAVA_HOME": str(tmp_path / "nojdk")})
+    assert "Java not found" in line and "Java 17" in line
+
+
+def test_missing_input_directory_is_named(cluster: Cluster, tmp_path: Path) -> None:
+    cluster.up(1, JOB)
+    line = _spark_feed_error(cluster, tmp_path / "nowhere")
+    assert "nowhere" in line and "does not exist" in line
+
+
+def test_unreachable_cluster_is_reported(cluster: Cluster, tmp_path: Path) -> None:
+    split_books(tmp_path / "input", files=1)
+    cluster.up(1, JOB)
+    cluster.smr("cluster", "down", "--dir", str(cluster.dir))
+    line = _spark_feed_error(cluster, tmp_path / "input")
+    assert "answer" in line or "unreachable" in line
