@@ -145,7 +145,11 @@ class _Channel:
 
 
 class Emitter:
-    """Sends one mapper's tuples to the ring, exactly once per tuple identity."""
+    """Sends one mapper's tuples to the ring, exactly once per tuple identity.
+
+    ``on_acked``, if given, is called with the rows ``(slot, seq, key, value, emit_time_s)``
+    of every batch once all the nodes of its replica set acked it (latency measurement).
+    """
 
     def __init__(
         self,
@@ -160,6 +164,7 @@ class Emitter:
         give_up_after_s: float = GIVE_UP_AFTER_S_DEFAULT,
         clock: Callable[[], float] = time.monotonic,
         transport: MapperTransport | None = None,
+        on_acked: Callable[[Sequence[Row]], None] | None = None,
     ) -> None:
         if batch_size < 1 or window_batches < 1:
             raise ValueError("batch_size and window_batches must be at least 1")
@@ -175,6 +180,8 @@ class Emitter:
         self._clock = clock
         self._transport: MapperTransport = transport or ZmqMapperTransport()
         self._combine = combine
+        # Told the rows of every batch once all its nodes acked it (rows hold their emit time).
+        self._on_acked = on_acked
         self._channels: dict[NodeId, _Channel] = {}
         self._addr_of: dict[NodeId, str] = {}
         self._seqs = [0] * (1 << slot_bits)
@@ -431,6 +438,8 @@ class Emitter:
             batch.waiting_for.discard(channel.node)
             if not batch.waiting_for and not batch.rerouted:
                 self.tuples_acked += len(batch.rows)
+                if self._on_acked is not None:
+                    self._on_acked(batch.rows)
         if released:
             channel.progress_at = self._clock()
 

@@ -1,0 +1,273 @@
+"""Throughput: input words per second through smr (Python and Spark feeders) against the
+pure-Spark word counts, all over the same files in one run.
+
+What is measured (``--runs`` times each, round-robin, on a fresh cluster and checkpoint):
+
+- **smr, Python feeder**: ``smr feed``'s loop (the job's ``map`` over every line, then the
+  emitter) in its own process into a local cluster of 3 nodes, for ``r`` = 0, 1, 2, with and
+  without the job's ``combine``: words from the first record to the last ack.
+- **smr, Spark feeder**: ``smr.spark.emit`` in a Spark session on ``local[2]`` (the same
+  session as the baselines), the files read ``--files-per-trigger`` at a time with the
+  available-now trigger, for the same ``r`` and ``combine``: words from the first batch's
+  start to the last batch's last ack.
+- **Spark baselines** (``bench/spark_baselines.py``): (a) native ``groupBy(word).count()``
+  on RocksDB, (b1) ``applyInPandasWithState``, (b2) ``transformWithStateInPandas``: words of
+  the committed batches from the first batch's start to the last commit. The Python-state
+  baselines are slow, so they run only the first ``--python-batches`` batches.
+
+Every run's final counts are checked against plain Python's over the files it consumed. The
+headline is each row's median words/s as a ratio of baseline (a)'s median in the same run.
+JSON in ``bench/results/spark_throughput.json``, plot beside it.
+
+    python bench/spark_throughput.py [--runs 3] [--words 1000000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import shutil
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench import spark_baselines
+from bench.common import (
+    JOB,
+    RESULTS,
+    check_counts,
+    dump_counts,
+    local_cluster,
+    machine,
+    spread,
+    stop_process,
+    versions,
+)
+
+NODES = 3
+REPLICATIONS = (0, 1, 2)
+
+
+def _python_feeder(cluster_dir: str, paths: list[str], combine: bool, results: Any) -> None:
+    from checkpoint.ids import MapperId
+    from smr.api import load_job
+    from smr.client import fetch_view
+    from smr.cluster import read_spec
+    from smr.emitter import Emitter
+    from smr.feed import feed
+
+    job = load_job(JOB)
+    spec = read_spec(Path(cluster_dir))
+    emitter = Emitter(
+        fetch_view([n.addr for n in spec.nodes]),
+        spec.slot_bits,
+        MapperId(f"bench-{uuid.uuid4().hex[:8]}"),
+        replication=spec.replication,
+        combine=job.combine if combine else None,
+    )
+    result = feed(job, emitter, paths, lambda line: None)
+    results.put({"words": result.tuples_emitted, "elapsed_s": result.elapsed_s})
+
+
+def run_python_feeder(paths: list[str], replication: int, combine: bool) -> dict[str, Any]:
+    """One ``smr feed`` run into a fresh 3-node cluster; counts checked."""
+    with local_cluster(NODES, replication) as (cluster_dir, spec):
+        context = multiprocessing.get_context("spawn")
+        results = context.Queue()
+        feeder = context.Process(
+            target=_python_feeder, args=(str(cluster_dir), paths, combine, results)
+        )
+        feeder.start()
+        try:
+            result: dict[str, Any] = results.get(timeout=900)
+        finally:
+            stop_process(feeder)
+        counted = dump_counts([n.addr for n in spec.nodes])
+    expected = spark_baselines.directory_counts(Path(paths[0]).parent)
+    return {
+        "system": "smr-python",
+        "replication": replication,
+        "combine": combine,
+        "words_per_s": result["words"] / result["elapsed_s"],
+        **result,
+        **check_counts(counted, expected),
+    }
+
+
+def run_spark_feeder(
+    spark: Any, input_dir: Path, replication: int, combine: bool, files_per_trigger: int
+) -> dict[str, Any]:
+    """One ``smr.spark.emit`` run (available-now) into a fresh 3-node cluster; counts
+    checked."""
+    from smr import spark as smr_spark
+
+    reports: list[tuple[float, smr_spark.BatchReport]] = []
+    with (
+        local_cluster(NODES, replication) as (cluster_dir, spec),
+        tempfile.TemporaryDirectory(prefix="smr-bench-spark-feed-") as checkpoint,
+    ):
+        query = smr_spark.emit(
+            smr_spark.text_files(spark, input_dir, files_per_trigger),
+            JOB,
+            cluster_dir,
+            query=f"bench-{uuid.uuid4().hex[:8]}",
+            checkpoint_dir=Path(checkpoint),
+            available_now=True,
+            combine=combine,
+            on_batch=lambda report: reports.append((time.monotonic(), report)),
+        )
+        smr_spark.await_query(query)
+        counted = dump_counts([n.addr for n in spec.nodes])
+    expected = spark_baselines.directory_counts(input_dir)
+    first_start = reports[0][0] - reports[0][1].elapsed_s
+    last_end = reports[-1][0]
+    words = sum(report.tuples for _, report in reports)
+    steady_words = words - reports[0][1].tuples
+    steady_s = last_end - reports[0][0]
+    return {
+        "system": "smr-spark",
+        "replication": replication,
+        "combine": combine,
+        "words": words,
+        "batches": len(reports),
+        "elapsed_s": last_end - first_start,
+        "words_per_s": words / (last_end - first_start),
+        "steady_words_per_s": steady_words / steady_s if len(reports) > 1 else None,
+        "batch_s": [round(report.elapsed_s, 3) for _, report in reports],
+        **check_counts(counted, expected),
+    }
+
+
+def label(run: dict[str, Any]) -> str:
+    """A row's name: system, and for smr the replication and combine."""
+    if run["system"] in ("smr-python", "smr-spark"):
+        return f"{run['system']} r={run['replication']}{' combine' if run['combine'] else ''}"
+    return f"spark-{run['system']}"
+
+
+def summarise(runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per row: the spread of words/s, whether every run was exact, and the ratio of its
+    median to baseline (a)'s median."""
+    rows: dict[str, dict[str, Any]] = {}
+    for run in runs:
+        rows.setdefault(label(run), {"runs": []})["runs"].append(run)
+    for row in rows.values():
+        row["words_per_s"] = spread([r.get("words_per_s") for r in row["runs"]])
+        row["exact"] = all(r.get("exact", False) for r in row["runs"])
+        del row["runs"]
+    baseline = rows.get("spark-native", {}).get("words_per_s", {}).get("median")
+    for row in rows.values():
+        median = row["words_per_s"]["median"]
+        row["ratio_to_native"] = median / baseline if baseline and median else None
+    return rows
+
+
+def plot(report: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = report["summary"]
+    labels = list(rows)
+    medians = [rows[k]["words_per_s"]["median"] or 0 for k in labels]
+    low = [m - (rows[k]["words_per_s"]["min"] or m) for m, k in zip(medians, labels, strict=True)]
+    high = [(rows[k]["words_per_s"]["max"] or m) - m for m, k in zip(medians, labels, strict=True)]
+    colours = [
+        "tab:blue"
+        if k.startswith("smr-python")
+        else "tab:green"
+        if k.startswith("smr-spark")
+        else "tab:orange"
+        for k in labels
+    ]
+    figure, axis = plt.subplots(figsize=(10, 5))
+    axis.barh(range(len(labels)), medians, xerr=[low, high], color=colours, capsize=3)
+    axis.set_yticks(range(len(labels)), labels, fontsize=8)
+    axis.invert_yaxis()
+    axis.set_xlabel("input words per second (median, min-max)")
+    axis.set_title("Word count throughput: smr vs Spark Structured Streaming (local[2])")
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--words", type=int, default=1_000_000)
+    parser.add_argument("--files", type=int, default=20)
+    parser.add_argument("--files-per-trigger", type=int, default=4)
+    parser.add_argument("--python-batches", type=int, default=2)
+    parser.add_argument("--out", type=Path, default=RESULTS / "spark_throughput.json")
+    args = parser.parse_args()
+
+    workdir = Path(tempfile.mkdtemp(prefix="smr-bench-throughput-"))
+    try:
+        input_dir = workdir / "input"
+        written = spark_baselines.write_input_files(
+            spark_baselines.book_lines(args.words), input_dir, args.files
+        )
+        paths = sorted(str(p) for p in input_dir.glob("*.txt"))
+        print(f"input: {written['words']:,} words in {len(paths)} files", flush=True)
+        spark = spark_baselines.spark_session("rocksdb")
+        runs: list[dict[str, Any]] = []
+
+        def record(run: dict[str, Any]) -> None:
+            runs.append(run)
+            rate = run.get("words_per_s") or 0
+            print(f"  {label(run):28} {rate:>12,.0f} words/s exact={run.get('exact')}", flush=True)
+
+        for run_index in range(args.runs):
+            print(f"run {run_index + 1}/{args.runs}", flush=True)
+            for replication in REPLICATIONS:
+                for combine in (False, True):
+                    record(run_python_feeder(paths, replication, combine))
+                    record(
+                        run_spark_feeder(
+                            spark, input_dir, replication, combine, args.files_per_trigger
+                        )
+                    )
+            for baseline in spark_baselines.BASELINES:
+                batches_max = None if baseline == "native" else args.python_batches
+                result = spark_baselines.measure_throughput(
+                    spark,
+                    baseline,
+                    input_dir,
+                    workdir,
+                    args.files_per_trigger,
+                    batches_max=batches_max,
+                )
+                record({"system": baseline, **result})
+        spark.stop()
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    report = {
+        "benchmark": "spark_throughput",
+        "machine": machine(),
+        "versions": {**versions(), **spark_baselines.spark_versions()},
+        "config": {
+            "nodes": NODES,
+            "words": written["words"],
+            "files": args.files,
+            "files_per_trigger": args.files_per_trigger,
+            "python_state_batches": args.python_batches,
+            "runs": args.runs,
+            "spark_master": "local[2]",
+        },
+        "summary": summarise(runs),
+        "runs": runs,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2, default=str) + "\n")
+    plot(report, args.out.with_suffix(".png"))
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
