@@ -32,6 +32,11 @@ bench: $(STAMP)
 	$(BIN)/python bench/checkpoint.py
 	$(BIN)/python bench/recovery.py
 	$(BIN)/python bench/soak.py
+	$(BIN)/python bench/spark_baselines.py throughput
+	$(BIN)/python bench/spark_throughput.py
+	$(BIN)/python bench/latency.py
+	$(BIN)/python bench/spark_recovery.py
+	$(BIN)/python bench/report.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

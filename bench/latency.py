@@ -157,13 +157,13 @@ def run_smr(
     return result
 
 
-def run_spark(rate: float, seconds: float, runs: int) -> list[dict[str, Any]]:
+def run_spark(spark: Any, rate: float, seconds: float, runs: int) -> dict[str, Any]:
     """Spark's native word count at ``rate`` words/s (step 3), ``runs`` times."""
     from bench import spark_baselines
 
-    return [
-        spark_baselines.latency_run(rate_words_per_s=rate, seconds=seconds) for _ in range(runs)
-    ]
+    return spark_baselines.latency_benchmark(
+        spark, {"native": rate}, runs=runs, triggers_ms=(0,), duration_s=seconds
+    )
 
 
 def plot(report: dict[str, Any], path: Path) -> None:
@@ -191,12 +191,20 @@ def plot(report: dict[str, Any], path: Path) -> None:
     figure.savefig(path, dpi=120)
 
 
-def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
+def summarise(runs: list[dict[str, Any]], rate_key: str) -> dict[str, Any]:
     """Median and spread over runs of each latency percentile and of the achieved rate."""
     return {
         **{q: spread([r["latency_ms"][q] for r in runs]) for q in ("p50", "p95", "p99", "max")},
-        "tuples_per_s": spread([r["tuples_per_s"] for r in runs]),
+        "words_per_s": spread([r[rate_key] for r in runs]),
     }
+
+
+def _brief(entry: dict[str, Any]) -> str:
+    summary = entry["summary"]
+    return ", ".join(
+        f"{q} {summary[q]['median']:.1f} ms" if summary[q]["median"] is not None else f"{q} -"
+        for q in ("p50", "p95", "p99", "max")
+    )
 
 
 def main() -> None:
@@ -211,6 +219,11 @@ def main() -> None:
     args = parser.parse_args()
 
     words = load_words(args.words)
+    spark = None
+    if not args.skip_spark:
+        from bench import spark_baselines
+
+        spark = spark_baselines.spark_session("rocksdb")
     peak_runs = [run_smr(words, None, 0, args.linger_ms) for _ in range(args.runs)]
     peak = spread([r["tuples_per_s"] for r in peak_runs])["median"]
     assert peak is not None
@@ -222,13 +235,18 @@ def main() -> None:
         level: dict[str, Any] = {
             "fraction": fraction,
             "rate_words_per_s": rate,
-            "smr": {"runs": smr_runs, "summary": summarise(smr_runs)},
+            "smr": {"runs": smr_runs, "summary": summarise(smr_runs, "tuples_per_s")},
         }
-        print(f"{fraction:.0%} of peak ({rate:,.0f}/s): smr {level['smr']['summary']}", flush=True)
-        if not args.skip_spark:
-            spark_runs = run_spark(rate, args.seconds, args.runs)
-            level["spark"] = {"runs": spark_runs, "summary": summarise(spark_runs)}
-            print(f"  spark {level['spark']['summary']}", flush=True)
+        print(f"{fraction:.0%} of peak ({rate:,.0f}/s): {_brief(level['smr'])}", flush=True)
+        if spark is not None:
+            result = run_spark(spark, rate, args.seconds, args.runs)
+            level["spark"] = {
+                "runs": result["runs"],
+                "errors": result["errors"],
+                "how": result["how"],
+                "summary": summarise(result["runs"], "achieved_words_per_s"),
+            }
+            print(f"  spark: {_brief(level['spark'])}", flush=True)
         levels.append(level)
     report = {
         "benchmark": "latency",
@@ -252,6 +270,8 @@ def main() -> None:
         "peak": {"runs": peak_runs, "words_per_s": peak},
         "levels": levels,
     }
+    if spark is not None:
+        spark.stop()
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")
     plot(report, args.out.with_suffix(".png"))

@@ -1,0 +1,237 @@
+"""Turn the benchmark results in ``bench/results/*.json`` into ``bench/RESULTS.md``: one table
+per question (throughput, latency, recovery, state size), each figure a median of runs with
+its min-max, each comparison a ratio measured in the same run.
+
+A result file that is missing is named in the report as not run, never invented.
+
+    python bench/report.py [--results bench/results] [--out bench/RESULTS.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "bench" / "results"
+
+
+def _load(results: Path, name: str) -> dict[str, Any] | None:
+    path = results / f"{name}.json"
+    if not path.exists():
+        return None
+    loaded: dict[str, Any] = json.loads(path.read_text())
+    return loaded
+
+
+def _n(value: float | None, unit: str = "") -> str:
+    """A figure for a table: 1.2 M, 835 k, 12.3, with its unit."""
+    if value is None:
+        return "-"
+    if abs(value) >= 1e6:
+        text = f"{value / 1e6:.2f} M"
+    elif abs(value) >= 1e4:
+        text = f"{value / 1e3:.0f} k"
+    elif abs(value) >= 100:
+        text = f"{value:,.0f}"
+    else:
+        text = f"{value:.1f}"
+    return f"{text}{unit}"
+
+
+def _ms(value: float | None) -> str:
+    """A duration given in ms: ms below a second, else seconds."""
+    if value is None:
+        return "-"
+    return f"{value:.0f} ms" if value < 1000 else f"{value / 1000:.1f} s"
+
+
+def _spread(figure: dict[str, Any] | None, unit: str = "", scale: float = 1.0) -> str:
+    """``median (min-max)`` of a spread; ``unit`` " ms" formats durations (ms or s)."""
+    if not figure or figure.get("median") is None:
+        return "-"
+    median, low, high = (figure[k] * scale for k in ("median", "min", "max"))
+    if unit == " ms":
+        shown = _ms(median)
+        return f"{shown} ({_ms(low)} - {_ms(high)})" if figure.get("count", 0) > 1 else shown
+    if figure.get("count", 0) > 1:
+        return f"{_n(median, unit)} ({_n(low)}-{_n(high)})"
+    return _n(median, unit)
+
+
+def _ratio(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}x" if value < 10 else f"{value:.0f}x"
+
+
+def _machine_line(report: dict[str, Any]) -> str:
+    machine = report.get("machine", {})
+    versions = report.get("versions", {})
+    load = machine.get("loadavg") or machine.get("loadavg_before")
+    parts = [
+        f"{machine.get('cpus', '?')} CPUs",
+        f"load average {load}" if load else "",
+        ", ".join(f"{k} {v}" for k, v in versions.items() if k in ("python", "pyspark", "pyzmq")),
+    ]
+    return "; ".join(p for p in parts if p)
+
+
+def throughput_section(report: dict[str, Any] | None) -> list[str]:
+    lines = ["## Throughput", ""]
+    if report is None:
+        return [*lines, "Not run (`python bench/spark_throughput.py`).", ""]
+    config = report["config"]
+    lines += [
+        f"Word count over the same {config['words']:,} words of book text in {config['files']} "
+        f"files ({config['files_per_trigger']} files per Spark micro-batch), 3 smr nodes, "
+        f"Spark on {config['spark_master']}; input words per second, median of "
+        f"{config['runs']} runs (min-max); ratio to baseline (a), Spark's native aggregation, "
+        f"in the same run. The Python-state baselines ran their first "
+        f"{config['python_state_batches']} batches only (they are slow). Every run's counts were "
+        "checked against plain Python. "
+        f"Machine: {_machine_line(report)}.",
+        "",
+        "| configuration | words/s | ratio to (a) | counts exact |",
+        "|---|---|---|---|",
+    ]
+    names = {
+        "spark-native": "(a) Spark `groupBy(word).count()`, RocksDB",
+        "spark-pandas_state": "(b) Spark `applyInPandasWithState`",
+        "spark-tws_pandas": "(b) Spark `transformWithStateInPandas`",
+    }
+    for label, row in report["summary"].items():
+        name = names.get(label) or label.replace("smr-python", "smr, Python feeder,").replace(
+            "smr-spark", "smr, Spark feeder,"
+        )
+        lines.append(
+            f"| {name} | {_spread(row['words_per_s'])} | {_ratio(row['ratio_to_native'])} | "
+            f"{'yes' if row['exact'] else 'NO'} |"
+        )
+    return [*lines, ""]
+
+
+def latency_section(report: dict[str, Any] | None) -> list[str]:
+    lines = ["## Latency", ""]
+    if report is None:
+        return [*lines, "Not run (`python bench/latency.py`).", ""]
+    config, how = report["config"], report["how"]
+    lines += [
+        f"smr: {config['nodes']} nodes, r = {config['replication']}, batches of "
+        f"{config['batch_size']}, open batches sent at least every {config['linger_ms']:.0f} ms; "
+        f"{how['smr']}. Spark: {how['spark']}. Both fed the same words per second, "
+        f"{config['seconds']:.0f} s per run, medians of {config['runs']} runs (min-max). "
+        f"smr's measured peak in this run: {_n(report['peak']['words_per_s'])} words/s. "
+        f"Machine: {_machine_line(report)}.",
+        "",
+        "| rate | system | p50 | p95 | p99 | max | p99 ratio (Spark/smr) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for level in report["levels"]:
+        rate = f"{level['fraction']:.0%} of peak ({_n(level['rate_words_per_s'])}/s)"
+        smr = level["smr"]["summary"]
+        spark = level.get("spark", {}).get("summary")
+        ratio = None
+        if spark and spark["p99"]["median"] and smr["p99"]["median"]:
+            ratio = spark["p99"]["median"] / smr["p99"]["median"]
+        for system, summary in (("smr", smr), ("Spark (a)", spark)):
+            if summary is None:
+                continue
+            cells = " | ".join(_spread(summary[q], " ms") for q in ("p50", "p95", "p99", "max"))
+            lines.append(
+                f"| {rate} | {system} | {cells} | {_ratio(ratio) if system == 'smr' else ''} |"
+            )
+    return [*lines, ""]
+
+
+def recovery_sections(report: dict[str, Any] | None) -> list[str]:
+    lines = ["## Recovery", ""]
+    if report is None:
+        return [
+            *lines,
+            "Not run (`python bench/spark_recovery.py`).",
+            "",
+            "## State size",
+            "",
+            "Not run.",
+            "",
+        ]
+    how = report["how"]
+    config = report["config"]
+    smr_rows = report["smr"]["summary"]
+    spark_rows = report["spark"].get("summary", [])
+    middle = config["keys"][len(config["keys"]) // 2]
+    lines += [
+        f"Time from a failure to processing again, {_n(middle)} keys of state, words fed at "
+        f"{_n(config['rate'])}/s, medians of {config['runs']} runs (min-max). smr: {how['smr']}; "
+        "the time until the feed's acked rate is back at 90% is shown too. Spark: "
+        f"{how['spark'] or 'not run'} Machine: {_machine_line(report)}.",
+        "",
+        "| failure | failure to processing again | feed back at 90% | counts exact |",
+        "|---|---|---|---|",
+    ]
+    for row in smr_rows:
+        if row["keys_n"] != middle:
+            continue
+        lines.append(
+            f"| smr: SIGKILL of {row['k']} node{'s' if row['k'] > 1 else ''}, r = 1 | "
+            f"{_spread(row['processing_again_ms'], ' ms')} | "
+            f"{_spread(row['recovered_90_ms'], ' ms')} | {row['exact']}/{row['runs']} |"
+        )
+    for row in spark_rows:
+        if row["keys_n"] != middle:
+            continue
+        lines.append(
+            "| Spark: SIGKILL of the driver, restart from the checkpoint | "
+            f"{_spread(row['kill_to_commit_s'], ' ms', 1000)} | - | {row['exact']}/{row['runs']} |"
+        )
+    lines += ["", "## State size", ""]
+    lines += [
+        "Failure to processing again against the keys of state: smr with one node killed "
+        "(r = 1), Spark with its driver killed and restarted; ratio = Spark's median over "
+        "smr's.",
+        "",
+        "| keys | smr | Spark | Spark / smr |",
+        "|---|---|---|---|",
+    ]
+    for ratio in report["ratios"]:
+        smr_row = next(
+            (r for r in smr_rows if r["k"] == 1 and r["keys_n"] == ratio["keys_n"]), None
+        )
+        spark_row = next((r for r in spark_rows if r["keys_n"] == ratio["keys_n"]), None)
+        lines.append(
+            f"| {ratio['keys_n']:,} | "
+            f"{_spread(smr_row['processing_again_ms'], ' ms') if smr_row else '-'} | "
+            f"{_spread(spark_row['kill_to_commit_s'], ' ms', 1000) if spark_row else '-'} | "
+            f"{_ratio(ratio['spark_over_smr'])} |"
+        )
+    return [*lines, ""]
+
+
+def render(results: Path) -> str:
+    """The whole report, from whatever result files exist under ``results``."""
+    lines = [
+        "# Benchmark results",
+        "",
+        "Written by `bench/report.py` from the JSON in `bench/results/` (each file also records "
+        "every run, the machine and the versions; a PNG plot sits beside each). The machine is "
+        "a shared 2-core VM, so only ratios measured in one run are compared.",
+        "",
+    ]
+    lines += throughput_section(_load(results, "spark_throughput"))
+    lines += latency_section(_load(results, "latency"))
+    lines += recovery_sections(_load(results, "spark_recovery"))
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--results", type=Path, default=RESULTS)
+    parser.add_argument("--out", type=Path, default=REPO / "bench" / "RESULTS.md")
+    args = parser.parse_args()
+    args.out.write_text(render(args.results))
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
