@@ -210,6 +210,9 @@ class NodeCore:
         self.predecessors: tuple[NodeId, ...] = ()
         self._last_heartbeat = -1e9
         self._snapshot_asked_at: dict[NodeId, float] = {}
+        # View repair: the last (epoch, time) this node's view was sent to each peer.
+        self._view_sent_at: dict[NodeId, tuple[int, float]] = {}
+        self._view_body_cache: tuple[int, bytes] = (-1, b"")
         self._probe_ids = 0
         # One record per takeover, for `status` and the recovery benchmark (bounded).
         self.takeover_records: deque[dict[str, Any]] = deque(maxlen=64)
@@ -473,22 +476,52 @@ class NodeCore:
         self, node: NodeId, kind: Kind, header: dict[str, Any], body: bytes = b""
     ) -> bool:
         """Send a peer message; False (and counted) if the link refused it (queue full)."""
-        frames = encode(kind, {"from": self.node_id, "inc": self.incarnation, **header}, body)
+        frames = encode(
+            kind,
+            {"from": self.node_id, "inc": self.incarnation, "epoch": self.view.epoch, **header},
+            body,
+        )
         if not self._send_to_peer(node, frames):
             self.counters.peer_messages_dropped += 1
             return False
         return True
 
+    def _view_body(self) -> bytes:
+        """This node's view, encoded (once per epoch)."""
+        epoch, body = self._view_body_cache
+        if epoch != self.view.epoch:
+            body = pack_body(self.view.to_wire())
+            self._view_body_cache = (self.view.epoch, body)
+        return body
+
     def _gossip(self) -> None:
         """Send this node's view to every other live member."""
-        body = pack_body(self.view.to_wire())
+        body = self._view_body()
         for member in self.view.members.values():
             if member.node_id != self.node_id and member.status is not Status.DEAD:
-                self._peer_send(member.node_id, Kind.GOSSIP, {"epoch": self.view.epoch}, body)
+                self._peer_send(member.node_id, Kind.GOSSIP, {}, body)
 
-    def _from_live_peer(self, message: Message) -> NodeId | None:
+    def _send_view(self, peer: NodeId) -> None:
+        """Send ``peer`` this node's view (a GOSSIP), at most once per heartbeat interval per
+        peer and epoch: a burst of messages from a peer with another view (snapshot chunks,
+        checkpoints) is answered once, not once per message."""
+        now = self._clock()
+        epoch, sent_at = self._view_sent_at.get(peer, (-1, -1e9))
+        if epoch == self.view.epoch and now - sent_at < self.settings.heartbeat_interval_ms / 1000:
+            return
+        self._view_sent_at[peer] = (self.view.epoch, now)
+        self._peer_send(peer, Kind.GOSSIP, {}, self._view_body())
+
+    def _from_live_peer(self, message: Message, repair: bool = True) -> NodeId | None:
         """The sender of a peer message, or None if it is not a live incarnation in our view
-        (then it is sent our view, so that a fenced node learns it was marked dead)."""
+        (then it is sent our view, so that a fenced node learns it was marked dead).
+
+        View repair (both ways, whatever the message): every peer message carries the
+        sender's view epoch. If it differs from ours, the sender is sent our view: a sender
+        with an older view merges it and catches up; a sender with a newer one finds ours has
+        nothing for it and answers with its own (``_on_gossip``), and we catch up. With
+        ``repair=False`` the caller does this itself (the message carries a view).
+        """
         sender = NodeId(message.header["from"])
         member = self.view.get(sender)
         if (
@@ -497,19 +530,27 @@ class NodeCore:
             or member.status is Status.DEAD
         ):
             if member is not None:
-                self._peer_send(
-                    sender, Kind.GOSSIP, {"epoch": self.view.epoch}, pack_body(self.view.to_wire())
-                )
+                self._send_view(sender)
             return None
         self.detector.heard(sender, self._clock())
+        if repair and message.header["epoch"] != self.view.epoch:
+            self._send_view(sender)
         return sender
 
     def _on_heartbeat(self, identity: bytes, message: Message) -> None:
-        sender = self._from_live_peer(message)
-        if sender is not None and message.header["epoch"] != self.view.epoch:
-            self._peer_send(
-                sender, Kind.GOSSIP, {"epoch": self.view.epoch}, pack_body(self.view.to_wire())
-            )
+        """A heartbeat is a sign of life and carries its sender's view: merged when the
+        epochs differ; if ours is then still not the sender's, ours goes back."""
+        sender = self._from_live_peer(message, repair=False)
+        if sender is None or message.header["epoch"] == self.view.epoch:
+            return
+        if message.body:
+            try:
+                view = View.from_wire(unpack_body(message.body))
+            except ValueError as error:
+                raise FrameError(f"malformed view in heartbeat: {error}") from None
+            self.merge_view(view)
+        if message.header["epoch"] != self.view.epoch:
+            self._send_view(sender)
 
     def _on_gossip(self, identity: bytes, message: Message) -> None:
         try:
@@ -522,8 +563,16 @@ class NodeCore:
         # Repair both ways: a sender whose view is older than ours gets ours back. Merges
         # only grow the epoch, so this stops as soon as both hold the same view.
         if self.view.epoch > view.epoch and sender in self.view.members:
-            body = pack_body(self.view.to_wire())
-            self._peer_send(sender, Kind.GOSSIP, {"epoch": self.view.epoch}, body)
+            self._peer_send(sender, Kind.GOSSIP, {}, self._view_body())
+
+    def _on_view_push(self, identity: bytes, message: Message) -> None:
+        """A view sent unasked by a client (an emitter whose batch this node refused by an
+        older view): merged like gossip."""
+        try:
+            view = View.from_wire(unpack_body(message.body))
+        except ValueError as error:
+            raise FrameError(f"malformed view from a client: {error}") from None
+        self.merge_view(view)
 
     def _on_probe(self, identity: bytes, message: Message) -> None:
         sender = NodeId(message.header["from"])
@@ -858,6 +907,7 @@ class NodeCore:
         Kind.QUERY_REQUEST: _on_query_request,
         Kind.HEARTBEAT: _on_heartbeat,
         Kind.GOSSIP: _on_gossip,
+        Kind.VIEW: _on_view_push,
         Kind.PROBE: _on_probe,
         Kind.PROBE_ACK: _on_probe_ack,
         Kind.CHECKPOINT: _on_checkpoint,
@@ -895,7 +945,9 @@ class NodeCore:
     def tick(self) -> None:
         """Periodic work: heartbeats, failure detection, the applied-tuples rate, output.
 
-        1. Every heartbeat interval, a heartbeat to each secondary (they watch this node).
+        1. Every heartbeat interval, a heartbeat to each secondary (they watch this node),
+           carrying this node's view: a secondary that missed a view change (its gossip was
+           lost) catches up within a heartbeat.
         2. Judge the nearest watched predecessor: silent past the timeout, probe it; no
            answer to the probe, take it over (and the next one is judged on the next tick:
            the walk of up to ``r`` hops over consecutive failures).
@@ -904,8 +956,9 @@ class NodeCore:
         # 1.
         if now - self._last_heartbeat >= self.settings.heartbeat_interval_ms / 1000:
             self._last_heartbeat = now
+            body = self._view_body()
             for secondary in self.secondaries:
-                self._peer_send(secondary, Kind.HEARTBEAT, {"epoch": self.view.epoch})
+                self._peer_send(secondary, Kind.HEARTBEAT, {}, body)
         # 2.
         if self.replication > 0:
             self._rerequest_snapshots(now)

@@ -218,14 +218,6 @@ def test_a_snapshot_larger_than_the_peer_queue_bound_arrives_whole() -> None:
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=SimulationFailure,
-    reason="bug: view repair is one-way: a node that missed the gossip of a takeover answers "
-    "heartbeats carrying a newer epoch with its own older view, and the newer node replies "
-    "nothing, so the stale node refuses the moved range with NOT_OWNER for good and the "
-    "emitter re-routes to it forever (its give-up timer is reset by every NOT_OWNER)",
-)
 def test_a_node_that_missed_a_view_change_catches_up() -> None:
     def lose_gossip_to_n2(src: str, dst: str, frames: Sequence[bytes]) -> bool:
         return (src, dst) == ("n1", "n2") and decode(frames).kind is Kind.GOSSIP
