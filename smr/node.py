@@ -138,6 +138,8 @@ class NodeCounters:
     tuples_replayed: int = 0
     peer_messages_dropped: int = 0
     fenced: int = 0
+    # Probe rounds that ended without an answer and without a quorum (see NodeCore.tick).
+    quorum_missed: int = 0
 
 
 @dataclass(frozen=True)
@@ -214,6 +216,7 @@ class NodeCore:
         self._view_sent_at: dict[NodeId, tuple[int, float]] = {}
         self._view_body_cache: tuple[int, bytes] = (-1, b"")
         self._probe_ids = 0
+        self._no_quorum_logged_at = -1e9
         # One record per takeover, for `status` and the recovery benchmark (bounded).
         self.takeover_records: deque[dict[str, Any]] = deque(maxlen=64)
         self.counters = NodeCounters()
@@ -716,6 +719,28 @@ class NodeCore:
                 self._snapshot_asked_at[node] = now
                 self._peer_send(node, Kind.SNAPSHOT_REQUEST, {})
 
+    def _probe(self, suspect: NodeId, others: Sequence[NodeId]) -> None:
+        """Probe ``suspect``, and every other owner for the contact check (their answers,
+        like any message from them, count as contact)."""
+        self._probe_ids += 1
+        self._peer_send(suspect, Kind.PROBE, {"req": self._probe_ids})
+        for node in others:
+            if node != suspect:
+                self._peer_send(node, Kind.PROBE, {"req": self._probe_ids})
+
+    def _no_quorum(self, suspect: NodeId, others: Sequence[NodeId], now: float) -> None:
+        self.counters.quorum_missed += 1
+        if now - self._no_quorum_logged_at >= 1.0:
+            self._no_quorum_logged_at = now
+            in_contact = self.detector.in_contact(others, suspect)
+            log.warning(
+                "%s does not answer, but only %d of %d owners are in contact: not declaring "
+                "it dead (this node may be the one cut off)",
+                suspect,
+                in_contact,
+                len(set(others) | {suspect}) + 1,
+            )
+
     def suspect(self, node: NodeId) -> None:
         """``node``'s connection dropped: probe it now instead of after the silence timeout."""
         if self.replication > 0 and self.detector.suspect(node, self._clock()):
@@ -948,9 +973,13 @@ class NodeCore:
         1. Every heartbeat interval, a heartbeat to each secondary (they watch this node),
            carrying this node's view: a secondary that missed a view change (its gossip was
            lost) catches up within a heartbeat.
-        2. Judge the nearest watched predecessor: silent past the timeout, probe it; no
-           answer to the probe, take it over (and the next one is judged on the next tick:
-           the walk of up to ``r`` hops over consecutive failures).
+        2. Judge the nearest watched predecessor: silent past the timeout, probe it, and
+           probe every other owner too (the contact check); no answer to the probe, take it
+           over (and the next one is judged on the next tick: the walk of up to ``r`` hops
+           over consecutive failures), but only if ``ring.failure.may_declare_dead`` allows
+           it: on silence alone, this node must have heard from a strict majority of the
+           owners since the probe. Otherwise this node may be the one cut off: it declares
+           nobody dead, keeps serving, and probes again.
         """
         now = self._clock()
         # 1.
@@ -962,14 +991,16 @@ class NodeCore:
         # 2.
         if self.replication > 0:
             self._rerequest_snapshots(now)
-            verdict = self.detector.judge(self.predecessors, now)
+            others = [o for o in self.ring.owners if o != self.node_id]
+            verdict = self.detector.judge(self.predecessors, now, owners_besides_me=others)
             if verdict is not None:
                 action, node = verdict
-                if action is Verdict.PROBE:
-                    self._probe_ids += 1
-                    self._peer_send(node, Kind.PROBE, {"req": self._probe_ids})
-                else:
+                if action is Verdict.DEAD:
                     self.take_over(node)
+                else:
+                    if action is Verdict.NO_QUORUM:
+                        self._no_quorum(node, others, now)
+                    self._probe(node, others)
         mark_time, mark_count = self._rate_mark
         if now - mark_time >= 1.0:
             self.tuples_per_s = (self.counters.tuples_applied - mark_count) / (now - mark_time)

@@ -163,19 +163,30 @@ def test_a_short_partition_causes_no_takeover_and_loses_nothing() -> None:
     assert owners(simulation) == ["n0", "n1", "n2", "n3", "n4"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=SimulationFailure,
-    reason="design bug: the cut-off node declares its own predecessor dead and takes it over; "
-    "on heal that dead mark wins the merge, the healthy predecessor fences, and its range "
-    "falls back to a node holding no copy (acked tuples lost). See smr.faults: long "
-    "partitions are counted beyond tolerance until this is fixed.",
-)
 def test_a_node_cut_off_past_the_timeout_is_fenced_and_nothing_is_lost() -> None:
+    # n2 hears nobody: it must not declare its healthy predecessor n1 dead (it has no
+    # quorum), while the rest of the ring declares n2 dead and n3 takes it over.
     cut = Partition((n("n2"),), (n("n0"), n("n1"), n("n3"), n("n4")), 500, 800)
-    _, result = scenario(cut, seed=7, check_tolerance=False, tuples_per_mapper=3000)
+    simulation, result = scenario(cut, seed=7, tuples_per_mapper=3000)
     assert result.counters["n2"]["fenced"] == 1
     assert total(result, "fenced") == 1
+    assert result.counters["n2"]["takeovers"] == 0
+    assert result.counters["n2"]["quorum_missed"] >= 1
+    assert result.counters["n3"]["takeovers"] == 1
+    assert owners(simulation) == ["n0", "n1", "n3", "n4"]
+
+
+def test_a_minority_cut_off_together_declares_nobody_dead_and_the_majority_takes_it_over() -> (
+    None
+):
+    # n2 and n3 cut off together (r=2): they hear each other, but two of six owners are no
+    # majority, so neither declares n0 or n1 dead; the four others take both over.
+    cut = Partition((n("n2"), n("n3")), (n("n0"), n("n1"), n("n4"), n("n5")), 500, 1000)
+    simulation, result = scenario(cut, nodes=6, replication=2, tuples_per_mapper=3000)
+    assert result.counters["n2"]["takeovers"] == result.counters["n3"]["takeovers"] == 0
+    assert result.counters["n2"]["fenced"] == result.counters["n3"]["fenced"] == 1
+    assert total(result, "fenced") == 2
+    assert owners(simulation) == ["n0", "n1", "n4", "n5"]
 
 
 def test_a_node_paused_soon_after_start_is_declared_dead_despite_the_first_contact_grace() -> None:
