@@ -134,6 +134,8 @@ class NodeCounters:
     checkpoints_applied: int = 0
     snapshots_sent: int = 0
     snapshots_received: int = 0
+    # Snapshots aborted on arrival because a chunk of them was missing (then asked again).
+    snapshot_chunks_missing: int = 0
     takeovers: int = 0
     tuples_replayed: int = 0
     peer_messages_dropped: int = 0
@@ -212,6 +214,10 @@ class NodeCore:
         self.predecessors: tuple[NodeId, ...] = ()
         self._last_heartbeat = -1e9
         self._snapshot_asked_at: dict[NodeId, float] = {}
+        # Snapshots: the number of the last one this node began sending, and per primary the
+        # one being received here with the index of the next chunk expected.
+        self._snapshot_ids = 0
+        self._snapshot_receiving: dict[NodeId, tuple[int, int]] = {}
         # View repair: the last (epoch, time) this node's view was sent to each peer.
         self._view_sent_at: dict[NodeId, tuple[int, float]] = {}
         self._view_body_cache: tuple[int, bytes] = (-1, b"")
@@ -278,6 +284,7 @@ class NodeCore:
         for node in list(self.replicas):
             if node not in self.predecessors:
                 replica = self.replicas.pop(node)
+                self._snapshot_receiving.pop(node, None)
                 backup = self.backups.pop(node, None)
                 member = view.get(node)
                 if member is not None and member.status is Status.DEAD and self.ring.owners:
@@ -611,31 +618,58 @@ class NodeCore:
             self._snapshot_jobs[sender] = self._snapshot_steps(sender)
 
     def _on_snapshot_begin(self, identity: bytes, message: Message) -> None:
+        """Receiving a snapshot: 1. begin it, expecting chunk 0 of snapshot ``snap``."""
         sender = self._from_live_peer(message)
         if sender is not None and sender in self.predecessors:
             replica = self.replicas.setdefault(sender, PeerReplica())
             replica.begin_snapshot(message.header["as_of"])
+            self._snapshot_receiving[sender] = (message.header["snap"], 0)
             self._snapshot_asked_at[sender] = self._clock()
 
+    def _snapshot_lost_a_part(self, sender: NodeId, replica: PeerReplica) -> None:
+        """A chunk of the snapshot from ``sender`` never arrived: abort it (the replica must
+        not be promoted or completed with a hole) and ask for a new one at once."""
+        self.counters.snapshot_chunks_missing += 1
+        replica.abort_snapshot()
+        del self._snapshot_receiving[sender]
+        self._snapshot_asked_at[sender] = self._clock()
+        self._peer_send(sender, Kind.SNAPSHOT_REQUEST, {})
+
     def _on_snapshot_chunk(self, identity: bytes, message: Message) -> None:
+        """2. Apply chunk ``index`` if it is the next one of the snapshot being received; a
+        chunk of another (older, aborted) snapshot is ignored; a skipped index aborts."""
         sender = self._from_live_peer(message)
         replica = self.replicas.get(sender) if sender is not None else None
-        if replica is None:
+        if replica is None or sender is None:
+            return
+        receiving = self._snapshot_receiving.get(sender)
+        if receiving is None or receiving[0] != message.header["snap"]:
+            return
+        if message.header["index"] != receiving[1]:
+            self._snapshot_lost_a_part(sender, replica)
             return
         try:
             chunk = decode_delta(message.body)
         except DeltaError as error:
             raise FrameError(f"snapshot chunk from {sender}: {error}") from None
         replica.apply_snapshot_chunk(chunk)
-        if sender is not None:
-            # A snapshot still arriving is not lost: put off asking again.
-            self._snapshot_asked_at[sender] = self._clock()
+        self._snapshot_receiving[sender] = (receiving[0], receiving[1] + 1)
+        # A snapshot still arriving is not lost: put off asking again.
+        self._snapshot_asked_at[sender] = self._clock()
 
     def _on_snapshot_end(self, identity: bytes, message: Message) -> None:
+        """3. Complete the replica if every chunk of the snapshot arrived; else abort."""
         sender = self._from_live_peer(message)
         replica = self.replicas.get(sender) if sender is not None else None
         if replica is None or sender is None:
             return
+        receiving = self._snapshot_receiving.get(sender)
+        if receiving is None or receiving[0] != message.header["snap"]:
+            return
+        if message.header["chunks"] != receiving[1]:
+            self._snapshot_lost_a_part(sender, replica)
+            return
+        del self._snapshot_receiving[sender]
         replica.end_snapshot()
         self.counters.snapshots_received += 1
         for name in [n for n, orphan in self.orphans.items() if orphan.absorber == sender]:
@@ -649,18 +683,25 @@ class NodeCore:
     def _snapshot_steps(self, secondary: NodeId) -> Iterator[None]:
         """Send ``secondary`` a full snapshot of this node's range, one chunk per step.
 
-        1. SNAPSHOT_BEGIN with ``as_of``, the last checkpoint number already swapped.
-        2. One SNAPSHOT_CHUNK per ``snapshot_chunk_keys`` keys: the full merged state and hwm
-           vectors of whole slots, read when the chunk is sent; checkpoints keep flowing in
-           between, on the same ordered channel, and the secondary applies them on top.
-        3. SNAPSHOT_END.
+        1. SNAPSHOT_BEGIN with ``as_of``, the last checkpoint number already swapped, and
+           ``snap``, this snapshot's number.
+        2. One SNAPSHOT_CHUNK per ``snapshot_chunk_keys`` keys, numbered from 0: the full
+           merged state and hwm vectors of whole slots, read when the chunk is sent;
+           checkpoints keep flowing in between, on the same ordered channel, and the
+           secondary applies them on top.
+        3. SNAPSHOT_END with the number of chunks sent.
 
         A part the peer link refuses (its queue is full) is sent again on a later step, read
-        afresh, never skipped: the secondary must not complete a snapshot with a hole.
+        afresh, never skipped: the secondary must not complete a snapshot with a hole. A
+        part lost after it left (a connection reset) shows at the secondary as a skipped
+        index or a short count: it aborts the snapshot and asks for a new one.
         """
+        self._snapshot_ids += 1
+        snap = self._snapshot_ids
+        chunks_sent = 0
         # 1.
         while not self._peer_send(
-            secondary, Kind.SNAPSHOT_BEGIN, {"as_of": self.checkpoint_number}
+            secondary, Kind.SNAPSHOT_BEGIN, {"as_of": self.checkpoint_number, "snap": snap}
         ):
             yield
         yield
@@ -673,23 +714,30 @@ class NodeCore:
             chunk.append(slot)
             keys += sum(1 for _ in self.store.items([slot]))
             if keys >= self.settings.snapshot_chunk_keys:
-                while not self._send_chunk(secondary, chunk):
+                while not self._send_chunk(secondary, chunk, snap, chunks_sent):
                     yield
+                chunks_sent += 1
                 chunk, keys = [], 0
                 yield
         if chunk:
-            while not self._send_chunk(secondary, chunk):
+            while not self._send_chunk(secondary, chunk, snap, chunks_sent):
                 yield
+            chunks_sent += 1
         # 3.
-        while not self._peer_send(secondary, Kind.SNAPSHOT_END, {}):
+        while not self._peer_send(
+            secondary, Kind.SNAPSHOT_END, {"snap": snap, "chunks": chunks_sent}
+        ):
             yield
         self.counters.snapshots_sent += 1
 
-    def _send_chunk(self, secondary: NodeId, slots: list[Slot]) -> bool:
+    def _send_chunk(self, secondary: NodeId, slots: list[Slot], snap: int, index: int) -> bool:
         roles = self.roles
         current = [s for s in slots if roles[s] == Role.PRIMARY]
         return self._peer_send(
-            secondary, Kind.SNAPSHOT_CHUNK, {}, encode_delta(self.store.snapshot(current))
+            secondary,
+            Kind.SNAPSHOT_CHUNK,
+            {"snap": snap, "index": index},
+            encode_delta(self.store.snapshot(current)),
         )
 
     @property
@@ -767,6 +815,7 @@ class NodeCore:
         absorbed = sorted(name for name, orphan in self.orphans.items() if orphan.absorber == dead)
         copies = [self.orphans.pop(name) for name in absorbed]
         replica = self.replicas.pop(dead, None)
+        self._snapshot_receiving.pop(dead, None)
         if replica is None or not replica.is_complete:
             log.error("taking over %s without a complete replica of its state", dead)
         copies.append(_Orphan(dead, replica or PeerReplica(), self.backups.pop(dead, None)))
@@ -818,6 +867,7 @@ class NodeCore:
         # 1.
         self.store = StateStore()
         self.replicas.clear()
+        self._snapshot_receiving.clear()
         self.backups.clear()
         self.orphans.clear()
         self.inbox.clear()

@@ -128,10 +128,13 @@ HEADER_SCHEMA: Final[dict[Kind, dict[str, tuple[type, ...]]]] = {
     # number: the primary's checkpoint counter (per incarnation), so gaps show.
     Kind.CHECKPOINT: {**_PEER, "number": _INT},
     Kind.SNAPSHOT_REQUEST: _PEER,
-    # as_of: the last checkpoint number swapped before the snapshot was read.
-    Kind.SNAPSHOT_BEGIN: {**_PEER, "as_of": _INT},
-    Kind.SNAPSHOT_CHUNK: _PEER,
-    Kind.SNAPSHOT_END: _PEER,
+    # as_of: the last checkpoint number swapped before the snapshot was read; snap: the
+    # snapshot's number (per sending incarnation), which its chunks and end repeat; index:
+    # a chunk's place in its snapshot, from 0; chunks: how many chunks the snapshot had. A
+    # receiver that misses a chunk sees it (an index skipped, or a count short at the end).
+    Kind.SNAPSHOT_BEGIN: {**_PEER, "as_of": _INT, "snap": _INT},
+    Kind.SNAPSHOT_CHUNK: {**_PEER, "snap": _INT, "index": _INT},
+    Kind.SNAPSHOT_END: {**_PEER, "snap": _INT, "chunks": _INT},
 }
 
 

@@ -53,6 +53,7 @@ class Cluster:
         self.queue: deque[tuple[str, str, Sequence[bytes]]] = deque()
         self.lose: Lose = lambda src, dst, message: False
         self.lost: list[tuple[str, str, Message]] = []
+        self.delivered: list[tuple[str, str, Message]] = []
         self.replies: list[tuple[str, Message]] = []
         self.settings = NodeSettings(replication=replication, **settings)
         self.cores = {
@@ -99,6 +100,7 @@ class Cluster:
                 if self.lose(src, dst, message):
                     self.lost.append((src, dst, message))
                     continue
+                self.delivered.append((src, dst, message))
                 core = self.cores[NodeId(dst)]
                 core.on_frames(f"peer:{src}".encode(), frames)
                 core.apply_inbox()
@@ -277,3 +279,40 @@ def test_a_not_owner_by_an_older_view_makes_the_emitter_send_its_view_and_is_no_
     n1.on_frames(b"m", encode(Kind.VIEW, pushed[0].header, pack_body(new_view.to_wire())))
     assert n1.view == new_view
     assert n1.roles[slot_of(word, SLOT_BITS)] == Role.PRIMARY
+
+
+# -- snapshots ----------------------------------------------------------------------------------
+
+
+def test_a_snapshot_missing_a_chunk_is_not_completed_but_asked_again_and_ends_equal() -> None:
+    cluster = Cluster(2, replication=1, snapshot_chunk_keys=5)
+    n0, n1 = cluster.core("n0"), cluster.core("n1")
+    ring = n0.ring
+    words = [
+        w for w in (f"w{i}" for i in range(400)) if ring.primary(slot_of(w, SLOT_BITS)) == "n0"
+    ]
+    assert len(words) > 40
+
+    def lose_chunk_1_of_the_first_snapshot(src: str, dst: str, message: Message) -> bool:
+        return (
+            message.kind is Kind.SNAPSHOT_CHUNK
+            and message.header["index"] == 1
+            and not any(m.kind is Kind.SNAPSHOT_CHUNK for _, _, m in cluster.lost)
+        )
+
+    cluster.lose = lose_chunk_1_of_the_first_snapshot
+    # n1 backs up the batch, creates its replica of n0 and asks for a snapshot: the first
+    # one holds every key, in chunks of about 5 keys, and loses its chunk 1.
+    cluster.feed(words)
+    assert [m.header["index"] for _, _, m in cluster.lost] == [1]
+    replica = n1.replicas[NodeId("n0")]
+    assert replica.is_complete
+    assert len(owned_state(n0)) == len(words)
+    assert replica_state(n1, n0) == owned_state(n0)
+    # It took two snapshots: the one with the hole (aborted), then the one asked again.
+    assert n1.counters.snapshot_chunks_missing == 1
+    assert n1.counters.snapshots_received == 1
+    begun = [
+        m for src, _, m in cluster.delivered if src == "n0" and m.kind is Kind.SNAPSHOT_BEGIN
+    ]
+    assert len(begun) == 2
