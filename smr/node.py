@@ -89,6 +89,13 @@ SNAPSHOT_RETRY_S: Final = 2.0
 TICK_MS: Final = 100
 # A dump page holds at most this many keys, so one reply stays well under the frame cap.
 DUMP_KEYS_PER_PAGE_MAX: Final = 20_000
+# A secondary asks its primaries for an early checkpoint once its tuple backup holds this
+# share of backup_bytes_max: early enough that the checkpoint's eviction usually comes before
+# the bound, where batches are refused and the mappers slow down.
+EARLY_CHECKPOINT_AT_FRACTION: Final = 0.75
+# A primary takes at most one early checkpoint per this many seconds (several secondaries
+# may ask at once; one checkpoint answers them all).
+EARLY_CHECKPOINT_GAP_S: Final = 0.01
 # Reducer errors are logged individually up to this many per second, then summarised.
 ERROR_LOGS_PER_SECOND: Final = 5
 
@@ -108,8 +115,10 @@ class NodeSettings:
     probe_timeout_ms: int = 200
     # Extra silence allowed from a node never heard from yet (it may still be starting).
     first_contact_grace_ms: int = 5000
-    # Raw batch bytes held for all primaries together. At the bound, new backup batches are
-    # not accepted (not acked) until checkpoints evict old ones: the mappers wait.
+    # Raw batch bytes held for all primaries together. From EARLY_CHECKPOINT_AT_FRACTION of
+    # it, the node asks its primaries for an early checkpoint (whose eviction makes room); at
+    # the bound, new backup batches are not accepted (not acked) until checkpoints evict old
+    # ones: the mappers wait.
     backup_bytes_max: int = 512 * 1024 * 1024
     # Keys per snapshot chunk: bounds how long one chunk keeps the event loop (~10 ms).
     snapshot_chunk_keys: int = 5000
@@ -132,6 +141,9 @@ class NodeCounters:
     backup_batches: int = 0
     backup_refused_full: int = 0
     checkpoints_applied: int = 0
+    # As a secondary: early checkpoints asked for; as a primary: early checkpoints taken.
+    checkpoints_requested: int = 0
+    checkpoints_early: int = 0
     snapshots_sent: int = 0
     snapshots_received: int = 0
     # Snapshots aborted on arrival because a chunk of them was missing (then asked again).
@@ -214,6 +226,10 @@ class NodeCore:
         self.predecessors: tuple[NodeId, ...] = ()
         self._last_heartbeat = -1e9
         self._snapshot_asked_at: dict[NodeId, float] = {}
+        # Early checkpoints: when each primary was last asked for one, and (as a primary)
+        # when the last one was taken.
+        self._checkpoint_asked_at: dict[NodeId, float] = {}
+        self._early_checkpoint_at = -1e9
         # Snapshots: the number of the last one this node began sending, and per primary the
         # one being received here with the index of the next chunk expected.
         self._snapshot_ids = 0
@@ -457,12 +473,23 @@ class NodeCore:
     ) -> None:
         """Keep a batch for its primary until a checkpoint covers it; ack it at once.
 
-        At ``backup_bytes_max`` the batch is not accepted (the channel does not advance and no
-        ack is sent): the mapper resends later, by when checkpoints will have evicted older
-        batches. Nothing is dropped.
+        The bound (DESIGN section 5), in two steps:
+
+        1. From ``EARLY_CHECKPOINT_AT_FRACTION`` of ``backup_bytes_max``, ask each primary
+           whose batches are held here for an early checkpoint (at most once per heartbeat
+           interval each): its eviction makes room before the bound is reached.
+        2. At ``backup_bytes_max`` the batch is not accepted (the channel does not advance
+           and no ack is sent): the mapper resends later, by when checkpoints will have
+           evicted older batches. Nothing is dropped.
         """
         primary = self.ring.primary(Slot(slots[0]))
-        if sum(b.bytes_held for b in self.backups.values()) >= self.settings.backup_bytes_max:
+        held_bytes = sum(b.bytes_held for b in self.backups.values())
+        bound_bytes = self.settings.backup_bytes_max
+        # 1.
+        if held_bytes >= EARLY_CHECKPOINT_AT_FRACTION * bound_bytes:
+            self._ask_early_checkpoints()
+        # 2.
+        if held_bytes >= bound_bytes:
             self.counters.backup_refused_full += 1
             return
         replica = self._replica(primary)
@@ -474,6 +501,32 @@ class NodeCore:
         self._expected[stream] = chan + 1
         # Acked in channel order, after any primary batch of this channel still queued.
         self.inbox.append(_Pending(identity, stream, mapper, chan, None))
+
+    def _ask_early_checkpoints(self) -> None:
+        """Ask every primary with batches held here for a checkpoint now (rate-limited)."""
+        now = self._clock()
+        interval_s = self.settings.heartbeat_interval_ms / 1000
+        for primary, backup in self.backups.items():
+            if backup.batch_count == 0:
+                continue
+            if now - self._checkpoint_asked_at.get(primary, -1e9) < interval_s:
+                continue
+            self._checkpoint_asked_at[primary] = now
+            self.counters.checkpoints_requested += 1
+            self._peer_send(primary, Kind.CHECKPOINT_REQUEST, {})
+
+    def _on_checkpoint_request(self, identity: bytes, message: Message) -> None:
+        """A secondary's backup nears its bound: checkpoint now (at most once per
+        ``EARLY_CHECKPOINT_GAP_S``), so that its eviction makes room."""
+        sender = self._from_live_peer(message)
+        if sender is None or sender not in self.secondaries:
+            return
+        now = self._clock()
+        if now - self._early_checkpoint_at < EARLY_CHECKPOINT_GAP_S:
+            return
+        self._early_checkpoint_at = now
+        self.counters.checkpoints_early += 1
+        self.checkpoint()
 
     def _replica(self, primary: NodeId) -> PeerReplica:
         replica = self.replicas.get(primary)
@@ -740,6 +793,7 @@ class NodeCore:
             encode_delta(self.store.snapshot(current)),
         )
 
+
     @property
     def has_background_work(self) -> bool:
         """True while snapshot chunks wait to be sent."""
@@ -986,6 +1040,7 @@ class NodeCore:
         Kind.PROBE: _on_probe,
         Kind.PROBE_ACK: _on_probe_ack,
         Kind.CHECKPOINT: _on_checkpoint,
+        Kind.CHECKPOINT_REQUEST: _on_checkpoint_request,
         Kind.SNAPSHOT_REQUEST: _on_snapshot_request,
         Kind.SNAPSHOT_BEGIN: _on_snapshot_begin,
         Kind.SNAPSHOT_CHUNK: _on_snapshot_chunk,

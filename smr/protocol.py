@@ -78,6 +78,7 @@ class Kind(IntEnum):
     SNAPSHOT_BEGIN = 46
     SNAPSHOT_CHUNK = 47
     SNAPSHOT_END = 48
+    CHECKPOINT_REQUEST = 49
     OUTPUT = 30
 
 
@@ -127,6 +128,8 @@ HEADER_SCHEMA: Final[dict[Kind, dict[str, tuple[type, ...]]]] = {
     Kind.PROBE_ACK: {**_PEER, "req": _INT},
     # number: the primary's checkpoint counter (per incarnation), so gaps show.
     Kind.CHECKPOINT: {**_PEER, "number": _INT},
+    # A secondary whose tuple backup nears its bound asks the primary to checkpoint now.
+    Kind.CHECKPOINT_REQUEST: _PEER,
     Kind.SNAPSHOT_REQUEST: _PEER,
     # as_of: the last checkpoint number swapped before the snapshot was read; snap: the
     # snapshot's number (per sending incarnation), which its chunks and end repeat; index:
