@@ -120,7 +120,11 @@ class NodeSettings:
     # the bound, new backup batches are not accepted (not acked) until checkpoints evict old
     # ones: the mappers wait.
     backup_bytes_max: int = 512 * 1024 * 1024
-    # Keys per snapshot chunk: bounds how long one chunk keeps the event loop (~10 ms).
+    # Keys per snapshot chunk: bounds how long one chunk keeps the event loop. Measured
+    # (bench/snapshot_stall.py, 100 k word-count keys, 2-core machine at load 4-5): a chunk
+    # of 5000 keys takes a median 35 ms to send and 25 ms to apply, the worst 70-80 ms
+    # (preemption included); 1000 keys, 5 and 3 ms. The longest seen on a node is in its
+    # status as snapshot_stall_ms_max.
     snapshot_chunk_keys: int = 5000
 
 
@@ -242,6 +246,11 @@ class NodeCore:
         # One record per takeover, for `status` and the recovery benchmark (bounded).
         self.takeover_records: deque[dict[str, Any]] = deque(maxlen=64)
         self.counters = NodeCounters()
+        # The longest a snapshot chunk held the event loop, in ms of wall time: a step of a
+        # snapshot being sent (choosing, reading, encoding and sending one chunk), or
+        # decoding and applying a received one. Wall time even under a simulated clock: it
+        # measures the work itself (and is left out of the simulation's fingerprint).
+        self.snapshot_stall_ms_max = 0.0
         self.inbox: deque[_Pending] = deque()
         self.inbox_peak = 0
         self._reply = reply
@@ -701,11 +710,13 @@ class NodeCore:
         if message.header["index"] != receiving[1]:
             self._snapshot_lost_a_part(sender, replica)
             return
+        started = time.perf_counter()
         try:
             chunk = decode_delta(message.body)
         except DeltaError as error:
             raise FrameError(f"snapshot chunk from {sender}: {error}") from None
         replica.apply_snapshot_chunk(chunk)
+        self._note_snapshot_stall(started)
         self._snapshot_receiving[sender] = (receiving[0], receiving[1] + 1)
         # A snapshot still arriving is not lost: put off asking again.
         self._snapshot_asked_at[sender] = self._clock()
@@ -793,6 +804,10 @@ class NodeCore:
             encode_delta(self.store.snapshot(current)),
         )
 
+    def _note_snapshot_stall(self, started: float) -> None:
+        stall_ms = (time.perf_counter() - started) * 1000
+        if stall_ms > self.snapshot_stall_ms_max:
+            self.snapshot_stall_ms_max = stall_ms
 
     @property
     def has_background_work(self) -> bool:
@@ -800,13 +815,16 @@ class NodeCore:
         return bool(self._snapshot_jobs)
 
     def background_step(self) -> None:
-        """Send one snapshot chunk per pending snapshot."""
+        """Send one snapshot chunk per pending snapshot (each step, from choosing the chunk's
+        slots to sending it, counts towards ``snapshot_stall_ms_max``)."""
         for node, job in list(self._snapshot_jobs.items()):
+            started = time.perf_counter()
             try:
                 next(job)
             except StopIteration:
                 if self._snapshot_jobs.get(node) is job:
                     del self._snapshot_jobs[node]
+            self._note_snapshot_stall(started)
 
     # -- failure detection, takeover, fencing ----------------------------------------------
 
@@ -1140,6 +1158,7 @@ class NodeCore:
             "secondaries": list(self.secondaries),
             "backup_bytes": sum(b.bytes_held for b in self.backups.values()),
             "under_replicated_slots": self.under_replicated_slots(),
+            "snapshot_stall_ms_max": round(self.snapshot_stall_ms_max, 3),
             "takeover_records": list(self.takeover_records),
             **vars(self.counters),
         }

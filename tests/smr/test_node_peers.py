@@ -316,3 +316,6 @@ def test_a_snapshot_missing_a_chunk_is_not_completed_but_asked_again_and_ends_eq
         m for src, _, m in cluster.delivered if src == "n0" and m.kind is Kind.SNAPSHOT_BEGIN
     ]
     assert len(begun) == 2
+    # Both ends timed the chunks they handled; status reports the longest.
+    assert n0.snapshot_stall_ms_max > 0 and n1.snapshot_stall_ms_max > 0
+    assert n1.status()["snapshot_stall_ms_max"] == round(n1.snapshot_stall_ms_max, 3)
