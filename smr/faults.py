@@ -38,11 +38,13 @@ together than a heartbeat gap count as one.
 
 Partitions and the quorum (``ring.failure.may_declare_dead``): on silence alone, a node
 declares a neighbour dead only when it heard from a strict majority of the owners of its
-view since its probe. Across a partition between groups A and B, the nodes of A hear at
-best A and the nodes in neither group; so A's side of the cut is *exposed* (B's nodes may
-declare A's dead) only if ``2 * |B + rest| > owners``, and at most one side of a cut is ever
-exposed. ``owners`` is counted low (every node minus those the schedule may lose otherwise,
-to a fixpoint), which errs towards exposing. So a long partition that cuts off a minority
+view since its probe. Across a partition between groups A and B, the nodes of B hear at
+best B and the nodes in neither group (the rest, less those killed before the partition);
+so A's side of the cut is *exposed* (B's nodes may declare A's dead) only if
+``2 * |B + rest| > owners``. With no rest, at most one side of a cut is exposed; nodes in
+neither group count for both sides, so with them both sides may be. ``owners`` is counted
+low (every node minus those the other faults may lose, to a fixpoint), which errs towards
+exposing. So a long partition that cuts off a minority
 loses that minority only (it is taken over by the majority and fenced on heal; it declares
 nobody dead meanwhile), and is within tolerance when rule 1 holds for it; a partition into
 two halves exposes neither side (nobody is declared dead; the ring stalls until it heals).
