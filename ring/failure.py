@@ -71,7 +71,7 @@ def may_declare_dead(owner_count: int, in_contact: int, connection_dropped: bool
     ``owner_count``: the owners of the judging node's view, itself and the suspect included.
     ``in_contact``: how many of them it heard from since the probe round began, itself
     included, the suspect not. ``connection_dropped``: the suspect's connection dropped and
-    it has not been heard from since.
+    it has not answered a probe sent since.
 
     Guarantees: True when the connection dropped; otherwise True exactly when ``in_contact``
     is a strict majority of ``owner_count``. So, on silence alone, an isolated node
@@ -103,7 +103,7 @@ class FailureDetector:
     last_contact_s: dict[NodeId, float] = field(default_factory=dict)
     # When the current probe round of each suspect began.
     probe_started_s: dict[NodeId, float] = field(default_factory=dict)
-    # Suspects whose connection dropped, not heard from since.
+    # Suspects whose connection dropped, with no answer since to a probe sent after that.
     connection_dropped: set[NodeId] = field(default_factory=set)
 
     def watch(self, nodes: Sequence[NodeId], now: float) -> None:
@@ -124,13 +124,19 @@ class FailureDetector:
         first_contact = node not in self.heard_from
         self.heard_from.add(node)
         self.last_contact_s[node] = max(self.last_contact_s.get(node, now), now)
-        self.connection_dropped.discard(node)
         if node in self.last_heard_s:
             # The first contact ends the grace; later ones only move the mark forward.
             last = self.last_heard_s[node]
             self.last_heard_s[node] = now if first_contact else max(last, now)
             self.probe_deadline_s.pop(node, None)
             self.probe_started_s.pop(node, None)
+
+    def refuted(self, node: NodeId) -> None:
+        """``node`` answered a probe sent after its connection dropped: it did not crash (a
+        transient disconnect), so its dropped connection no longer counts. Any other sign of
+        life does not refute a drop: it may be a message the node sent before it crashed,
+        read late (by a node that was paused, say)."""
+        self.connection_dropped.discard(node)
 
     def suspect(self, node: NodeId, now: float) -> bool:
         """Treat ``node`` as silent past the timeout (its connection dropped). Returns True

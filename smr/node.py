@@ -243,6 +243,8 @@ class NodeCore:
         self._view_body_cache: tuple[int, bytes] = (-1, b"")
         self._probe_ids = 0
         self._no_quorum_logged_at = -1e9
+        # Per peer whose connection dropped: the id of the probe sent then (see suspect).
+        self._drop_probe_req: dict[NodeId, int] = {}
         # One record per takeover, for `status` and the recovery benchmark (bounded).
         self.takeover_records: deque[dict[str, Any]] = deque(maxlen=64)
         self.counters = NodeCounters()
@@ -651,7 +653,13 @@ class NodeCore:
         self._peer_send(sender, Kind.PROBE_ACK, {"req": message.header["req"]})
 
     def _on_probe_ack(self, identity: bytes, message: Message) -> None:
-        self._from_live_peer(message)
+        sender = self._from_live_peer(message)
+        if sender is None:
+            return
+        req = self._drop_probe_req.get(sender)
+        if req is not None and message.header["req"] >= req:
+            del self._drop_probe_req[sender]
+            self.detector.refuted(sender)
 
     def _on_checkpoint(self, identity: bytes, message: Message) -> None:
         """A secondary applies a primary's checkpoint, then evicts what it covers."""
@@ -862,9 +870,12 @@ class NodeCore:
             )
 
     def suspect(self, node: NodeId) -> None:
-        """``node``'s connection dropped: probe it now instead of after the silence timeout."""
-        if self.replication > 0 and self.detector.suspect(node, self._clock()):
+        """``node``'s connection dropped: probe it now instead of after the silence timeout.
+        Only an answer to this probe (or a later one) shows the drop was not a crash."""
+        if self.replication > 0:
+            self.detector.suspect(node, self._clock())
             self._probe_ids += 1
+            self._drop_probe_req[node] = self._probe_ids
             self._peer_send(node, Kind.PROBE, {"req": self._probe_ids})
 
     def take_over(self, dead: NodeId) -> None:

@@ -194,15 +194,26 @@ def test_contacts_heard_before_the_probe_round_do_not_count() -> None:
     assert d.judge([A], 0.9, owners_besides_me=OWNERS) == (Verdict.DEAD, A)
 
 
-def test_a_dropped_connection_needs_no_quorum_but_a_sign_of_life_clears_it() -> None:
+def test_a_dropped_connection_needs_no_quorum_until_an_answer_refutes_it() -> None:
     d = FailureDetector(failure_timeout_s=0.5, probe_timeout_s=0.2)
     d.watch([A], 0.0)
     assert d.suspect(A, 0.1)
     assert d.judge([A], 0.31, owners_besides_me=OWNERS) == (Verdict.DEAD, A)
+    # A message read late (sent before the crash) cancels the probe but not the drop: the
+    # node is judged again after the silence timeout, and still needs no quorum.
     d2 = FailureDetector(failure_timeout_s=0.5, probe_timeout_s=0.2)
     d2.watch([A], 0.0)
     assert d2.suspect(A, 0.1)
-    d2.heard(A, 0.2)  # it answered: the drop was not a crash
-    assert d2.judge([A], 0.8, owners_besides_me=OWNERS) == (Verdict.PROBE, A)
-    assert d2.judge([A], 1.0, owners_besides_me=OWNERS) == (Verdict.NO_QUORUM, A)
+    d2.heard(A, 0.2)
+    assert d2.judge([A], 0.31, owners_besides_me=OWNERS) is None
+    assert d2.judge([A], 0.71, owners_besides_me=OWNERS) == (Verdict.PROBE, A)
+    assert d2.judge([A], 0.91, owners_besides_me=OWNERS) == (Verdict.DEAD, A)
+    # An answer to a probe sent after the drop refutes it: then silence needs a quorum.
+    d3 = FailureDetector(failure_timeout_s=0.5, probe_timeout_s=0.2)
+    d3.watch([A], 0.0)
+    assert d3.suspect(A, 0.1)
+    d3.heard(A, 0.2)
+    d3.refuted(A)
+    assert d3.judge([A], 0.71, owners_besides_me=OWNERS) == (Verdict.PROBE, A)
+    assert d3.judge([A], 0.91, owners_besides_me=OWNERS) == (Verdict.NO_QUORUM, A)
 
