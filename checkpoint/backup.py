@@ -457,6 +457,21 @@ class PeerReplica:
         self.needs_snapshot = True
         self._snapshot_in_progress = True
 
+    def abort_snapshot(self) -> None:
+        """The snapshot in progress lost a chunk: ignore the rest of it (its chunks and end
+        still in flight, and checkpoints) until the next ``begin_snapshot``.
+
+        The replica is no longer complete: the slots of the lost chunk kept their older
+        state while the checkpoints applied since ``begin_snapshot`` raised their hwm past
+        it (so the tuple backup was evicted against state the replica does not hold). Only
+        a new snapshot makes it complete again.
+        """
+        if not self._snapshot_in_progress:
+            return
+        self._snapshot_in_progress = False
+        self.needs_snapshot = True
+        self._is_complete = False
+
     def apply_snapshot_chunk(self, chunk: Delta) -> None:
         """Step 3: replace the state and hwms of the chunk's slots by the chunk's.
 

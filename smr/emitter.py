@@ -13,7 +13,8 @@ An :class:`Emitter` belongs to one mapper id. The life of a tuple in it:
    blocks while it reads replies (backpressure: nothing is dropped).
 4. Replies: ``ACK through=k`` releases the channel's batches up to ``k``, and a batch is done
    when every node of its set acked it; ``NACK expect=k`` resends from ``k``; ``NOT_OWNER``
-   carries the node's view; ``ERROR`` stops the emitter with the node's message.
+   carries the node's view (and when that view is older than the emitter's, the emitter
+   sends the node its own); ``ERROR`` stops the emitter with the node's message.
 5. A view change (from ``NOT_OWNER``, or asked for when an ack shows a newer view epoch or
    a channel stalls) re-routes every batch whose replica set changed: its tuples go out
    again, with their seqs, by the new view; the nodes' hwm makes any copy already applied a
@@ -53,6 +54,7 @@ from smr.protocol import (
     decode,
     encode,
     encode_batch_body,
+    pack_body,
     unpack_body,
 )
 from smr.transport import Outbox, wait_any
@@ -201,6 +203,7 @@ class Emitter:
         self.resends = 0
         self.reroutes = 0
         self.view_changes = 0
+        self.views_pushed = 0
         self._view_requests = 0
         self._view_asked_at = -1e9
         self._set_view(view)
@@ -423,7 +426,7 @@ class Emitter:
                 view = View.from_wire(unpack_body(message.body))
             except (FrameError, ValueError):
                 return
-            self._on_not_owner(channel, header["chan"], view)
+            self._on_not_owner(channel, header["chan"], view, header["epoch"])
         elif message.kind == Kind.ERROR:
             raise DeliveryError(f"node {channel.node} refused a batch: {header['message']}")
 
@@ -443,16 +446,33 @@ class Emitter:
         if released:
             channel.progress_at = self._clock()
 
-    def _on_not_owner(self, channel: _Channel, chan: int, view: View) -> None:
+    def _on_not_owner(self, channel: _Channel, chan: int, view: View, node_epoch: int) -> None:
+        """A node refused batch ``chan`` by its view (epoch ``node_epoch``).
+
+        1. Adopt whatever the node's view has that ours lacks (re-routing what it moves).
+        2. If the node's view is older than ours, it refused by a stale view: send it ours,
+           on this channel, so it arrives before the batch is sent again. That is no
+           progress: the give-up timer keeps running, so two parties that cannot agree end
+           in a ``DeliveryError`` instead of re-routing to each other forever. Otherwise the
+           node taught us something: progress.
+        3. Re-route the refused batch and the later ones of the channel.
+        """
+        # 1.
+        self._on_view(view)
+        # 2.
+        if node_epoch < self.view.epoch:
+            header = {"req": 0, "epoch": self.view.epoch}
+            channel.outbox.send(encode(Kind.VIEW, header, pack_body(self.view.to_wire())))
+            self.views_pushed += 1
+        else:
+            channel.progress_at = self._clock()
+        # 3. The node does not advance the channel past a refused batch, so the later ones
+        #    on it can reach the node only after the refused one is sent again: out of seq
+        #    order, and the node's hwm would drop the older tuples as duplicates. Re-route
+        #    them all together (their rows go out sorted by slot and seq).
         batch = channel.unacked.get(chan)
         if batch is not None and not batch.rerouted:
-            channel.progress_at = self._clock()
-            # The node does not advance the channel past a refused batch, so the later ones
-            # on it can reach the node only after the refused one is sent again: out of seq
-            # order, and the node's hwm would drop the older tuples as duplicates. Re-route
-            # them all together (their rows go out sorted by slot and seq).
             self._reroute([held for number, held in channel.unacked.items() if number >= chan])
-        self._on_view(view)
 
     def _on_view(self, view: View) -> None:
         """Adopt a newer view; re-route every in-flight batch whose replica set changed."""

@@ -31,16 +31,24 @@ schedule only if
 A node counts as *lost* when it is killed, or when it may be declared dead: its watchers
 (its clockwise neighbours) may hear nothing from it for as long as the failure detector
 needs, so it is fenced and rejoins empty, owning nothing. :class:`Tolerance` says how long a
-*silence window* of a node may last without that: a pause of the node, a partition with the
-node on either side, and the onset of a delay of the node (``2 * extra_ms``, and as much
-added to any other window the delay overlaps) are silence windows; windows closer together
-than a heartbeat gap count as one. A partition whose window is too long makes every node of
-both groups lost: each side stops hearing the other, so nodes on both sides declare their
-neighbours across the cut dead, take them over and walk on to the next; on heal the dead
-marks win the merge and healthy nodes fence (a node cut off alone takes its predecessor
-with it; cut off long enough, it marks the whole ring dead). So a long partition is never
-within tolerance for ``r >= 1`` today (``tests/sim``: a node cut off past the timeout), and
-with ``r = 0`` (no failure detection) nothing may be lost at all.
+*silence window* of a node may last without that: a pause of the node, the onset of a delay
+of the node (``2 * extra_ms``, and as much added to any other window the delay overlaps),
+and a partition with the node on an *exposed* side are silence windows; windows closer
+together than a heartbeat gap count as one.
+
+Partitions and the quorum (``ring.failure.may_declare_dead``): on silence alone, a node
+declares a neighbour dead only when it heard from a strict majority of the owners of its
+view since its probe. Across a partition between groups A and B, the nodes of B hear at
+best B and the nodes in neither group (the rest, less those killed before the partition);
+so A's side of the cut is *exposed* (B's nodes may declare A's dead) only if
+``2 * |B + rest| > owners``. With no rest, at most one side of a cut is exposed; nodes in
+neither group count for both sides, so with them both sides may be. ``owners`` is counted
+low (every node minus those the other faults may lose, to a fixpoint), which errs towards
+exposing. So a long partition that cuts off a minority
+loses that minority only (it is taken over by the majority and fenced on heal; it declares
+nobody dead meanwhile), and is within tolerance when rule 1 holds for it; a partition into
+two halves exposes neither side (nobody is declared dead; the ring stalls until it heals).
+With ``r = 0`` (no failure detection) nothing may be lost at all.
 
 :func:`random_schedule` draws schedules from a seeded ``random.Random`` and keeps only faults
 that leave the schedule within tolerance, so every schedule it returns is one the ring must
@@ -64,6 +72,7 @@ __all__ = [
     "Partition",
     "Pause",
     "Tolerance",
+    "exposed_sides",
     "lost_nodes",
     "random_schedule",
     "within_tolerance",
@@ -306,19 +315,25 @@ class Tolerance:
 
 
 def _silence_windows(
-    schedule: FaultSchedule, node: str, tolerance: Tolerance
+    schedule: FaultSchedule,
+    node: str,
+    tolerance: Tolerance,
+    exposed: Sequence[tuple[Partition, tuple[NodeId, ...]]] = (),
 ) -> list[tuple[int, int]]:
-    """The merged silence windows ``(start_ms, end_ms)`` of ``node`` (see the module doc)."""
+    """The merged silence windows ``(start_ms, end_ms)`` of ``node`` (see the module doc);
+    ``exposed`` lists the partitions with their exposed side: one with ``node`` on that side
+    is a silence window."""
     windows: list[tuple[int, int]] = []
     delays: list[Delay] = []
     for fault in schedule:
-        pause = isinstance(fault, Pause) and fault.node == node
-        cut = isinstance(fault, Partition) and (node in fault.group_a or node in fault.group_b)
-        if pause or cut:
+        if isinstance(fault, Pause) and fault.node == node:
             windows.append((fault.at_ms, fault.end_ms))
         elif isinstance(fault, Delay) and fault.node == node:
             delays.append(fault)
             windows.append((fault.at_ms, fault.at_ms + 2 * fault.extra_ms))
+    for partition, side in exposed:
+        if node in side:
+            windows.append((partition.at_ms, partition.end_ms))
     # A delay lengthens every window it overlaps by the round trip it adds.
     stretched = []
     for start, end in windows:
@@ -333,6 +348,46 @@ def _silence_windows(
     return merged
 
 
+def exposed_sides(
+    partition: Partition,
+    nodes: Sequence[NodeId],
+    owners_min: int,
+    gone: Iterable[NodeId] = (),
+) -> list[tuple[NodeId, ...]]:
+    """The groups of ``partition`` whose nodes the other side may declare dead: those whose
+    other side, with the nodes in neither group but not those ``gone`` (killed before the
+    partition began: they answer nobody), can be a strict majority of ``owners_min`` owners
+    (``ring.failure.may_declare_dead``; contacts counted high, owners low).
+
+    Guarantees: at most one group when every node is in one of the groups and
+    ``owners_min`` is ``len(nodes)`` (two disjoint sides cannot both be majorities).
+    """
+    rest = set(nodes) - set(partition.group_a) - set(partition.group_b) - set(gone)
+    sides = []
+    for side, other in (
+        (partition.group_a, partition.group_b),
+        (partition.group_b, partition.group_a),
+    ):
+        if 2 * len(set(other) | rest) > owners_min:
+            sides.append(side)
+    return sides
+
+
+def _lost_with(
+    schedule: FaultSchedule,
+    nodes: Sequence[NodeId],
+    tolerance: Tolerance,
+    exposed: Sequence[tuple[Partition, tuple[NodeId, ...]]],
+) -> set[str]:
+    """The killed nodes, and those with a silence window longer than the safe silence."""
+    lost: set[str] = {fault.node for fault in schedule if isinstance(fault, Kill)}
+    for node in nodes:
+        windows = _silence_windows(schedule, node, tolerance, exposed)
+        if any(end - start > tolerance.silence_safe_ms for start, end in windows):
+            lost.add(node)
+    return lost
+
+
 def lost_nodes(
     schedule: FaultSchedule, nodes: Sequence[NodeId], tolerance: Tolerance = Tolerance()
 ) -> list[NodeId]:
@@ -340,18 +395,35 @@ def lost_nodes(
 
     Guarantees: a superset of the nodes that can end up killed or fenced, for any timing of
     the failure detector within ``tolerance``.
+
+    1. Start with no partition side exposed.
+    2. For each partition, count the owners low: every node but those the *other* faults
+       may lose (with the exposures found so far; the nodes a partition itself gets taken
+       over are invisible to the side that cannot reach them, so they do not count for
+       it), and find its exposed sides.
+    3. Repeat until no new side is exposed (more lost nodes mean fewer owners, so more
+       exposure: it only grows, so this ends); the lost nodes are the kills and the nodes
+       with too long a silence window, exposed sides included.
     """
-    lost: set[str] = set()
-    for fault in schedule:
-        if isinstance(fault, Kill):
-            lost.add(fault.node)
-        elif isinstance(fault, Partition) and fault.duration_ms > tolerance.silence_safe_ms:
-            lost.update(fault.group_a)
-            lost.update(fault.group_b)
-    for node in nodes:
-        windows = _silence_windows(schedule, node, tolerance)
-        if any(end - start > tolerance.silence_safe_ms for start, end in windows):
-            lost.add(node)
+    partitions = [fault for fault in schedule if isinstance(fault, Partition)]
+    # 1.
+    exposed: list[tuple[int, Partition, tuple[NodeId, ...]]] = []
+    while True:
+        # 2.
+        now_exposed = []
+        for index, partition in enumerate(partitions):
+            others = [(p, side) for i, p, side in exposed if i != index]
+            owners_min = len(nodes) - len(_lost_with(schedule, nodes, tolerance, others))
+            gone = [
+                f.node for f in schedule if isinstance(f, Kill) and f.at_ms <= partition.at_ms
+            ]
+            for side in exposed_sides(partition, nodes, owners_min, gone):
+                now_exposed.append((index, partition, side))
+        # 3.
+        if now_exposed == exposed:
+            break
+        exposed = now_exposed
+    lost = _lost_with(schedule, nodes, tolerance, [(p, side) for _, p, side in exposed])
     return [node for node in nodes if node in lost]
 
 
@@ -418,7 +490,9 @@ def random_schedule(
     The faults drawn: kills; pauses either short (below ``tolerance.silence_safe_ms``: the
     node must not be declared dead) or long (past ``tolerance.silence_lost_ms``: it is
     declared dead, fenced and rejoins empty); short partitions between a random group and
-    the rest, or two random groups; delays of up to a quarter of the safe silence.
+    the rest, or two random groups; long partitions between a random group and the rest
+    (within tolerance when the side without a majority holds no more than ``r`` adjacent
+    nodes); delays of up to a quarter of the safe silence.
     """
     if duration_ms < 10:
         raise ValueError(f"duration_ms must be at least 10, got {duration_ms}")
@@ -459,6 +533,12 @@ def _random_fault(
         rng.shuffle(shuffled)
         cut = rng.randint(1, len(shuffled) - 1)
         group_a, rest = shuffled[:cut], shuffled[cut:]
+        if rng.random() < 0.35:
+            # Long: the group against all the rest, past the time a watcher needs to
+            # declare a node dead; the side without a majority is taken over and fenced.
+            lost_ms = tolerance.silence_lost_ms
+            duration_ms = rng.randint(lost_ms + 100, lost_ms + 2000)
+            return Partition(tuple(group_a), tuple(rest), at_ms, duration_ms)
         group_b = rest if rng.random() < 0.7 else rest[: rng.randint(1, len(rest))]
         return Partition(tuple(group_a), tuple(group_b), at_ms, rng.randint(5, safe_ms))
     extra_ms = rng.randint(1, max(1, safe_ms // 4))

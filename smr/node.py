@@ -89,6 +89,13 @@ SNAPSHOT_RETRY_S: Final = 2.0
 TICK_MS: Final = 100
 # A dump page holds at most this many keys, so one reply stays well under the frame cap.
 DUMP_KEYS_PER_PAGE_MAX: Final = 20_000
+# A secondary asks its primaries for an early checkpoint once its tuple backup holds this
+# share of backup_bytes_max: early enough that the checkpoint's eviction usually comes before
+# the bound, where batches are refused and the mappers slow down.
+EARLY_CHECKPOINT_AT_FRACTION: Final = 0.75
+# A primary takes at most one early checkpoint per this many seconds (several secondaries
+# may ask at once; one checkpoint answers them all).
+EARLY_CHECKPOINT_GAP_S: Final = 0.01
 # Reducer errors are logged individually up to this many per second, then summarised.
 ERROR_LOGS_PER_SECOND: Final = 5
 
@@ -108,10 +115,16 @@ class NodeSettings:
     probe_timeout_ms: int = 200
     # Extra silence allowed from a node never heard from yet (it may still be starting).
     first_contact_grace_ms: int = 5000
-    # Raw batch bytes held for all primaries together. At the bound, new backup batches are
-    # not accepted (not acked) until checkpoints evict old ones: the mappers wait.
+    # Raw batch bytes held for all primaries together. From EARLY_CHECKPOINT_AT_FRACTION of
+    # it, the node asks its primaries for an early checkpoint (whose eviction makes room); at
+    # the bound, new backup batches are not accepted (not acked) until checkpoints evict old
+    # ones: the mappers wait.
     backup_bytes_max: int = 512 * 1024 * 1024
-    # Keys per snapshot chunk: bounds how long one chunk keeps the event loop (~10 ms).
+    # Keys per snapshot chunk: bounds how long one chunk keeps the event loop. Measured
+    # (bench/snapshot_stall.py, 100 k word-count keys, 2-core machine at load 4-5): a chunk
+    # of 5000 keys takes a median 35 ms to send and 25 ms to apply, the worst 70-80 ms
+    # (preemption included); 1000 keys, 5 and 3 ms. The longest seen on a node is in its
+    # status as snapshot_stall_ms_max.
     snapshot_chunk_keys: int = 5000
 
 
@@ -132,12 +145,19 @@ class NodeCounters:
     backup_batches: int = 0
     backup_refused_full: int = 0
     checkpoints_applied: int = 0
+    # As a secondary: early checkpoints asked for; as a primary: early checkpoints taken.
+    checkpoints_requested: int = 0
+    checkpoints_early: int = 0
     snapshots_sent: int = 0
     snapshots_received: int = 0
+    # Snapshots aborted on arrival because a chunk of them was missing (then asked again).
+    snapshot_chunks_missing: int = 0
     takeovers: int = 0
     tuples_replayed: int = 0
     peer_messages_dropped: int = 0
     fenced: int = 0
+    # Probe rounds that ended without an answer and without a quorum (see NodeCore.tick).
+    quorum_missed: int = 0
 
 
 @dataclass(frozen=True)
@@ -210,10 +230,29 @@ class NodeCore:
         self.predecessors: tuple[NodeId, ...] = ()
         self._last_heartbeat = -1e9
         self._snapshot_asked_at: dict[NodeId, float] = {}
+        # Early checkpoints: when each primary was last asked for one, and (as a primary)
+        # when the last one was taken.
+        self._checkpoint_asked_at: dict[NodeId, float] = {}
+        self._early_checkpoint_at = -1e9
+        # Snapshots: the number of the last one this node began sending, and per primary the
+        # one being received here with the index of the next chunk expected.
+        self._snapshot_ids = 0
+        self._snapshot_receiving: dict[NodeId, tuple[int, int]] = {}
+        # View repair: the last (epoch, time) this node's view was sent to each peer.
+        self._view_sent_at: dict[NodeId, tuple[int, float]] = {}
+        self._view_body_cache: tuple[int, bytes] = (-1, b"")
         self._probe_ids = 0
+        self._no_quorum_logged_at = -1e9
+        # Per peer whose connection dropped: the id of the probe sent then (see suspect).
+        self._drop_probe_req: dict[NodeId, int] = {}
         # One record per takeover, for `status` and the recovery benchmark (bounded).
         self.takeover_records: deque[dict[str, Any]] = deque(maxlen=64)
         self.counters = NodeCounters()
+        # The longest a snapshot chunk held the event loop, in ms of wall time: a step of a
+        # snapshot being sent (choosing, reading, encoding and sending one chunk), or
+        # decoding and applying a received one. Wall time even under a simulated clock: it
+        # measures the work itself (and is left out of the simulation's fingerprint).
+        self.snapshot_stall_ms_max = 0.0
         self.inbox: deque[_Pending] = deque()
         self.inbox_peak = 0
         self._reply = reply
@@ -272,6 +311,7 @@ class NodeCore:
         for node in list(self.replicas):
             if node not in self.predecessors:
                 replica = self.replicas.pop(node)
+                self._snapshot_receiving.pop(node, None)
                 backup = self.backups.pop(node, None)
                 member = view.get(node)
                 if member is not None and member.status is Status.DEAD and self.ring.owners:
@@ -444,12 +484,23 @@ class NodeCore:
     ) -> None:
         """Keep a batch for its primary until a checkpoint covers it; ack it at once.
 
-        At ``backup_bytes_max`` the batch is not accepted (the channel does not advance and no
-        ack is sent): the mapper resends later, by when checkpoints will have evicted older
-        batches. Nothing is dropped.
+        The bound (DESIGN section 5), in two steps:
+
+        1. From ``EARLY_CHECKPOINT_AT_FRACTION`` of ``backup_bytes_max``, ask each primary
+           whose batches are held here for an early checkpoint (at most once per heartbeat
+           interval each): its eviction makes room before the bound is reached.
+        2. At ``backup_bytes_max`` the batch is not accepted (the channel does not advance
+           and no ack is sent): the mapper resends later, by when checkpoints will have
+           evicted older batches. Nothing is dropped.
         """
         primary = self.ring.primary(Slot(slots[0]))
-        if sum(b.bytes_held for b in self.backups.values()) >= self.settings.backup_bytes_max:
+        held_bytes = sum(b.bytes_held for b in self.backups.values())
+        bound_bytes = self.settings.backup_bytes_max
+        # 1.
+        if held_bytes >= EARLY_CHECKPOINT_AT_FRACTION * bound_bytes:
+            self._ask_early_checkpoints()
+        # 2.
+        if held_bytes >= bound_bytes:
             self.counters.backup_refused_full += 1
             return
         replica = self._replica(primary)
@@ -462,6 +513,32 @@ class NodeCore:
         # Acked in channel order, after any primary batch of this channel still queued.
         self.inbox.append(_Pending(identity, stream, mapper, chan, None))
 
+    def _ask_early_checkpoints(self) -> None:
+        """Ask every primary with batches held here for a checkpoint now (rate-limited)."""
+        now = self._clock()
+        interval_s = self.settings.heartbeat_interval_ms / 1000
+        for primary, backup in self.backups.items():
+            if backup.batch_count == 0:
+                continue
+            if now - self._checkpoint_asked_at.get(primary, -1e9) < interval_s:
+                continue
+            self._checkpoint_asked_at[primary] = now
+            self.counters.checkpoints_requested += 1
+            self._peer_send(primary, Kind.CHECKPOINT_REQUEST, {})
+
+    def _on_checkpoint_request(self, identity: bytes, message: Message) -> None:
+        """A secondary's backup nears its bound: checkpoint now (at most once per
+        ``EARLY_CHECKPOINT_GAP_S``), so that its eviction makes room."""
+        sender = self._from_live_peer(message)
+        if sender is None or sender not in self.secondaries:
+            return
+        now = self._clock()
+        if now - self._early_checkpoint_at < EARLY_CHECKPOINT_GAP_S:
+            return
+        self._early_checkpoint_at = now
+        self.counters.checkpoints_early += 1
+        self.checkpoint()
+
     def _replica(self, primary: NodeId) -> PeerReplica:
         replica = self.replicas.get(primary)
         if replica is None:
@@ -473,22 +550,52 @@ class NodeCore:
         self, node: NodeId, kind: Kind, header: dict[str, Any], body: bytes = b""
     ) -> bool:
         """Send a peer message; False (and counted) if the link refused it (queue full)."""
-        frames = encode(kind, {"from": self.node_id, "inc": self.incarnation, **header}, body)
+        frames = encode(
+            kind,
+            {"from": self.node_id, "inc": self.incarnation, "epoch": self.view.epoch, **header},
+            body,
+        )
         if not self._send_to_peer(node, frames):
             self.counters.peer_messages_dropped += 1
             return False
         return True
 
+    def _view_body(self) -> bytes:
+        """This node's view, encoded (once per epoch)."""
+        epoch, body = self._view_body_cache
+        if epoch != self.view.epoch:
+            body = pack_body(self.view.to_wire())
+            self._view_body_cache = (self.view.epoch, body)
+        return body
+
     def _gossip(self) -> None:
         """Send this node's view to every other live member."""
-        body = pack_body(self.view.to_wire())
+        body = self._view_body()
         for member in self.view.members.values():
             if member.node_id != self.node_id and member.status is not Status.DEAD:
-                self._peer_send(member.node_id, Kind.GOSSIP, {"epoch": self.view.epoch}, body)
+                self._peer_send(member.node_id, Kind.GOSSIP, {}, body)
 
-    def _from_live_peer(self, message: Message) -> NodeId | None:
+    def _send_view(self, peer: NodeId) -> None:
+        """Send ``peer`` this node's view (a GOSSIP), at most once per heartbeat interval per
+        peer and epoch: a burst of messages from a peer with another view (snapshot chunks,
+        checkpoints) is answered once, not once per message."""
+        now = self._clock()
+        epoch, sent_at = self._view_sent_at.get(peer, (-1, -1e9))
+        if epoch == self.view.epoch and now - sent_at < self.settings.heartbeat_interval_ms / 1000:
+            return
+        self._view_sent_at[peer] = (self.view.epoch, now)
+        self._peer_send(peer, Kind.GOSSIP, {}, self._view_body())
+
+    def _from_live_peer(self, message: Message, repair: bool = True) -> NodeId | None:
         """The sender of a peer message, or None if it is not a live incarnation in our view
-        (then it is sent our view, so that a fenced node learns it was marked dead)."""
+        (then it is sent our view, so that a fenced node learns it was marked dead).
+
+        View repair (both ways, whatever the message): every peer message carries the
+        sender's view epoch. If it differs from ours, the sender is sent our view: a sender
+        with an older view merges it and catches up; a sender with a newer one finds ours has
+        nothing for it and answers with its own (``_on_gossip``), and we catch up. With
+        ``repair=False`` the caller does this itself (the message carries a view).
+        """
         sender = NodeId(message.header["from"])
         member = self.view.get(sender)
         if (
@@ -497,19 +604,27 @@ class NodeCore:
             or member.status is Status.DEAD
         ):
             if member is not None:
-                self._peer_send(
-                    sender, Kind.GOSSIP, {"epoch": self.view.epoch}, pack_body(self.view.to_wire())
-                )
+                self._send_view(sender)
             return None
         self.detector.heard(sender, self._clock())
+        if repair and message.header["epoch"] != self.view.epoch:
+            self._send_view(sender)
         return sender
 
     def _on_heartbeat(self, identity: bytes, message: Message) -> None:
-        sender = self._from_live_peer(message)
-        if sender is not None and message.header["epoch"] != self.view.epoch:
-            self._peer_send(
-                sender, Kind.GOSSIP, {"epoch": self.view.epoch}, pack_body(self.view.to_wire())
-            )
+        """A heartbeat is a sign of life and carries its sender's view: merged when the
+        epochs differ; if ours is then still not the sender's, ours goes back."""
+        sender = self._from_live_peer(message, repair=False)
+        if sender is None or message.header["epoch"] == self.view.epoch:
+            return
+        if message.body:
+            try:
+                view = View.from_wire(unpack_body(message.body))
+            except ValueError as error:
+                raise FrameError(f"malformed view in heartbeat: {error}") from None
+            self.merge_view(view)
+        if message.header["epoch"] != self.view.epoch:
+            self._send_view(sender)
 
     def _on_gossip(self, identity: bytes, message: Message) -> None:
         try:
@@ -522,15 +637,29 @@ class NodeCore:
         # Repair both ways: a sender whose view is older than ours gets ours back. Merges
         # only grow the epoch, so this stops as soon as both hold the same view.
         if self.view.epoch > view.epoch and sender in self.view.members:
-            body = pack_body(self.view.to_wire())
-            self._peer_send(sender, Kind.GOSSIP, {"epoch": self.view.epoch}, body)
+            self._peer_send(sender, Kind.GOSSIP, {}, self._view_body())
+
+    def _on_view_push(self, identity: bytes, message: Message) -> None:
+        """A view sent unasked by a client (an emitter whose batch this node refused by an
+        older view): merged like gossip."""
+        try:
+            view = View.from_wire(unpack_body(message.body))
+        except ValueError as error:
+            raise FrameError(f"malformed view from a client: {error}") from None
+        self.merge_view(view)
 
     def _on_probe(self, identity: bytes, message: Message) -> None:
         sender = NodeId(message.header["from"])
         self._peer_send(sender, Kind.PROBE_ACK, {"req": message.header["req"]})
 
     def _on_probe_ack(self, identity: bytes, message: Message) -> None:
-        self._from_live_peer(message)
+        sender = self._from_live_peer(message)
+        if sender is None:
+            return
+        req = self._drop_probe_req.get(sender)
+        if req is not None and message.header["req"] >= req:
+            del self._drop_probe_req[sender]
+            self.detector.refuted(sender)
 
     def _on_checkpoint(self, identity: bytes, message: Message) -> None:
         """A secondary applies a primary's checkpoint, then evicts what it covers."""
@@ -559,31 +688,60 @@ class NodeCore:
             self._snapshot_jobs[sender] = self._snapshot_steps(sender)
 
     def _on_snapshot_begin(self, identity: bytes, message: Message) -> None:
+        """Receiving a snapshot: 1. begin it, expecting chunk 0 of snapshot ``snap``."""
         sender = self._from_live_peer(message)
         if sender is not None and sender in self.predecessors:
             replica = self.replicas.setdefault(sender, PeerReplica())
             replica.begin_snapshot(message.header["as_of"])
+            self._snapshot_receiving[sender] = (message.header["snap"], 0)
             self._snapshot_asked_at[sender] = self._clock()
 
+    def _snapshot_lost_a_part(self, sender: NodeId, replica: PeerReplica) -> None:
+        """A chunk of the snapshot from ``sender`` never arrived: abort it (the replica must
+        not be promoted or completed with a hole) and ask for a new one at once."""
+        self.counters.snapshot_chunks_missing += 1
+        replica.abort_snapshot()
+        del self._snapshot_receiving[sender]
+        self._snapshot_asked_at[sender] = self._clock()
+        self._peer_send(sender, Kind.SNAPSHOT_REQUEST, {})
+
     def _on_snapshot_chunk(self, identity: bytes, message: Message) -> None:
+        """2. Apply chunk ``index`` if it is the next one of the snapshot being received; a
+        chunk of another (older, aborted) snapshot is ignored; a skipped index aborts."""
         sender = self._from_live_peer(message)
         replica = self.replicas.get(sender) if sender is not None else None
-        if replica is None:
+        if replica is None or sender is None:
             return
+        receiving = self._snapshot_receiving.get(sender)
+        if receiving is None or receiving[0] != message.header["snap"]:
+            return
+        if message.header["index"] != receiving[1]:
+            self._snapshot_lost_a_part(sender, replica)
+            return
+        started = time.perf_counter()
         try:
             chunk = decode_delta(message.body)
         except DeltaError as error:
             raise FrameError(f"snapshot chunk from {sender}: {error}") from None
         replica.apply_snapshot_chunk(chunk)
-        if sender is not None:
-            # A snapshot still arriving is not lost: put off asking again.
-            self._snapshot_asked_at[sender] = self._clock()
+        self._note_snapshot_stall(started)
+        self._snapshot_receiving[sender] = (receiving[0], receiving[1] + 1)
+        # A snapshot still arriving is not lost: put off asking again.
+        self._snapshot_asked_at[sender] = self._clock()
 
     def _on_snapshot_end(self, identity: bytes, message: Message) -> None:
+        """3. Complete the replica if every chunk of the snapshot arrived; else abort."""
         sender = self._from_live_peer(message)
         replica = self.replicas.get(sender) if sender is not None else None
         if replica is None or sender is None:
             return
+        receiving = self._snapshot_receiving.get(sender)
+        if receiving is None or receiving[0] != message.header["snap"]:
+            return
+        if message.header["chunks"] != receiving[1]:
+            self._snapshot_lost_a_part(sender, replica)
+            return
+        del self._snapshot_receiving[sender]
         replica.end_snapshot()
         self.counters.snapshots_received += 1
         for name in [n for n, orphan in self.orphans.items() if orphan.absorber == sender]:
@@ -597,18 +755,25 @@ class NodeCore:
     def _snapshot_steps(self, secondary: NodeId) -> Iterator[None]:
         """Send ``secondary`` a full snapshot of this node's range, one chunk per step.
 
-        1. SNAPSHOT_BEGIN with ``as_of``, the last checkpoint number already swapped.
-        2. One SNAPSHOT_CHUNK per ``snapshot_chunk_keys`` keys: the full merged state and hwm
-           vectors of whole slots, read when the chunk is sent; checkpoints keep flowing in
-           between, on the same ordered channel, and the secondary applies them on top.
-        3. SNAPSHOT_END.
+        1. SNAPSHOT_BEGIN with ``as_of``, the last checkpoint number already swapped, and
+           ``snap``, this snapshot's number.
+        2. One SNAPSHOT_CHUNK per ``snapshot_chunk_keys`` keys, numbered from 0: the full
+           merged state and hwm vectors of whole slots, read when the chunk is sent;
+           checkpoints keep flowing in between, on the same ordered channel, and the
+           secondary applies them on top.
+        3. SNAPSHOT_END with the number of chunks sent.
 
         A part the peer link refuses (its queue is full) is sent again on a later step, read
-        afresh, never skipped: the secondary must not complete a snapshot with a hole.
+        afresh, never skipped: the secondary must not complete a snapshot with a hole. A
+        part lost after it left (a connection reset) shows at the secondary as a skipped
+        index or a short count: it aborts the snapshot and asks for a new one.
         """
+        self._snapshot_ids += 1
+        snap = self._snapshot_ids
+        chunks_sent = 0
         # 1.
         while not self._peer_send(
-            secondary, Kind.SNAPSHOT_BEGIN, {"as_of": self.checkpoint_number}
+            secondary, Kind.SNAPSHOT_BEGIN, {"as_of": self.checkpoint_number, "snap": snap}
         ):
             yield
         yield
@@ -621,24 +786,36 @@ class NodeCore:
             chunk.append(slot)
             keys += sum(1 for _ in self.store.items([slot]))
             if keys >= self.settings.snapshot_chunk_keys:
-                while not self._send_chunk(secondary, chunk):
+                while not self._send_chunk(secondary, chunk, snap, chunks_sent):
                     yield
+                chunks_sent += 1
                 chunk, keys = [], 0
                 yield
         if chunk:
-            while not self._send_chunk(secondary, chunk):
+            while not self._send_chunk(secondary, chunk, snap, chunks_sent):
                 yield
+            chunks_sent += 1
         # 3.
-        while not self._peer_send(secondary, Kind.SNAPSHOT_END, {}):
+        while not self._peer_send(
+            secondary, Kind.SNAPSHOT_END, {"snap": snap, "chunks": chunks_sent}
+        ):
             yield
         self.counters.snapshots_sent += 1
 
-    def _send_chunk(self, secondary: NodeId, slots: list[Slot]) -> bool:
+    def _send_chunk(self, secondary: NodeId, slots: list[Slot], snap: int, index: int) -> bool:
         roles = self.roles
         current = [s for s in slots if roles[s] == Role.PRIMARY]
         return self._peer_send(
-            secondary, Kind.SNAPSHOT_CHUNK, {}, encode_delta(self.store.snapshot(current))
+            secondary,
+            Kind.SNAPSHOT_CHUNK,
+            {"snap": snap, "index": index},
+            encode_delta(self.store.snapshot(current)),
         )
+
+    def _note_snapshot_stall(self, started: float) -> None:
+        stall_ms = (time.perf_counter() - started) * 1000
+        if stall_ms > self.snapshot_stall_ms_max:
+            self.snapshot_stall_ms_max = stall_ms
 
     @property
     def has_background_work(self) -> bool:
@@ -646,13 +823,16 @@ class NodeCore:
         return bool(self._snapshot_jobs)
 
     def background_step(self) -> None:
-        """Send one snapshot chunk per pending snapshot."""
+        """Send one snapshot chunk per pending snapshot (each step, from choosing the chunk's
+        slots to sending it, counts towards ``snapshot_stall_ms_max``)."""
         for node, job in list(self._snapshot_jobs.items()):
+            started = time.perf_counter()
             try:
                 next(job)
             except StopIteration:
                 if self._snapshot_jobs.get(node) is job:
                     del self._snapshot_jobs[node]
+            self._note_snapshot_stall(started)
 
     # -- failure detection, takeover, fencing ----------------------------------------------
 
@@ -667,10 +847,35 @@ class NodeCore:
                 self._snapshot_asked_at[node] = now
                 self._peer_send(node, Kind.SNAPSHOT_REQUEST, {})
 
+    def _probe(self, suspect: NodeId, others: Sequence[NodeId]) -> None:
+        """Probe ``suspect``, and every other owner for the contact check (their answers,
+        like any message from them, count as contact)."""
+        self._probe_ids += 1
+        self._peer_send(suspect, Kind.PROBE, {"req": self._probe_ids})
+        for node in others:
+            if node != suspect:
+                self._peer_send(node, Kind.PROBE, {"req": self._probe_ids})
+
+    def _no_quorum(self, suspect: NodeId, others: Sequence[NodeId], now: float) -> None:
+        self.counters.quorum_missed += 1
+        if now - self._no_quorum_logged_at >= 1.0:
+            self._no_quorum_logged_at = now
+            in_contact = self.detector.in_contact(others, suspect)
+            log.warning(
+                "%s does not answer, but only %d of %d owners are in contact: not declaring "
+                "it dead (this node may be the one cut off)",
+                suspect,
+                in_contact,
+                len(set(others) | {suspect}) + 1,
+            )
+
     def suspect(self, node: NodeId) -> None:
-        """``node``'s connection dropped: probe it now instead of after the silence timeout."""
-        if self.replication > 0 and self.detector.suspect(node, self._clock()):
+        """``node``'s connection dropped: probe it now instead of after the silence timeout.
+        Only an answer to this probe (or a later one) shows the drop was not a crash."""
+        if self.replication > 0:
+            self.detector.suspect(node, self._clock())
             self._probe_ids += 1
+            self._drop_probe_req[node] = self._probe_ids
             self._peer_send(node, Kind.PROBE, {"req": self._probe_ids})
 
     def take_over(self, dead: NodeId) -> None:
@@ -693,6 +898,7 @@ class NodeCore:
         absorbed = sorted(name for name, orphan in self.orphans.items() if orphan.absorber == dead)
         copies = [self.orphans.pop(name) for name in absorbed]
         replica = self.replicas.pop(dead, None)
+        self._snapshot_receiving.pop(dead, None)
         if replica is None or not replica.is_complete:
             log.error("taking over %s without a complete replica of its state", dead)
         copies.append(_Orphan(dead, replica or PeerReplica(), self.backups.pop(dead, None)))
@@ -744,6 +950,7 @@ class NodeCore:
         # 1.
         self.store = StateStore()
         self.replicas.clear()
+        self._snapshot_receiving.clear()
         self.backups.clear()
         self.orphans.clear()
         self.inbox.clear()
@@ -858,9 +1065,11 @@ class NodeCore:
         Kind.QUERY_REQUEST: _on_query_request,
         Kind.HEARTBEAT: _on_heartbeat,
         Kind.GOSSIP: _on_gossip,
+        Kind.VIEW: _on_view_push,
         Kind.PROBE: _on_probe,
         Kind.PROBE_ACK: _on_probe_ack,
         Kind.CHECKPOINT: _on_checkpoint,
+        Kind.CHECKPOINT_REQUEST: _on_checkpoint_request,
         Kind.SNAPSHOT_REQUEST: _on_snapshot_request,
         Kind.SNAPSHOT_BEGIN: _on_snapshot_begin,
         Kind.SNAPSHOT_CHUNK: _on_snapshot_chunk,
@@ -895,28 +1104,37 @@ class NodeCore:
     def tick(self) -> None:
         """Periodic work: heartbeats, failure detection, the applied-tuples rate, output.
 
-        1. Every heartbeat interval, a heartbeat to each secondary (they watch this node).
-        2. Judge the nearest watched predecessor: silent past the timeout, probe it; no
-           answer to the probe, take it over (and the next one is judged on the next tick:
-           the walk of up to ``r`` hops over consecutive failures).
+        1. Every heartbeat interval, a heartbeat to each secondary (they watch this node),
+           carrying this node's view: a secondary that missed a view change (its gossip was
+           lost) catches up within a heartbeat.
+        2. Judge the nearest watched predecessor: silent past the timeout, probe it, and
+           probe every other owner too (the contact check); no answer to the probe, take it
+           over (and the next one is judged on the next tick: the walk of up to ``r`` hops
+           over consecutive failures), but only if ``ring.failure.may_declare_dead`` allows
+           it: on silence alone, this node must have heard from a strict majority of the
+           owners since the probe. Otherwise this node may be the one cut off: it declares
+           nobody dead, keeps serving, and probes again.
         """
         now = self._clock()
         # 1.
         if now - self._last_heartbeat >= self.settings.heartbeat_interval_ms / 1000:
             self._last_heartbeat = now
+            body = self._view_body()
             for secondary in self.secondaries:
-                self._peer_send(secondary, Kind.HEARTBEAT, {"epoch": self.view.epoch})
+                self._peer_send(secondary, Kind.HEARTBEAT, {}, body)
         # 2.
         if self.replication > 0:
             self._rerequest_snapshots(now)
-            verdict = self.detector.judge(self.predecessors, now)
+            others = [o for o in self.ring.owners if o != self.node_id]
+            verdict = self.detector.judge(self.predecessors, now, owners_besides_me=others)
             if verdict is not None:
                 action, node = verdict
-                if action is Verdict.PROBE:
-                    self._probe_ids += 1
-                    self._peer_send(node, Kind.PROBE, {"req": self._probe_ids})
-                else:
+                if action is Verdict.DEAD:
                     self.take_over(node)
+                else:
+                    if action is Verdict.NO_QUORUM:
+                        self._no_quorum(node, others, now)
+                    self._probe(node, others)
         mark_time, mark_count = self._rate_mark
         if now - mark_time >= 1.0:
             self.tuples_per_s = (self.counters.tuples_applied - mark_count) / (now - mark_time)
@@ -951,6 +1169,7 @@ class NodeCore:
             "secondaries": list(self.secondaries),
             "backup_bytes": sum(b.bytes_held for b in self.backups.values()),
             "under_replicated_slots": self.under_replicated_slots(),
+            "snapshot_stall_ms_max": round(self.snapshot_stall_ms_max, 3),
             "takeover_records": list(self.takeover_records),
             **vars(self.counters),
         }

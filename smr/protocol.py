@@ -37,7 +37,7 @@ import msgpack
 from checkpoint.ids import MapperId, Seq
 from ring.ids import Slot
 
-PROTOCOL_VERSION: Final = 2
+PROTOCOL_VERSION: Final = 3
 
 StreamId = NewType("StreamId", str)
 """One emitter's channels to the nodes: batch numbers and acks are per (stream, node)."""
@@ -78,6 +78,7 @@ class Kind(IntEnum):
     SNAPSHOT_BEGIN = 46
     SNAPSHOT_CHUNK = 47
     SNAPSHOT_END = 48
+    CHECKPOINT_REQUEST = 49
     OUTPUT = 30
 
 
@@ -90,6 +91,7 @@ class FrameError(ValueError):
 _INT = (int,)
 _STR = (str,)
 _OPT_INT = (int, type(None))
+_PEER: Final[dict[str, tuple[type, ...]]] = {"from": _STR, "inc": _INT, "epoch": _INT}
 HEADER_SCHEMA: Final[dict[Kind, dict[str, tuple[type, ...]]]] = {
     # stream: the sending emitter's id, which names the channel (one emitter may send for
     # several mapper ids in turn, and a retried mapper comes back on a new stream); mapper:
@@ -111,6 +113,8 @@ HEADER_SCHEMA: Final[dict[Kind, dict[str, tuple[type, ...]]]] = {
     Kind.PING: {"req": _INT},
     Kind.PONG: {"req": _INT, "node": _STR},
     Kind.VIEW_REQUEST: {"req": _INT},
+    # A VIEW answers a VIEW_REQUEST; sent to a node unasked, it is merged into the node's view
+    # (an emitter sends its newer view to a node that refused a batch by an older one).
     Kind.VIEW: {"req": _INT, "epoch": _INT},
     Kind.STATUS_REQUEST: {"req": _INT},
     Kind.STATUS: {"req": _INT},
@@ -119,17 +123,26 @@ HEADER_SCHEMA: Final[dict[Kind, dict[str, tuple[type, ...]]]] = {
     Kind.QUERY_REQUEST: {"req": _INT},
     Kind.QUERY: {"req": _INT},
     Kind.OUTPUT: {"node": _STR, "n": _INT},
-    Kind.HEARTBEAT: {"from": _STR, "inc": _INT, "epoch": _INT},
-    Kind.GOSSIP: {"from": _STR, "inc": _INT, "epoch": _INT},
-    Kind.PROBE: {"from": _STR, "inc": _INT, "req": _INT},
-    Kind.PROBE_ACK: {"from": _STR, "inc": _INT, "req": _INT},
+    # Peer messages: the sender, its incarnation, and the epoch of its view, so that any
+    # message between nodes shows which of the two holds the older view (the node with the
+    # newer one sends it over: view repair works both ways, whatever the message).
+    # HEARTBEAT's body is the sender's view (piggybacked gossip, DESIGN section 3).
+    Kind.HEARTBEAT: _PEER,
+    Kind.GOSSIP: _PEER,
+    Kind.PROBE: {**_PEER, "req": _INT},
+    Kind.PROBE_ACK: {**_PEER, "req": _INT},
     # number: the primary's checkpoint counter (per incarnation), so gaps show.
-    Kind.CHECKPOINT: {"from": _STR, "inc": _INT, "number": _INT},
-    Kind.SNAPSHOT_REQUEST: {"from": _STR, "inc": _INT},
-    # as_of: the last checkpoint number swapped before the snapshot was read.
-    Kind.SNAPSHOT_BEGIN: {"from": _STR, "inc": _INT, "as_of": _INT},
-    Kind.SNAPSHOT_CHUNK: {"from": _STR, "inc": _INT},
-    Kind.SNAPSHOT_END: {"from": _STR, "inc": _INT},
+    Kind.CHECKPOINT: {**_PEER, "number": _INT},
+    # A secondary whose tuple backup nears its bound asks the primary to checkpoint now.
+    Kind.CHECKPOINT_REQUEST: _PEER,
+    Kind.SNAPSHOT_REQUEST: _PEER,
+    # as_of: the last checkpoint number swapped before the snapshot was read; snap: the
+    # snapshot's number (per sending incarnation), which its chunks and end repeat; index:
+    # a chunk's place in its snapshot, from 0; chunks: how many chunks the snapshot had. A
+    # receiver that misses a chunk sees it (an index skipped, or a count short at the end).
+    Kind.SNAPSHOT_BEGIN: {**_PEER, "as_of": _INT, "snap": _INT},
+    Kind.SNAPSHOT_CHUNK: {**_PEER, "snap": _INT, "index": _INT},
+    Kind.SNAPSHOT_END: {**_PEER, "snap": _INT, "chunks": _INT},
 }
 
 

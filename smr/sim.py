@@ -272,6 +272,19 @@ class SimNetwork:
                 self.stats.delayed += 1
         return latency
 
+    def cut_until_us(self, src_node: str, dst_node: str) -> int:
+        """When the partitions now in force between the two nodes end (0 if none)."""
+        now_ms = self.clock.now_ms
+        return max(
+            (
+                partition.end_ms * 1000
+                for partition in self.partitions
+                if partition.at_ms <= now_ms < partition.end_ms
+                and partition.separates(src_node, dst_node)
+            ),
+            default=0,
+        )
+
     def _held_until_us(self, src_node: str | None, dst_node: str | None) -> int:
         if src_node is None or dst_node is None:
             return 0
@@ -989,11 +1002,18 @@ class Simulation:
             node.arrivals.clear()
             # Its sockets close: every live node sees the connection drop (a peer that never
             # connected would not, but every node gossips to every other on a view change,
-            # so all are connected soon after the start).
+            # so all are connected soon after the start). The close travels like data: it
+            # arrives after what the dead node sent on that connection, and a partition
+            # holds it too, so a peer never hears from a node after seeing it drop.
             for other in self.node_ids:
                 peer = self.nodes[other]
                 if other != fault.node and not peer.killed:
-                    peer.dropped_peers.append(fault.node)
+                    seen_at_us = max(
+                        self.clock.now_us,
+                        self.network.link(fault.node, other).last_deliver_us,
+                        self.network.cut_until_us(fault.node, other),
+                    )
+                    self._schedule(seen_at_us, self._drop_seen, peer, fault.node)
         elif isinstance(fault, Pause):
             self.nodes[fault.node].pauses_active += 1
             self._schedule(fault.end_ms * 1000, self._resume, self.nodes[fault.node])
@@ -1003,6 +1023,10 @@ class Simulation:
         else:
             self.network.delays.append(fault)
             self._schedule(fault.end_ms * 1000, self._end_fault, fault)
+
+    def _drop_seen(self, peer: _SimNode, dead: NodeId) -> None:
+        if not peer.killed:
+            peer.dropped_peers.append(dead)
 
     def _end_fault(self, fault: Partition | Delay) -> None:
         if isinstance(fault, Partition) and fault in self.network.partitions:

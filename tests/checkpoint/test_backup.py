@@ -415,6 +415,30 @@ def test_a_gap_aborts_a_snapshot_and_its_late_chunks_and_end_are_ignored() -> No
     )
 
 
+def test_an_aborted_snapshot_leaves_the_replica_incomplete_until_a_new_one_ends() -> None:
+    replica = PeerReplica()
+    replica.begin_snapshot(as_of=0)
+    replica.end_snapshot()
+    assert replica.is_complete
+    replica.begin_snapshot(as_of=3)
+    replica.apply_snapshot_chunk(delta_of(S0, "a", 3, M1, 3))
+    replica.abort_snapshot()  # the chunk of S1 went missing
+    assert not replica.snapshot_in_progress
+    assert replica.needs_snapshot
+    assert not replica.is_complete
+    # The rest of the aborted snapshot, and checkpoints, are ignored.
+    replica.apply_snapshot_chunk(delta_of(S1, "b", 3, M1, 3))
+    assert replica.apply_checkpoint(4, delta_of(S1, "b", 4, M1, 4)) is False
+    replica.end_snapshot()
+    assert not replica.is_complete
+    assert replica.store.read(S1, "b") == {}
+    replica.begin_snapshot(as_of=5)
+    replica.apply_snapshot_chunk(delta_of(S1, "b", 5, M1, 5))
+    replica.end_snapshot()
+    assert replica.is_complete
+    assert replica.store.read(S1, "b") == {"count": 5}
+
+
 def test_begin_snapshot_keeps_the_state_and_a_chunk_replaces_its_slots_entirely() -> None:
     replica = PeerReplica()
     replica.begin_snapshot(as_of=0)

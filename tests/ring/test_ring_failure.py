@@ -1,20 +1,40 @@
-"""The failure detector's verdicts: never early, and any sign of life cancels them."""
+"""The failure detector's verdicts: never early, any sign of life cancels them, and silence
+alone gets a node declared dead only by a judge in contact with a majority of the owners."""
 
 from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ring.failure import FailureDetector, Verdict
+from ring.failure import FailureDetector, Verdict, may_declare_dead
 from ring.ids import NodeId
 
 A, B = NodeId("a"), NodeId("b")
+# Two more owners, heard from at every judgement below unless a test says otherwise: with the
+# judge and a and b that makes 5 owners, 3 in contact (a quorum) while a and b are silent.
+C, D = NodeId("c"), NodeId("d")
+OWNERS = [A, B, C, D]
 
 
-def detector() -> FailureDetector:
+class _Judged:
+    """``FailureDetector.judge`` with c and d heard from just before each call."""
+
+    def __init__(self, detector: FailureDetector) -> None:
+        self.detector = detector
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.detector, name)
+
+    def judge(self, nearest: list[NodeId], now: float) -> tuple[Verdict, NodeId] | None:
+        for node in (C, D):
+            self.detector.heard(node, now)
+        return self.detector.judge(nearest, now, owners_besides_me=OWNERS)
+
+
+def detector() -> _Judged:
     d = FailureDetector(failure_timeout_s=0.5, probe_timeout_s=0.2)
     d.watch([A, B], now=0.0)
-    return d
+    return _Judged(d)
 
 
 def test_silence_past_the_timeout_starts_a_probe_then_death_after_the_probe_timeout() -> None:
@@ -51,7 +71,7 @@ def test_a_suspicion_skips_the_silence_wait() -> None:
 def test_never_declared_dead_without_timeout_plus_probe_of_silence(
     steps: list[tuple[str, float]],
 ) -> None:
-    d = FailureDetector(failure_timeout_s=0.5, probe_timeout_s=0.2)
+    d = _Judged(FailureDetector(failure_timeout_s=0.5, probe_timeout_s=0.2))
     d.watch([A], 0.0)
     now = last_heard = 0.0
     for action, advance in steps:
@@ -67,7 +87,9 @@ def test_never_declared_dead_without_timeout_plus_probe_of_silence(
 
 
 def test_a_node_never_heard_from_gets_the_first_contact_grace_but_not_after() -> None:
-    d = FailureDetector(failure_timeout_s=0.5, probe_timeout_s=0.2, first_contact_grace_s=5.0)
+    d = _Judged(
+        FailureDetector(failure_timeout_s=0.5, probe_timeout_s=0.2, first_contact_grace_s=5.0)
+    )
     d.watch([A], now=0.0)
     assert d.judge([A], 5.49) is None
     assert d.judge([A], 5.51) == (Verdict.PROBE, A)
@@ -78,14 +100,120 @@ def test_a_node_never_heard_from_gets_the_first_contact_grace_but_not_after() ->
 
 
 def test_a_suspicion_is_judged_without_the_grace() -> None:
-    d = FailureDetector(failure_timeout_s=0.5, probe_timeout_s=0.2, first_contact_grace_s=5.0)
+    d = _Judged(
+        FailureDetector(failure_timeout_s=0.5, probe_timeout_s=0.2, first_contact_grace_s=5.0)
+    )
     d.watch([A], now=0.0)
     assert d.suspect(A, 0.1)
     assert d.judge([A], 0.31) == (Verdict.DEAD, A)
 
 
 def test_first_contact_ends_the_grace() -> None:
-    d = FailureDetector(failure_timeout_s=0.5, probe_timeout_s=0.2, first_contact_grace_s=5.0)
+    d = _Judged(
+        FailureDetector(failure_timeout_s=0.5, probe_timeout_s=0.2, first_contact_grace_s=5.0)
+    )
     d.watch([A], now=0.0)
     d.heard(A, 0.2)
     assert d.judge([A], 0.71) == (Verdict.PROBE, A)
+
+
+# -- the quorum ------------------------------------------------------------------------------
+
+
+@given(
+    owner_count=st.integers(2, 40),
+    in_contact=st.integers(1, 40),
+    more=st.integers(0, 40),
+)
+def test_more_contacts_never_forbid_a_declaration(
+    owner_count: int, in_contact: int, more: int
+) -> None:
+    in_contact = min(in_contact, owner_count - 1)
+    bigger = min(in_contact + more, owner_count - 1)
+    if may_declare_dead(owner_count, in_contact, connection_dropped=False):
+        assert may_declare_dead(owner_count, bigger, connection_dropped=False)
+
+
+@given(owner_count=st.integers(2, 40))
+def test_an_isolated_node_declares_nobody_dead_on_silence(owner_count: int) -> None:
+    assert not may_declare_dead(owner_count, 1, connection_dropped=False)
+    # A crashed peer (its connection dropped) is another matter: the last survivor of a
+    # ring still takes over its crashed neighbours.
+    assert may_declare_dead(owner_count, 1, connection_dropped=True)
+
+
+@given(owner_count=st.integers(2, 40), data=st.data())
+def test_two_sides_of_a_partition_never_both_declare_on_silence(
+    owner_count: int, data: st.DataObject
+) -> None:
+    # The owners split into two sides that do not hear each other. A judge's contacts are at
+    # best its whole side (the suspect is on the other). If both sides could declare, both
+    # would take over nodes of the other, both dead marks would win the merge on heal, and
+    # ranges would fall on nodes holding no copy of them.
+    side_a = data.draw(st.integers(1, owner_count - 1))
+    side_b = owner_count - side_a
+    a_declares = may_declare_dead(owner_count, side_a, connection_dropped=False)
+    b_declares = may_declare_dead(owner_count, side_b, connection_dropped=False)
+    assert not (a_declares and b_declares)
+
+
+@given(
+    st.integers(3, 9),
+    st.lists(st.integers(0, 8), min_size=1, max_size=8, unique=True),
+)
+def test_the_detector_declares_on_silence_only_with_a_majority_in_contact(
+    owner_count: int, heard: list[int]
+) -> None:
+    # The judge watches owner 0; owners 1.. are the others it may hear from after the probe.
+    owners = [NodeId(f"o{i}") for i in range(owner_count - 1)]
+    suspect = owners[0]
+    d = FailureDetector(failure_timeout_s=0.5, probe_timeout_s=0.2)
+    d.watch([suspect], 0.0)
+    assert d.judge([suspect], 0.5, owners_besides_me=owners) == (Verdict.PROBE, suspect)
+    contacts = {owners[i] for i in heard if 0 < i < len(owners)}
+    for node in sorted(contacts):
+        d.heard(node, 0.6)
+    verdict = d.judge([suspect], 0.7, owners_besides_me=owners)
+    if 2 * (1 + len(contacts)) > owner_count:
+        assert verdict == (Verdict.DEAD, suspect)
+    else:
+        assert verdict == (Verdict.NO_QUORUM, suspect)
+        # A new round began: nothing more until its own deadline.
+        assert d.judge([suspect], 0.85, owners_besides_me=owners) is None
+
+
+def test_contacts_heard_before_the_probe_round_do_not_count() -> None:
+    d = FailureDetector(failure_timeout_s=0.5, probe_timeout_s=0.2)
+    d.watch([A], 0.0)
+    for node in (B, C, D):
+        d.heard(node, 0.4)  # before the round begins at 0.5
+    assert d.judge([A], 0.5, owners_besides_me=OWNERS) == (Verdict.PROBE, A)
+    assert d.judge([A], 0.7, owners_besides_me=OWNERS) == (Verdict.NO_QUORUM, A)
+    for node in (B, C):
+        d.heard(node, 0.75)
+    assert d.judge([A], 0.9, owners_besides_me=OWNERS) == (Verdict.DEAD, A)
+
+
+def test_a_dropped_connection_needs_no_quorum_until_an_answer_refutes_it() -> None:
+    d = FailureDetector(failure_timeout_s=0.5, probe_timeout_s=0.2)
+    d.watch([A], 0.0)
+    assert d.suspect(A, 0.1)
+    assert d.judge([A], 0.31, owners_besides_me=OWNERS) == (Verdict.DEAD, A)
+    # A message read late (sent before the crash) cancels the probe but not the drop: the
+    # node is judged again after the silence timeout, and still needs no quorum.
+    d2 = FailureDetector(failure_timeout_s=0.5, probe_timeout_s=0.2)
+    d2.watch([A], 0.0)
+    assert d2.suspect(A, 0.1)
+    d2.heard(A, 0.2)
+    assert d2.judge([A], 0.31, owners_besides_me=OWNERS) is None
+    assert d2.judge([A], 0.71, owners_besides_me=OWNERS) == (Verdict.PROBE, A)
+    assert d2.judge([A], 0.91, owners_besides_me=OWNERS) == (Verdict.DEAD, A)
+    # An answer to a probe sent after the drop refutes it: then silence needs a quorum.
+    d3 = FailureDetector(failure_timeout_s=0.5, probe_timeout_s=0.2)
+    d3.watch([A], 0.0)
+    assert d3.suspect(A, 0.1)
+    d3.heard(A, 0.2)
+    d3.refuted(A)
+    assert d3.judge([A], 0.71, owners_besides_me=OWNERS) == (Verdict.PROBE, A)
+    assert d3.judge([A], 0.91, owners_besides_me=OWNERS) == (Verdict.NO_QUORUM, A)
+

@@ -15,6 +15,7 @@ from smr.faults import (
     Partition,
     Pause,
     Tolerance,
+    exposed_sides,
     lost_nodes,
     random_schedule,
     within_tolerance,
@@ -125,11 +126,45 @@ def test_short_silences_close_together_count_as_one() -> None:
     assert lost_nodes(schedule, NODES) == ["n1"]
 
 
-def test_a_long_partition_loses_both_sides_so_it_is_never_within_tolerance() -> None:
+def test_a_long_partition_loses_only_the_side_without_a_majority() -> None:
+    # n2 alone cannot declare anyone dead; the four others can declare n2 dead.
     long_cut = Partition((n("n2"),), (n("n0"), n("n1"), n("n3"), n("n4")), 500, SAFE_MS + 1)
-    assert lost_nodes(FaultSchedule((long_cut,)), NODES) == NODES
+    assert lost_nodes(FaultSchedule((long_cut,)), NODES) == ["n2"]
+    assert within_tolerance(FaultSchedule((long_cut,)), NODES, 1) is None
     short_cut = Partition((n("n2"),), (n("n0"), n("n1"), n("n3"), n("n4")), 500, SAFE_MS)
-    assert within_tolerance(FaultSchedule((short_cut,)), NODES, 1) is None
+    assert lost_nodes(FaultSchedule((short_cut,)), NODES) == []
+    # Two adjacent nodes cut off together: beyond r=1, within r=2.
+    pair = Partition((n("n2"), n("n3")), (n("n0"), n("n1"), n("n4")), 500, SAFE_MS + 1)
+    assert lost_nodes(FaultSchedule((pair,)), NODES) == ["n2", "n3"]
+    assert within_tolerance(FaultSchedule((pair,)), NODES, 1) is not None
+    assert within_tolerance(FaultSchedule((pair,)), NODES, 2) is None
+
+
+def test_a_partition_into_halves_exposes_neither_side() -> None:
+    nodes = NODES[:4]
+    halves = Partition((n("n0"), n("n1")), (n("n2"), n("n3")), 500, 5000)
+    assert lost_nodes(FaultSchedule((halves,)), nodes) == []
+
+
+def test_nodes_in_neither_group_count_for_both_sides() -> None:
+    # n0 and n4 hear both sides: n1 (with them, 3 of 5) may declare n2 dead, and n2 (with
+    # them, 3 of 5) may declare n1 dead: both are exposed.
+    cut = Partition((n("n1"),), (n("n2"),), 500, SAFE_MS + 1)
+    assert exposed_sides(cut, NODES, len(NODES)) == [(n("n1"),), (n("n2"),)]
+    assert lost_nodes(FaultSchedule((cut,)), NODES) == ["n1", "n2"]
+
+
+def test_a_kill_shrinks_the_majority_a_cut_off_side_needs() -> None:
+    # After n0 is killed four owners remain: n3 and n4 against n1 and n2 is two halves, but
+    # counted low (n0 may be lost) the owners are 4, and neither half is a majority of them.
+    cut = Partition((n("n1"), n("n2")), (n("n3"), n("n4")), 500, SAFE_MS + 1)
+    schedule = FaultSchedule((Kill(n("n0"), 10), cut))
+    assert lost_nodes(schedule, NODES) == ["n0"]
+    # With six nodes and two killed, a lone node against three: the three are a majority.
+    nodes = [NodeId(f"n{i}") for i in range(6)]
+    cut = Partition((n("n2"),), (n("n3"), n("n4"), n("n5")), 500, SAFE_MS + 1)
+    schedule = FaultSchedule((Kill(n("n0"), 10), Kill(n("n1"), 10), cut))
+    assert lost_nodes(schedule, nodes) == ["n0", "n1", "n2"]
 
 
 def test_faults_naming_unknown_nodes_are_refused() -> None:
@@ -156,3 +191,18 @@ def test_random_schedules_draw_every_kind_of_fault() -> None:
         for fault in random_schedule(random.Random(seed), NODES, 2, 2000):
             kinds.add(type(fault).__name__)
     assert kinds == {"Kill", "Pause", "Partition", "Delay"}
+
+
+def test_random_schedules_draw_long_partitions_that_cut_off_a_minority() -> None:
+    lost_ms = Tolerance().silence_lost_ms
+    long_cuts = [
+        fault
+        for seed in range(300)
+        for fault in random_schedule(random.Random(seed), NODES, 1, 2000)
+        if isinstance(fault, Partition) and fault.duration_ms > lost_ms
+    ]
+    assert any(min(len(c.group_a), len(c.group_b)) == 1 for c in long_cuts)
+    for cut in long_cuts:
+        # Only the smaller side is ever exposed: the majority is never taken over.
+        (side,) = exposed_sides(cut, NODES, len(NODES))
+        assert len(side) == min(len(cut.group_a), len(cut.group_b))

@@ -1,0 +1,321 @@
+"""Node-to-node protocols driven in-process: several real NodeCores wired by a hand-run
+message queue and a hand-moved clock, so a test can lose exactly the message it names."""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from checkpoint.ids import MapperId
+from ring.hashing import even_tokens, slot_of
+from ring.ids import NodeId
+from ring.placement import Role
+from ring.view import Member, Status, View
+from smr.api import Job
+from smr.emitter import Emitter
+from smr.node import NodeCore, NodeSettings
+from smr.protocol import (
+    Kind,
+    Message,
+    StreamId,
+    batch_header,
+    decode,
+    encode,
+    encode_batch_body,
+    pack_body,
+)
+from smr.sim import MemoryOutput
+
+SLOT_BITS = 8
+
+
+def _count(key: Any, value: Any, state: dict[str, Any], emit: Any) -> None:
+    state["count"] = state.get("count", 0) + value
+
+
+JOB = Job("count", map=lambda record, emit: None, reduce=_count)
+
+Lose = Callable[[str, str, Message], bool]
+
+
+class Cluster:
+    """NodeCores n0, n1, ... on even tokens; peer messages wait in one FIFO queue until
+    ``deliver()``; ``lose(src, dst, message)`` picks messages that never arrive."""
+
+    def __init__(self, nodes: int, replication: int, **settings: Any) -> None:
+        self.now = 0.0
+        tokens = even_tokens(nodes, SLOT_BITS)
+        self.view = View(
+            Member(NodeId(f"n{i}"), 1, f"sim://n{i}", token, "", Status.UP, 1)
+            for i, token in enumerate(tokens)
+        )
+        self.queue: deque[tuple[str, str, Sequence[bytes]]] = deque()
+        self.lose: Lose = lambda src, dst, message: False
+        self.lost: list[tuple[str, str, Message]] = []
+        self.delivered: list[tuple[str, str, Message]] = []
+        self.replies: list[tuple[str, Message]] = []
+        self.settings = NodeSettings(replication=replication, **settings)
+        self.cores = {
+            NodeId(f"n{i}"): NodeCore(
+                NodeId(f"n{i}"),
+                JOB,
+                self.view,
+                SLOT_BITS,
+                self._replier(f"n{i}"),
+                MemoryOutput(f"n{i}"),
+                clock=lambda: self.now,
+                settings=self.settings,
+                send_to_peer=self._sender(f"n{i}"),
+            )
+            for i in range(nodes)
+        }
+        self.seqs: dict[int, int] = {}
+        self.chans: dict[str, int] = {}
+
+    def _sender(self, src: str) -> Callable[[NodeId, Sequence[bytes]], bool]:
+        def send(dst: NodeId, frames: Sequence[bytes]) -> bool:
+            self.queue.append((src, dst, frames))
+            return True
+
+        return send
+
+    def _replier(self, node: str) -> Callable[[bytes, Sequence[bytes]], bool]:
+        def reply(identity: bytes, frames: Sequence[bytes]) -> bool:
+            self.replies.append((node, decode(frames)))
+            return True
+
+        return reply
+
+    def core(self, name: str) -> NodeCore:
+        return self.cores[NodeId(name)]
+
+    def deliver(self) -> None:
+        """Deliver every queued peer message (and what they cause), running snapshot steps
+        until none is left."""
+        while True:
+            while self.queue:
+                src, dst, frames = self.queue.popleft()
+                message = decode(frames)
+                if self.lose(src, dst, message):
+                    self.lost.append((src, dst, message))
+                    continue
+                self.delivered.append((src, dst, message))
+                core = self.cores[NodeId(dst)]
+                core.on_frames(f"peer:{src}".encode(), frames)
+                core.apply_inbox()
+                core.send_acks()
+            busy = [core for core in self.cores.values() if core.has_background_work]
+            if not busy:
+                return
+            for core in busy:
+                core.background_step()
+
+    def tick(self, seconds: float) -> None:
+        """Move the clock on and run every node's tick, then deliver."""
+        self.now += seconds
+        for core in self.cores.values():
+            core.tick()
+        self.deliver()
+
+    def checkpoint_all(self) -> None:
+        for core in self.cores.values():
+            core.checkpoint()
+        self.deliver()
+
+    def feed(self, words: list[str], mapper: str = "m") -> None:
+        """Send one batch per primary of ``words`` (value 1 each) to its replica set, as an
+        emitter does, and deliver."""
+        ring = self.core("n0").ring
+        by_primary: dict[NodeId, list[str]] = {}
+        for word in words:
+            by_primary.setdefault(ring.primary(slot_of(word, SLOT_BITS)), []).append(word)
+        for primary, batch_words in by_primary.items():
+            slots = [slot_of(w, SLOT_BITS) for w in batch_words]
+            seqs = []
+            for slot in slots:
+                self.seqs[slot] = self.seqs.get(slot, 0) + 1
+                seqs.append(self.seqs[slot])
+            body = encode_batch_body(slots, seqs, batch_words, [1] * len(slots), [0.0] * len(slots))
+            replicas = ring.replica_set_of(primary, self.settings.replication)
+            for node in replicas:
+                chan = self.chans.get(node, 0) + 1
+                self.chans[node] = chan
+                header = batch_header(
+                    StreamId("s"), MapperId(mapper), chan, 1, ring.view.epoch, len(slots)
+                )
+                core = self.cores[node]
+                core.on_frames(b"mapper", encode(Kind.BATCH, header, body))
+                core.apply_inbox()
+                core.send_acks()
+        self.deliver()
+
+
+def owned_state(core: NodeCore) -> dict[Any, Any]:
+    roles = core.roles
+    slots = [s for s in core.store.slots() if roles[s] == Role.PRIMARY]
+    return {key: state for _, key, state in core.store.items(slots)}
+
+
+def replica_state(holder: NodeCore, owner: NodeCore) -> dict[Any, Any]:
+    replica = holder.replicas[owner.node_id]
+    roles = owner.roles
+    slots = [s for s in replica.store.slots() if roles[s] == Role.PRIMARY]
+    return {key: state for _, key, state in replica.store.items(slots)}
+
+
+# -- view repair ------------------------------------------------------------------------------
+
+
+def test_a_secondary_that_missed_the_gossip_of_a_takeover_catches_up_from_the_next_heartbeat() -> (
+    None
+):
+    cluster = Cluster(3, replication=1)
+
+    def lose(src: str, dst: str, message: Message) -> bool:
+        # n0 is dead (nothing reaches it or comes from it); n1's gossip to n2 is lost.
+        return "n0" in (src, dst) or ((src, dst) == ("n1", "n2") and message.kind is Kind.GOSSIP)
+
+    cluster.lose = lose
+    n1, n2 = cluster.core("n1"), cluster.core("n2")
+    n1.take_over(NodeId("n0"))
+    cluster.deliver()
+    assert any(m.kind is Kind.GOSSIP for _, _, m in cluster.lost)
+    assert n2.view.epoch < n1.view.epoch
+    cluster.tick(n1.settings.heartbeat_interval_ms / 1000)
+    assert n2.view == n1.view
+    # Its roles follow the view: n1's grown range is backed up on n2.
+    grown = n1.ring.range_of(NodeId("n1"))
+    assert grown is not None and grown.contains(0)
+    assert n2.roles[0] == Role.SECONDARY
+
+
+def test_a_peer_message_from_a_node_with_an_older_view_is_answered_with_the_newer_view() -> None:
+    cluster = Cluster(3, replication=1)
+    n0, n1 = cluster.core("n0"), cluster.core("n1")
+    newer = n1.view.mark_dead(NodeId("n2"))
+    n1.merge_view(newer)
+    cluster.queue.clear()  # n1's own gossip of the change is lost
+    assert n0.view.epoch < n1.view.epoch
+    # Any message n0 sends n1 (here a probe) shows n1 that n0's view is older.
+    n0._peer_send(NodeId("n1"), Kind.PROBE, {"req": 1})
+    cluster.deliver()
+    assert n0.view == n1.view
+
+
+def test_a_view_pushed_by_a_client_is_merged() -> None:
+    cluster = Cluster(3, replication=1)
+    n0 = cluster.core("n0")
+    newer = n0.view.mark_dead(NodeId("n2"))
+    header = {"req": 0, "epoch": newer.epoch}
+    n0.on_frames(b"mapper", encode(Kind.VIEW, header, pack_body(newer.to_wire())))
+    assert n0.view == newer
+    assert n0.counters.bad_frames == 0
+
+
+class _FakeEnd:
+    """A channel end that keeps what the emitter sends: the transport, not node logic."""
+
+    def __init__(self, addr: str) -> None:
+        self.addr = addr
+        self.sent: list[Message] = []
+
+    def send(self, frames: Sequence[bytes]) -> bool:
+        self.sent.append(decode(frames))
+        return True
+
+    def receive(self) -> list[bytes] | None:
+        return None
+
+    def close(self) -> None:
+        pass
+
+
+class _FakeTransport:
+    def __init__(self) -> None:
+        self.ends: dict[str, _FakeEnd] = {}
+
+    def open(self, addr: str, send_queue_messages_max: int) -> _FakeEnd:
+        return self.ends.setdefault(addr, _FakeEnd(addr))
+
+    def wait_any(self, ends: Sequence[Any], timeout_ms: int) -> list[Any]:
+        return []
+
+
+def test_a_not_owner_by_an_older_view_makes_the_emitter_send_its_view_and_is_no_progress() -> (
+    None
+):
+    cluster = Cluster(3, replication=0)
+    old_view = cluster.view
+    new_view = old_view.mark_dead(NodeId("n2"))  # n2's range falls to n1
+    now = [0.0]
+    transport = _FakeTransport()
+    emitter = Emitter(
+        new_view, SLOT_BITS, MapperId("m"), clock=lambda: now[0], transport=transport
+    )
+    word = next(w for w in (f"w{i}" for i in range(1000)) if slot_of(w, SLOT_BITS) >= 200)
+    emitter.emit(word, 1)
+    emitter.flush()
+    end = transport.ends["sim://n1"]
+    (batch,) = [m for m in end.sent if m.kind is Kind.BATCH]
+    channel = emitter._channels[NodeId("n1")]
+    now[0] = 5.0
+    # n1 still routes by the old view: it refuses the batch of n2's former range.
+    not_owner = encode(
+        Kind.NOT_OWNER,
+        {"stream": emitter.stream_id, "chan": batch.header["chan"], "epoch": old_view.epoch},
+        pack_body(old_view.to_wire()),
+    )
+    emitter._on_reply(channel, not_owner)
+    pushed = [m for m in end.sent if m.kind is Kind.VIEW]
+    assert len(pushed) == 1 and pushed[0].header["epoch"] == new_view.epoch
+    assert channel.progress_at == 0.0  # the give-up timer keeps running
+    assert emitter.views_pushed == 1
+    # The view goes out before the batch is sent again, on the same channel.
+    kinds = [m.kind for m in end.sent]
+    assert kinds[-2:] == [Kind.VIEW, Kind.BATCH]
+    # A node that merges it accepts the batch sent again.
+    n1 = cluster.core("n1")
+    n1.on_frames(b"m", encode(Kind.VIEW, pushed[0].header, pack_body(new_view.to_wire())))
+    assert n1.view == new_view
+    assert n1.roles[slot_of(word, SLOT_BITS)] == Role.PRIMARY
+
+
+# -- snapshots ----------------------------------------------------------------------------------
+
+
+def test_a_snapshot_missing_a_chunk_is_not_completed_but_asked_again_and_ends_equal() -> None:
+    cluster = Cluster(2, replication=1, snapshot_chunk_keys=5)
+    n0, n1 = cluster.core("n0"), cluster.core("n1")
+    ring = n0.ring
+    words = [
+        w for w in (f"w{i}" for i in range(400)) if ring.primary(slot_of(w, SLOT_BITS)) == "n0"
+    ]
+    assert len(words) > 40
+
+    def lose_chunk_1_of_the_first_snapshot(src: str, dst: str, message: Message) -> bool:
+        return (
+            message.kind is Kind.SNAPSHOT_CHUNK
+            and message.header["index"] == 1
+            and not any(m.kind is Kind.SNAPSHOT_CHUNK for _, _, m in cluster.lost)
+        )
+
+    cluster.lose = lose_chunk_1_of_the_first_snapshot
+    # n1 backs up the batch, creates its replica of n0 and asks for a snapshot: the first
+    # one holds every key, in chunks of about 5 keys, and loses its chunk 1.
+    cluster.feed(words)
+    assert [m.header["index"] for _, _, m in cluster.lost] == [1]
+    replica = n1.replicas[NodeId("n0")]
+    assert replica.is_complete
+    assert len(owned_state(n0)) == len(words)
+    assert replica_state(n1, n0) == owned_state(n0)
+    # It took two snapshots: the one with the hole (aborted), then the one asked again.
+    assert n1.counters.snapshot_chunks_missing == 1
+    assert n1.counters.snapshots_received == 1
+    begun = [
+        m for src, _, m in cluster.delivered if src == "n0" and m.kind is Kind.SNAPSHOT_BEGIN
+    ]
+    assert len(begun) == 2
+    # Both ends timed the chunks they handled; status reports the longest.
+    assert n0.snapshot_stall_ms_max > 0 and n1.snapshot_stall_ms_max > 0
+    assert n1.status()["snapshot_stall_ms_max"] == round(n1.snapshot_stall_ms_max, 3)
