@@ -29,6 +29,11 @@ if sys.path[0] != str(REPO):
     sys.path.insert(0, str(REPO))
 os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
 
+# A benchmark stopped with SIGTERM unwinds like one stopped with Ctrl-C: its `finally` blocks
+# stop the node processes and Spark drivers it started instead of leaving them running.
+if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+
 RESULTS = REPO / "bench" / "results"
 SHARED_TEXT = REPO.parent / "shared" / "data" / "text"
 WORD = re.compile(r"[a-z0-9']+")
