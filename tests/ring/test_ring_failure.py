@@ -216,4 +216,3 @@ def test_a_dropped_connection_needs_no_quorum_until_an_answer_refutes_it() -> No
     d3.refuted(A)
     assert d3.judge([A], 0.71, owners_besides_me=OWNERS) == (Verdict.PROBE, A)
     assert d3.judge([A], 0.91, owners_besides_me=OWNERS) == (Verdict.NO_QUORUM, A)
-

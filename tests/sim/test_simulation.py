@@ -176,9 +176,7 @@ def test_a_node_cut_off_past_the_timeout_is_fenced_and_nothing_is_lost() -> None
     assert owners(simulation) == ["n0", "n1", "n3", "n4"]
 
 
-def test_a_minority_cut_off_together_declares_nobody_dead_and_the_majority_takes_it_over() -> (
-    None
-):
+def test_a_minority_cut_off_together_declares_nobody_dead_and_the_majority_takes_it_over() -> None:
     # n2 and n3 cut off together (r=2): they hear each other, but two of six owners are no
     # majority, so neither declares n0 or n1 dead; the four others take both over.
     cut = Partition((n("n2"), n("n3")), (n("n0"), n("n1"), n("n4"), n("n5")), 500, 1000)

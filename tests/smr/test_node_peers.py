@@ -242,17 +242,13 @@ class _FakeTransport:
         return []
 
 
-def test_a_not_owner_by_an_older_view_makes_the_emitter_send_its_view_and_is_no_progress() -> (
-    None
-):
+def test_a_not_owner_by_an_older_view_makes_the_emitter_send_its_view_and_is_no_progress() -> None:
     cluster = Cluster(3, replication=0)
     old_view = cluster.view
     new_view = old_view.mark_dead(NodeId("n2"))  # n2's range falls to n1
     now = [0.0]
     transport = _FakeTransport()
-    emitter = Emitter(
-        new_view, SLOT_BITS, MapperId("m"), clock=lambda: now[0], transport=transport
-    )
+    emitter = Emitter(new_view, SLOT_BITS, MapperId("m"), clock=lambda: now[0], transport=transport)
     word = next(w for w in (f"w{i}" for i in range(1000)) if slot_of(w, SLOT_BITS) >= 200)
     emitter.emit(word, 1)
     emitter.flush()
@@ -312,9 +308,7 @@ def test_a_snapshot_missing_a_chunk_is_not_completed_but_asked_again_and_ends_eq
     # It took two snapshots: the one with the hole (aborted), then the one asked again.
     assert n1.counters.snapshot_chunks_missing == 1
     assert n1.counters.snapshots_received == 1
-    begun = [
-        m for src, _, m in cluster.delivered if src == "n0" and m.kind is Kind.SNAPSHOT_BEGIN
-    ]
+    begun = [m for src, _, m in cluster.delivered if src == "n0" and m.kind is Kind.SNAPSHOT_BEGIN]
     assert len(begun) == 2
     # Both ends timed the chunks they handled; status reports the longest.
     assert n0.snapshot_stall_ms_max > 0 and n1.snapshot_stall_ms_max > 0
