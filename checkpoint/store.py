@@ -458,6 +458,41 @@ class StateStore:
         hwms = self._hwm_vectors(wanted)
         return Delta(states=states, hwms=hwms)
 
+    def adopt(self, other: StateStore, slots: Iterable[Slot]) -> None:
+        """Move ``slots`` of ``other`` (a replica being promoted) into this store: afterwards
+        this store holds their state and hwms exactly as ``apply_delta(other.snapshot(slots))``
+        would leave them, and ``other`` holds nothing of them.
+
+        A slot that ``other`` keeps only in master (a replica takes no local writes) and that
+        this store does not hold yet moves as one dict, by reference: the cost is per slot,
+        not per key, so promoting a large replica stays short. Any other slot is copied
+        through a snapshot.
+        """
+        wanted = set(slots)
+        movable = {
+            slot
+            for slot in wanted
+            if slot not in other.active
+            and slot not in other.inactive
+            and slot not in self.master
+            and slot not in self.active
+            and slot not in self.inactive
+        }
+        copied = wanted - movable
+        if copied:
+            self.apply_delta(other.snapshot(copied))
+        for slot in movable:
+            keys = other.master.pop(slot, None)
+            if keys:
+                self.master[slot] = keys
+        self._holds_mutables = self._holds_mutables or other._holds_mutables
+        for mapper, hwm_of_slot in other._hwm.items():
+            for slot in movable.intersection(hwm_of_slot):
+                mine = self._hwm.setdefault(mapper, {})
+                if hwm_of_slot[slot] > mine.get(slot, 0):
+                    mine[slot] = hwm_of_slot[slot]
+        other.drop_slots(wanted)
+
     def drop_slots(self, slots: Iterable[Slot]) -> None:
         """Forget the state (all fragments) and hwms of ``slots``, e.g. after a range moved."""
         dropped = set(slots)

@@ -184,10 +184,11 @@ def _interrupt(signum: int, frame: Any) -> None:
 @click.option("--job", "job_ref", required=True, help="The job, as module:attribute.")
 @click.option(
     "--input",
-    "input_dir",
+    "input_ref",
     required=True,
-    type=click.Path(path_type=Path),
-    help="A directory of text files (.gz too), streamed with Spark's file source.",
+    help="A directory of text files (.gz too), streamed with Spark's file source; or "
+    "socket://HOST:PORT for lines from a TCP socket (demos: not replayable, so not exactly "
+    "once across restarts).",
 )
 @click.option(
     "--checkpoint",
@@ -212,7 +213,7 @@ def _interrupt(signum: int, frame: Any) -> None:
 def spark_feed_command(
     cluster_dir: Path,
     job_ref: str,
-    input_dir: Path,
+    input_ref: str,
     checkpoint_dir: Path | None,
     once: bool,
     query_name: str | None,
@@ -233,7 +234,9 @@ def spark_feed_command(
 
     # User errors before Spark's start-up time: the job, the input, Java, the cluster.
     load_job(job_ref)
-    smr_spark.check_input_dir(input_dir)
+    socket_addr = smr_spark.parse_socket_ref(input_ref)
+    if socket_addr is None:
+        smr_spark.check_input_dir(Path(input_ref))
     smr_spark.check_java()
     fetch_view([n.addr for n in read_spec(cluster_dir).nodes])
     started = time.monotonic()
@@ -252,7 +255,10 @@ def spark_feed_command(
         )
 
     try:
-        df = smr_spark.text_files(session, input_dir, max_files_per_trigger)
+        if socket_addr is None:
+            df = smr_spark.text_files(session, Path(input_ref), max_files_per_trigger)
+        else:
+            df = smr_spark.socket_lines(session, *socket_addr)
         name = query_name or f"smr-{load_job(job_ref).name}"
         checkpoint = checkpoint_dir or cluster_dir / "spark-checkpoints" / name
         query = smr_spark.emit(

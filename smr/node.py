@@ -36,6 +36,7 @@ written as numbered steps on the methods that run them: :meth:`NodeCore.checkpoi
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import os
 import signal
@@ -85,6 +86,12 @@ INBOX_BATCHES_MAX: Final = 256
 APPLY_TUPLES_PER_TURN: Final = 20_000
 # A replica still incomplete after this long asks its primary for a snapshot again.
 SNAPSHOT_RETRY_S: Final = 2.0
+# How often everything allocated so far moves out of the cyclic collector's reach. State is
+# millions of small acyclic dicts, which reference counting frees; left in the collector's
+# generations, a full collection walks all of them (0.5-1 s at a million keys), long enough
+# for the watchers to declare a healthy node dead. Only cyclic garbage that lives longer
+# than this interval escapes collection.
+GC_FREEZE_INTERVAL_MS: Final = 1000
 # How often timers run: rates, output flush, checkpoint due-checks.
 TICK_MS: Final = 100
 # A dump page holds at most this many keys, so one reply stays well under the frame cap.
@@ -222,6 +229,8 @@ class NodeCore:
         self.checkpoint_number = 0
         self.secondaries: tuple[NodeId, ...] = ()
         self._snapshot_jobs: dict[NodeId, Iterator[None]] = {}
+        # Snapshot chunks applied since the event loop last yielded (see turn_is_full).
+        self._chunks_this_turn = 0
         self.detector = FailureDetector(
             settings.failure_timeout_ms / 1000,
             settings.probe_timeout_ms / 1000,
@@ -347,6 +356,17 @@ class NodeCore:
     def inbox_full(self) -> bool:
         """True when the node must stop reading its socket (backpressure)."""
         return len(self.inbox) >= INBOX_BATCHES_MAX
+
+    @property
+    def turn_is_full(self) -> bool:
+        """True when this event-loop turn must stop reading messages: the inbox is full, or a
+        snapshot chunk was applied (tens of ms each; chunks that arrive back to back, read in
+        one turn, would hold off heartbeats and probes for seconds)."""
+        return self.inbox_full or self._chunks_this_turn > 0
+
+    def end_turn(self) -> None:
+        """The event loop is about to yield: the next turn may read messages again."""
+        self._chunks_this_turn = 0
 
     def on_frames(self, identity: bytes, frames: Sequence[bytes]) -> None:
         """Handle one received message. Never raises on bad input: it is counted and logged."""
@@ -724,6 +744,7 @@ class NodeCore:
         except DeltaError as error:
             raise FrameError(f"snapshot chunk from {sender}: {error}") from None
         replica.apply_snapshot_chunk(chunk)
+        self._chunks_this_turn += 1
         self._note_snapshot_stall(started)
         self._snapshot_receiving[sender] = (receiving[0], receiving[1] + 1)
         # A snapshot still arriving is not lost: put off asking again.
@@ -903,8 +924,9 @@ class NodeCore:
             log.error("taking over %s without a complete replica of its state", dead)
         copies.append(_Orphan(dead, replica or PeerReplica(), self.backups.pop(dead, None)))
         for copy in copies:
+            # By reference, per slot: promotion time does not grow with the keys.
             owned = [slot for slot in copy.replica.store.slots() if slot in slots]
-            self.store.apply_delta(copy.replica.store.snapshot(owned))
+            self.store.adopt(copy.replica.store, owned)
         # 3.
         replayed = 0
         for copy in copies:
@@ -1240,13 +1262,14 @@ async def _run(core: NodeCore, inbox: Any, spec: ClusterSpec, tick: Callable[[],
     timers = [
         _every(min(TICK_MS, core.settings.heartbeat_interval_ms // 2), tick, wake),
         _every(spec.checkpoint_interval_ms, core.checkpoint, wake),
+        _every(GC_FREEZE_INTERVAL_MS, gc.freeze, wake),
     ]
     receive = inbox.receive
     on_frames = core.on_frames
     try:
         while not stopping.is_set():
             # Drain what is waiting (up to the inbox bound), apply it, ack it; then wait.
-            while not core.inbox_full:
+            while not core.turn_is_full:
                 received = receive()
                 if received is None:
                     break
@@ -1259,6 +1282,7 @@ async def _run(core: NodeCore, inbox: Any, spec: ClusterSpec, tick: Callable[[],
             # heartbeats, probes) and signals run; then, unless batches or snapshot chunks
             # are left over, sleep until a message or a timer wakes us.
             await asyncio.sleep(0)
+            core.end_turn()
             if not (core.has_background_work or core.inbox):
                 await inbox.wait_readable(wake)
     finally:

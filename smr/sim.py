@@ -917,7 +917,7 @@ class Simulation:
 
     def _wake(self, node: _SimNode) -> None:
         """One cycle of the node's receive loop (``smr.node._run``): read what has arrived
-        (up to the inbox bound), apply it, ack it, send one background step."""
+        (until the turn is full), apply it, ack it, send one background step."""
         core = node.core
         if core is None or not node.running:
             return
@@ -925,7 +925,7 @@ class Simulation:
         self._current = node.node_id
         try:
             arrivals = node.arrivals
-            while arrivals and arrivals[0][0] <= now and not core.inbox_full:
+            while arrivals and arrivals[0][0] <= now and not core.turn_is_full:
                 _, _, seq, link = heapq.heappop(arrivals)
                 envelope = link.queue.popleft()
                 assert envelope.seq == seq, "per-link order broken"
@@ -935,6 +935,7 @@ class Simulation:
                 core.on_frames(envelope.identity, envelope.frames)
             core.apply_inbox()
             core.send_acks()
+            core.end_turn()
             if core.has_background_work:
                 core.background_step()
                 self._schedule(now + BACKGROUND_STEP_US, self._wake, node)

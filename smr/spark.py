@@ -193,6 +193,24 @@ def text_files(spark: Any, directory: Path, max_files_per_trigger: int) -> Any:
     )
 
 
+def parse_socket_ref(input_ref: str) -> tuple[str, int] | None:
+    """``(host, port)`` of a ``socket://HOST:PORT`` input, None for anything else (a path);
+    SparkFeedError if it starts with ``socket://`` but is not a host and a port."""
+    if not input_ref.startswith("socket://"):
+        return None
+    host, sep, port = input_ref.removeprefix("socket://").rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise SparkFeedError(f"input {input_ref!r} must look like socket://HOST:PORT")
+    return host, int(port)
+
+
+def socket_lines(spark: Any, host: str, port: int) -> Any:
+    """A streaming DataFrame of the lines a TCP server at ``host:port`` sends (Spark's
+    socket source). For demos: the source keeps nothing, so a restarted query does not see
+    again what it had read, and exactly-once does not hold across restarts."""
+    return spark.readStream.format("socket").option("host", host).option("port", port).load()
+
+
 def feed_settings(
     cluster_dir: Path,
     job_ref: str,

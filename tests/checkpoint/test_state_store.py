@@ -499,3 +499,71 @@ def test_word_count_equals_a_plain_python_count_across_checkpoints(
         if index % 7 == 3:
             checkpoint(store)
     assert {(slot, key): state["count"] for slot, key, state in store.items()} == expected
+
+
+def _replica_and_node(
+    replica_slots: dict[int, list[str]], node_slots: dict[int, list[str]]
+) -> tuple[StateStore, StateStore]:
+    """A primary's replica (built from its checkpoints) and a node store with its own slots,
+    one unmerged write among them."""
+    primary = StateStore()
+    for slot, words in replica_slots.items():
+        primary.apply_batch(
+            M1,
+            [slot] * len(words),
+            list(range(1, len(words) + 1)),
+            words,
+            [1] * len(words),
+            count_words,
+        )
+    replica = StateStore()
+    replica.apply_delta(checkpoint(primary))
+    node = StateStore()
+    for slot, words in node_slots.items():
+        node.apply_batch(
+            M2,
+            [slot] * len(words),
+            list(range(1, len(words) + 1)),
+            words,
+            [1] * len(words),
+            count_words,
+        )
+    checkpoint(node)
+    put(node, Slot(next(iter(node_slots), 0)), "unmerged", n=1)
+    return replica, node
+
+
+def _view(store: StateStore) -> tuple[dict[Any, Any], dict[Any, Any]]:
+    slots = sorted(store.slots())
+    states = {(slot, key): state for slot, key, state in store.items(slots)}
+    hwms = {s: store.hwm_vector(s) for s in slots}
+    return states, hwms
+
+
+slot_words = st.dictionaries(
+    st.integers(0, 7),
+    st.lists(st.sampled_from(["a", "b", "c", "d"]), min_size=1, max_size=5),
+    max_size=5,
+)
+
+
+@given(replica_slots=slot_words, node_slots=slot_words, taken=st.sets(st.integers(0, 7)))
+def test_adopt_equals_applying_a_snapshot_and_empties_the_replica_of_those_slots(
+    replica_slots: dict[int, list[str]], node_slots: dict[int, list[str]], taken: set[int]
+) -> None:
+    replica, node = _replica_and_node(replica_slots, node_slots)
+    expected_replica, expected_node = _replica_and_node(replica_slots, node_slots)
+    wanted = [Slot(s) for s in taken]
+    expected_node.apply_delta(expected_replica.snapshot(wanted))
+    node.adopt(replica, wanted)
+    assert _view(node) == _view(expected_node)
+    assert replica.slots().isdisjoint(wanted)
+
+
+def test_adopt_moves_a_slot_the_node_does_not_hold_by_reference() -> None:
+    replica, node = _replica_and_node({3: ["a", "b"]}, {1: ["c"]})
+    moved = replica.master[Slot(3)]
+    node.adopt(replica, [Slot(3)])
+    assert node.master[Slot(3)] is moved
+    assert node.get(Slot(3), "a") == {"count": 1}
+    assert node.hwm(M1, Slot(3)) == 2

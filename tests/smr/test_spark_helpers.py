@@ -85,3 +85,11 @@ def test_the_fold_is_a_function_of_the_records_and_loses_nothing(
     assert len(first) == sum(
         len({w for ln in part for w in wordcount_words(ln)}) for part in chunks
     )
+
+
+def test_socket_inputs_are_parsed_and_paths_are_left_alone() -> None:
+    assert smr_spark.parse_socket_ref("socket://127.0.0.1:9999") == ("127.0.0.1", 9999)
+    assert smr_spark.parse_socket_ref("data/in") is None
+    for bad in ("socket://nohost", "socket://:80", "socket://h:0", "socket://h:port"):
+        with pytest.raises(smr_spark.SparkFeedError, match="socket://HOST:PORT"):
+            smr_spark.parse_socket_ref(bad)
