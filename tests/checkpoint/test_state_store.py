@@ -501,33 +501,23 @@ def test_word_count_equals_a_plain_python_count_across_checkpoints(
     assert {(slot, key): state["count"] for slot, key, state in store.items()} == expected
 
 
+def _fed(mapper: MapperId, words_by_slot: dict[int, list[str]]) -> StateStore:
+    """A store that counted ``words_by_slot`` (seqs from 1 per slot), then checkpointed."""
+    store = StateStore()
+    for slot, words in words_by_slot.items():
+        seqs = list(range(1, len(words) + 1))
+        store.apply_batch(mapper, [slot] * len(words), seqs, words, [1] * len(words), count_words)
+    return store
+
+
 def _replica_and_node(
     replica_slots: dict[int, list[str]], node_slots: dict[int, list[str]]
 ) -> tuple[StateStore, StateStore]:
     """A primary's replica (built from its checkpoints) and a node store with its own slots,
     one unmerged write among them."""
-    primary = StateStore()
-    for slot, words in replica_slots.items():
-        primary.apply_batch(
-            M1,
-            [slot] * len(words),
-            list(range(1, len(words) + 1)),
-            words,
-            [1] * len(words),
-            count_words,
-        )
     replica = StateStore()
-    replica.apply_delta(checkpoint(primary))
-    node = StateStore()
-    for slot, words in node_slots.items():
-        node.apply_batch(
-            M2,
-            [slot] * len(words),
-            list(range(1, len(words) + 1)),
-            words,
-            [1] * len(words),
-            count_words,
-        )
+    replica.apply_delta(checkpoint(_fed(M1, replica_slots)))
+    node = _fed(M2, node_slots)
     checkpoint(node)
     put(node, Slot(next(iter(node_slots), 0)), "unmerged", n=1)
     return replica, node
