@@ -3,6 +3,7 @@ per question (throughput, latency, recovery, state size), each figure a median o
 its min-max, each comparison a ratio measured in the same run.
 
 A result file that is missing is named in the report as not run, never invented.
+``bench/results/NOTES.md``, if present, is appended as written by whoever ran the benchmarks.
 
     python bench/report.py [--results bench/results] [--out bench/RESULTS.md]
 """
@@ -221,6 +222,10 @@ def render(results: Path) -> str:
     lines += throughput_section(_load(results, "spark_throughput"))
     lines += latency_section(_load(results, "latency"))
     lines += recovery_sections(_load(results, "spark_recovery"))
+    notes = results / "NOTES.md"
+    if notes.exists():
+        # What the JSON cannot say: what else ran on the machine during a run, and so on.
+        lines += ["## Notes on these runs", "", notes.read_text().strip(), ""]
     return "\n".join(lines)
 
 
