@@ -7,6 +7,7 @@ feed whose ``map`` raised on some records exits 1 after delivering the rest.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import sys
@@ -279,13 +280,16 @@ def spark_feed_command(
         try:
             smr_spark.await_query(query)
         except KeyboardInterrupt:
-            query.stop()
+            # A signal to the whole process group may have stopped the JVM already.
+            with contextlib.suppress(Exception):
+                query.stop()
             click.echo("stopped", err=True)
         except smr_spark.SparkQueryError as error:
             click.echo(f"smr: error: {error}", err=True)
             sys.exit(1)
     finally:
-        session.stop()
+        with contextlib.suppress(Exception):
+            session.stop()
     click.echo(
         f"fed {totals['tuples']:,} tuples from {totals['records']:,} records in "
         f"{totals['batches']} batches, {time.monotonic() - started:.1f} s in all"
