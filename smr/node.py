@@ -725,16 +725,28 @@ class NodeCore:
         self._snapshot_asked_at[sender] = self._clock()
         self._peer_send(sender, Kind.SNAPSHOT_REQUEST, {})
 
-    def _on_snapshot_chunk(self, identity: bytes, message: Message) -> None:
-        """2. Apply chunk ``index`` if it is the next one of the snapshot being received; a
-        chunk of another (older, aborted) snapshot is ignored; a skipped index aborts."""
+    def _snapshot_being_received(
+        self, message: Message
+    ) -> tuple[NodeId, PeerReplica, tuple[int, int]] | None:
+        """The sender, its replica here and ``(snapshot number, next chunk index)`` when
+        ``message`` belongs to the snapshot being received from a live peer; else None (a
+        part of another, older or aborted, snapshot is ignored)."""
         sender = self._from_live_peer(message)
         replica = self.replicas.get(sender) if sender is not None else None
         if replica is None or sender is None:
-            return
+            return None
         receiving = self._snapshot_receiving.get(sender)
         if receiving is None or receiving[0] != message.header["snap"]:
+            return None
+        return sender, replica, receiving
+
+    def _on_snapshot_chunk(self, identity: bytes, message: Message) -> None:
+        """2. Apply chunk ``index`` if it is the next one of the snapshot being received; a
+        chunk of another (older, aborted) snapshot is ignored; a skipped index aborts."""
+        being_received = self._snapshot_being_received(message)
+        if being_received is None:
             return
+        sender, replica, receiving = being_received
         if message.header["index"] != receiving[1]:
             self._snapshot_lost_a_part(sender, replica)
             return
@@ -752,13 +764,10 @@ class NodeCore:
 
     def _on_snapshot_end(self, identity: bytes, message: Message) -> None:
         """3. Complete the replica if every chunk of the snapshot arrived; else abort."""
-        sender = self._from_live_peer(message)
-        replica = self.replicas.get(sender) if sender is not None else None
-        if replica is None or sender is None:
+        being_received = self._snapshot_being_received(message)
+        if being_received is None:
             return
-        receiving = self._snapshot_receiving.get(sender)
-        if receiving is None or receiving[0] != message.header["snap"]:
-            return
+        sender, replica, receiving = being_received
         if message.header["chunks"] != receiving[1]:
             self._snapshot_lost_a_part(sender, replica)
             return
