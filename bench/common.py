@@ -13,6 +13,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import gzip
+import math
 import os
 import platform
 import re
@@ -49,6 +50,7 @@ __all__ = [
     "load_words",
     "local_cluster",
     "machine",
+    "percentile",
     "source",
     "spread",
     "stop_process",
@@ -125,6 +127,18 @@ def versions() -> dict[str, str]:
         "msgpack": ".".join(map(str, msgpack.version)),
         "matplotlib": matplotlib.__version__,
     }
+
+
+def percentile(values: Sequence[float], fraction: float) -> float | None:
+    """The ``fraction`` quantile (0..1) of ``values`` by linear interpolation between the
+    closest ranks; None for no values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    position = fraction * (len(ordered) - 1)
+    low = math.floor(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
 
 def spread(values: Sequence[float | None]) -> dict[str, float | int | None]:

@@ -43,6 +43,7 @@ from bench.common import (
     load_words,
     local_cluster,
     machine,
+    percentile,
     spread,
     stop_process,
     versions,
@@ -56,15 +57,13 @@ PACE_SLICE_S = 0.001
 
 
 def percentiles(samples: Sequence[float]) -> dict[str, float | None]:
-    """p50, p95, p99 and max of ``samples`` (nearest rank), in the samples' unit."""
-    if not samples:
-        return {"p50": None, "p95": None, "p99": None, "max": None}
-    ordered = sorted(samples)
-
-    def rank(q: float) -> float:
-        return ordered[min(len(ordered) - 1, max(0, round(q * len(ordered)) - 1))]
-
-    return {"p50": rank(0.50), "p95": rank(0.95), "p99": rank(0.99), "max": ordered[-1]}
+    """p50, p95, p99 (``bench.common.percentile``) and max of ``samples``, in their unit."""
+    return {
+        "p50": percentile(samples, 0.50),
+        "p95": percentile(samples, 0.95),
+        "p99": percentile(samples, 0.99),
+        "max": max(samples, default=None),
+    }
 
 
 def _feeder(

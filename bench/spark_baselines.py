@@ -81,6 +81,7 @@ from bench.common import (  # noqa: E402 (needs the path set above)
     WORD,
     check_counts,
     machine,
+    percentile,
     source,
     spread,
     versions,
@@ -712,18 +713,6 @@ def _progress_time(timestamp: str) -> float:
     """A progress event's ``timestamp`` (ISO 8601, UTC, ms) as Unix seconds."""
     parsed = datetime.datetime.strptime(timestamp, "%Y-%m-%dT%H:%M:%S.%fZ")
     return parsed.replace(tzinfo=datetime.UTC).timestamp()
-
-
-def percentile(values: Sequence[float], fraction: float) -> float | None:
-    """The ``fraction`` quantile (0..1) of ``values`` by linear interpolation between the
-    closest ranks; None for no values."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    position = fraction * (len(ordered) - 1)
-    low = math.floor(position)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
 
 # -- 4a. throughput --------------------------------------------------------------------------
