@@ -172,12 +172,13 @@ def recovery_sections(report: dict[str, Any] | None) -> list[str]:
         "|---|---|---|---|",
     ]
     for row in smr_rows:
-        if row["keys_n"] != middle:
+        if row["preload_keys"] != middle:
             continue
         lines.append(
             f"| smr: SIGKILL of {row['k']} node{'s' if row['k'] > 1 else ''}, r = 1 | "
-            f"{_spread(row['processing_again_ms'], ' ms')} | "
-            f"{_spread(row['recovered_90_ms'], ' ms')} | {row['exact']}/{row['runs']} |"
+            f"{_spread(row['kill_to_takeover_done_ms'], ' ms')} | "
+            f"{_spread(row['recovered_90_ms'], ' ms')} | "
+            f"{row['exact']}/{row['failures'] + row['errors']} |"
         )
     for row in spark_rows:
         if row["keys_n"] != middle:
@@ -197,12 +198,12 @@ def recovery_sections(report: dict[str, Any] | None) -> list[str]:
     ]
     for ratio in report["ratios"]:
         smr_row = next(
-            (r for r in smr_rows if r["k"] == 1 and r["keys_n"] == ratio["keys_n"]), None
+            (r for r in smr_rows if r["k"] == 1 and r["preload_keys"] == ratio["keys_n"]), None
         )
         spark_row = next((r for r in spark_rows if r["keys_n"] == ratio["keys_n"]), None)
         lines.append(
             f"| {ratio['keys_n']:,} | "
-            f"{_spread(smr_row['processing_again_ms'], ' ms') if smr_row else '-'} | "
+            f"{_spread(smr_row['kill_to_takeover_done_ms'], ' ms') if smr_row else '-'} | "
             f"{_spread(spark_row['kill_to_commit_s'], ' ms', 1000) if spark_row else '-'} | "
             f"{_ratio(ratio['spark_over_smr'])} |"
         )

@@ -32,7 +32,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench import recovery, spark_baselines
-from bench.common import RESULTS, load_words, machine, spread, versions
+from bench.common import RESULTS, load_words, machine, versions
 
 NODES_MIN = 5
 WARMUP_S = 3.0
@@ -68,22 +68,14 @@ def smr_failures(
 
 
 def summarise_smr(failures: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    rows = []
-    for k, keys_n in sorted({(f["k"], f["preload_keys"]) for f in failures}):
-        mine = [f for f in failures if (f["k"], f["preload_keys"]) == (k, keys_n)]
-        done = [f for f in mine if "error" not in f]
-        rows.append(
-            {
-                "k": k,
-                "keys_n": keys_n,
-                "runs": len(mine),
-                "exact": sum(1 for f in done if f["exact"]),
-                "state_keys": spread([f["state_keys"] for f in done]),
-                "processing_again_ms": spread([f["kill_to_takeover_done_ms"] for f in done]),
-                "detection_ms": spread([f["detection_ms"] for f in done]),
-                "takeover_ms": spread([f["takeover_ms"] for f in done]),
-                "recovered_90_ms": spread([f["recovered_90_ms"] for f in done]),
-            }
+    """``bench.recovery.summarise`` over the failures that ran, each row also counting the
+    runs of its (k, keys) that ended in an error instead."""
+    rows = recovery.summarise([f for f in failures if "error" not in f])
+    for row in rows:
+        row["errors"] = sum(
+            1
+            for f in failures
+            if "error" in f and (f["k"], f["preload_keys"]) == (row["k"], row["preload_keys"])
         )
     return rows
 
@@ -93,7 +85,9 @@ def ratios(
 ) -> list[dict[str, Any]]:
     """Per state size: smr's kill-to-takeover-done median (k = 1), Spark's kill-to-commit
     median, and Spark's over smr's."""
-    smr_ms = {r["keys_n"]: r["processing_again_ms"]["median"] for r in smr_rows if r["k"] == 1}
+    smr_ms = {
+        r["preload_keys"]: r["kill_to_takeover_done_ms"]["median"] for r in smr_rows if r["k"] == 1
+    }
     spark_ms = {
         r["keys_n"]: r["kill_to_commit_s"]["median"] * 1000
         for r in spark_rows

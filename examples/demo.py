@@ -54,18 +54,24 @@ def plain_python_counts(paths: list[str]) -> collections.Counter[str]:
     return counts
 
 
-def split_books(directory: Path, files: int) -> None:
-    """Write the books' lines as ``files`` text files: Spark's file source streams a
-    directory, a few files per micro-batch."""
+def split_books(directory: Path, files: int, lines_max: int | None = None) -> list[str]:
+    """Write the books' lines (their first ``lines_max``) as ``files`` text files, in order,
+    and return their paths: Spark's file source streams a directory, a few files per
+    micro-batch."""
     lines: list[str] = []
     for book in BOOKS:
         with gzip.open(book, "rt", encoding="utf-8", errors="replace") as text:
             lines.extend(line.rstrip("\r\n") for line in text)
-    directory.mkdir()
+    lines = lines[:lines_max]
+    directory.mkdir(parents=True)
     per_file = len(lines) // files + 1
+    paths = []
     for index in range(files):
         chunk = lines[index * per_file : (index + 1) * per_file]
-        (directory / f"part-{index:03d}.txt").write_text("\n".join(chunk) + "\n")
+        path = directory / f"part-{index:03d}.txt"
+        path.write_text("\n".join(chunk) + "\n")
+        paths.append(str(path))
+    return paths
 
 
 def spark_feed_killing_a_node(cluster: str, input_dir: Path) -> None:

@@ -9,7 +9,6 @@ make the nodes drop re-sent tuples (their duplicate counters rise) and leave exa
 from __future__ import annotations
 
 import contextlib
-import gzip
 import os
 import signal
 import subprocess
@@ -21,30 +20,13 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.e2e.conftest import EXAMPLE_BOOKS, JOB, REPO, Cluster, word_counts
+from examples.demo import split_books
+from tests.e2e.conftest import JOB, REPO, Cluster, word_counts
 from tests.e2e.jobs import FAIL_MARKER_ENV
 
 pytestmark = pytest.mark.e2e
 
 SPARK_TIMEOUT_S = 240
-
-
-def split_books(directory: Path, files: int, lines_max: int | None = None) -> list[str]:
-    """The shipped books (their first ``lines_max`` lines) as ``files`` plain text files of
-    whole lines, in order."""
-    lines: list[str] = []
-    for book in EXAMPLE_BOOKS:
-        with gzip.open(book, "rt", encoding="utf-8", errors="replace") as text:
-            lines.extend(line.rstrip("\r\n") for line in text)
-    lines = lines[:lines_max]
-    directory.mkdir(parents=True)
-    per_file = len(lines) // files + 1
-    paths = []
-    for index in range(files):
-        path = directory / f"part-{index:03d}.txt"
-        path.write_text("\n".join(lines[index * per_file : (index + 1) * per_file]) + "\n")
-        paths.append(str(path))
-    return paths
 
 
 def spark_feed_args(cluster: Cluster, input_dir: Path, job: str, *extra: str) -> list[str]:
