@@ -58,6 +58,23 @@ def _count(key: Any, value: Any, state: dict[str, Any], emit: Any) -> None:
 JOB = Job("count", map=lambda record, emit: None, reduce=_count)
 
 
+class _QueueLinks:
+    """Node links that queue peer messages for the benchmark to deliver by hand."""
+
+    def __init__(self, queue: deque[tuple[NodeId, Sequence[bytes]]]) -> None:
+        self._queue = queue
+
+    def reply(self, identity: bytes, frames: Sequence[bytes]) -> bool:
+        return True
+
+    def send(self, node: NodeId, addr: str, frames: Sequence[bytes]) -> bool:
+        self._queue.append((node, frames))
+        return True
+
+    def dropped(self, peers: Sequence[tuple[NodeId, str]]) -> list[NodeId]:
+        return []
+
+
 def run_once(keys: int, chunk_keys: int) -> dict[str, Any]:
     """Steps 1-3 once; the per-chunk stalls in ms and the nodes' own counters."""
     view = View(
@@ -72,10 +89,9 @@ def run_once(keys: int, chunk_keys: int) -> dict[str, Any]:
             JOB,
             view,
             SLOT_BITS,
-            lambda identity, frames: True,
+            _QueueLinks(queue),
             MemoryOutput(name),
             settings=settings,
-            send_to_peer=lambda dst, frames: queue.append((dst, frames)) or True,
         )
         for name in ("n0", "n1")
     }
@@ -100,12 +116,12 @@ def run_once(keys: int, chunk_keys: int) -> dict[str, Any]:
         body = encode_batch_body(slots, seqs, batch, [1] * len(batch), [0.0] * len(batch))
         header = batch_header(StreamId("s"), MapperId("m"), chan, 1, view.epoch, len(batch))
         primary.on_frames(b"mapper", encode(Kind.BATCH, header, body))
-        primary.apply_inbox(tuples_max=10**9)
+        primary.ingest.apply_inbox(tuples_max=10**9)
     assert primary.store.key_count() == keys, primary.store.key_count()
-    primary.checkpoint()
+    primary.replication.checkpoint()
     queue.clear()
     # 2.
-    secondary._peer_send(NodeId("n0"), Kind.SNAPSHOT_REQUEST, {})
+    secondary.peer_send(NodeId("n0"), Kind.SNAPSHOT_REQUEST, {})
     send_ms: list[float] = []
     apply_ms: list[float] = []
 
@@ -120,14 +136,14 @@ def run_once(keys: int, chunk_keys: int) -> dict[str, Any]:
 
     snapshot_started = time.perf_counter()
     deliver()
-    while primary.has_background_work:
+    while primary.snapshots.has_work:
         # 3.
         started = time.perf_counter()
-        primary.background_step()
+        primary.snapshots.step()
         send_ms.append((time.perf_counter() - started) * 1000)
         deliver()
     snapshot_ms = (time.perf_counter() - snapshot_started) * 1000
-    replica = secondary.replicas[NodeId("n0")]
+    replica = secondary.replication.replicas[NodeId("n0")]
     assert replica.is_complete and replica.store.key_count() == keys
     return {
         "chunks": len(apply_ms),
@@ -136,8 +152,8 @@ def run_once(keys: int, chunk_keys: int) -> dict[str, Any]:
         "send_step_ms_median": statistics.median(send_ms),
         "apply_chunk_ms_max": max(apply_ms),
         "apply_chunk_ms_median": statistics.median(apply_ms),
-        "primary_snapshot_stall_ms_max": primary.snapshot_stall_ms_max,
-        "secondary_snapshot_stall_ms_max": secondary.snapshot_stall_ms_max,
+        "primary_snapshot_stall_ms_max": primary.snapshots.stall_ms_max,
+        "secondary_snapshot_stall_ms_max": secondary.snapshots.stall_ms_max,
     }
 
 

@@ -27,7 +27,8 @@ from smr.emitter import BATCH_SIZE_DEFAULT, WINDOW_BATCHES_DEFAULT, DeliveryErro
 from smr.feed import InputError, check_inputs, feed, total_bytes
 from smr.protocol import FrameError, Kind, decode
 from smr.spark import MASTER_DEFAULT, MAX_FILES_PER_TRIGGER_DEFAULT, BatchReport, SparkFeedError
-from smr.transport import Subscriber, TransportError
+from smr.transport import TransportError
+from smr.transport.zeromq import Subscriber
 
 USER_ERRORS = (
     SparkFeedError,

@@ -13,7 +13,7 @@ from typing import Any, Final
 
 from ring.view import View
 from smr.protocol import FrameError, Kind, Message, decode, encode, pack_body, unpack_body
-from smr.transport import Outbox, wait_any
+from smr.transport.zeromq import Outbox, wait_any
 
 REQUEST_TIMEOUT_MS_DEFAULT: Final = 2000
 DUMP_PAGE_KEYS: Final = 10_000

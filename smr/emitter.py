@@ -39,7 +39,7 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final, Protocol
+from typing import Any, Final
 
 from checkpoint.ids import MapperId
 from ring.hashing import slot_of
@@ -57,36 +57,7 @@ from smr.protocol import (
     pack_body,
     unpack_body,
 )
-from smr.transport import Outbox, wait_any
-
-
-class ChannelEnd(Protocol):
-    """What an emitter needs of one connection to a node."""
-
-    addr: str
-
-    def send(self, frames: Sequence[bytes]) -> bool: ...
-    def receive(self) -> list[bytes] | None: ...
-    def close(self) -> None: ...
-
-
-class MapperTransport(Protocol):
-    """How an emitter reaches nodes; ZeroMQ by default, simulated in tests."""
-
-    def open(self, addr: str, send_queue_messages_max: int) -> ChannelEnd: ...
-    def wait_any(self, ends: Sequence[ChannelEnd], timeout_ms: int) -> list[ChannelEnd]: ...
-
-
-class ZmqMapperTransport:
-    """The real transport: a ZeroMQ DEALER per node (see ``smr.transport``)."""
-
-    def open(self, addr: str, send_queue_messages_max: int) -> ChannelEnd:
-        return Outbox(addr, send_queue_messages_max=send_queue_messages_max)
-
-    def wait_any(self, ends: Sequence[ChannelEnd], timeout_ms: int) -> list[ChannelEnd]:
-        outboxes = [end for end in ends if isinstance(end, Outbox)]
-        return list(wait_any(outboxes, timeout_ms))
-
+from smr.transport import ChannelEnd, MapperTransport, zeromq_mapper_transport
 
 BATCH_SIZE_DEFAULT: Final = 1000
 WINDOW_BATCHES_DEFAULT: Final = 16
@@ -180,7 +151,7 @@ class Emitter:
         self.view_check_after_s = VIEW_CHECK_AFTER_MS_DEFAULT / 1000
         self.give_up_after_s = give_up_after_s
         self._clock = clock
-        self._transport: MapperTransport = transport or ZmqMapperTransport()
+        self._transport: MapperTransport = transport or zeromq_mapper_transport()
         self._combine = combine
         # Told the rows of every batch once all its nodes acked it (rows hold their emit time).
         self._on_acked = on_acked

@@ -414,9 +414,7 @@ def lost_nodes(
         for index, partition in enumerate(partitions):
             others = [(p, side) for i, p, side in exposed if i != index]
             owners_min = len(nodes) - len(_lost_with(schedule, nodes, tolerance, others))
-            gone = [
-                f.node for f in schedule if isinstance(f, Kill) and f.at_ms <= partition.at_ms
-            ]
+            gone = [f.node for f in schedule if isinstance(f, Kill) and f.at_ms <= partition.at_ms]
             for side in exposed_sides(partition, nodes, owners_min, gone):
                 now_exposed.append((index, partition, side))
         # 3.

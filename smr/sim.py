@@ -3,9 +3,11 @@ process, in virtual time, under a seeded fault schedule; a failing seed replays 
 
 What is real and what is simulated: every node is a real :class:`~smr.node.NodeCore` and
 every mapper a real :class:`~smr.emitter.Emitter`; only the clock (:class:`SimClock`), the
-network (:class:`SimNetwork`) and the process shell around each node (its timers and its
-receive loop, as in ``smr.node._run``) are simulated. Nothing sleeps; one seed drives every
-random choice, so a run is a pure function of its seed (and its :class:`SimConfig`).
+network (:class:`SimNetwork`) and the process shell around each node (its timers, and the
+loop that calls the node's two entry points, ``NodeCore.receive_turn`` and
+``NodeCore.on_timer``, as :mod:`smr.node.loop` does) are simulated. Nothing sleeps; one seed
+drives every random choice, so a run is a pure function of its seed (and its
+:class:`SimConfig`).
 
 A run (:meth:`Simulation.run`):
 
@@ -98,7 +100,7 @@ from ring.ids import NodeId, Slot, Token
 from ring.placement import Ring, Role
 from ring.view import Member, Status, View
 from smr.api import Job
-from smr.emitter import ChannelEnd, Emitter
+from smr.emitter import Emitter
 from smr.faults import (
     Delay,
     FaultSchedule,
@@ -109,9 +111,10 @@ from smr.faults import (
     random_schedule,
     within_tolerance,
 )
-from smr.node import TICK_MS, NodeCore, NodeSettings
+from smr.node import TICK_MS, NodeCore, NodeSettings, Timer
 from smr.output import OutputSink
 from smr.protocol import FrameError, decode, decode_batch_body
+from smr.transport import ChannelEnd
 
 log = logging.getLogger("smr.sim")
 
@@ -383,6 +386,43 @@ class _SimNode:
     @property
     def running(self) -> bool:
         return self.core is not None and not self.killed and self.pauses_active == 0
+
+
+class _SimNodeLinks:
+    """The :class:`~smr.transport.NodeLinks` of one simulated node: replies go to mapper
+    channel ends, peer messages onto the simulated network, drops come from kills."""
+
+    def __init__(self, sim: Simulation, node: _SimNode) -> None:
+        self._sim = sim
+        self._node = node
+        self._identity = f"peer:{node.node_id}".encode()
+
+    def reply(self, identity: bytes, frames: Sequence[bytes]) -> bool:
+        sim = self._sim
+        end = sim._ends.get(identity.decode())
+        if end is None or end.closed:
+            return False  # ROUTER_MANDATORY: the peer is gone
+        queued = sim.network.send(end.inbound, identity, frames, self._node.node_id, None)
+        if queued is None:
+            return False
+        for envelope in queued:
+            sim._schedule(envelope.deliver_at_us, sim._mail_to_end, end)
+        return True
+
+    def send(self, node: NodeId, addr: str, frames: Sequence[bytes]) -> bool:
+        if not addr.startswith(ADDR_PREFIX):
+            return False
+        link = self._sim.network.link(self._node.node_id, addr.removeprefix(ADDR_PREFIX))
+        return self._sim._send_to_node(link, self._identity, frames, self._node.node_id, True)
+
+    def dropped(self, peers: Sequence[tuple[NodeId, str]]) -> list[NodeId]:
+        # A drop of a peer not asked about stays to be reported when it is (as a socket
+        # monitor keeps its events until read).
+        asked = {peer for peer, _ in peers}
+        node = self._node
+        dropped = [peer for peer in node.dropped_peers if peer in asked]
+        node.dropped_peers = [peer for peer in node.dropped_peers if peer not in dropped]
+        return dropped
 
 
 def sim_job(emit_every: int = 50) -> Job:
@@ -850,44 +890,15 @@ class Simulation:
                 sim_job(),
                 view,
                 self.config.slot_bits,
-                self._replier(node_id),
+                _SimNodeLinks(self, sim_node),
                 MemoryOutput(node_id),
                 clock=self.clock.seconds,
                 settings=self.settings,
-                send_to_peer=self._peer_sender(node_id),
             )
             tick_us = self._tick_ms * 1000
             checkpoint_us = self.config.checkpoint_interval_ms * 1000
             self._schedule(phases.randint(1, tick_us), self._timer, sim_node, "tick")
             self._schedule(phases.randint(1, checkpoint_us), self._timer, sim_node, "checkpoint")
-
-    def _replier(self, node_id: NodeId) -> Callable[[bytes, Sequence[bytes]], bool]:
-        def reply(identity: bytes, frames: Sequence[bytes]) -> bool:
-            end = self._ends.get(identity.decode())
-            if end is None or end.closed:
-                return False  # ROUTER_MANDATORY: the peer is gone
-            queued = self.network.send(end.inbound, identity, frames, node_id, None)
-            if queued is None:
-                return False
-            for envelope in queued:
-                self._schedule(envelope.deliver_at_us, self._mail_to_end, end)
-            return True
-
-        return reply
-
-    def _peer_sender(self, node_id: NodeId) -> Callable[[NodeId, Sequence[bytes]], bool]:
-        identity = f"peer:{node_id}".encode()
-
-        def send_to_peer(peer: NodeId, frames: Sequence[bytes]) -> bool:
-            sender = self.nodes[node_id].core
-            member = sender.view.get(peer) if sender is not None else None
-            if member is None or not member.addr.startswith(ADDR_PREFIX):
-                return False
-            target = member.addr.removeprefix(ADDR_PREFIX)
-            link = self.network.link(node_id, target)
-            return self._send_to_node(link, identity, frames, node_id, peer_link=True)
-
-        return send_to_peer
 
     def _send_to_node(
         self,
@@ -916,30 +927,30 @@ class Simulation:
         return True
 
     def _wake(self, node: _SimNode) -> None:
-        """One cycle of the node's receive loop (``smr.node._run``): read what has arrived
-        (until the turn is full), apply it, ack it, send one background step."""
+        """One receive turn of the node (``NodeCore.receive_turn``, as the real loop runs
+        it), reading the messages that have arrived by now; another turn is scheduled soon
+        if work or arrived messages are left."""
         core = node.core
         if core is None or not node.running:
             return
         now = self.clock.now_us
+        arrivals = node.arrivals
+
+        def receive() -> tuple[bytes, Sequence[bytes]] | None:
+            if not arrivals or arrivals[0][0] > now:
+                return None
+            _, _, seq, link = heapq.heappop(arrivals)
+            envelope = link.queue.popleft()
+            assert envelope.seq == seq, "per-link order broken"
+            self.network.stats.delivered += 1
+            if self._trace is not None:
+                self._trace_message(node.node_id, envelope)
+            return envelope.identity, envelope.frames
+
         self._current = node.node_id
         try:
-            arrivals = node.arrivals
-            while arrivals and arrivals[0][0] <= now and not core.turn_is_full:
-                _, _, seq, link = heapq.heappop(arrivals)
-                envelope = link.queue.popleft()
-                assert envelope.seq == seq, "per-link order broken"
-                self.network.stats.delivered += 1
-                if self._trace is not None:
-                    self._trace_message(node.node_id, envelope)
-                core.on_frames(envelope.identity, envelope.frames)
-            core.apply_inbox()
-            core.send_acks()
-            core.end_turn()
-            if core.has_background_work:
-                core.background_step()
-                self._schedule(now + BACKGROUND_STEP_US, self._wake, node)
-            elif arrivals and arrivals[0][0] <= now:
+            work_left = core.receive_turn(receive)
+            if work_left or (arrivals and arrivals[0][0] <= now):
                 self._schedule(now + BACKGROUND_STEP_US, self._wake, node)
         finally:
             self._current = None
@@ -968,21 +979,16 @@ class Simulation:
     def _fire(self, node: _SimNode, which: str) -> None:
         core = node.core
         assert core is not None
+        timer = Timer(which)
         self._current = node.node_id
         try:
-            if which == "tick":
-                # The shell's tick: dropped connections become suspicions, then the tick.
-                dropped = [peer for peer in node.dropped_peers if peer in core.predecessors]
-                node.dropped_peers = [p for p in node.dropped_peers if p not in dropped]
-                for peer in dropped:
-                    core.suspect(peer)
-                core.tick()
-                period_us = self._tick_ms * 1000
-            else:
-                core.checkpoint()
-                period_us = self.config.checkpoint_interval_ms * 1000
+            core.on_timer(timer)
         finally:
             self._current = None
+        if timer is Timer.TICK:
+            period_us = self._tick_ms * 1000
+        else:
+            period_us = self.config.checkpoint_interval_ms * 1000
         self._schedule(self.clock.now_us + period_us, self._timer, node, which)
         self._schedule(self.clock.now_us, self._wake, node)
 
@@ -1192,16 +1198,16 @@ class Simulation:
             if incarnations.get(member.node_id) != member.incarnation:
                 return f"{member.node_id} owns slots in the view but is dead or fenced"
         for node, core in live:
-            if core.inbox:
-                return f"{node.node_id} has {len(core.inbox)} batches to apply"
-            if core.has_background_work:
+            if core.ingest.inbox:
+                return f"{node.node_id} has {len(core.ingest.inbox)} batches to apply"
+            if core.snapshots.has_work:
                 return f"{node.node_id} has snapshot work pending"
             # With r or fewer owners left, r copies elsewhere cannot exist: then it is enough
             # that every other owner holds a complete replica (checked below).
             if len(core.ring.owners) > self.config.replication and (core.under_replicated_slots()):
                 return f"{node.node_id} has {core.under_replicated_slots()} under-replicated slots"
             for predecessor in core.predecessors:
-                replica = core.replicas.get(predecessor)
+                replica = core.replication.replicas.get(predecessor)
                 if replica is None or not replica.is_complete:
                     return f"{node.node_id} has no complete replica of {predecessor} yet"
         return None
@@ -1215,7 +1221,7 @@ class Simulation:
         cores = self.live_cores()
         for node_id, core in cores.items():
             self._current = node_id
-            core.checkpoint()
+            core.on_timer(Timer.CHECKPOINT)
             self._current = None
             self._schedule(self.clock.now_us, self._wake, self.nodes[node_id])
         # A gap this checkpoint reveals starts a snapshot: converge again.
@@ -1246,10 +1252,10 @@ class Simulation:
     def _promoted_copy(self, holder: NodeCore, owner: NodeId, slots: list[Slot]) -> StateStore:
         """What ``holder`` would promote for ``owner``'s ``slots`` if it took over now."""
         store = StateStore()
-        replica = holder.replicas.get(owner)
+        replica = holder.replication.replicas.get(owner)
         if replica is not None:
             store.apply_delta(replica.store.snapshot(slots))
-        backup = holder.backups.get(owner)
+        backup = holder.replication.backups.get(owner)
         if backup is not None:
             reduce = sim_job().reduce
 

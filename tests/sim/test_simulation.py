@@ -267,7 +267,7 @@ def test_a_lost_snapshot_chunk_is_detected_and_the_snapshot_asked_again() -> Non
     # The aborted snapshot was followed by a complete one.
     assert result.counters["n4"]["snapshots_received"] >= 2
     n4 = simulation.live_cores()[n("n4")]
-    assert n4.replicas[n("n3")].is_complete
+    assert n4.replication.replicas[n("n3")].is_complete
 
 
 def test_a_backup_near_its_bound_asks_for_an_early_checkpoint_instead_of_refusing() -> None:

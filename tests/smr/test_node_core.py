@@ -28,6 +28,7 @@ from smr.protocol import (
     encode_batch_body,
     unpack_body,
 )
+from tests.smr.links import CallbackLinks
 
 SLOT_BITS = 8
 PEER = b"peer-1"
@@ -60,7 +61,9 @@ class Harness:
         self.published: list[Sequence[bytes]] = []
         self.output_path = tmp_path / "a.jsonl"
         output = OutputSink("a", self.output_path, self.published.append)
-        self.core = NodeCore(NodeId("a"), JOB, self.view, SLOT_BITS, self._reply, output)
+        self.core = NodeCore(
+            NodeId("a"), JOB, self.view, SLOT_BITS, CallbackLinks(self._reply), output
+        )
         ring = Ring(self.view, SLOT_BITS)
         self.own_keys = [
             k for k in (f"k{i}" for i in range(500)) if ring.primary(slot_of(k, SLOT_BITS)) == "a"
@@ -100,8 +103,8 @@ class Harness:
     def deliver(self, frames: list[bytes]) -> list[Message]:
         self.replies.clear()
         self.core.on_frames(PEER, frames)
-        self.core.apply_inbox()
-        self.core.send_acks()
+        self.core.ingest.apply_inbox()
+        self.core.ingest.send_acks()
         return [m for _, m in self.replies]
 
     def state(self, key: str) -> dict[str, Any] | None:
@@ -212,7 +215,7 @@ def test_random_frames_never_raise_or_change_state(
 ) -> None:
     harness = Harness(tmp_path_factory.mktemp("n"))
     harness.core.on_frames(PEER, frames)
-    harness.core.apply_inbox()
+    harness.core.ingest.apply_inbox()
     assert harness.core.store.key_count() == 0
 
 
@@ -235,8 +238,8 @@ def test_dump_pages_cover_every_owned_key_once(node: Harness) -> None:
 def test_checkpoint_keeps_state_readable(node: Harness) -> None:
     k = node.own_keys[0]
     node.deliver(node.batch_frames(1, [(k, 1)]))
-    node.core.checkpoint()
+    node.core.replication.checkpoint()
     node.deliver(node.batch_frames(2, [(k, 1)]))
-    node.core.checkpoint()
+    node.core.replication.checkpoint()
     assert node.state(k) == {"count": 2}
     assert node.core.store.active == {} or all(not v for v in node.core.store.active.values())

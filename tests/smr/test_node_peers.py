@@ -26,6 +26,7 @@ from smr.protocol import (
     pack_body,
 )
 from smr.sim import MemoryOutput
+from tests.smr.links import CallbackLinks
 
 SLOT_BITS = 8
 
@@ -62,11 +63,10 @@ class Cluster:
                 JOB,
                 self.view,
                 SLOT_BITS,
-                self._replier(f"n{i}"),
+                CallbackLinks(self._replier(f"n{i}"), self._sender(f"n{i}")),
                 MemoryOutput(f"n{i}"),
                 clock=lambda: self.now,
                 settings=self.settings,
-                send_to_peer=self._sender(f"n{i}"),
             )
             for i in range(nodes)
         }
@@ -103,13 +103,13 @@ class Cluster:
                 self.delivered.append((src, dst, message))
                 core = self.cores[NodeId(dst)]
                 core.on_frames(f"peer:{src}".encode(), frames)
-                core.apply_inbox()
-                core.send_acks()
-            busy = [core for core in self.cores.values() if core.has_background_work]
+                core.ingest.apply_inbox()
+                core.ingest.send_acks()
+            busy = [core for core in self.cores.values() if core.snapshots.has_work]
             if not busy:
                 return
             for core in busy:
-                core.background_step()
+                core.snapshots.step()
 
     def tick(self, seconds: float) -> None:
         """Move the clock on and run every node's tick, then deliver."""
@@ -120,7 +120,7 @@ class Cluster:
 
     def checkpoint_all(self) -> None:
         for core in self.cores.values():
-            core.checkpoint()
+            core.replication.checkpoint()
         self.deliver()
 
     def feed(self, words: list[str], mapper: str = "m") -> None:
@@ -146,8 +146,8 @@ class Cluster:
                 )
                 core = self.cores[node]
                 core.on_frames(b"mapper", encode(Kind.BATCH, header, body))
-                core.apply_inbox()
-                core.send_acks()
+                core.ingest.apply_inbox()
+                core.ingest.send_acks()
         self.deliver()
 
 
@@ -158,7 +158,7 @@ def owned_state(core: NodeCore) -> dict[Any, Any]:
 
 
 def replica_state(holder: NodeCore, owner: NodeCore) -> dict[Any, Any]:
-    replica = holder.replicas[owner.node_id]
+    replica = holder.replication.replicas[owner.node_id]
     roles = owner.roles
     slots = [s for s in replica.store.slots() if roles[s] == Role.PRIMARY]
     return {key: state for _, key, state in replica.store.items(slots)}
@@ -178,7 +178,7 @@ def test_a_secondary_that_missed_the_gossip_of_a_takeover_catches_up_from_the_ne
 
     cluster.lose = lose
     n1, n2 = cluster.core("n1"), cluster.core("n2")
-    n1.take_over(NodeId("n0"))
+    n1.recovery.take_over(NodeId("n0"))
     cluster.deliver()
     assert any(m.kind is Kind.GOSSIP for _, _, m in cluster.lost)
     assert n2.view.epoch < n1.view.epoch
@@ -194,11 +194,11 @@ def test_a_peer_message_from_a_node_with_an_older_view_is_answered_with_the_newe
     cluster = Cluster(3, replication=1)
     n0, n1 = cluster.core("n0"), cluster.core("n1")
     newer = n1.view.mark_dead(NodeId("n2"))
-    n1.merge_view(newer)
+    n1.membership.merge_view(newer)
     cluster.queue.clear()  # n1's own gossip of the change is lost
     assert n0.view.epoch < n1.view.epoch
     # Any message n0 sends n1 (here a probe) shows n1 that n0's view is older.
-    n0._peer_send(NodeId("n1"), Kind.PROBE, {"req": 1})
+    n0.peer_send(NodeId("n1"), Kind.PROBE, {"req": 1})
     cluster.deliver()
     assert n0.view == n1.view
 
@@ -301,7 +301,7 @@ def test_a_snapshot_missing_a_chunk_is_not_completed_but_asked_again_and_ends_eq
     # one holds every key, in chunks of about 5 keys, and loses its chunk 1.
     cluster.feed(words)
     assert [m.header["index"] for _, _, m in cluster.lost] == [1]
-    replica = n1.replicas[NodeId("n0")]
+    replica = n1.replication.replicas[NodeId("n0")]
     assert replica.is_complete
     assert len(owned_state(n0)) == len(words)
     assert replica_state(n1, n0) == owned_state(n0)
@@ -311,5 +311,5 @@ def test_a_snapshot_missing_a_chunk_is_not_completed_but_asked_again_and_ends_eq
     begun = [m for src, _, m in cluster.delivered if src == "n0" and m.kind is Kind.SNAPSHOT_BEGIN]
     assert len(begun) == 2
     # Both ends timed the chunks they handled; status reports the longest.
-    assert n0.snapshot_stall_ms_max > 0 and n1.snapshot_stall_ms_max > 0
-    assert n1.status()["snapshot_stall_ms_max"] == round(n1.snapshot_stall_ms_max, 3)
+    assert n0.snapshots.stall_ms_max > 0 and n1.snapshots.stall_ms_max > 0
+    assert n1.status()["snapshot_stall_ms_max"] == round(n1.snapshots.stall_ms_max, 3)

@@ -1,4 +1,5 @@
-"""ZeroMQ sockets, wrapped: the only module of smr that imports ``zmq``.
+"""ZeroMQ sockets, wrapped: the only module of smr that imports ``zmq``; the real implementation
+of the interfaces in :mod:`smr.transport`.
 
 Three endpoint kinds cover every conversation:
 
@@ -23,15 +24,14 @@ from typing import Final
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
+from ring.ids import NodeId
+from smr.transport import ChannelEnd, TransportError
+
 # Socket queue bounds in messages. A mapper never has more than its window in flight per
 # node, so the send bound only matters when a node is unreachable; the receive bound is the
 # node's first backpressure stage: when it fills, TCP stops and the mappers' sends fail.
 SEND_QUEUE_MESSAGES_MAX: Final = 1000
 RECEIVE_QUEUE_MESSAGES_MAX: Final = 1000
-
-
-class TransportError(RuntimeError):
-    """An endpoint could not be bound or connected (bad address, port in use)."""
 
 
 def _context() -> zmq.Context[zmq.Socket[bytes]]:
@@ -225,3 +225,51 @@ class Subscriber:
     def close(self) -> None:
         """Close the socket at once."""
         self._socket.close(linger=0)
+
+
+class ZmqMapperTransport:
+    """The emitter's transport: a DEALER :class:`Outbox` per node, queueing only on live
+    connections (a mapper holds and resends)."""
+
+    def open(self, addr: str, send_queue_messages_max: int) -> ChannelEnd:
+        """Connect an outbox to ``addr``."""
+        return Outbox(addr, send_queue_messages_max=send_queue_messages_max)
+
+    def wait_any(self, ends: Sequence[ChannelEnd], timeout_ms: int) -> list[ChannelEnd]:
+        """Block up to ``timeout_ms`` until some of ``ends`` have replies."""
+        outboxes = [end for end in ends if isinstance(end, Outbox)]
+        return list(wait_any(outboxes, timeout_ms))
+
+
+class ZmqNodeLinks:
+    """A node's links: replies through its :class:`Inbox`, and one :class:`Outbox` per peer
+    address, opened on first use, queueing while a connection is made (peer messages such
+    as snapshot chunks keep their order)."""
+
+    def __init__(self, inbox: Inbox) -> None:
+        self._inbox = inbox
+        self._outboxes: dict[str, Outbox] = {}
+
+    def _outbox(self, addr: str) -> Outbox:
+        outbox = self._outboxes.get(addr)
+        if outbox is None:
+            outbox = self._outboxes[addr] = Outbox(addr, immediate=False)
+        return outbox
+
+    def reply(self, identity: bytes, frames: Sequence[bytes]) -> bool:
+        """Reply through the inbox."""
+        return self._inbox.send(identity, frames)
+
+    def send(self, node: NodeId, addr: str, frames: Sequence[bytes]) -> bool:
+        """Send to the peer at ``addr``; False if its queue is full."""
+        return self._outbox(addr).send(frames)
+
+    def dropped(self, peers: Sequence[tuple[NodeId, str]]) -> list[NodeId]:
+        """Peers whose connection dropped since the last call (connecting to them first if
+        need be, so that their drops are seen)."""
+        return [node for node, addr in peers if self._outbox(addr).disconnected()]
+
+    def close(self) -> None:
+        """Close every outbox."""
+        for outbox in self._outboxes.values():
+            outbox.close()

@@ -1,0 +1,104 @@
+"""Control requests from clients and the CLI: ping, view, status, dump and query.
+
+Each answer echoes the request's ``req`` id. Reads serve only slots this node is primary
+of in its own view, so a client that follows the view reads each key from one node.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any, Final
+
+import psutil
+
+from ring.hashing import slot_of
+from ring.ids import Slot
+from ring.placement import Role
+from smr.protocol import FrameError, Kind, Message, encode, pack_body, unpack_body
+
+if TYPE_CHECKING:
+    from smr.node.core import NodeCore
+
+# A dump page holds at most this many keys, so one reply stays well under the frame cap.
+DUMP_KEYS_PER_PAGE_MAX: Final = 20_000
+
+
+class Control:
+    """The answers to control requests, and the node's status report."""
+
+    def __init__(self, node: NodeCore) -> None:
+        self._node = node
+
+    def on_ping(self, identity: bytes, message: Message) -> None:
+        """PONG with this node's id."""
+        node = self._node
+        node.reply(
+            identity, encode(Kind.PONG, {"req": message.header["req"], "node": node.node_id})
+        )
+
+    def on_view_request(self, identity: bytes, message: Message) -> None:
+        """This node's view."""
+        node = self._node
+        header = {"req": message.header["req"], "epoch": node.view.epoch}
+        node.reply(identity, encode(Kind.VIEW, header, pack_body(node.view.to_wire())))
+
+    def on_status_request(self, identity: bytes, message: Message) -> None:
+        """This node's :meth:`status`."""
+        body = pack_body(self.status())
+        self._node.reply(identity, encode(Kind.STATUS, {"req": message.header["req"]}, body))
+
+    def on_dump_request(self, identity: bytes, message: Message) -> None:
+        """One page of the state of the slots this node is primary of, from slot ``start``;
+        a page ends between slots, and ``next`` names the slot the next page starts at."""
+        node = self._node
+        start: int = message.header["start"]
+        max_keys = min(max(message.header["max_keys"], 1), DUMP_KEYS_PER_PAGE_MAX)
+        roles = node.roles
+        owned = sorted(s for s in node.store.slots() if s >= start and roles[s] == Role.PRIMARY)
+        entries: list[tuple[int, Any, dict[str, Any]]] = []
+        next_slot: int | None = None
+        for index, slot in enumerate(owned):
+            # A page ends between slots, never inside one, so a slot is never split.
+            if len(entries) >= max_keys:
+                next_slot = owned[index]
+                break
+            entries.extend(node.store.items([Slot(slot)]))
+        header = {"req": message.header["req"], "next": next_slot}
+        node.reply(identity, encode(Kind.DUMP, header, pack_body(entries)))
+
+    def on_query_request(self, identity: bytes, message: Message) -> None:
+        """The state of one key, if this node is its primary (``owner`` says whether)."""
+        node = self._node
+        key = unpack_body(message.body)
+        if type(key) not in (str, int):
+            raise FrameError(f"query key must be str or int, got {type(key).__name__}")
+        slot = slot_of(key, node.slot_bits)
+        owner = node.roles[slot] == Role.PRIMARY
+        state = node.store.get(slot, key) if owner else None
+        body = pack_body({"owner": owner, "slot": slot, "state": state})
+        node.reply(identity, encode(Kind.QUERY, {"req": message.header["req"]}, body))
+
+    def status(self) -> dict[str, Any]:
+        """A snapshot of the node for ``smr status``: ring position, load and counters."""
+        node = self._node
+        own_range = node.ring.range_of(node.node_id)
+        member = node.view.get(node.node_id)
+        return {
+            "node": node.node_id,
+            "pid": os.getpid(),
+            "token": member.token if member else None,
+            "range_share": own_range.share if own_range else 0.0,
+            "keys": node.store.key_count(),
+            "tuples_per_s": round(node.tuples_per_s, 1),
+            "epoch": node.view.epoch,
+            "inbox_peak": node.ingest.inbox_peak,
+            "rss_bytes": psutil.Process().memory_info().rss,
+            "incarnation": node.incarnation,
+            "status_in_view": member.status.value if member else None,
+            "secondaries": list(node.secondaries),
+            "backup_bytes": node.replication.backup_bytes,
+            "under_replicated_slots": node.under_replicated_slots(),
+            "snapshot_stall_ms_max": round(node.snapshots.stall_ms_max, 3),
+            "takeover_records": list(node.recovery.takeover_records),
+            **vars(node.counters),
+        }

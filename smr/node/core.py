@@ -1,0 +1,318 @@
+"""The reducer node's logic, with no I/O of its own: the state its roles share, and its two
+entry points, "a message arrived" (:meth:`NodeCore.receive_turn`, which reads messages
+through :meth:`NodeCore.on_frames`) and "a timer fired" (:meth:`NodeCore.on_timer`).
+
+The real process loop (:mod:`smr.node.loop`) and the simulation (:mod:`smr.sim`) both drive
+a node through these two and nothing else; they supply the messages, the clock and the
+links (:class:`smr.transport.NodeLinks`) the node sends through.
+
+The roles, one module each: :mod:`~smr.node.ingest` (channels, inbox, apply, acks),
+:mod:`~smr.node.replication` (tuple backup, replicas, checkpoints),
+:mod:`~smr.node.snapshots`, :mod:`~smr.node.membership` (view, gossip, repair),
+:mod:`~smr.node.recovery` (detection, takeover, fencing), :mod:`~smr.node.control`
+(queries and status), :mod:`~smr.node.reducer` (the user's reduce, wrapped).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from enum import Enum
+from typing import Any
+
+from checkpoint.store import StateStore
+from ring.ids import NodeId
+from ring.placement import Ring
+from ring.view import Status, View
+from smr.api import Job
+from smr.node.control import Control
+from smr.node.ingest import Ingest
+from smr.node.membership import Membership
+from smr.node.recovery import Recovery
+from smr.node.reducer import Reducer
+from smr.node.replication import Replication
+from smr.node.settings import NodeCounters, NodeSettings
+from smr.node.snapshots import Snapshots
+from smr.output import OutputSink
+from smr.protocol import FRAME_BYTES_MAX_DEFAULT, FrameError, Kind, Message, decode, encode
+from smr.transport import NodeLinks
+
+log = logging.getLogger("smr.node")
+
+# How often the tick timer runs: heartbeats, failure detection, rates, output flush.
+TICK_MS = 100
+
+Handler = Callable[[bytes, Message], None]
+Receive = Callable[[], tuple[bytes, Sequence[bytes]] | None]
+
+
+class Timer(Enum):
+    """The node's timers (DESIGN sections 5 and 6)."""
+
+    # Every min(TICK_MS, heartbeat_interval_ms / 2): heartbeats, detection, rates, output.
+    TICK = "tick"
+    # Every checkpoint_interval_ms: the checkpoint cycle.
+    CHECKPOINT = "checkpoint"
+
+
+class NodeCore:
+    """One reducer node: its view and ring position, its state, and its roles.
+
+    Guarantees: a batch is acked only after all its tuples were applied (or found to be
+    duplicates, or failed in the reducer and were logged); a tuple is applied at most once
+    per slot state (hwm); a malformed message never changes state or stops the node.
+    """
+
+    def __init__(
+        self,
+        node_id: NodeId,
+        job: Job,
+        view: View,
+        slot_bits: int,
+        links: NodeLinks,
+        output: OutputSink,
+        clock: Callable[[], float] = time.monotonic,
+        frame_bytes_max: int = FRAME_BYTES_MAX_DEFAULT,
+        settings: NodeSettings = NodeSettings(),
+    ) -> None:
+        self.node_id = node_id
+        self.job = job
+        self.slot_bits = slot_bits
+        self.settings = settings
+        self.clock = clock
+        self._links = links
+        self._frame_bytes_max = frame_bytes_max
+        member = view.get(node_id)
+        self.incarnation = member.incarnation if member else 1
+        self.store = StateStore()
+        self.counters = NodeCounters()
+        # Derived from the view by set_view: the ring, this node's role per slot, the nodes
+        # it watches and backs up (predecessors) and those that back it up (secondaries).
+        self.view = View()
+        self.ring = Ring(self.view, slot_bits)
+        self.roles = bytearray()
+        self.predecessors: tuple[NodeId, ...] = ()
+        self.secondaries: tuple[NodeId, ...] = ()
+        self.tuples_per_s = 0.0
+        self._rate_mark = (clock(), 0)
+        self._bad_frame_logged_at: dict[bytes, float] = {}
+        self.reducer = Reducer(job, output, clock)
+        self.ingest = Ingest(self)
+        self.replication = Replication(self)
+        self.snapshots = Snapshots(self)
+        self.membership = Membership(self)
+        self.recovery = Recovery(self)
+        self.control = Control(self)
+        self._handlers: dict[Kind, Handler] = {
+            Kind.BATCH: self.ingest.on_batch,
+            Kind.PING: self.control.on_ping,
+            Kind.VIEW_REQUEST: self.control.on_view_request,
+            Kind.STATUS_REQUEST: self.control.on_status_request,
+            Kind.DUMP_REQUEST: self.control.on_dump_request,
+            Kind.QUERY_REQUEST: self.control.on_query_request,
+            Kind.HEARTBEAT: self.membership.on_heartbeat,
+            Kind.GOSSIP: self.membership.on_gossip,
+            Kind.VIEW: self.membership.on_view_push,
+            Kind.PROBE: self.recovery.on_probe,
+            Kind.PROBE_ACK: self.recovery.on_probe_ack,
+            Kind.CHECKPOINT: self.replication.on_checkpoint,
+            Kind.CHECKPOINT_REQUEST: self.replication.on_checkpoint_request,
+            Kind.SNAPSHOT_REQUEST: self.snapshots.on_request,
+            Kind.SNAPSHOT_BEGIN: self.snapshots.on_begin,
+            Kind.SNAPSHOT_CHUNK: self.snapshots.on_chunk,
+            Kind.SNAPSHOT_END: self.snapshots.on_end,
+        }
+        self.set_view(view)
+
+    # -- the view ---------------------------------------------------------------------------
+
+    def set_view(self, view: View) -> None:
+        """Route by ``view`` from now on; follow up what it changes for this node.
+
+        1. If it marks this incarnation dead, fence (stop serving, rejoin empty).
+        2. Recompute roles, predecessors (watched, backed up) and secondaries.
+        3. Forget replicas and backups of nodes that are no longer predecessors.
+        4. If the secondaries or this node's range changed, send each secondary a snapshot
+           of the range (re-replication), then increments as usual.
+        """
+        old_range = self.ring.range_of(self.node_id)
+        # 1.
+        me = view.get(self.node_id)
+        if me is not None and me.status is Status.DEAD and me.incarnation == self.incarnation:
+            self.view = view
+            self.recovery.fence()
+            return
+        # 2.
+        self.view = view
+        self.ring = Ring(view, self.slot_bits)
+        r = self.settings.replication
+        self.roles = self.ring.roles_of(self.node_id, r)
+        self.predecessors = self.ring.predecessors(self.node_id, r)
+        self.recovery.detector.watch(self.predecessors, self.clock())
+        secondaries = (
+            self.ring.replica_set_of(self.node_id, r)[1:]
+            if self.node_id in self.ring.owners
+            else ()
+        )
+        # 3.
+        self.replication.forget_former_predecessors(view)
+        # 4.
+        changed_range = self.ring.range_of(self.node_id) != old_range
+        self.snapshots.follow_secondaries(secondaries, changed_range)
+        self.secondaries = secondaries
+
+    # -- sending ------------------------------------------------------------------------------
+
+    def reply(self, identity: bytes, frames: Sequence[bytes]) -> None:
+        """Answer the sender ``identity``. A lost ack or answer is recovered by the sender's
+        resend or retry, so counting it is all there is to do."""
+        if not self._links.reply(identity, frames):
+            self.counters.replies_dropped += 1
+
+    def peer_send(
+        self, peer: NodeId, kind: Kind, header: dict[str, Any], body: bytes = b""
+    ) -> bool:
+        """Send a peer message (with this node's id, incarnation and view epoch); False (and
+        counted) if ``peer`` is not in the view or its link refused it (queue full)."""
+        member = self.view.get(peer)
+        frames = encode(
+            kind,
+            {"from": self.node_id, "inc": self.incarnation, "epoch": self.view.epoch, **header},
+            body,
+        )
+        if member is None or not self._links.send(peer, member.addr, frames):
+            self.counters.peer_messages_dropped += 1
+            return False
+        return True
+
+    # -- a message arrived -------------------------------------------------------------------
+
+    def on_frames(self, identity: bytes, frames: Sequence[bytes]) -> None:
+        """Handle one received message. Never raises on bad input: it is counted and logged."""
+        try:
+            message = decode(frames, self._frame_bytes_max)
+        except FrameError as error:
+            self.bad_frame(identity, str(error))
+            return
+        handler = self._handlers.get(message.kind)
+        if handler is None:
+            self.bad_frame(identity, f"{message.kind.name} is not a request a node serves")
+            return
+        try:
+            handler(identity, message)
+        except FrameError as error:
+            self.bad_frame(identity, str(error))
+
+    def bad_frame(self, identity: bytes, reason: str) -> None:
+        """Count a malformed message; log it at most once a second per sender."""
+        self.counters.bad_frames += 1
+        now = self.clock()
+        # One log line per peer per second at most: a broken peer must not flood the log.
+        if now - self._bad_frame_logged_at.get(identity, -1e9) >= 1.0:
+            self._bad_frame_logged_at[identity] = now
+            log.warning("bad frame from peer %s: %s", identity.hex(), reason)
+            if len(self._bad_frame_logged_at) > 10_000:
+                self._bad_frame_logged_at.clear()
+
+    @property
+    def turn_is_full(self) -> bool:
+        """True when this turn must stop reading messages: the inbox is full, or a snapshot
+        chunk was applied (tens of ms each; chunks that arrive back to back, read in one
+        turn, would hold off heartbeats and probes for seconds)."""
+        return self.ingest.inbox_full or self.snapshots.chunks_this_turn > 0
+
+    def receive_turn(self, receive: Receive) -> bool:
+        """One turn of the receive loop; ``receive()`` returns the next waiting message as
+        ``(sender identity, frames)``, or None when none waits.
+
+        1. Read and handle messages until none waits or the turn is full.
+        2. Apply accepted batches (a bounded number of tuples).
+        3. Send one cumulative ack per channel that advanced.
+        4. End the turn: the next may read messages again.
+        5. Send one chunk of each snapshot being sent.
+
+        Returns True if work is left (batches to apply, snapshot chunks to send): the caller
+        runs another turn soon (after letting its timers run) without waiting for a message.
+        """
+        # 1.
+        on_frames = self.on_frames
+        while not self.turn_is_full:
+            received = receive()
+            if received is None:
+                break
+            on_frames(*received)
+        # 2.
+        self.ingest.apply_inbox()
+        # 3.
+        self.ingest.send_acks()
+        # 4.
+        self.snapshots.chunks_this_turn = 0
+        # 5.
+        if self.snapshots.has_work:
+            self.snapshots.step()
+        return self.has_work
+
+    @property
+    def has_work(self) -> bool:
+        """True while batches wait to be applied or snapshot chunks to be sent."""
+        return bool(self.ingest.inbox) or self.snapshots.has_work
+
+    # -- a timer fired -----------------------------------------------------------------------
+
+    def on_timer(self, timer: Timer) -> None:
+        """Run the work of ``timer`` (see :class:`Timer`)."""
+        if timer is Timer.TICK:
+            self.tick()
+        else:
+            self.replication.checkpoint()
+
+    def tick(self) -> None:
+        """Periodic work: heartbeats, failure detection, the applied-tuples rate, output.
+
+        1. Peers whose connection dropped are suspected at once (probed now, instead of
+           after the silence timeout).
+        2. A heartbeat to each secondary, every heartbeat interval (``Membership.heartbeat``).
+        3. Ask again for snapshots not completed; judge the nearest watched predecessor
+           (``Recovery.judge``: probe, take over, or wait for a quorum).
+        4. The applied-tuples rate, and the output flushed.
+        """
+        now = self.clock()
+        replicated = self.settings.replication > 0
+        # 1.
+        if replicated:
+            watched = [
+                (peer, member.addr)
+                for peer in self.predecessors
+                if (member := self.view.get(peer)) is not None
+            ]
+            for peer in self._links.dropped(watched):
+                self.recovery.suspect(peer)
+        # 2.
+        self.membership.heartbeat(now)
+        # 3.
+        if replicated:
+            self.snapshots.rerequest(now)
+            self.recovery.judge(now)
+        # 4.
+        mark_time, mark_count = self._rate_mark
+        if now - mark_time >= 1.0:
+            self.tuples_per_s = (self.counters.tuples_applied - mark_count) / (now - mark_time)
+            self._rate_mark = (now, self.counters.tuples_applied)
+        self.reducer.output.flush()
+
+    # -- reports ------------------------------------------------------------------------------
+
+    def under_replicated_slots(self) -> int:
+        """Slots of this node's range with fewer than ``r`` complete copies elsewhere: all of
+        them while a snapshot to a secondary is in flight or a secondary is missing."""
+        own_range = self.ring.range_of(self.node_id)
+        replication = self.settings.replication
+        if own_range is None or replication == 0:
+            return 0
+        missing = replication - len(self.secondaries) + self.snapshots.sending
+        return own_range.length if missing > 0 else 0
+
+    def status(self) -> dict[str, Any]:
+        """A snapshot of the node for ``smr status`` (see ``Control.status``)."""
+        return self.control.status()

@@ -1,0 +1,192 @@
+"""Intake: the channels from the emitters, the bounded inbox, dedup and apply, the acks.
+
+Receiving a tuple batch on the channel of emitter stream ``S`` (DESIGN section 4; the
+batch's mapper id is the tuples' identity for dedup, the stream names the channel):
+
+1. Re-base: if the header's ``base`` (the oldest batch the emitter still holds for this
+   channel) is past the number the node expects, expect ``base``: everything below was
+   acked or re-routed by the emitter.
+2. A batch numbered below the expected one is a resend: ack cumulatively again, apply nothing.
+3. A batch numbered above it means a gap: answer ``NACK expect=k`` (resend from ``k``).
+4. The expected batch is decoded and validated; a malformed body is answered with ``ERROR``
+   and not accepted (the mapper stops with that message instead of resending forever).
+5. If any of its slots is not this node's as primary, the whole batch is refused with
+   ``NOT_OWNER`` and the node's view, and the channel does not advance: the mapper re-routes.
+   A batch whose slots are all backed up here goes to the tuple backup
+   (:meth:`smr.node.replication.Replication.back_up`) and is acked in channel order.
+6. Otherwise the batch joins the bounded inbox and the channel advances. When the inbox is
+   full the node stops reading its socket, so the socket queue and then TCP push back on the
+   mappers: backpressure, never a drop.
+7. Applying a batch runs ``reduce`` per tuple, skipping tuples with ``seq <= hwm`` (already
+   applied); only then is the batch acked (a slow node acks slowly).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final
+
+from checkpoint.ids import MapperId
+from ring.placement import Role
+from smr.protocol import (
+    Batch,
+    FrameError,
+    Kind,
+    Message,
+    StreamId,
+    decode_batch_body,
+    decode_batch_ids,
+    encode,
+    pack_body,
+)
+
+if TYPE_CHECKING:
+    from smr.node.core import NodeCore
+
+# Decoded batches waiting to be applied. At 1000 tuples a batch this is at most 256k tuples
+# (a few tens of MB); past it the node stops reading and the mappers block.
+INBOX_BATCHES_MAX: Final = 256
+# Tuples applied per event-loop turn before timers get a chance to run: about 20-40 ms of
+# work, well under the heartbeat interval, so a busy node never looks dead to its watchers.
+APPLY_TUPLES_PER_TURN: Final = 20_000
+
+
+@dataclass(frozen=True)
+class Pending:
+    """A batch accepted into the inbox, waiting to be applied and acked. A backed-up batch
+    (``batch`` None) is already stored; it waits only so that acks keep channel order."""
+
+    identity: bytes
+    stream: StreamId
+    mapper: MapperId
+    chan: int
+    batch: Batch | None
+
+
+class Ingest:
+    """The channels, the inbox and the acks of one node (the protocol in the module doc).
+
+    Guarantees: a batch is acked only after all its tuples were applied (or found to be
+    duplicates, or failed in the reducer and were logged); a tuple is applied at most once
+    per slot state (hwm); acks on a channel carry only numbers processed in channel order.
+    """
+
+    def __init__(self, node: NodeCore) -> None:
+        self._node = node
+        self.inbox: deque[Pending] = deque()
+        self.inbox_peak = 0
+        self._expected: dict[StreamId, int] = {}
+        # Channels owed a cumulative ack, and per stream the last batch number processed
+        # (applied or backed up) in channel order: the only number an ack may carry.
+        self._acks: set[tuple[bytes, StreamId]] = set()
+        self._processed: dict[StreamId, int] = {}
+
+    @property
+    def inbox_full(self) -> bool:
+        """True when the node must stop reading its socket (backpressure)."""
+        return len(self.inbox) >= INBOX_BATCHES_MAX
+
+    def reset(self) -> None:
+        """Forget every channel and pending batch (fencing: the mappers resend to the owners)."""
+        self.inbox.clear()
+        self._expected.clear()
+        self._acks.clear()
+        self._processed.clear()
+
+    def on_batch(self, identity: bytes, message: Message) -> None:
+        """Steps 1-6 of the module doc for one received batch."""
+        node = self._node
+        header = message.header
+        stream = StreamId(header["stream"])
+        mapper = MapperId(header["mapper"])
+        chan: int = header["chan"]
+        # 1. Re-base.
+        expected = self._expected.get(stream, 0)
+        if header["base"] > expected:
+            expected = header["base"]
+            # Everything below base is resolved for the stream; once nothing of this
+            # channel waits in the inbox, acks may say so.
+            if not any(p.stream == stream for p in self.inbox):
+                self._processed[stream] = max(self._processed.get(stream, 0), expected - 1)
+        self._expected[stream] = expected
+        # 2. A resend of something already accepted: ack what is processed so far.
+        if chan < expected:
+            node.counters.batches_resent_to_us += 1
+            self._acks.add((identity, stream))
+            return
+        # 3. A gap.
+        if chan > expected:
+            node.counters.gaps += 1
+            node.reply(identity, encode(Kind.NACK, {"stream": stream, "expect": expected}))
+            return
+        # 4. Decode and validate (the slot and seq columns first: a secondary needs no more).
+        try:
+            slots, seqs = decode_batch_ids(message.body, header["n"], node.ring.slot_count)
+            roles = node.roles
+            slot_roles = {roles[slot] for slot in set(slots)}
+            batch = None
+            if slot_roles == {Role.PRIMARY}:
+                batch = decode_batch_body(message.body, header["n"], node.ring.slot_count)
+        except FrameError as error:
+            node.bad_frame(identity, f"batch {chan} from {mapper} on {stream}: {error}")
+            node.reply(identity, encode(Kind.ERROR, {"req": None, "message": str(error)}))
+            return
+        # 5. Ownership: primary of every slot, or secondary of every slot, or refuse.
+        if slot_roles == {Role.SECONDARY}:
+            if node.replication.back_up(mapper, message.body, slots, seqs):
+                self._expected[stream] = chan + 1
+                # Acked in channel order, after any primary batch of this channel still queued.
+                self.inbox.append(Pending(identity, stream, mapper, chan, None))
+            return
+        if batch is None:
+            node.counters.not_owner += 1
+            header_out = {"stream": stream, "chan": chan, "epoch": node.view.epoch}
+            node.reply(identity, encode(Kind.NOT_OWNER, header_out, pack_body(node.view.to_wire())))
+            return
+        # 6. Accept.
+        self.inbox.append(Pending(identity, stream, mapper, chan, batch))
+        self.inbox_peak = max(self.inbox_peak, len(self.inbox))
+        self._expected[stream] = chan + 1
+
+    def apply_inbox(self, tuples_max: int = APPLY_TUPLES_PER_TURN) -> None:
+        """7. Apply accepted batches in order, about ``tuples_max`` tuples at most (so that
+        heartbeats and probes are never held up for long), and mark their channels for a
+        cumulative ack."""
+        node = self._node
+        counters = node.counters
+        reducer = node.reducer
+        budget = tuples_max
+        while self.inbox and budget > 0:
+            pending = self.inbox.popleft()
+            self._processed[pending.stream] = pending.chan
+            self._acks.add((pending.identity, pending.stream))
+            batch = pending.batch
+            if batch is None:
+                continue
+            budget -= len(batch)
+            outcome = node.store.apply_batch(
+                pending.mapper, batch.slots, batch.seqs, batch.keys, batch.values, reducer.reduce_fn
+            )
+            counters.batches += 1
+            counters.tuples_applied += outcome.applied
+            counters.tuples_duplicate += outcome.duplicates
+            if outcome.failed:
+                counters.tuples_failed += outcome.failed
+                reducer.note_failures(outcome)
+        reducer.flush_emits()
+
+    def send_acks(self) -> None:
+        """Send one cumulative ack per channel that advanced since the last call."""
+        if not self._acks:
+            return
+        node = self._node
+        epoch = node.view.epoch
+        for identity, stream in self._acks:
+            through = self._processed.get(stream, 0)
+            if not through:
+                continue
+            node.reply(
+                identity, encode(Kind.ACK, {"stream": stream, "through": through, "epoch": epoch})
+            )
+        self._acks.clear()

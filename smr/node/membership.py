@@ -1,0 +1,146 @@
+"""Membership: the view a node routes by, how it spreads (gossip, heartbeats) and how two
+nodes with different views repair each other (DESIGN section 3).
+
+Range moves, joins and leaves (DESIGN section 7) belong here too: they are changes of the
+view that the owner of a range authorises.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ring.ids import NodeId
+from ring.view import Status, View
+from smr.protocol import FrameError, Kind, Message, pack_body, unpack_body
+
+if TYPE_CHECKING:
+    from smr.node.core import NodeCore
+
+
+class Membership:
+    """View repair and gossip for one node.
+
+    Guarantees: a view is merged (never replaced), so an entry only moves forward in
+    precedence; a node whose view differs from a peer's learns the newer one within a
+    heartbeat interval of any message between them, in either direction.
+    """
+
+    def __init__(self, node: NodeCore) -> None:
+        self._node = node
+        # View repair: the last (epoch, time) this node's view was sent to each peer.
+        self._view_sent_at: dict[NodeId, tuple[int, float]] = {}
+        self._view_body_cache: tuple[int, bytes] = (-1, b"")
+        self._last_heartbeat = -1e9
+
+    def merge_view(self, incoming: View) -> bool:
+        """Merge a view heard from a peer or a client; True if it brought news."""
+        node = self._node
+        merged = node.view.merge(incoming)
+        if merged.epoch == node.view.epoch:
+            return False
+        node.set_view(merged)
+        self.gossip()
+        return True
+
+    def view_body(self) -> bytes:
+        """This node's view, encoded (once per epoch)."""
+        view = self._node.view
+        epoch, body = self._view_body_cache
+        if epoch != view.epoch:
+            body = pack_body(view.to_wire())
+            self._view_body_cache = (view.epoch, body)
+        return body
+
+    def gossip(self) -> None:
+        """Send this node's view to every other live member."""
+        node = self._node
+        body = self.view_body()
+        for member in node.view.members.values():
+            if member.node_id != node.node_id and member.status is not Status.DEAD:
+                node.peer_send(member.node_id, Kind.GOSSIP, {}, body)
+
+    def heartbeat(self, now: float) -> None:
+        """Every heartbeat interval, a heartbeat to each secondary (they watch this node),
+        carrying this node's view: a secondary that missed a view change (its gossip was
+        lost) catches up within a heartbeat."""
+        node = self._node
+        if now - self._last_heartbeat >= node.settings.heartbeat_interval_ms / 1000:
+            self._last_heartbeat = now
+            body = self.view_body()
+            for secondary in node.secondaries:
+                node.peer_send(secondary, Kind.HEARTBEAT, {}, body)
+
+    def _send_view(self, peer: NodeId) -> None:
+        """Send ``peer`` this node's view (a GOSSIP), at most once per heartbeat interval per
+        peer and epoch: a burst of messages from a peer with another view (snapshot chunks,
+        checkpoints) is answered once, not once per message."""
+        node = self._node
+        now = node.clock()
+        epoch, sent_at = self._view_sent_at.get(peer, (-1, -1e9))
+        if epoch == node.view.epoch and now - sent_at < node.settings.heartbeat_interval_ms / 1000:
+            return
+        self._view_sent_at[peer] = (node.view.epoch, now)
+        node.peer_send(peer, Kind.GOSSIP, {}, self.view_body())
+
+    def from_live_peer(self, message: Message, repair: bool = True) -> NodeId | None:
+        """The sender of a peer message, or None if it is not a live incarnation in our view
+        (then it is sent our view, so that a fenced node learns it was marked dead).
+
+        View repair (both ways, whatever the message): every peer message carries the
+        sender's view epoch. If it differs from ours, the sender is sent our view: a sender
+        with an older view merges it and catches up; a sender with a newer one finds ours has
+        nothing for it and answers with its own (``on_gossip``), and we catch up. With
+        ``repair=False`` the caller does this itself (the message carries a view).
+        """
+        node = self._node
+        sender = NodeId(message.header["from"])
+        member = node.view.get(sender)
+        if (
+            member is None
+            or member.incarnation != message.header["inc"]
+            or member.status is Status.DEAD
+        ):
+            if member is not None:
+                self._send_view(sender)
+            return None
+        node.recovery.detector.heard(sender, node.clock())
+        if repair and message.header["epoch"] != node.view.epoch:
+            self._send_view(sender)
+        return sender
+
+    def on_heartbeat(self, identity: bytes, message: Message) -> None:
+        """A heartbeat is a sign of life and carries its sender's view: merged when the
+        epochs differ; if ours is then still not the sender's, ours goes back."""
+        node = self._node
+        sender = self.from_live_peer(message, repair=False)
+        if sender is None or message.header["epoch"] == node.view.epoch:
+            return
+        if message.body:
+            self.merge_view(_view_in(message, "heartbeat"))
+        if message.header["epoch"] != node.view.epoch:
+            self._send_view(sender)
+
+    def on_gossip(self, identity: bytes, message: Message) -> None:
+        """Merge a peer's view; a sender whose view is older than ours gets ours back."""
+        node = self._node
+        view = _view_in(message, "gossip")
+        sender = NodeId(message.header["from"])
+        node.recovery.detector.heard(sender, node.clock())
+        self.merge_view(view)
+        # Repair both ways. Merges only grow the epoch, so this stops as soon as both hold
+        # the same view.
+        if node.view.epoch > view.epoch and sender in node.view.members:
+            node.peer_send(sender, Kind.GOSSIP, {}, self.view_body())
+
+    def on_view_push(self, identity: bytes, message: Message) -> None:
+        """A view sent unasked by a client (an emitter whose batch this node refused by an
+        older view): merged like gossip."""
+        self.merge_view(_view_in(message, "a client's view"))
+
+
+def _view_in(message: Message, what: str) -> View:
+    """The view a message carries as its body; FrameError if it is malformed."""
+    try:
+        return View.from_wire(unpack_body(message.body))
+    except ValueError as error:
+        raise FrameError(f"malformed view in {what}: {error}") from None

@@ -1,0 +1,84 @@
+"""The user's reduce, wrapped: emits take effect only if the call returns normally, and
+failures are counted and logged at a bounded rate."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any, Final
+
+from checkpoint.store import BatchOutcome, ReduceFn
+from smr.api import Job
+from smr.output import OutputSink
+
+log = logging.getLogger("smr.node")
+
+# Reducer errors are logged individually up to this many per second, then summarised.
+ERROR_LOGS_PER_SECOND: Final = 5
+
+
+class Reducer:
+    """The job's ``reduce`` as the state store calls it (``reduce_fn(key, value, state)``).
+
+    Guarantees: what a call emits reaches the output only if the call returned normally,
+    and only at :meth:`flush_emits` (after the batch it belongs to was applied); a failing
+    call's emits are dropped with its state change (the store rolls the state back).
+    """
+
+    def __init__(self, job: Job, output: OutputSink, clock: Callable[[], float]) -> None:
+        self.output = output
+        self._clock = clock
+        self._emitted: list[tuple[Any, Any]] = []
+        self._error_log_window_start = 0.0
+        self._error_logs_in_window = 0
+        self._errors_unlogged = 0
+        self.reduce_fn: ReduceFn = self._wrap(job)
+
+    def _wrap(self, job: Job) -> ReduceFn:
+        user_reduce = job.reduce
+        tuple_emits: list[tuple[Any, Any]] = []
+        emitted = self._emitted
+        emit = tuple_emits.append
+
+        def emit_pair(key: Any, value: Any) -> None:
+            emit((key, value))
+
+        def reduce_fn(key: Any, value: Any, state: dict[str, Any]) -> None:
+            try:
+                user_reduce(key, value, state, emit_pair)
+            except BaseException:
+                tuple_emits.clear()
+                raise
+            if tuple_emits:
+                emitted.extend(tuple_emits)
+                tuple_emits.clear()
+
+        return reduce_fn
+
+    def flush_emits(self) -> None:
+        """Hand what the applied calls emitted to the output."""
+        if self._emitted:
+            self.output.extend(self._emitted)
+            self._emitted.clear()
+
+    def note_failures(self, outcome: BatchOutcome) -> None:
+        """Log the failed calls of an apply: each one up to ``ERROR_LOGS_PER_SECOND``, then a
+        count once a second (a reducer failing on every tuple must not flood the log)."""
+        if outcome.failed:
+            self._log_failures(outcome.failed, outcome.failures)
+
+    def _log_failures(self, count: int, examples: Sequence[tuple[Any, BaseException]]) -> None:
+        now = self._clock()
+        if now - self._error_log_window_start >= 1.0:
+            if self._errors_unlogged:
+                log.error("%d more reducer errors not logged individually", self._errors_unlogged)
+            self._error_log_window_start = now
+            self._error_logs_in_window = 0
+            self._errors_unlogged = 0
+        for key, error in examples:
+            if self._error_logs_in_window < ERROR_LOGS_PER_SECOND:
+                self._error_logs_in_window += 1
+                log.error("reduce failed for key %r: %s: %s", key, type(error).__name__, error)
+            else:
+                self._errors_unlogged += 1
+        self._errors_unlogged += count - len(examples)

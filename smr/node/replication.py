@@ -1,0 +1,227 @@
+"""Replication of tuples and state: the tuple backup and replicas a secondary keeps of each
+primary, and the checkpoint cycle a primary runs (DESIGN section 5).
+
+As a secondary, a node keeps, per primary whose slots it backs up, a :class:`PeerReplica`
+(the primary's state as of its last checkpoint applied here) and a :class:`TupleBackup`
+(the raw batches since). A checkpoint applied evicts every backed-up batch it covers (exact
+eviction: by hwm, no clock). As a primary, it ships numbered deltas to its secondaries.
+Snapshots (full copies after a range change or a gap) are in :mod:`smr.node.snapshots`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final
+
+from checkpoint.backup import BackedUpBatch, CheckpointGap, PeerReplica, TupleBackup
+from checkpoint.delta import DeltaError, decode_delta, encode_delta
+from checkpoint.ids import MapperId
+from ring.ids import NodeId, Slot
+from ring.view import Status, View
+from smr.protocol import FrameError, Kind, Message
+
+if TYPE_CHECKING:
+    from smr.node.core import NodeCore
+
+# A secondary asks its primaries for an early checkpoint once its tuple backup holds this
+# share of backup_bytes_max: early enough that the checkpoint's eviction usually comes before
+# the bound, where batches are refused and the mappers slow down.
+EARLY_CHECKPOINT_AT_FRACTION: Final = 0.75
+# A primary takes at most one early checkpoint per this many seconds (several secondaries
+# may ask at once; one checkpoint answers them all).
+EARLY_CHECKPOINT_GAP_S: Final = 0.01
+
+
+@dataclass(frozen=True)
+class Orphan:
+    """A copy of a dead node's state and tuples: kept until ``absorber``, which took over its
+    range, has re-replicated that range to us, and promoted if ``absorber`` dies first."""
+
+    absorber: NodeId
+    replica: PeerReplica
+    backup: TupleBackup | None
+
+
+class Replication:
+    """A node's replicas and tuple backups of its predecessors, and its checkpoint cycle.
+
+    Guarantees: a backed-up batch is held until a checkpoint applied here covers it; the
+    backup never grows past ``backup_bytes_max`` (batches past it are not accepted, so the
+    mappers resend later); a checkpoint number skipped makes the replica ask for a snapshot
+    instead of applying a later delta on a hole.
+    """
+
+    def __init__(self, node: NodeCore) -> None:
+        self._node = node
+        # As a secondary: a replica of each predecessor's state and its backed-up batches.
+        self.replicas: dict[NodeId, PeerReplica] = {}
+        self.backups: dict[NodeId, TupleBackup] = {}
+        # Copies of dead predecessors whose ranges a live predecessor absorbed and is still
+        # re-replicating to us (see forget_former_predecessors).
+        self.orphans: dict[NodeId, Orphan] = {}
+        # As a primary: the checkpoint counter.
+        self.checkpoint_number = 0
+        # Early checkpoints: when each primary was last asked for one, and (as a primary)
+        # when the last one was taken.
+        self._checkpoint_asked_at: dict[NodeId, float] = {}
+        self._early_checkpoint_at = -1e9
+
+    def reset(self) -> None:
+        """Drop every replica, backup and orphan copy (fencing)."""
+        self.replicas.clear()
+        self.backups.clear()
+        self.orphans.clear()
+
+    @property
+    def backup_bytes(self) -> int:
+        """Raw batch bytes held for all primaries together."""
+        return sum(b.bytes_held for b in self.backups.values())
+
+    # -- secondary: tuple backup and replicas -----------------------------------------------
+
+    def back_up(
+        self, mapper: MapperId, body: bytes, slots: Sequence[int], seqs: Sequence[int]
+    ) -> bool:
+        """Keep a batch for its primary until a checkpoint covers it; True if kept (the
+        caller then advances the channel and acks it in channel order).
+
+        The bound (DESIGN section 5), in two steps:
+
+        1. From ``EARLY_CHECKPOINT_AT_FRACTION`` of ``backup_bytes_max``, ask each primary
+           whose batches are held here for an early checkpoint (at most once per heartbeat
+           interval each): its eviction makes room before the bound is reached.
+        2. At ``backup_bytes_max`` the batch is not accepted (the channel does not advance
+           and no ack is sent): the mapper resends later, by when checkpoints will have
+           evicted older batches. Nothing is dropped.
+        """
+        node = self._node
+        primary = node.ring.primary(Slot(slots[0]))
+        held_bytes = self.backup_bytes
+        bound_bytes = node.settings.backup_bytes_max
+        # 1.
+        if held_bytes >= EARLY_CHECKPOINT_AT_FRACTION * bound_bytes:
+            self._ask_early_checkpoints()
+        # 2.
+        if held_bytes >= bound_bytes:
+            node.counters.backup_refused_full += 1
+            return False
+        replica = self.replica(primary)
+        # Seqs rise per slot within a batch, so the last one seen per slot is its highest.
+        last_seq_by_slot = dict(zip(slots, seqs, strict=True))
+        backed_up = BackedUpBatch(mapper, body, len(slots), last_seq_by_slot)  # type: ignore[arg-type]
+        self.backups.setdefault(primary, TupleBackup()).add(backed_up, replica.hwm)
+        node.counters.backup_batches += 1
+        return True
+
+    def _ask_early_checkpoints(self) -> None:
+        """Ask every primary with batches held here for a checkpoint now (rate-limited)."""
+        node = self._node
+        now = node.clock()
+        interval_s = node.settings.heartbeat_interval_ms / 1000
+        for primary, backup in self.backups.items():
+            if backup.batch_count == 0:
+                continue
+            if now - self._checkpoint_asked_at.get(primary, -1e9) < interval_s:
+                continue
+            self._checkpoint_asked_at[primary] = now
+            node.counters.checkpoints_requested += 1
+            node.peer_send(primary, Kind.CHECKPOINT_REQUEST, {})
+
+    def replica(self, primary: NodeId) -> PeerReplica:
+        """The replica of ``primary`` kept here; a new one asks it for a snapshot."""
+        replica = self.replicas.get(primary)
+        if replica is None:
+            replica = self.replicas[primary] = PeerReplica()
+            self._node.peer_send(primary, Kind.SNAPSHOT_REQUEST, {})
+        return replica
+
+    def on_checkpoint(self, identity: bytes, message: Message) -> None:
+        """A secondary applies a primary's checkpoint, then evicts what it covers."""
+        node = self._node
+        sender = node.membership.from_live_peer(message)
+        if sender is None or sender not in node.predecessors:
+            return
+        try:
+            delta = decode_delta(message.body)
+        except DeltaError as error:
+            raise FrameError(f"checkpoint from {sender}: {error}") from None
+        replica = self.replica(sender)
+        try:
+            applied = replica.apply_checkpoint(message.header["number"], delta)
+        except CheckpointGap:
+            node.peer_send(sender, Kind.SNAPSHOT_REQUEST, {})
+            return
+        if applied:
+            node.counters.checkpoints_applied += 1
+            self.evict_covered(sender)
+
+    def evict_covered(self, primary: NodeId) -> None:
+        """Drop the batches backed up for ``primary`` that its replica's hwm covers."""
+        backup = self.backups.get(primary)
+        if backup is not None:
+            backup.evict_covered(self.replicas[primary].hwm)
+
+    def forget_former_predecessors(self, view: View) -> None:
+        """After a view change: forget replicas and backups of nodes that are no longer
+        predecessors. A predecessor that died and whose range another predecessor absorbed
+        stays as an orphan copy until that node's snapshot to us ends: until then it is the
+        only copy of that range we hold."""
+        node = self._node
+        for name in list(self.replicas):
+            if name not in node.predecessors:
+                replica = self.replicas.pop(name)
+                node.snapshots.forget_receiving(name)
+                backup = self.backups.pop(name, None)
+                member = view.get(name)
+                if member is not None and member.status is Status.DEAD and node.ring.owners:
+                    absorber = node.ring.primary(Slot(member.token))
+                    if absorber in node.predecessors:
+                        self.orphans[name] = Orphan(absorber, replica, backup)
+        for name in list(self.orphans):
+            if self.orphans[name].absorber not in node.predecessors:
+                del self.orphans[name]
+
+    def forget_orphans_of(self, absorber: NodeId) -> None:
+        """``absorber``'s snapshot to us is complete: the orphan copies it re-replicated are
+        no longer the only copies we hold."""
+        for name in [n for n, orphan in self.orphans.items() if orphan.absorber == absorber]:
+            del self.orphans[name]
+
+    # -- primary: the checkpoint cycle -------------------------------------------------------
+
+    def on_checkpoint_request(self, identity: bytes, message: Message) -> None:
+        """A secondary's backup nears its bound: checkpoint now (at most once per
+        ``EARLY_CHECKPOINT_GAP_S``), so that its eviction makes room."""
+        node = self._node
+        sender = node.membership.from_live_peer(message)
+        if sender is None or sender not in node.secondaries:
+            return
+        now = node.clock()
+        if now - self._early_checkpoint_at < EARLY_CHECKPOINT_GAP_S:
+            return
+        self._early_checkpoint_at = now
+        node.counters.checkpoints_early += 1
+        self.checkpoint()
+
+    def checkpoint(self) -> None:
+        """The checkpoint cycle (DESIGN section 5); never waits for the network.
+
+        1. Swap the active fragment out with the hwm vectors of its slots (atomic: the event
+           loop runs one thing at a time, so this falls between two tuples).
+        2. Number it, encode it once, send it to every secondary (optimistic: no ack awaited;
+           a secondary that misses one asks for a snapshot).
+        3. Merge it into master.
+        """
+        node = self._node
+        # 1.
+        delta = node.store.swap()
+        self.checkpoint_number += 1
+        # 2.
+        if node.secondaries:
+            body = encode_delta(delta)
+            for secondary in node.secondaries:
+                node.peer_send(secondary, Kind.CHECKPOINT, {"number": self.checkpoint_number}, body)
+        # 3.
+        node.store.merge_inactive()
+        node.counters.checkpoints += 1

@@ -1,0 +1,61 @@
+"""A node's tunables (:class:`NodeSettings`) and what it counts (:class:`NodeCounters`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class NodeSettings:
+    """A node's tunables; the defaults are DESIGN's."""
+
+    replication: int = 0
+    checkpoint_interval_ms: int = 1000
+    heartbeat_interval_ms: int = 100
+    failure_timeout_ms: int = 500
+    probe_timeout_ms: int = 200
+    # Extra silence allowed from a node never heard from yet (it may still be starting).
+    first_contact_grace_ms: int = 5000
+    # Raw batch bytes held for all primaries together. From EARLY_CHECKPOINT_AT_FRACTION of
+    # it, the node asks its primaries for an early checkpoint (whose eviction makes room); at
+    # the bound, new backup batches are not accepted (not acked) until checkpoints evict old
+    # ones: the mappers wait.
+    backup_bytes_max: int = 512 * 1024 * 1024
+    # Keys per snapshot chunk: bounds how long one chunk keeps the event loop. Measured
+    # (bench/snapshot_stall.py, 100 k word-count keys, 2-core machine at load 4-5): a chunk
+    # of 5000 keys takes a median 35 ms to send and 25 ms to apply, the worst 70-80 ms
+    # (preemption included); 1000 keys, 5 and 3 ms. The longest seen on a node is in its
+    # status as snapshot_stall_ms_max.
+    snapshot_chunk_keys: int = 5000
+
+
+@dataclass
+class NodeCounters:
+    """What a node has done since it started; reported by ``status``."""
+
+    batches: int = 0
+    tuples_applied: int = 0
+    tuples_duplicate: int = 0
+    tuples_failed: int = 0
+    batches_resent_to_us: int = 0
+    gaps: int = 0
+    not_owner: int = 0
+    bad_frames: int = 0
+    replies_dropped: int = 0
+    checkpoints: int = 0
+    backup_batches: int = 0
+    backup_refused_full: int = 0
+    checkpoints_applied: int = 0
+    # As a secondary: early checkpoints asked for; as a primary: early checkpoints taken.
+    checkpoints_requested: int = 0
+    checkpoints_early: int = 0
+    snapshots_sent: int = 0
+    snapshots_received: int = 0
+    # Snapshots aborted on arrival because a chunk of them was missing (then asked again).
+    snapshot_chunks_missing: int = 0
+    takeovers: int = 0
+    tuples_replayed: int = 0
+    peer_messages_dropped: int = 0
+    fenced: int = 0
+    # Probe rounds that ended without an answer and without a quorum (see Recovery.judge).
+    quorum_missed: int = 0

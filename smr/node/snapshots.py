@@ -1,0 +1,259 @@
+"""Snapshots: a full copy of a primary's range sent to a secondary in numbered chunks, after
+a range change, a new secondary, or a checkpoint gap (DESIGN section 5).
+
+Sending (:meth:`Snapshots._steps`, one chunk per step of the receive loop, so a large range
+never holds the loop for long) and receiving (begin, chunks, end: a missing part aborts the
+snapshot and asks for a new one, so a replica never completes with a hole) are both here.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Final
+
+from checkpoint.backup import PeerReplica
+from checkpoint.delta import DeltaError, decode_delta, encode_delta
+from ring.ids import NodeId, Slot
+from ring.placement import Role
+from smr.protocol import FrameError, Kind, Message
+
+if TYPE_CHECKING:
+    from smr.node.core import NodeCore
+
+# A replica still incomplete after this long asks its primary for a snapshot again.
+SNAPSHOT_RETRY_S: Final = 2.0
+
+
+class Snapshots:
+    """The snapshots a node sends (as a primary) and receives (as a secondary).
+
+    Guarantees: a replica completes only when every chunk of one snapshot arrived in order;
+    a part the peer link refuses is sent again later, never skipped; a replica still
+    incomplete asks again every ``SNAPSHOT_RETRY_S``.
+    """
+
+    def __init__(self, node: NodeCore) -> None:
+        self._node = node
+        self._jobs: dict[NodeId, Iterator[None]] = {}
+        # Snapshot chunks applied since the receive loop last yielded (see NodeCore.turn_is_full).
+        self.chunks_this_turn = 0
+        # The number of the last snapshot this node began sending, and per primary the one
+        # being received here with the index of the next chunk expected.
+        self._snapshot_ids = 0
+        self._receiving: dict[NodeId, tuple[int, int]] = {}
+        self._asked_at: dict[NodeId, float] = {}
+        # The longest a snapshot chunk held the event loop, in ms of wall time: a step of a
+        # snapshot being sent (choosing, reading, encoding and sending one chunk), or
+        # decoding and applying a received one. Wall time even under a simulated clock: it
+        # measures the work itself (and is left out of the simulation's fingerprint).
+        self.stall_ms_max = 0.0
+
+    def reset(self) -> None:
+        """Drop every snapshot being sent or received (fencing)."""
+        self._jobs.clear()
+        self._receiving.clear()
+
+    @property
+    def sending(self) -> int:
+        """How many snapshots are being sent."""
+        return len(self._jobs)
+
+    def forget_receiving(self, primary: NodeId) -> None:
+        """Stop receiving the snapshot from ``primary`` (no longer a predecessor, or taken over)."""
+        self._receiving.pop(primary, None)
+
+    def follow_secondaries(self, secondaries: tuple[NodeId, ...], changed_range: bool) -> None:
+        """After a view change: send each secondary a snapshot of this node's range if the
+        range changed or the secondary is new (re-replication), and stop sending to nodes
+        that are no longer secondaries."""
+        node = self._node
+        for secondary in secondaries:
+            if changed_range or secondary not in node.secondaries:
+                self._jobs[secondary] = self._steps(secondary)
+        for secondary in list(self._jobs):
+            if secondary not in secondaries:
+                del self._jobs[secondary]
+
+    # -- sending, as a primary ------------------------------------------------------------
+
+    def on_request(self, identity: bytes, message: Message) -> None:
+        """A secondary asks for a snapshot: start one (a pending one starts over)."""
+        node = self._node
+        sender = node.membership.from_live_peer(message)
+        if sender is not None and sender in node.secondaries:
+            self._jobs[sender] = self._steps(sender)
+
+    def _steps(self, secondary: NodeId) -> Iterator[None]:
+        """Send ``secondary`` a full snapshot of this node's range, one chunk per step.
+
+        1. SNAPSHOT_BEGIN with ``as_of``, the last checkpoint number already swapped, and
+           ``snap``, this snapshot's number.
+        2. One SNAPSHOT_CHUNK per ``snapshot_chunk_keys`` keys, numbered from 0: the full
+           merged state and hwm vectors of whole slots, read when the chunk is sent;
+           checkpoints keep flowing in between, on the same ordered channel, and the
+           secondary applies them on top.
+        3. SNAPSHOT_END with the number of chunks sent.
+
+        A part the peer link refuses (its queue is full) is sent again on a later step, read
+        afresh, never skipped: the secondary must not complete a snapshot with a hole. A
+        part lost after it left (a connection reset) shows at the secondary as a skipped
+        index or a short count: it aborts the snapshot and asks for a new one.
+        """
+        node = self._node
+        self._snapshot_ids += 1
+        snap = self._snapshot_ids
+        chunks_sent = 0
+        # 1.
+        while not node.peer_send(
+            secondary,
+            Kind.SNAPSHOT_BEGIN,
+            {"as_of": node.replication.checkpoint_number, "snap": snap},
+        ):
+            yield
+        yield
+        # 2.
+        roles = node.roles
+        owned = sorted(s for s in node.store.slots() if roles[s] == Role.PRIMARY)
+        chunk: list[Slot] = []
+        keys = 0
+        for slot in owned:
+            chunk.append(slot)
+            keys += sum(1 for _ in node.store.items([slot]))
+            if keys >= node.settings.snapshot_chunk_keys:
+                while not self._send_chunk(secondary, chunk, snap, chunks_sent):
+                    yield
+                chunks_sent += 1
+                chunk, keys = [], 0
+                yield
+        if chunk:
+            while not self._send_chunk(secondary, chunk, snap, chunks_sent):
+                yield
+            chunks_sent += 1
+        # 3.
+        while not node.peer_send(
+            secondary, Kind.SNAPSHOT_END, {"snap": snap, "chunks": chunks_sent}
+        ):
+            yield
+        node.counters.snapshots_sent += 1
+
+    def _send_chunk(self, secondary: NodeId, slots: list[Slot], snap: int, index: int) -> bool:
+        node = self._node
+        roles = node.roles
+        current = [s for s in slots if roles[s] == Role.PRIMARY]
+        return node.peer_send(
+            secondary,
+            Kind.SNAPSHOT_CHUNK,
+            {"snap": snap, "index": index},
+            encode_delta(node.store.snapshot(current)),
+        )
+
+    @property
+    def has_work(self) -> bool:
+        """True while snapshot chunks wait to be sent."""
+        return bool(self._jobs)
+
+    def step(self) -> None:
+        """Send one snapshot chunk per pending snapshot (each step, from choosing the chunk's
+        slots to sending it, counts towards ``stall_ms_max``)."""
+        for secondary, job in list(self._jobs.items()):
+            started = time.perf_counter()
+            try:
+                next(job)
+            except StopIteration:
+                if self._jobs.get(secondary) is job:
+                    del self._jobs[secondary]
+            self._note_stall(started)
+
+    def _note_stall(self, started: float) -> None:
+        stall_ms = (time.perf_counter() - started) * 1000
+        if stall_ms > self.stall_ms_max:
+            self.stall_ms_max = stall_ms
+
+    # -- receiving, as a secondary --------------------------------------------------------
+
+    def on_begin(self, identity: bytes, message: Message) -> None:
+        """Receiving a snapshot: 1. begin it, expecting chunk 0 of snapshot ``snap``."""
+        node = self._node
+        sender = node.membership.from_live_peer(message)
+        if sender is not None and sender in node.predecessors:
+            replica = node.replication.replicas.setdefault(sender, PeerReplica())
+            replica.begin_snapshot(message.header["as_of"])
+            self._receiving[sender] = (message.header["snap"], 0)
+            self._asked_at[sender] = node.clock()
+
+    def on_chunk(self, identity: bytes, message: Message) -> None:
+        """2. Apply chunk ``index`` if it is the next one of the snapshot being received; a
+        chunk of another (older, aborted) snapshot is ignored; a skipped index aborts."""
+        being_received = self._being_received(message)
+        if being_received is None:
+            return
+        sender, replica, receiving = being_received
+        if message.header["index"] != receiving[1]:
+            self._lost_a_part(sender, replica)
+            return
+        started = time.perf_counter()
+        try:
+            chunk = decode_delta(message.body)
+        except DeltaError as error:
+            raise FrameError(f"snapshot chunk from {sender}: {error}") from None
+        replica.apply_snapshot_chunk(chunk)
+        self.chunks_this_turn += 1
+        self._note_stall(started)
+        self._receiving[sender] = (receiving[0], receiving[1] + 1)
+        # A snapshot still arriving is not lost: put off asking again.
+        self._asked_at[sender] = self._node.clock()
+
+    def on_end(self, identity: bytes, message: Message) -> None:
+        """3. Complete the replica if every chunk of the snapshot arrived; else abort."""
+        being_received = self._being_received(message)
+        if being_received is None:
+            return
+        sender, replica, receiving = being_received
+        if message.header["chunks"] != receiving[1]:
+            self._lost_a_part(sender, replica)
+            return
+        del self._receiving[sender]
+        replica.end_snapshot()
+        node = self._node
+        node.counters.snapshots_received += 1
+        node.replication.forget_orphans_of(sender)
+        node.replication.evict_covered(sender)
+
+    def _being_received(
+        self, message: Message
+    ) -> tuple[NodeId, PeerReplica, tuple[int, int]] | None:
+        """The sender, its replica here and ``(snapshot number, next chunk index)`` when
+        ``message`` belongs to the snapshot being received from a live peer; else None (a
+        part of another, older or aborted, snapshot is ignored)."""
+        node = self._node
+        sender = node.membership.from_live_peer(message)
+        replica = node.replication.replicas.get(sender) if sender is not None else None
+        if replica is None or sender is None:
+            return None
+        receiving = self._receiving.get(sender)
+        if receiving is None or receiving[0] != message.header["snap"]:
+            return None
+        return sender, replica, receiving
+
+    def _lost_a_part(self, sender: NodeId, replica: PeerReplica) -> None:
+        """A chunk of the snapshot from ``sender`` never arrived: abort it (the replica must
+        not be promoted or completed with a hole) and ask for a new one at once."""
+        node = self._node
+        node.counters.snapshot_chunks_missing += 1
+        replica.abort_snapshot()
+        del self._receiving[sender]
+        self._asked_at[sender] = node.clock()
+        node.peer_send(sender, Kind.SNAPSHOT_REQUEST, {})
+
+    def rerequest(self, now: float) -> None:
+        """Ask again for a snapshot a replica still lacks (its request, begin or end may have
+        been lost with a broken connection) once ``SNAPSHOT_RETRY_S`` passed without a
+        request or any part of a snapshot from that primary."""
+        node = self._node
+        for primary, replica in node.replication.replicas.items():
+            if replica.is_complete and not replica.needs_snapshot:
+                continue
+            if now - self._asked_at.get(primary, -1e9) >= SNAPSHOT_RETRY_S:
+                self._asked_at[primary] = now
+                node.peer_send(primary, Kind.SNAPSHOT_REQUEST, {})
