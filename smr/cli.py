@@ -22,11 +22,11 @@ from checkpoint.ids import MapperId
 from smr import cluster as local_cluster
 from smr.api import JobLoadError, load_job
 from smr.client import Client, NodeUnreachable, cluster_view, fetch_view
-from smr.cluster import ClusterError, read_spec
 from smr.emitter import BATCH_SIZE_DEFAULT, WINDOW_BATCHES_DEFAULT, DeliveryError, Emitter
 from smr.feed import InputError, check_inputs, feed, total_bytes
 from smr.protocol import FrameError, Kind, decode
 from smr.spark import MASTER_DEFAULT, MAX_FILES_PER_TRIGGER_DEFAULT, BatchReport, SparkFeedError
+from smr.spec import ClusterError, read_spec
 from smr.transport import TransportError
 from smr.transport.zeromq import Subscriber
 
@@ -140,7 +140,7 @@ def feed_command(
     job = load_job(job_ref)
     check_inputs(files)
     spec = read_spec(cluster_dir)
-    view = fetch_view([n.addr for n in spec.nodes])
+    view = fetch_view(spec.seeds)
     mapper_id = MapperId(f"feed-{uuid.uuid4().hex[:12]}")
     emitter = Emitter(
         view,
@@ -240,7 +240,7 @@ def spark_feed_command(
     if socket_addr is None:
         smr_spark.check_input_dir(Path(input_ref))
     smr_spark.check_java()
-    fetch_view([n.addr for n in read_spec(cluster_dir).nodes])
+    fetch_view(read_spec(cluster_dir).seeds)
     started = time.monotonic()
     session = smr_spark.session(f"smr spark-feed {job_ref}", master)
     click.echo(f"Spark {session.version} started in {time.monotonic() - started:.1f} s", err=True)
@@ -306,7 +306,7 @@ def dump_command(cluster_dir: Path, out_path: Path) -> None:
     client = Client()
     keys = 0
     try:
-        view = cluster_view(client, [n.addr for n in spec.nodes])
+        view = cluster_view(client, spec.seeds)
         temporary = out_path.with_name(out_path.name + ".partial")
         with open(temporary, "w", encoding="utf-8") as out:
             for member in view.owners():
@@ -332,7 +332,7 @@ def query_command(cluster_dir: Path, key: str, int_key: bool) -> None:
     typed_key: str | int = int(key) if int_key else key
     client = Client()
     try:
-        view = cluster_view(client, [n.addr for n in spec.nodes])
+        view = cluster_view(client, spec.seeds)
         owner = view.members[Ring(view, spec.slot_bits).primary(slot_of(typed_key, spec.slot_bits))]
         answer = client.query(owner.addr, typed_key)
     finally:

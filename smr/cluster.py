@@ -1,129 +1,73 @@
-"""A cluster's description (``DIR/cluster.json``) and the local process launcher.
+"""The local process launcher: a cluster of node processes on this host, on loopback.
 
-``cluster.json`` is the contract between ``smr cluster up`` and every other command::
-
-    {"format": 1, "slot_bits": 14, "replication": 0, "job": "examples.wordcount:job",
-     "checkpoint_interval_ms": 1000,
-     "nodes": [{"id": "n0", "addr": "tcp://127.0.0.1:40001",
-                "pub_addr": "tcp://127.0.0.1:40002", "pid": 1234, "token": 0}, ...]}
-
-It holds the nodes as started; the live view (after takeovers and moves) is asked of the
-nodes themselves. Node processes run in their own session, so they outlive the command
+``smr cluster up`` plans the nodes (ids ``n0``, ``n1``, ..., free ports on ``127.0.0.1``,
+evenly spaced tokens), writes the plan as ``DIR/cluster.json`` (the cluster spec, see
+``smr.spec``), starts one ``smr node`` process per node and records their PIDs in the same
+file. ``down`` and ``signal_node`` act on those PIDs, checking first that each is really
+that node's process. Node processes run in their own session, so they outlive the command
 that started them, log to ``DIR/logs/ID.log`` and write reducer output to
 ``DIR/output/ID.jsonl``.
+
+Everything about the spec itself (``ClusterSpec``, ``read_spec``, ``ClusterError``, ...)
+lives in ``smr.spec``; it is re-exported here for scripts that import it with the launcher.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 import psutil
 
 from ring.hashing import SLOT_BITS_DEFAULT, check_slot_bits, even_tokens
-from ring.ids import NodeId, Token
-from ring.view import Member, Status, View
+from ring.ids import NodeId
 from smr.client import Client, NodeUnreachable
+from smr.spec import (
+    CHECKPOINT_INTERVAL_MS_DEFAULT,
+    CLUSTER_FILE,
+    ClusterError,
+    ClusterSpec,
+    NodeSpec,
+    read_spec,
+    write_spec,
+)
 
-CLUSTER_FILE: Final = "cluster.json"
-CLUSTER_FORMAT: Final = 1
-CHECKPOINT_INTERVAL_MS_DEFAULT: Final = 1000
+__all__ = [
+    "CHECKPOINT_INTERVAL_MS_DEFAULT",
+    "CLUSTER_FILE",
+    "NODES_MAX",
+    "ClusterError",
+    "ClusterSpec",
+    "NodeSpec",
+    "down",
+    "is_our_node",
+    "plan_cluster",
+    "read_spec",
+    "signal_node",
+    "spawn_node",
+    "stop_nodes",
+    "up",
+    "write_spec",
+]
+
 NODES_MAX: Final = 64
-
-
-class ClusterError(Exception):
-    """A cluster could not be read, started or stopped; the message says what to do."""
-
-
-@dataclass
-class NodeSpec:
-    """One node as started: its id, inbox and output addresses, process id and token."""
-
-    id: str
-    addr: str
-    pub_addr: str
-    token: int
-    pid: int | None = None
-
-
-@dataclass
-class ClusterSpec:
-    """The contents of ``cluster.json``."""
-
-    slot_bits: int
-    replication: int
-    job: str
-    nodes: list[NodeSpec]
-    checkpoint_interval_ms: int = CHECKPOINT_INTERVAL_MS_DEFAULT
-    format: int = CLUSTER_FORMAT
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    def node(self, node_id: str) -> NodeSpec:
-        """The node named ``node_id``; ClusterError naming the known ids otherwise."""
-        for node in self.nodes:
-            if node.id == node_id:
-                return node
-        known = ", ".join(n.id for n in self.nodes)
-        raise ClusterError(f"no node {node_id!r} in this cluster (nodes: {known})")
-
-    def initial_view(self) -> View:
-        """The view every node starts from: all nodes up, incarnation 1, version 1."""
-        return View(
-            Member(NodeId(n.id), 1, n.addr, Token(n.token), "", Status.UP, 1) for n in self.nodes
-        )
-
-
-def read_spec(cluster_dir: Path) -> ClusterSpec:
-    """Read ``DIR/cluster.json``; ClusterError if missing or malformed."""
-    path = cluster_dir / CLUSTER_FILE
-    try:
-        raw = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise ClusterError(
-            f"no cluster at {cluster_dir}: {path} not found (start one with 'smr cluster up')"
-        ) from None
-    except (OSError, ValueError) as error:
-        raise ClusterError(f"cannot read {path}: {error}") from None
-    try:
-        if raw.get("format") != CLUSTER_FORMAT:
-            raise ClusterError(f"{path} has format {raw.get('format')!r}, expected 1")
-        nodes = [NodeSpec(**node) for node in raw["nodes"]]
-        return ClusterSpec(
-            slot_bits=int(raw["slot_bits"]),
-            replication=int(raw["replication"]),
-            job=str(raw["job"]),
-            nodes=nodes,
-            checkpoint_interval_ms=int(
-                raw.get("checkpoint_interval_ms", CHECKPOINT_INTERVAL_MS_DEFAULT)
-            ),
-            extra=dict(raw.get("extra", {})),
-        )
-    except (KeyError, TypeError, ValueError) as error:
-        raise ClusterError(f"{path} is malformed: {error}") from None
-
-
-def write_spec(cluster_dir: Path, spec: ClusterSpec) -> None:
-    """Write ``DIR/cluster.json`` atomically (readers never see half a file)."""
-    path = cluster_dir / CLUSTER_FILE
-    temporary = path.with_suffix(".tmp")
-    temporary.write_text(json.dumps(asdict(spec), indent=2) + "\n")
-    os.replace(temporary, path)
+LOOPBACK_HOST: Final = "127.0.0.1"
+"""Every local node binds and advertises this host: the cluster is reachable from this
+machine only."""
 
 
 def _free_port() -> int:
     # The port is released again before the node binds it; on loopback the window in which
     # another process could take it is tiny, and a node that cannot bind exits with an error.
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
+        probe.bind((LOOPBACK_HOST, 0))
         port: int = probe.getsockname()[1]
         return port
 
@@ -148,10 +92,10 @@ def plan_cluster(
     tokens = even_tokens(nodes, slot_bits)
     specs = [
         NodeSpec(
-            id=f"n{i}",
-            addr=f"tcp://127.0.0.1:{_free_port()}",
-            pub_addr=f"tcp://127.0.0.1:{_free_port()}",
-            token=int(tokens[i]),
+            id=NodeId(f"n{i}"),
+            addr=f"tcp://{LOOPBACK_HOST}:{_free_port()}",
+            pub_addr=f"tcp://{LOOPBACK_HOST}:{_free_port()}",
+            token=tokens[i],
         )
         for i in range(nodes)
     ]

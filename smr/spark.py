@@ -48,8 +48,8 @@ from typing import Any, Final
 from checkpoint.ids import MapperId
 from smr.api import Job, JobLoadError, load_job
 from smr.client import NodeUnreachable, fetch_view
-from smr.cluster import read_spec
 from smr.emitter import BATCH_SIZE_DEFAULT, WINDOW_BATCHES_DEFAULT, Emitter
+from smr.spec import read_spec
 
 # Seqs of batch b start above b << SEQ_BATCH_SHIFT: room for 2**32 tuples per slot per task.
 SEQ_BATCH_SHIFT: Final = 32
@@ -227,7 +227,7 @@ def feed_settings(
     except JobLoadError as error:
         raise SparkFeedError(str(error)) from None
     spec = read_spec(cluster_dir)
-    addrs = tuple(node.addr for node in spec.nodes)
+    addrs = tuple(spec.seeds)
     try:
         fetch_view(addrs)
     except NodeUnreachable as error:

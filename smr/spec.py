@@ -1,0 +1,332 @@
+"""A cluster's description: its nodes, where each one listens and where others reach it.
+
+A :class:`ClusterSpec` is what a node process reads to start (its own addresses, the job, the
+initial view) and what a client reads to find the cluster. It says nothing about how the
+processes were started: the local launcher (``smr.cluster``) writes one as ``cluster.json``,
+and other launchers may write one too. The node never imports a launcher; it reads a spec.
+
+``DIR/cluster.json`` (format 1)::
+
+    {"format": 1, "slot_bits": 14, "replication": 1, "job": "examples.wordcount:job",
+     "checkpoint_interval_ms": 1000, "extra": {},
+     "nodes": [{"id": "n0", "token": 0, "pid": 1234,
+                "addr": "tcp://n0.smr:7000", "pub_addr": "tcp://n0.smr:7001",
+                "bind_addr": "tcp://0.0.0.0:7000", "pub_bind_addr": "tcp://0.0.0.0:7001",
+                "zone": "rack-a"}, ...],
+     "seeds": ["tcp://n0.smr:7000"]}
+
+Bind and advertised addresses:
+
+- ``bind_addr`` is where the node's inbox socket binds, on its own host: in a container or on
+  a multi-homed host typically the wildcard ``tcp://0.0.0.0:7000``.
+- ``addr`` is where everyone else reaches that inbox (peers, mappers, clients): the address
+  the node advertises in the view, so it must be reachable from other hosts and is never a
+  wildcard.
+- ``pub_bind_addr`` and ``pub_addr`` are the same pair for the node's output publisher.
+
+On one host the two are the same, and a file may give only the advertised ones: a missing
+``bind_addr`` (``pub_bind_addr``) means "bind the advertised address". A missing ``zone`` is
+the empty zone, and missing ``seeds`` are the nodes' advertised addresses. So a file written
+before these fields existed (``id``, ``addr``, ``pub_addr``, ``token``, ``pid`` only) reads
+as it always did. :func:`write_spec` writes the optional fields only where they differ from
+these defaults, so a local cluster's file keeps exactly its old shape.
+
+``seeds`` are the addresses a client (``smr feed``, ``smr status``) or a joining node contacts
+first to learn the live view; after that, the view's addresses are used. ``pid`` is the
+process id the local launcher recorded (null elsewhere). The file holds the nodes as started;
+the live view (after takeovers and moves) is asked of the nodes themselves.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import KW_ONLY, dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+from ring.hashing import check_slot_bits
+from ring.ids import NodeId, Token
+from ring.view import Member, Status, View
+
+CLUSTER_FILE: Final = "cluster.json"
+"""The spec's file name inside a cluster directory."""
+
+CLUSTER_FORMAT: Final = 1
+"""The format this module reads and writes; a file with another is refused."""
+
+CHECKPOINT_INTERVAL_MS_DEFAULT: Final = 1000
+"""How often a node checkpoints its state to its replicas when the file does not say."""
+
+_WILDCARD_HOSTS: Final = ("0.0.0.0", "*", "[::]", "::")
+"""Hosts that mean "every interface": fine to bind, useless to advertise."""
+
+_NODE_FIELDS: Final = frozenset(
+    {"id", "addr", "pub_addr", "token", "pid", "bind_addr", "pub_bind_addr", "zone"}
+)
+
+
+class ClusterError(Exception):
+    """A cluster could not be read, started or stopped; the message says what to do."""
+
+
+@dataclass
+class NodeSpec:
+    """One node: who it is, where it sits on the ring, where it binds and where it is reached.
+
+    ``bind_addr`` and ``pub_bind_addr`` given as ``""`` become the advertised addresses.
+    """
+
+    id: NodeId
+    """The node's stable name, unique in the cluster (``"n0"``)."""
+    addr: str
+    """The inbox address the node advertises: where peers, mappers and clients reach it."""
+    pub_addr: str
+    """The output publisher's advertised address: where ``smr tail`` subscribes."""
+    token: Token
+    """The slot the node starts at; it is primary from here up to the next node's token."""
+    pid: int | None = None
+    """The process id, as the local launcher recorded it; None if not started by it."""
+    _: KW_ONLY
+    bind_addr: str = ""
+    """The address the node's inbox binds on its own host (may be a wildcard)."""
+    pub_bind_addr: str = ""
+    """The address the node's output publisher binds on its own host (may be a wildcard)."""
+    zone: str = ""
+    """The fault zone (rack, host, availability zone); empty if unknown."""
+
+    def __post_init__(self) -> None:
+        if not self.bind_addr:
+            self.bind_addr = self.addr
+        if not self.pub_bind_addr:
+            self.pub_bind_addr = self.pub_addr
+
+
+@dataclass
+class ClusterSpec:
+    """A whole cluster: the ring's parameters, the job, the nodes and the seed addresses.
+
+    ``seeds`` given empty become the nodes' advertised addresses.
+    """
+
+    slot_bits: int
+    """The ring has ``2**slot_bits`` slots."""
+    replication: int
+    """Copies of each tuple and state beyond the primary (r)."""
+    job: str
+    """The job every node runs, as ``module:attribute``."""
+    nodes: list[NodeSpec]
+    """The nodes as started (or planned)."""
+    checkpoint_interval_ms: int = CHECKPOINT_INTERVAL_MS_DEFAULT
+    """How often each node ships its state's delta to its replicas."""
+    format: int = CLUSTER_FORMAT
+    """The file format (see the module docstring)."""
+    extra: dict[str, Any] = field(default_factory=dict)
+    """Free-form settings for tools (read and written back untouched)."""
+    seeds: list[str] = field(default_factory=list)
+    """Advertised addresses a client or a joining node contacts first."""
+
+    def __post_init__(self) -> None:
+        if not self.seeds:
+            self.seeds = [node.addr for node in self.nodes]
+
+    def node(self, node_id: str) -> NodeSpec:
+        """The node named ``node_id``; ClusterError naming the known ids otherwise."""
+        for node in self.nodes:
+            if node.id == node_id:
+                return node
+        known = ", ".join(n.id for n in self.nodes)
+        raise ClusterError(f"no node {node_id!r} in this cluster (nodes: {known})")
+
+    def initial_view(self) -> View:
+        """The view every node starts from: all nodes up at their advertised addresses and
+        zones, incarnation 1, version 1."""
+        return View(Member(n.id, 1, n.addr, n.token, n.zone, Status.UP, 1) for n in self.nodes)
+
+
+# -- reading and writing ---------------------------------------------------------------------
+
+
+def read_spec(cluster_dir: Path) -> ClusterSpec:
+    """Read ``DIR/cluster.json``; ClusterError saying what is missing or wrong otherwise."""
+    path = cluster_dir / CLUSTER_FILE
+    try:
+        raw = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ClusterError(
+            f"no cluster at {cluster_dir}: {path} not found (start one with 'smr cluster up')"
+        ) from None
+    except (OSError, ValueError) as error:
+        raise ClusterError(f"cannot read {path}: {error}") from None
+    return parse_spec(raw, str(path))
+
+
+def write_spec(cluster_dir: Path, spec: ClusterSpec) -> None:
+    """Write ``DIR/cluster.json`` atomically (readers never see half a file)."""
+    path = cluster_dir / CLUSTER_FILE
+    temporary = path.with_suffix(".tmp")
+    temporary.write_text(json.dumps(spec_to_json(spec), indent=2) + "\n")
+    os.replace(temporary, path)
+
+
+def spec_to_json(spec: ClusterSpec) -> dict[str, Any]:
+    """The JSON object for ``spec``; optional fields only where they differ from defaults."""
+    nodes = []
+    for node in spec.nodes:
+        entry: dict[str, Any] = {
+            "id": node.id,
+            "addr": node.addr,
+            "pub_addr": node.pub_addr,
+            "token": node.token,
+            "pid": node.pid,
+        }
+        if node.bind_addr != node.addr:
+            entry["bind_addr"] = node.bind_addr
+        if node.pub_bind_addr != node.pub_addr:
+            entry["pub_bind_addr"] = node.pub_bind_addr
+        if node.zone:
+            entry["zone"] = node.zone
+        nodes.append(entry)
+    raw: dict[str, Any] = {
+        "format": spec.format,
+        "slot_bits": spec.slot_bits,
+        "replication": spec.replication,
+        "job": spec.job,
+        "checkpoint_interval_ms": spec.checkpoint_interval_ms,
+        "nodes": nodes,
+        "extra": spec.extra,
+    }
+    if spec.seeds != [node.addr for node in spec.nodes]:
+        raw["seeds"] = list(spec.seeds)
+    return raw
+
+
+def parse_spec(raw: object, source: str) -> ClusterSpec:
+    """The spec in the decoded JSON ``raw``; ClusterError naming ``source`` (a path) and the
+    first field that is missing or wrong otherwise."""
+    try:
+        return _parse(raw, source)
+    except ValueError as error:
+        raise ClusterError(f"{source} is malformed: {error}") from None
+
+
+def _parse(raw: object, source: str) -> ClusterSpec:
+    if not isinstance(raw, dict):
+        raise ValueError(f"expected a JSON object, got {type(raw).__name__}")
+    if raw.get("format") != CLUSTER_FORMAT:
+        raise ClusterError(f"{source} has format {raw.get('format')!r}, expected 1")
+    slot_bits = check_slot_bits(_int(raw, "slot_bits", "slot_bits"))
+    replication = _int(raw, "replication", "replication")
+    if replication < 0:
+        raise ValueError(f"replication must be 0 or more, got {replication}")
+    checkpoint_interval_ms = _int(
+        raw, "checkpoint_interval_ms", "checkpoint_interval_ms", CHECKPOINT_INTERVAL_MS_DEFAULT
+    )
+    if checkpoint_interval_ms <= 0:
+        raise ValueError(f"checkpoint_interval_ms must be positive, got {checkpoint_interval_ms}")
+    job = _str(raw, "job", "job")
+    extra = raw.get("extra", {})
+    if not isinstance(extra, dict):
+        raise ValueError(f"extra must be an object, got {extra!r}")
+    entries = _required(raw, "nodes", "nodes")
+    if not isinstance(entries, list):
+        raise ValueError(f"nodes must be a list, got {entries!r}")
+    nodes = [_parse_node(entry, slot_bits, f"nodes[{i}]") for i, entry in enumerate(entries)]
+    seeds = raw.get("seeds", [])
+    if not isinstance(seeds, list) or not all(isinstance(s, str) and s for s in seeds):
+        raise ValueError(f"seeds must be a list of addresses, got {seeds!r}")
+    for i, seed in enumerate(seeds):
+        _check_advertised(f"seeds[{i}]", seed)
+    if not nodes and not seeds:
+        raise ValueError("lists no nodes and no seeds: give at least one")
+    _check_unique(nodes)
+    return ClusterSpec(
+        slot_bits=slot_bits,
+        replication=replication,
+        job=job,
+        nodes=nodes,
+        checkpoint_interval_ms=checkpoint_interval_ms,
+        extra=dict(extra),
+        seeds=list(seeds),
+    )
+
+
+def _parse_node(entry: object, slot_bits: int, where: str) -> NodeSpec:
+    if not isinstance(entry, dict):
+        raise ValueError(f"{where} must be an object, got {entry!r}")
+    unknown = sorted(set(entry) - _NODE_FIELDS)
+    if unknown:
+        raise ValueError(
+            f"{where} has unknown field {unknown[0]!r} (known: {', '.join(sorted(_NODE_FIELDS))})"
+        )
+    token = _int(entry, "token", f"{where}.token")
+    if not 0 <= token < 2**slot_bits:
+        raise ValueError(f"{where}.token must be in [0, {2**slot_bits}), got {token}")
+    pid = entry.get("pid")
+    if pid is not None and (not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0):
+        raise ValueError(f"{where}.pid must be a positive integer or null, got {pid!r}")
+    node = NodeSpec(
+        id=NodeId(_str(entry, "id", f"{where}.id")),
+        addr=_str(entry, "addr", f"{where}.addr"),
+        pub_addr=_str(entry, "pub_addr", f"{where}.pub_addr"),
+        token=Token(token),
+        pid=pid,
+        bind_addr=_str(entry, "bind_addr", f"{where}.bind_addr", ""),
+        pub_bind_addr=_str(entry, "pub_bind_addr", f"{where}.pub_bind_addr", ""),
+        zone=_str(entry, "zone", f"{where}.zone", "", empty_ok=True),
+    )
+    _check_advertised(f"{where}.addr", node.addr)
+    _check_advertised(f"{where}.pub_addr", node.pub_addr)
+    return node
+
+
+def _check_advertised(where: str, addr: str) -> None:
+    """An advertised address must name one reachable host, not "every interface"."""
+    host = addr.partition("://")[2].rpartition(":")[0]
+    if host in _WILDCARD_HOSTS:
+        raise ValueError(
+            f"{where} {addr!r} is a wildcard; advertise an address other hosts can reach "
+            "(the wildcard belongs in bind_addr or pub_bind_addr)"
+        )
+
+
+def _check_unique(nodes: list[NodeSpec]) -> None:
+    seen_ids: set[str] = set()
+    seen_tokens: dict[int, str] = {}
+    for node in nodes:
+        if node.id in seen_ids:
+            raise ValueError(f"node id {node.id!r} appears twice")
+        seen_ids.add(node.id)
+        if node.token in seen_tokens:
+            raise ValueError(
+                f"nodes {seen_tokens[node.token]!r} and {node.id!r} have the same token "
+                f"{node.token}"
+            )
+        seen_tokens[node.token] = node.id
+
+
+_MISSING: Final = object()
+
+
+def _required(raw: dict[str, Any], key: str, where: str) -> Any:
+    if key not in raw:
+        raise ValueError(f"{where} is missing")
+    return raw[key]
+
+
+def _int(raw: dict[str, Any], key: str, where: str, default: object = _MISSING) -> int:
+    value = raw.get(key, default) if default is not _MISSING else _required(raw, key, where)
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ValueError(f"{where} must be an integer, got {value!r}")
+    return value
+
+
+def _str(
+    raw: dict[str, Any], key: str, where: str, default: object = _MISSING, empty_ok: bool = False
+) -> str:
+    value = raw.get(key, default) if default is not _MISSING else _required(raw, key, where)
+    if not isinstance(value, str):
+        raise ValueError(f"{where} must be a string, got {value!r}")
+    if not value and not empty_ok and default is _MISSING:
+        raise ValueError(f"{where} must not be empty")
+    return value
