@@ -13,7 +13,7 @@ What is measured, in one run:
    ``r + 1`` nodes (the primary acks only after applying it, so this bounds emit-to-applied
    from above). The first second is warm-up and left out.
 3. **Spark latency** at the same rates: the native stateful word count (baseline (a) of
-   ``bench/spark_baselines.py``) over files dripped into its input directory at the rate;
+   ``bench/spark_queries.py``) over files dripped into its input directory at the rate;
    a file's latency runs from its publication to the commit of the micro-batch that read
    it, at Spark's default trigger (as soon as the previous batch ends).
 
@@ -158,9 +158,9 @@ def run_smr(
 
 def run_spark(spark: Any, rate: float, seconds: float, runs: int) -> dict[str, Any]:
     """Spark's native word count at ``rate`` words/s (step 3), ``runs`` times."""
-    from bench import spark_baselines
+    from bench import spark_runners
 
-    return spark_baselines.latency_benchmark(
+    return spark_runners.latency_benchmark(
         spark, {"native": rate}, runs=runs, triggers_ms=(0,), duration_s=seconds
     )
 
@@ -220,9 +220,9 @@ def main() -> None:
     words = load_words(args.words)
     spark = None
     if not args.skip_spark:
-        from bench import spark_baselines
+        from bench import spark_queries
 
-        spark = spark_baselines.spark_session("rocksdb")
+        spark = spark_queries.spark_session("rocksdb")
     peak_runs = [run_smr(words, None, 0, args.linger_ms) for _ in range(args.runs)]
     peak = spread([r["tuples_per_s"] for r in peak_runs])["median"]
     assert peak is not None

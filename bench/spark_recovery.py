@@ -6,7 +6,7 @@ state, for smr and for Spark Structured Streaming, measured in one run.
   non-adjacent nodes at once. Processing again = the last victim's takeover done (detection
   plus promotion of the replica and replay of the backed-up tuples); the time until the
   feed's acked rate is back at 90% is kept too.
-- **Spark** (``bench/spark_baselines.py``'s ``recovery_benchmark``): the native word count on
+- **Spark** (``bench/spark_driver_kill.py``'s ``recovery_benchmark``): the native word count on
   RocksDB in a driver process of its own, the same number of preloaded keys, book text
   dripped at ``--rate``; SIGKILL of the driver's process group (driver, JVM, Python
   workers), an immediate restart of the query from its checkpoint. Processing again = the
@@ -31,7 +31,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench import recovery, spark_baselines
+from bench import recovery, spark_driver_kill, spark_queries
 from bench.common import RESULTS, load_words, machine, versions
 
 NODES_MIN = 5
@@ -147,13 +147,13 @@ def main() -> None:
     smr_rows = summarise_smr(failures)
     spark: dict[str, Any] = {"summary": []}
     if not args.skip_spark:
-        spark = spark_baselines.recovery_benchmark(
+        spark = spark_driver_kill.recovery_benchmark(
             cases=(("native", "rocksdb"),), keys=keys, runs=args.runs, words_per_s=args.rate
         )
     report = {
         "benchmark": "spark_recovery",
         "machine": {**machine_before, "loadavg_after": machine()["loadavg"]},
-        "versions": {**versions(), **spark_baselines.spark_versions()},
+        "versions": {**versions(), **spark_queries.spark_versions()},
         "config": {"runs": args.runs, "keys": keys, "victims": victims, "rate": args.rate},
         "how": {
             "smr": "kill -> the last victim's takeover done (bench/recovery.py), r=1, "

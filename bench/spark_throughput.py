@@ -10,7 +10,7 @@ What is measured (``--runs`` times each, round-robin, on a fresh cluster and che
   session as the baselines), the files read ``--files-per-trigger`` at a time with the
   available-now trigger, for the same ``r`` and ``combine``: words from the first batch's
   start to the last batch's last ack.
-- **Spark baselines** (``bench/spark_baselines.py``): (a) native ``groupBy(word).count()``
+- **Spark baselines** (``bench/spark_queries.py``): (a) native ``groupBy(word).count()``
   on RocksDB, (b1) ``applyInPandasWithState``, (b2) ``transformWithStateInPandas``: words of
   the committed batches from the first batch's start to the last commit. The Python-state
   baselines are slow, so they run only the first ``--python-batches`` batches.
@@ -37,7 +37,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench import spark_baselines
+from bench import spark_input, spark_queries, spark_runners
 from bench.common import (
     JOB,
     RESULTS,
@@ -89,7 +89,7 @@ def run_python_feeder(paths: list[str], replication: int, combine: bool) -> dict
         finally:
             stop_process(feeder)
         counted = dump_counts([n.addr for n in spec.nodes])
-    expected = spark_baselines.directory_counts(Path(paths[0]).parent)
+    expected = spark_input.directory_counts(Path(paths[0]).parent)
     return {
         "system": "smr-python",
         "replication": replication,
@@ -124,7 +124,7 @@ def run_spark_feeder(
         )
         smr_spark.await_query(query)
         counted = dump_counts([n.addr for n in spec.nodes])
-    expected = spark_baselines.directory_counts(input_dir)
+    expected = spark_input.directory_counts(input_dir)
     first_start = reports[0][0] - reports[0][1].elapsed_s
     last_end = reports[-1][0]
     words = sum(report.tuples for _, report in reports)
@@ -210,12 +210,12 @@ def main() -> None:
     workdir = Path(tempfile.mkdtemp(prefix="smr-bench-throughput-"))
     try:
         input_dir = workdir / "input"
-        written = spark_baselines.write_input_files(
-            spark_baselines.book_lines(args.words), input_dir, args.files
+        written = spark_input.write_input_files(
+            spark_input.book_lines(args.words), input_dir, args.files
         )
         paths = sorted(str(p) for p in input_dir.glob("*.txt"))
         print(f"input: {written['words']:,} words in {len(paths)} files", flush=True)
-        spark = spark_baselines.spark_session("rocksdb")
+        spark = spark_queries.spark_session("rocksdb")
         runs: list[dict[str, Any]] = []
 
         def record(run: dict[str, Any]) -> None:
@@ -233,9 +233,9 @@ def main() -> None:
                             spark, input_dir, replication, combine, args.files_per_trigger
                         )
                     )
-            for baseline in spark_baselines.BASELINES:
+            for baseline in spark_queries.BASELINES:
                 batches_max = None if baseline == "native" else args.python_batches
-                result = spark_baselines.measure_throughput(
+                result = spark_runners.measure_throughput(
                     spark,
                     baseline,
                     input_dir,
@@ -250,7 +250,7 @@ def main() -> None:
     report = {
         "benchmark": "spark_throughput",
         "machine": machine(),
-        "versions": {**versions(), **spark_baselines.spark_versions()},
+        "versions": {**versions(), **spark_queries.spark_versions()},
         "config": {
             "nodes": NODES,
             "words": written["words"],
