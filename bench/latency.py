@@ -27,8 +27,6 @@ to ``bench/results/latency.png``.
 from __future__ import annotations
 
 import argparse
-import json
-import multiprocessing
 import sys
 import time
 from array import array
@@ -38,16 +36,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import (
-    RESULTS,
-    load_words,
-    local_cluster,
-    machine,
-    percentile,
-    spread,
-    stop_process,
-    versions,
-)
+from bench.common import RESULTS, load_words, machine, percentile, spread, versions
+from bench.harness import cluster_emitter, local_cluster, pyplot, run_feeder, write_report
 
 NODES = 3
 REPLICATION = 1
@@ -76,12 +66,6 @@ def _feeder(
 ) -> None:
     """Emit ``words`` cyclically, at ``rate`` words/s for ``seconds`` (or all of them once,
     unpaced, when ``rate`` is None), then close; put the figures on ``results``."""
-    from checkpoint.ids import MapperId
-    from smr.client import fetch_view
-    from smr.cluster import read_spec
-    from smr.emitter import Emitter
-
-    spec = read_spec(Path(cluster_dir))
     latencies_ms = array("d")
     started = 0.0
 
@@ -91,11 +75,9 @@ def _feeder(
             return
         latencies_ms.extend((now - row[4]) * 1000 for row in rows)
 
-    emitter = Emitter(
-        fetch_view([n.addr for n in spec.nodes]),
-        spec.slot_bits,
-        MapperId(f"latency-{time.monotonic_ns()}"),
-        replication=spec.replication,
+    emitter = cluster_emitter(
+        cluster_dir,
+        f"latency-{time.monotonic_ns()}",
         batch_size=BATCH_SIZE,
         on_acked=on_acked,
     )
@@ -143,16 +125,9 @@ def run_smr(
 ) -> dict[str, Any]:
     """One smr run on a fresh 3-node ``r = 1`` cluster (see steps 1 and 2)."""
     with local_cluster(NODES, REPLICATION) as (cluster_dir, _spec):
-        context = multiprocessing.get_context("spawn")
-        results = context.Queue()
-        feeder = context.Process(
-            target=_feeder, args=(str(cluster_dir), words, rate, seconds, linger_ms, results)
+        result: dict[str, Any] = run_feeder(
+            _feeder, str(cluster_dir), words, rate, seconds, linger_ms, timeout_s=seconds + 600
         )
-        feeder.start()
-        try:
-            result: dict[str, Any] = results.get(timeout=seconds + 600)
-        finally:
-            stop_process(feeder)
     return result
 
 
@@ -166,11 +141,7 @@ def run_spark(spark: Any, rate: float, seconds: float, runs: int) -> dict[str, A
 
 
 def plot(report: dict[str, Any], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     figure, axis = plt.subplots(figsize=(8, 4.5))
     labels, values = [], []
     for level in report["levels"]:
@@ -271,9 +242,7 @@ def main() -> None:
     }
     if spark is not None:
         spark.stop()
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
-    plot(report, args.out.with_suffix(".png"))
+    write_report(report, args.out, plot)
     print(f"wrote {args.out}")
 
 

@@ -72,16 +72,14 @@ sys.path.insert(0, str(REPO))
 from bench.common import (  # noqa: E402 (needs the path set above)
     RESULTS,
     check_counts,
-    dump_counts,
     load_words,
-    local_cluster,
     machine,
     source,
     spread,
-    stop_process,
     stream_counts,
     versions,
 )
+from bench.harness import dump_counts, local_cluster, stop_process  # noqa: E402
 
 # The feeder's sampling window and pacing step. 50 ms windows resolve a recovery of a few
 # hundred ms; a 10 ms step and batches of 100 tuples (about one per node per step at 50 k/s)

@@ -23,7 +23,6 @@ Spark's median over smr's at the same number of keys. JSON in
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -33,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench import recovery, spark_driver_kill, spark_queries
 from bench.common import RESULTS, load_words, machine, versions
+from bench.harness import pyplot, write_report
 
 NODES_MIN = 5
 WARMUP_S = 3.0
@@ -108,11 +108,7 @@ def ratios(
 
 
 def plot(report: dict[str, Any], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     rows = report["ratios"]
     if not rows:
         return
@@ -165,9 +161,7 @@ def main() -> None:
         "ratios": ratios(smr_rows, spark["summary"]),
         "elapsed_s": time.monotonic() - started,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2, default=str) + "\n")
-    plot(report, args.out.with_suffix(".png"))
+    write_report(report, args.out, plot, json_default=str)
     for row in report["ratios"]:
         print(row)
     print(f"wrote {args.out}")

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import RESULTS, machine, source
+from bench.harness import pyplot
 from bench.spark_queries import BASELINES, spark_conf, spark_versions
 
 RESULTS_JSON = RESULTS / "spark_baselines.json"
@@ -59,11 +60,7 @@ def plot(report: dict[str, Any], path: Path) -> None:
     (whole run and steady), latency percentiles per (baseline, trigger), and recovery per
     (case, keys) as its parts (kill → restart, restart → session, → query started, → first
     commit)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     panels = [name for name in ("throughput", "latency", "recovery") if name in report]
     if not panels:
         return
