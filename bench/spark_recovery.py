@@ -33,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench import recovery, spark_driver_kill, spark_queries
 from bench.common import RESULTS, load_words, machine, versions
 from bench.harness import pyplot, write_report
+from bench.recovery_analysis import format_ms, summarise
 
 NODES_MIN = 5
 WARMUP_S = 3.0
@@ -61,16 +62,16 @@ def smr_failures(
             failures.append(failure)
             print(
                 f"smr run {run} k={k} {keys_n:,} keys: takeover done "
-                f"{recovery._ms(failure['kill_to_takeover_done_ms'])}, exact {failure['exact']}",
+                f"{format_ms(failure['kill_to_takeover_done_ms'])}, exact {failure['exact']}",
                 flush=True,
             )
     return failures
 
 
 def summarise_smr(failures: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """``bench.recovery.summarise`` over the failures that ran, each row also counting the
+    """``bench.recovery_analysis.summarise`` over the failures that ran, each row also counting the
     runs of its (k, keys) that ended in an error instead."""
-    rows = recovery.summarise([f for f in failures if "error" not in f])
+    rows = summarise([f for f in failures if "error" not in f])
     for row in rows:
         row["errors"] = sum(
             1
