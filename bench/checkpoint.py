@@ -39,8 +39,6 @@ state; r = 1 runs at >= 85% of the throughput of r = 0.
 from __future__ import annotations
 
 import argparse
-import json
-import multiprocessing
 import statistics
 import sys
 import time
@@ -54,12 +52,20 @@ from bench.common import (  # noqa: E402 (needs the path set above)
     RESULTS,
     corpus_words,
     load_words,
-    local_cluster,
     machine,
     source,
     spread,
-    stop_process,
     versions,
+)
+from bench.harness import (  # noqa: E402
+    check_applied,
+    cluster_emitter,
+    cluster_statuses,
+    local_cluster,
+    machine_around,
+    pyplot,
+    run_feeder,
+    write_report,
 )
 
 BATCH_SIZE = 1000
@@ -207,22 +213,10 @@ def measure_deltas(
 
 def _feeder(cluster_dir: str, words: list[str], results: Any) -> None:
     """Emit every word once as fast as the cluster takes them; tuples/s until all acked."""
-    from checkpoint.ids import MapperId
-    from smr.client import Client, cluster_view
     from smr.cluster import read_spec
-    from smr.emitter import Emitter
 
     spec = read_spec(Path(cluster_dir))
-    client = Client()
-    view = cluster_view(client, [n.addr for n in spec.nodes])
-    client.close()
-    emitter = Emitter(
-        view,
-        spec.slot_bits,
-        MapperId(f"bench-checkpoint-{spec.replication}"),
-        replication=spec.replication,
-        batch_size=BATCH_SIZE,
-    )
+    emitter = cluster_emitter(spec, f"bench-checkpoint-{spec.replication}", batch_size=BATCH_SIZE)
     emit = emitter.emit
     cpu_started = time.process_time()
     started = time.perf_counter()
@@ -253,27 +247,15 @@ def run_replicated(words: list[str], replication: int) -> dict[str, Any]:
     checks that the primaries applied exactly what was sent."""
     import psutil
 
-    from smr.client import Client
-
-    context = multiprocessing.get_context("spawn")
     with local_cluster(NODES, replication) as (cluster_dir, spec):
         nodes = [psutil.Process(n.pid) for n in spec.nodes]
         cpu_before = [sum(node.cpu_times()[:2]) for node in nodes]
-        results = context.Queue()
-        feeder = context.Process(target=_feeder, args=(str(cluster_dir), words, results))
-        feeder.start()
-        try:
-            result: dict[str, Any] = results.get(timeout=FEEDER_TIMEOUT_S)
-        finally:
-            stop_process(feeder)
-        client = Client()
-        try:
-            rows = [client.status(n.addr) for n in spec.nodes]
-        finally:
-            client.close()
+        result: dict[str, Any] = run_feeder(
+            _feeder, str(cluster_dir), words, timeout_s=FEEDER_TIMEOUT_S
+        )
+        rows = list(cluster_statuses(spec).values())
         node_cpu_s = [sum(n.cpu_times()[:2]) - b for n, b in zip(nodes, cpu_before, strict=True)]
-    applied = sum(row["tuples_applied"] for row in rows)
-    assert applied == result["tuples_sent"], (applied, result)
+    check_applied(rows, result)
     result.update(
         replication=replication,
         backup_batches=sum(row["backup_batches"] for row in rows),
@@ -325,11 +307,7 @@ def measure_replication(words: list[str], runs: int) -> dict[str, Any]:
 def plot(report: dict[str, Any], path: Path) -> None:
     """Left: delta / full state per interval (median, min-max) against the 2 s target.
     Right: tuples/s at r = 0, 1, 2 (median, min-max) with the ratio to r = 0."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     figure, (left, right) = plt.subplots(1, 2, figsize=(13, 5))
     deltas = report["delta"]["per_interval"]
     intervals = [row["interval_s"] for row in deltas]
@@ -451,7 +429,7 @@ def main() -> None:
     report = {
         "benchmark": "checkpoint",
         "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "machine": {**machine_before, "loadavg_after": machine()["loadavg"]},
+        "machine": machine_around(machine_before),
         "versions": versions(),
         "source": source(),
         "headline": {
@@ -467,11 +445,8 @@ def main() -> None:
         "delta_with_cold_keys": deltas[1:],
         "replication": replication,
     }
-    report["machine"]["loadavg_before"] = report["machine"].pop("loadavg")
     report["elapsed_s"] = time.monotonic() - started
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
-    plot(report, args.out.with_suffix(".png"))
+    write_report(report, args.out, plot)
     head = report["headline"]
     print()
     for name in (f"r={r}" for r in REPLICATIONS):

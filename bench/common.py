@@ -1,6 +1,7 @@
-"""What the recovery and checkpoint benchmarks share: the word stream and its oracle, a local
-cluster that is always stopped, the exact-count check, the machine and version record, and
-the median/min/max summary.
+"""What every benchmark measures against and records with: the word stream and its oracle,
+the exact-count check, the machine, source and version record, and the median/min/max and
+percentile summaries. How a benchmark drives a cluster (start it, feed it, signal its nodes,
+dump its counts, write the results) is ``bench.harness``.
 
 A benchmark script runs as ``python bench/NAME.py`` from anywhere: importing this module puts
 the repository first on ``sys.path`` (so ``checkpoint`` is the package, not
@@ -11,7 +12,6 @@ the repository first on ``sys.path`` (so ``checkpoint`` is the package, not
 from __future__ import annotations
 
 import collections
-import contextlib
 import gzip
 import math
 import os
@@ -20,7 +20,6 @@ import re
 import signal
 import statistics
 import sys
-import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -46,14 +45,11 @@ __all__ = [
     "RESULTS",
     "check_counts",
     "corpus_words",
-    "dump_counts",
     "load_words",
-    "local_cluster",
     "machine",
     "percentile",
     "source",
     "spread",
-    "stop_process",
     "stream_counts",
     "versions",
 ]
@@ -167,24 +163,6 @@ def stream_counts(words: Sequence[str], emitted: int) -> collections.Counter[str
     return counts
 
 
-def dump_counts(addrs: Sequence[str]) -> dict[Any, int]:
-    """Every key's ``count``, dumped from each slot's primary in the live view of the nodes
-    at ``addrs`` (as ``smr dump`` does); AssertionError if a key is dumped twice."""
-    from smr.client import Client, cluster_view
-
-    client = Client()
-    counts: dict[Any, int] = {}
-    try:
-        view = cluster_view(client, addrs)
-        for member in view.owners():
-            for _slot, key, state in client.dump(member.addr):
-                assert key not in counts, f"key {key!r} dumped twice"
-                counts[key] = state["count"]
-    finally:
-        client.close()
-    return counts
-
-
 def check_counts(dumped: dict[Any, int], expected: dict[Any, int]) -> dict[str, Any]:
     """Compare a dump with the oracle: ``exact`` and, if not, how and where they differ."""
     missing = [k for k in expected if k not in dumped]
@@ -202,35 +180,3 @@ def check_counts(dumped: dict[Any, int], expected: dict[Any, int]) -> dict[str, 
             for k in (missing + extra + wrong)[:5]
         ],
     }
-
-
-@contextlib.contextmanager
-def local_cluster(
-    nodes: int, replication: int, checkpoint_interval_ms: int = 1000
-) -> Iterator[tuple[Path, Any]]:
-    """A fresh local cluster of the word-count job in a temporary directory; yields its
-    directory and ``ClusterSpec``, and stops every node (``smr.cluster.down``) on the way out,
-    whatever happened."""
-    from smr.cluster import down, up
-
-    with tempfile.TemporaryDirectory(prefix="smr-bench-") as workdir:
-        cluster_dir = Path(workdir) / "cluster"
-        try:
-            spec = up(
-                cluster_dir, nodes, replication, JOB, checkpoint_interval_ms=checkpoint_interval_ms
-            )
-            yield cluster_dir, spec
-        finally:
-            if (cluster_dir / "cluster.json").exists():
-                down(cluster_dir, grace_s=3.0)
-
-
-def stop_process(process: Any, grace_s: float = 5.0) -> None:
-    """Stop a benchmark's helper process by its PID: wait ``grace_s``, then SIGKILL it."""
-    if process.pid is None:
-        return
-    process.join(grace_s)
-    if process.is_alive():
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(process.pid, signal.SIGKILL)
-        process.join(5.0)

@@ -13,7 +13,7 @@ What is measured, in one run:
    ``r + 1`` nodes (the primary acks only after applying it, so this bounds emit-to-applied
    from above). The first second is warm-up and left out.
 3. **Spark latency** at the same rates: the native stateful word count (baseline (a) of
-   ``bench/spark_baselines.py``) over files dripped into its input directory at the rate;
+   ``bench/spark_queries.py``) over files dripped into its input directory at the rate;
    a file's latency runs from its publication to the commit of the micro-batch that read
    it, at Spark's default trigger (as soon as the previous batch ends).
 
@@ -27,8 +27,6 @@ to ``bench/results/latency.png``.
 from __future__ import annotations
 
 import argparse
-import json
-import multiprocessing
 import sys
 import time
 from array import array
@@ -38,16 +36,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import (
-    RESULTS,
-    load_words,
-    local_cluster,
-    machine,
-    percentile,
-    spread,
-    stop_process,
-    versions,
-)
+from bench.common import RESULTS, load_words, machine, percentile, spread, versions
+from bench.harness import cluster_emitter, local_cluster, pyplot, run_feeder, write_report
 
 NODES = 3
 REPLICATION = 1
@@ -76,12 +66,6 @@ def _feeder(
 ) -> None:
     """Emit ``words`` cyclically, at ``rate`` words/s for ``seconds`` (or all of them once,
     unpaced, when ``rate`` is None), then close; put the figures on ``results``."""
-    from checkpoint.ids import MapperId
-    from smr.client import fetch_view
-    from smr.cluster import read_spec
-    from smr.emitter import Emitter
-
-    spec = read_spec(Path(cluster_dir))
     latencies_ms = array("d")
     started = 0.0
 
@@ -91,11 +75,9 @@ def _feeder(
             return
         latencies_ms.extend((now - row[4]) * 1000 for row in rows)
 
-    emitter = Emitter(
-        fetch_view([n.addr for n in spec.nodes]),
-        spec.slot_bits,
-        MapperId(f"latency-{time.monotonic_ns()}"),
-        replication=spec.replication,
+    emitter = cluster_emitter(
+        cluster_dir,
+        f"latency-{time.monotonic_ns()}",
         batch_size=BATCH_SIZE,
         on_acked=on_acked,
     )
@@ -143,34 +125,23 @@ def run_smr(
 ) -> dict[str, Any]:
     """One smr run on a fresh 3-node ``r = 1`` cluster (see steps 1 and 2)."""
     with local_cluster(NODES, REPLICATION) as (cluster_dir, _spec):
-        context = multiprocessing.get_context("spawn")
-        results = context.Queue()
-        feeder = context.Process(
-            target=_feeder, args=(str(cluster_dir), words, rate, seconds, linger_ms, results)
+        result: dict[str, Any] = run_feeder(
+            _feeder, str(cluster_dir), words, rate, seconds, linger_ms, timeout_s=seconds + 600
         )
-        feeder.start()
-        try:
-            result: dict[str, Any] = results.get(timeout=seconds + 600)
-        finally:
-            stop_process(feeder)
     return result
 
 
 def run_spark(spark: Any, rate: float, seconds: float, runs: int) -> dict[str, Any]:
     """Spark's native word count at ``rate`` words/s (step 3), ``runs`` times."""
-    from bench import spark_baselines
+    from bench import spark_runners
 
-    return spark_baselines.latency_benchmark(
+    return spark_runners.latency_benchmark(
         spark, {"native": rate}, runs=runs, triggers_ms=(0,), duration_s=seconds
     )
 
 
 def plot(report: dict[str, Any], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     figure, axis = plt.subplots(figsize=(8, 4.5))
     labels, values = [], []
     for level in report["levels"]:
@@ -220,9 +191,9 @@ def main() -> None:
     words = load_words(args.words)
     spark = None
     if not args.skip_spark:
-        from bench import spark_baselines
+        from bench import spark_queries
 
-        spark = spark_baselines.spark_session("rocksdb")
+        spark = spark_queries.spark_session("rocksdb")
     peak_runs = [run_smr(words, None, 0, args.linger_ms) for _ in range(args.runs)]
     peak = spread([r["tuples_per_s"] for r in peak_runs])["median"]
     assert peak is not None
@@ -271,9 +242,7 @@ def main() -> None:
     }
     if spark is not None:
         spark.stop()
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
-    plot(report, args.out.with_suffix(".png"))
+    write_report(report, args.out, plot)
     print(f"wrote {args.out}")
 
 

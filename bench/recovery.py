@@ -46,18 +46,19 @@ before and after, and the versions; ``bench/results/recovery.png`` plots kill �
 and the acked throughput around the kill. Targets, reported and not asserted: median
 kill → takeover done <= 700 ms, worst <= 1.5 s.
 
+This file runs the failures; ``bench/recovery_analysis.py`` turns their records into these
+figures, the summary and the plot, and ``bench/harness.py`` starts, feeds and signals the
+cluster.
+
     python bench/recovery.py [--runs 3] [--nodes 5] [--rate 50000] [--preload 0,100000]
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import math
-import multiprocessing
 import os
 import shutil
-import signal
 import sys
 import threading
 import time
@@ -72,15 +73,31 @@ sys.path.insert(0, str(REPO))
 from bench.common import (  # noqa: E402 (needs the path set above)
     RESULTS,
     check_counts,
-    dump_counts,
     load_words,
-    local_cluster,
     machine,
     source,
-    spread,
-    stop_process,
     stream_counts,
     versions,
+)
+from bench.harness import (  # noqa: E402
+    cluster_emitter,
+    dump_counts,
+    feeder_process,
+    local_cluster,
+    machine_around,
+    node_statuses,
+    signal_at_once,
+    write_report,
+)
+from bench.recovery_analysis import (  # noqa: E402
+    BASELINE_S,
+    SLIDING_WINDOWS,
+    analyse_acks,
+    format_ms,
+    headline,
+    plot,
+    print_report,
+    summarise,
 )
 
 # The feeder's sampling window and pacing step. 50 ms windows resolve a recovery of a few
@@ -89,14 +106,6 @@ from bench.common import (  # noqa: E402 (needs the path set above)
 WINDOW_S = 0.050
 STEP_S = 0.010
 BATCH_SIZE = 100
-# The recovered throughput is judged over this many windows (250 ms), against the average
-# over the baseline before the kill.
-SLIDING_WINDOWS = 5
-BASELINE_S = 2.0
-RECOVERED_FRACTION = 0.9
-# Targets from the design, reported against and never asserted.
-TARGET_MEDIAN_MS = 700.0
-TARGET_WORST_MS = 1500.0
 # How long to wait for things that should take well under a second; past it the run is
 # recorded as failed, not hung.
 REPLICATED_TIMEOUT_S = 30.0
@@ -156,22 +165,7 @@ def parse_cases(text: str) -> list[Case]:
 def _feeder(cluster_dir: str, words: list[str], rate: float, stop: Any, results: Any) -> None:
     """Emit ``words`` cyclically at ``rate`` tuples/s until ``stop``, then wait for every ack;
     put the sampled ``(unix time, tuples acked, tuples emitted)`` series and the counts."""
-    from checkpoint.ids import MapperId
-    from smr.client import Client, cluster_view
-    from smr.cluster import read_spec
-    from smr.emitter import Emitter
-
-    spec = read_spec(Path(cluster_dir))
-    client = Client()
-    view = cluster_view(client, [n.addr for n in spec.nodes])
-    client.close()
-    emitter = Emitter(
-        view,
-        spec.slot_bits,
-        MapperId(f"bench-recovery-{os.getpid()}"),
-        replication=spec.replication,
-        batch_size=BATCH_SIZE,
-    )
+    emitter = cluster_emitter(cluster_dir, f"bench-recovery-{os.getpid()}", batch_size=BATCH_SIZE)
     samples: list[tuple[float, int, int]] = []
     progress = [0]
     sampling_done = threading.Event()
@@ -234,15 +228,8 @@ def _feeder(cluster_dir: str, words: list[str], rate: float, stop: Any, results:
 
 def preload(spec: Any, keys: int) -> float:
     """Feed ``keys`` distinct keys, each counted once, from a mapper of its own; seconds taken."""
-    from checkpoint.ids import MapperId
-    from smr.client import Client, cluster_view
-    from smr.emitter import Emitter
-
     started = time.monotonic()
-    client = Client()
-    view = cluster_view(client, [n.addr for n in spec.nodes])
-    client.close()
-    emitter = Emitter(view, spec.slot_bits, MapperId("bench-preload"), replication=spec.replication)
+    emitter = cluster_emitter(spec, "bench-preload")
     for i in range(keys):
         emitter.emit(preload_key(i), 1)
     emitter.close(timeout_s=FEEDER_TIMEOUT_S)
@@ -254,49 +241,18 @@ def preload_key(i: int) -> str:
     return f"preload-{i:07d}"
 
 
-def statuses(client: Any, addrs: dict[str, str]) -> dict[str, dict[str, Any]]:
-    """``status`` of every node in ``addrs`` (id -> address)."""
-    return {node: client.status(addr) for node, addr in addrs.items()}
-
-
 def wait_replicated(client: Any, addrs: dict[str, str], not_before: float) -> bool:
     """Wait until ``not_before`` (monotonic) and until no node has under-replicated slots."""
     deadline = time.monotonic() + REPLICATED_TIMEOUT_S
     while True:
         now = time.monotonic()
         if now >= not_before:
-            rows = statuses(client, addrs)
+            rows = node_statuses(client, addrs)
             if all(row["under_replicated_slots"] == 0 for row in rows.values()):
                 return True
             if now > deadline:
                 return False
         time.sleep(min(0.25, max(0.01, not_before - now)))
-
-
-def kill_at_once(spec: Any, victims: list[str]) -> dict[str, float]:
-    """SIGKILL every victim at the same moment; the wall time each kill was sent."""
-    from smr.cluster import signal_node
-
-    barrier = threading.Barrier(len(victims))
-    killed_at: dict[str, float] = {}
-    errors: list[BaseException] = []
-
-    def kill(victim: str) -> None:
-        barrier.wait()
-        killed_at[victim] = time.time()
-        try:
-            signal_node(spec, victim, signal.SIGKILL)
-        except BaseException as error:
-            errors.append(error)
-
-    threads = [threading.Thread(target=kill, args=(v,)) for v in victims]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    if errors:
-        raise errors[0]
-    return killed_at
 
 
 def wait_takeovers(
@@ -307,7 +263,7 @@ def wait_takeovers(
     kill (false suspicions of a live node); and the survivors' last status."""
     deadline = time.monotonic() + TAKEOVER_TIMEOUT_S
     while True:
-        rows = statuses(client, survivors)
+        rows = node_statuses(client, survivors)
         found: dict[str, tuple[str, dict[str, Any]]] = {}
         false_takeovers = []
         for node, row in rows.items():
@@ -326,66 +282,6 @@ def wait_takeovers(
         if len(found) == len(victims) or time.monotonic() > deadline:
             return found, false_takeovers, rows
         time.sleep(0.1)
-
-
-def analyse_acks(
-    samples: list[tuple[float, int, int]], killed_at: float, stopped_at: float | None
-) -> dict[str, Any]:
-    """Baseline rate, dip, recovery to 90% and the longest stall, from the sampled acks."""
-    end = stopped_at if stopped_at is not None else samples[-1][0]
-    points = [(t, acked) for t, acked, _ in samples if t <= end]
-    times = [t for t, _ in points]
-    acked = [a for _, a in points]
-    before = [i for i, t in enumerate(times) if killed_at - BASELINE_S <= t <= killed_at]
-    first, last = before[0], before[-1]
-    baseline = (acked[last] - acked[first]) / (times[last] - times[first])
-    threshold = RECOVERED_FRACTION * baseline
-    # The dip is the trough of the sliding rate after the kill (the first window where it is
-    # lowest), so that noise just after the kill, while acks still flow, is not mistaken
-    # for a dip and a recovery.
-    sliding = {
-        i: (acked[i] - acked[i - SLIDING_WINDOWS]) / (times[i] - times[i - SLIDING_WINDOWS])
-        for i in range(SLIDING_WINDOWS, len(points))
-        if times[i] > killed_at
-    }
-    trough_index = min(sliding, key=lambda i: (sliding[i], i))
-    dip_index = trough_index if sliding[trough_index] < threshold else None
-    recovered_index = None
-    if dip_index is not None:
-        recovered_index = next(
-            (i for i in sorted(sliding) if i > dip_index and sliding[i] >= threshold), None
-        )
-    stall_s = run_s = 0.0
-    for i in range(1, len(points)):
-        if times[i] <= killed_at:
-            continue
-        if acked[i] == acked[i - 1]:
-            run_s += times[i] - times[i - 1]
-            stall_s = max(stall_s, run_s)
-        else:
-            run_s = 0.0
-    if dip_index is None:
-        recovered_ms: float | None = 0.0
-    elif recovered_index is None:
-        recovered_ms = None
-    else:
-        recovered_ms = (times[recovered_index] - killed_at) * 1000
-    series = [
-        (
-            round((times[i] - killed_at) * 1000, 1),
-            round((acked[i] - acked[i - 1]) / (times[i] - times[i - 1]) / baseline, 3),
-        )
-        for i in range(1, len(points))
-        if times[i] >= killed_at - 1.0
-    ]
-    return {
-        "baseline_acked_per_s": baseline,
-        "dipped": dip_index is not None,
-        "recovered": dip_index is None or recovered_index is not None,
-        "recovered_90_ms": recovered_ms,
-        "stall_ms": stall_s * 1000,
-        "acked_rate_vs_baseline": series,
-    }
 
 
 def run_failure(
@@ -415,37 +311,27 @@ def run_failure(
         "preload_keys": preload_keys,
         "rate_tuples_per_s": rate,
     }
-    context = multiprocessing.get_context("spawn")
     with local_cluster(nodes, case.replication) as (cluster_dir, spec):
         addrs = {n.id: n.addr for n in spec.nodes}
         survivors = {node: addr for node, addr in addrs.items() if node not in victims}
         client = Client()
         try:
             record["preload_s"] = preload(spec, preload_keys) if preload_keys else 0.0
-            stop = context.Event()
-            results = context.Queue()
-            feeder = context.Process(
-                target=_feeder, args=(str(cluster_dir), words, rate, stop, results)
-            )
-            feeder.start()
-            try:
-                results.get(timeout=60)
+            with feeder_process(_feeder, str(cluster_dir), words, rate, stoppable=True) as feeder:
+                feeder.result(timeout_s=60)
                 record["replicated_before_kill"] = wait_replicated(
                     client, addrs, time.monotonic() + warmup_s
                 )
-                before = statuses(client, addrs)
+                before = node_statuses(client, addrs)
                 record["state_keys"] = sum(row["keys"] for row in before.values())
                 # A live node declared dead during the warm-up (and fenced) spoils the run.
                 record["healthy_before_kill"] = not any(
                     row["takeovers"] or row["fenced"] for row in before.values()
                 )
-                killed_at = kill_at_once(spec, victims)
+                killed_at = signal_at_once(spec, victims)
                 time.sleep(post_s)
-                stop.set()
-                fed = results.get(timeout=FEEDER_TIMEOUT_S)
-            finally:
-                stop.set()
-                stop_process(feeder)
+                feeder.request_stop()
+                fed = feeder.result(timeout_s=FEEDER_TIMEOUT_S)
             found, false_takeovers, after = wait_takeovers(
                 client, survivors, victims, min(killed_at.values())
             )
@@ -496,181 +382,6 @@ def run_failure(
         run_s=time.monotonic() - run_started,
     )
     return record
-
-
-# -- report ----------------------------------------------------------------------------------
-
-
-def summarise(failures: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Median, min and max of each figure per (k, r, adjacent, preload)."""
-    groups: dict[tuple[int, int, bool, int], list[dict[str, Any]]] = {}
-    for failure in failures:
-        key = (failure["k"], failure["r"], failure["adjacent"], failure["preload_keys"])
-        groups.setdefault(key, []).append(failure)
-    rows = []
-    for (k, r, adjacent, preload_keys), group in groups.items():
-        row: dict[str, Any] = {
-            "case": group[0]["case"],
-            "k": k,
-            "r": r,
-            "adjacent": adjacent,
-            "n": group[0]["n"],
-            "preload_keys": preload_keys,
-            "failures": len(group),
-            "exact": sum(1 for f in group if f["exact"]),
-            "all_taken_over": sum(1 for f in group if f["all_taken_over"]),
-            "recovered": sum(1 for f in group if f["recovered"]),
-            "false_takeovers": sum(len(f["false_takeovers"]) for f in group),
-            "runs_with_false_takeovers": sum(1 for f in group if f["false_takeovers"]),
-            "healthy_before_kill": sum(1 for f in group if f["healthy_before_kill"]),
-        }
-        for figure in (
-            "state_keys",
-            "detection_ms",
-            "takeover_ms",
-            "kill_to_takeover_done_ms",
-            "recovered_90_ms",
-            "stall_ms",
-            "baseline_acked_per_s",
-        ):
-            row[figure] = spread([f[figure] for f in group])
-        rows.append(row)
-    return rows
-
-
-def headline(failures: list[dict[str, Any]]) -> dict[str, Any]:
-    """Kill → takeover done over all failures, against the targets; exactness."""
-    done = [f["kill_to_takeover_done_ms"] for f in failures]
-    present = [d for d in done if d is not None]
-    summary = spread(done)
-    return {
-        "kill_to_takeover_done_ms": summary,
-        "target_median_ms": TARGET_MEDIAN_MS,
-        "target_worst_ms": TARGET_WORST_MS,
-        "median_within_target": summary["median"] is not None
-        and summary["median"] <= TARGET_MEDIAN_MS,
-        "worst_within_target": len(present) == len(done)
-        and bool(present)
-        and max(present) <= TARGET_WORST_MS,
-        "recovered_90_ms": spread([f["recovered_90_ms"] for f in failures]),
-        "failures": len(failures),
-        "exact": sum(1 for f in failures if f["exact"]),
-        "never_recovered": sum(1 for f in failures if not f["recovered"]),
-        "all_taken_over": sum(1 for f in failures if f["all_taken_over"]),
-        "runs_with_false_takeovers": sum(1 for f in failures if f["false_takeovers"]),
-        "unhealthy_before_kill": sum(1 for f in failures if not f["healthy_before_kill"]),
-        "inexact_runs": [
-            {
-                "run": f["run"],
-                "case": f["case"],
-                "preload_keys": f["preload_keys"],
-                "keys_missing": f["keys_missing"],
-                "keys_wrong": f["keys_wrong"],
-                "false_takeovers": len(f["false_takeovers"]),
-            }
-            for f in failures
-            if not f["exact"]
-        ],
-    }
-
-
-def sliding_series(windows: list[list[float]]) -> list[tuple[float, float]]:
-    """The mean of each 50 ms window's relative rate with the ones before it, over 250 ms
-    (``SLIDING_WINDOWS``), as ``(ms since the kill, relative rate)``; for the plot."""
-    return [
-        (
-            windows[i][0],
-            sum(v for _, v in windows[i - SLIDING_WINDOWS + 1 : i + 1]) / SLIDING_WINDOWS,
-        )
-        for i in range(SLIDING_WINDOWS - 1, len(windows))
-    ]
-
-
-def plot(report: dict[str, Any], path: Path) -> None:
-    """Left: kill → takeover done per case (median detection + takeover bars, each run as a
-    dot, recovered-to-90% as crosses) against the targets. Right: acked throughput around the
-    kill over a sliding 250 ms, relative to the pre-kill average, for every run."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    rows = report["summary"]
-    failures = report["failures"]
-    figure, (left, right) = plt.subplots(1, 2, figsize=(15, 6))
-    labels = [
-        f"k={row['k']} r={row['r']}\n{'adjacent' if row['adjacent'] else 'apart'}\n"
-        f"+{row['preload_keys']:,} keys"
-        for row in rows
-    ]
-    positions = range(len(rows))
-    detection = [row["detection_ms"]["median"] or 0 for row in rows]
-    takeover = [row["takeover_ms"]["median"] or 0 for row in rows]
-    left.bar(positions, detection, color="tab:orange", label="detection (median)")
-    left.bar(positions, takeover, bottom=detection, color="tab:blue", label="takeover (median)")
-    for index, row in enumerate(rows):
-        group = [
-            f
-            for f in failures
-            if (f["k"], f["r"], f["adjacent"], f["preload_keys"])
-            == (row["k"], row["r"], row["adjacent"], row["preload_keys"])
-        ]
-        done = [f["kill_to_takeover_done_ms"] for f in group if f["kill_to_takeover_done_ms"]]
-        recovered = [f["recovered_90_ms"] for f in group if f["recovered_90_ms"] is not None]
-        left.scatter([index - 0.15] * len(done), done, color="black", s=12, zorder=3)
-        left.scatter(
-            [index + 0.15] * len(recovered), recovered, color="tab:red", marker="x", zorder=3
-        )
-    left.scatter([], [], color="black", s=12, label="kill → takeover done (each run)")
-    left.scatter([], [], color="tab:red", marker="x", label="kill → 90% acked rate (each run)")
-    left.axhline(TARGET_MEDIAN_MS, color="tab:green", linestyle="--", label="target median")
-    left.axhline(TARGET_WORST_MS, color="tab:red", linestyle=":", label="target worst")
-    tallest = max(
-        [TARGET_WORST_MS]
-        + [f["kill_to_takeover_done_ms"] or 0 for f in failures]
-        + [f["recovered_90_ms"] or 0 for f in failures]
-    )
-    left.set_ylim(0, 1.45 * tallest)  # room for the legend above the data
-    left.set_xticks(list(positions), labels, fontsize=7)
-    left.set_ylabel("ms after SIGKILL")
-    left.set_title("kill → takeover done, per case")
-    left.legend(fontsize=7, loc="upper left", ncol=2)
-    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    seen: set[str] = set()
-    for failure in failures:
-        name = f"{failure['case']}, {failure['preload_keys']:,} preloaded"
-        colour = colours[
-            [r["case"] + str(r["preload_keys"]) for r in rows].index(
-                failure["case"] + str(failure["preload_keys"])
-            )
-            % len(colours)
-        ]
-        series = sliding_series(failure["acked_rate_vs_baseline"])
-        right.plot(
-            [t for t, _ in series],
-            [100 * v for _, v in series],
-            color=colour,
-            linewidth=0.8,
-            alpha=0.7,
-            label=None if name in seen else name,
-        )
-        seen.add(name)
-    right.axvline(0, color="black", linewidth=0.8)
-    right.axhline(100 * RECOVERED_FRACTION, color="grey", linestyle="--", linewidth=0.8)
-    right.set_ylim(0, 400)
-    right.set_xlabel("ms since SIGKILL")
-    right.set_ylabel("acked tuples/s over the last 250 ms, % of pre-kill average")
-    right.set_title(f"feeder's acked throughput ({report['rate_tuples_per_s']:,.0f} tuples/s)")
-    right.legend(fontsize=7)
-    figure.suptitle(
-        f"smr recovery, {report['headline']['failures']} failures: kill → takeover done median "
-        f"{report['headline']['kill_to_takeover_done_ms']['median'] or float('nan'):.0f} ms, "
-        f"worst {report['headline']['kill_to_takeover_done_ms']['max'] or float('nan'):.0f} ms; "
-        f"exact {report['headline']['exact']}/{report['headline']['failures']}; runs with false "
-        f"takeovers {report['headline']['runs_with_false_takeovers']}"
-    )
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
 
 
 def main() -> None:
@@ -731,9 +442,10 @@ def main() -> None:
                 failures.append(failure)
                 print(
                     f"run {run} {case.label} preload {preload_keys:,}: "
-                    f"{failure['state_keys']:,} keys, detection {_ms(failure['detection_ms'])}, "
-                    f"takeover {_ms(failure['takeover_ms'], 1)}, 90% acked rate after "
-                    f"{_ms(failure['recovered_90_ms'])}, exact {failure['exact']}, "
+                    f"{failure['state_keys']:,} keys, "
+                    f"detection {format_ms(failure['detection_ms'])}, "
+                    f"takeover {format_ms(failure['takeover_ms'], 1)}, 90% acked rate after "
+                    f"{format_ms(failure['recovered_90_ms'])}, exact {failure['exact']}, "
                     f"{len(failure['false_takeovers'])} false takeovers "
                     f"({failure['run_s']:.0f} s)",
                     flush=True,
@@ -741,7 +453,7 @@ def main() -> None:
     report = {
         "benchmark": "recovery",
         "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "machine": {**machine_before, "loadavg_after": machine()["loadavg"]},
+        "machine": machine_around(machine_before),
         "versions": versions(),
         "source": source(),
         "settings": {
@@ -769,36 +481,8 @@ def main() -> None:
         "errors": errors,
         "elapsed_s": time.monotonic() - started,
     }
-    report["machine"]["loadavg_before"] = report["machine"].pop("loadavg")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
-    plot(report, args.out.with_suffix(".png"))
-    print()
-    for row in report["summary"]:
-        done = row["kill_to_takeover_done_ms"]
-        print(
-            f"{row['case']:<20} preload {row['preload_keys']:>7,}: keys "
-            f"{row['state_keys']['median']:>9,.0f}  detection "
-            f"{_ms(row['detection_ms']['median'])}  takeover {_ms(row['takeover_ms']['median'], 1)}"
-            f"  done {_ms(done['median'])} [{_ms(done['min'])} - {_ms(done['max'])}]  90% rate "
-            f"{_ms(row['recovered_90_ms']['median'])}  exact {row['exact']}/{row['failures']}"
-            f"  runs with false takeovers {row['runs_with_false_takeovers']}"
-        )
-    head = report["headline"]
-    done = head["kill_to_takeover_done_ms"]
-    print(
-        f"kill → takeover done: median {_ms(done['median'])} (target {TARGET_MEDIAN_MS:.0f} ms), "
-        f"worst {_ms(done['max'])} (target {TARGET_WORST_MS:.0f} ms); exact "
-        f"{head['exact']}/{head['failures']}; {head['runs_with_false_takeovers']} runs with "
-        f"false takeovers ({head['unhealthy_before_kill']} before the kill); "
-        f"{len(errors)} runs failed; load average "
-        f"{report['machine']['loadavg_before']} → {report['machine']['loadavg_after']}; "
-        f"{report['elapsed_s']:.0f} s; results in {args.out}"
-    )
-
-
-def _ms(value: float | None, decimals: int = 0) -> str:
-    return "n/a" if value is None else f"{value:.{decimals}f} ms"
+    write_report(report, args.out, plot)
+    print_report(report, args.out)
 
 
 if __name__ == "__main__":

@@ -14,11 +14,8 @@ half of the run, tuples fed, and a plot of RSS over time (``bench/results/soak.j
 from __future__ import annotations
 
 import argparse
-import json
-import multiprocessing
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -27,18 +24,19 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench.common import RESULTS, load_words, machine, versions  # noqa: E402
+from bench.harness import (  # noqa: E402
+    cluster_emitter,
+    feeder_process,
+    local_cluster,
+    pyplot,
+    write_report,
+)
 
 
 def _feeder(
     cluster_dir: str, words: list[str], replication: int, seconds: float, results: Any
 ) -> None:
-    from smr.client import fetch_view
-    from smr.cluster import read_spec
-    from smr.emitter import Emitter
-
-    spec = read_spec(Path(cluster_dir))
-    view = fetch_view([n.addr for n in spec.nodes])
-    emitter = Emitter(view, spec.slot_bits, f"soak-{os.getpid()}", replication=replication)
+    emitter = cluster_emitter(cluster_dir, f"soak-{os.getpid()}", replication=replication)
     emit = emitter.emit
     deadline = time.monotonic() + seconds
     fed = 0
@@ -53,8 +51,6 @@ def _feeder(
 def main() -> None:
     import psutil
 
-    from smr.cluster import down, up
-
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=120.0)
     parser.add_argument("--nodes", type=int, default=3)
@@ -64,31 +60,21 @@ def main() -> None:
     words = load_words(200_000)
     load_before = os.getloadavg()
     samples: dict[str, list[tuple[float, int]]] = {}
-    with tempfile.TemporaryDirectory(prefix="smr-soak-") as workdir:
-        cluster_dir = Path(workdir) / "cluster"
-        spec = up(cluster_dir, args.nodes, args.replication, "examples.wordcount:job")
-        try:
-            processes = {n.id: psutil.Process(n.pid) for n in spec.nodes}
-            context = multiprocessing.get_context("spawn")
-            results = context.Queue()
-            feeder = context.Process(
-                target=_feeder,
-                args=(str(cluster_dir), words, args.replication, args.seconds, results),
-            )
-            started = time.monotonic()
-            feeder.start()
-            while feeder.is_alive() or results.empty():
+    with local_cluster(args.nodes, args.replication) as (cluster_dir, spec):
+        processes = {n.id: psutil.Process(n.pid) for n in spec.nodes}
+        started = time.monotonic()
+        with feeder_process(
+            _feeder, str(cluster_dir), words, args.replication, args.seconds
+        ) as feeder:
+            while feeder.process.is_alive() or feeder.results.empty():
                 elapsed = time.monotonic() - started
                 for node_id, process in processes.items():
                     samples.setdefault(node_id, []).append((elapsed, process.memory_info().rss))
                 time.sleep(1.0)
                 if elapsed > args.seconds + 120:
-                    feeder.kill()
+                    feeder.process.kill()
                     raise SystemExit("soak: the feeder did not finish in time")
-            fed = results.get(timeout=60)
-            feeder.join()
-        finally:
-            down(cluster_dir)
+            fed = feeder.result(timeout_s=60)
     half = args.seconds / 2
     nodes = {}
     for node_id, series in samples.items():
@@ -111,9 +97,7 @@ def main() -> None:
         "tuples_per_s": fed["tuples"] / args.seconds,
         "nodes": nodes,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
-    plot(report, args.out.with_suffix(".png"))
+    write_report(report, args.out, plot)
     for node_id, summary in nodes.items():
         print(
             f"{node_id}: peak {summary['peak_rss_bytes'] / 2**20:.0f} MiB, final "
@@ -125,11 +109,7 @@ def main() -> None:
 
 def plot(report: dict[str, Any], path: Path) -> None:
     """RSS of every node over time."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     figure, axes = plt.subplots(figsize=(8, 4.5))
     for node_id, summary in report["nodes"].items():
         times = [t for t, _ in summary["samples"]]

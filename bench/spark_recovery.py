@@ -6,7 +6,7 @@ state, for smr and for Spark Structured Streaming, measured in one run.
   non-adjacent nodes at once. Processing again = the last victim's takeover done (detection
   plus promotion of the replica and replay of the backed-up tuples); the time until the
   feed's acked rate is back at 90% is kept too.
-- **Spark** (``bench/spark_baselines.py``'s ``recovery_benchmark``): the native word count on
+- **Spark** (``bench/spark_driver_kill.py``'s ``recovery_benchmark``): the native word count on
   RocksDB in a driver process of its own, the same number of preloaded keys, book text
   dripped at ``--rate``; SIGKILL of the driver's process group (driver, JVM, Python
   workers), an immediate restart of the query from its checkpoint. Processing again = the
@@ -23,7 +23,6 @@ Spark's median over smr's at the same number of keys. JSON in
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -31,8 +30,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench import recovery, spark_baselines
+from bench import recovery, spark_driver_kill, spark_queries
 from bench.common import RESULTS, load_words, machine, versions
+from bench.harness import pyplot, write_report
+from bench.recovery_analysis import format_ms, summarise
 
 NODES_MIN = 5
 WARMUP_S = 3.0
@@ -61,16 +62,16 @@ def smr_failures(
             failures.append(failure)
             print(
                 f"smr run {run} k={k} {keys_n:,} keys: takeover done "
-                f"{recovery._ms(failure['kill_to_takeover_done_ms'])}, exact {failure['exact']}",
+                f"{format_ms(failure['kill_to_takeover_done_ms'])}, exact {failure['exact']}",
                 flush=True,
             )
     return failures
 
 
 def summarise_smr(failures: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """``bench.recovery.summarise`` over the failures that ran, each row also counting the
+    """``bench.recovery_analysis.summarise`` over the failures that ran, each row also counting the
     runs of its (k, keys) that ended in an error instead."""
-    rows = recovery.summarise([f for f in failures if "error" not in f])
+    rows = summarise([f for f in failures if "error" not in f])
     for row in rows:
         row["errors"] = sum(
             1
@@ -108,11 +109,7 @@ def ratios(
 
 
 def plot(report: dict[str, Any], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     rows = report["ratios"]
     if not rows:
         return
@@ -147,13 +144,13 @@ def main() -> None:
     smr_rows = summarise_smr(failures)
     spark: dict[str, Any] = {"summary": []}
     if not args.skip_spark:
-        spark = spark_baselines.recovery_benchmark(
+        spark = spark_driver_kill.recovery_benchmark(
             cases=(("native", "rocksdb"),), keys=keys, runs=args.runs, words_per_s=args.rate
         )
     report = {
         "benchmark": "spark_recovery",
         "machine": {**machine_before, "loadavg_after": machine()["loadavg"]},
-        "versions": {**versions(), **spark_baselines.spark_versions()},
+        "versions": {**versions(), **spark_queries.spark_versions()},
         "config": {"runs": args.runs, "keys": keys, "victims": victims, "rate": args.rate},
         "how": {
             "smr": "kill -> the last victim's takeover done (bench/recovery.py), r=1, "
@@ -165,9 +162,7 @@ def main() -> None:
         "ratios": ratios(smr_rows, spark["summary"]),
         "elapsed_s": time.monotonic() - started,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2, default=str) + "\n")
-    plot(report, args.out.with_suffix(".png"))
+    write_report(report, args.out, plot, json_default=str)
     for row in report["ratios"]:
         print(row)
     print(f"wrote {args.out}")

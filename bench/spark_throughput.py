@@ -10,7 +10,7 @@ What is measured (``--runs`` times each, round-robin, on a fresh cluster and che
   session as the baselines), the files read ``--files-per-trigger`` at a time with the
   available-now trigger, for the same ``r`` and ``combine``: words from the first batch's
   start to the last batch's last ack.
-- **Spark baselines** (``bench/spark_baselines.py``): (a) native ``groupBy(word).count()``
+- **Spark baselines** (``bench/spark_queries.py``): (a) native ``groupBy(word).count()``
   on RocksDB, (b1) ``applyInPandasWithState``, (b2) ``transformWithStateInPandas``: words of
   the committed batches from the first batch's start to the last commit. The Python-state
   baselines are slow, so they run only the first ``--python-batches`` batches.
@@ -25,8 +25,6 @@ JSON in ``bench/results/spark_throughput.json``, plot beside it.
 from __future__ import annotations
 
 import argparse
-import json
-import multiprocessing
 import shutil
 import sys
 import tempfile
@@ -37,17 +35,15 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench import spark_baselines
-from bench.common import (
-    JOB,
-    RESULTS,
-    check_counts,
+from bench import spark_input, spark_queries, spark_runners
+from bench.common import JOB, RESULTS, check_counts, machine, spread, versions
+from bench.harness import (
+    cluster_emitter,
     dump_counts,
     local_cluster,
-    machine,
-    spread,
-    stop_process,
-    versions,
+    pyplot,
+    run_feeder,
+    write_report,
 )
 
 NODES = 3
@@ -55,20 +51,13 @@ REPLICATIONS = (0, 1, 2)
 
 
 def _python_feeder(cluster_dir: str, paths: list[str], combine: bool, results: Any) -> None:
-    from checkpoint.ids import MapperId
     from smr.api import load_job
-    from smr.client import fetch_view
-    from smr.cluster import read_spec
-    from smr.emitter import Emitter
     from smr.feed import feed
 
     job = load_job(JOB)
-    spec = read_spec(Path(cluster_dir))
-    emitter = Emitter(
-        fetch_view([n.addr for n in spec.nodes]),
-        spec.slot_bits,
-        MapperId(f"bench-{uuid.uuid4().hex[:8]}"),
-        replication=spec.replication,
+    emitter = cluster_emitter(
+        cluster_dir,
+        f"bench-{uuid.uuid4().hex[:8]}",
         combine=job.combine if combine else None,
     )
     result = feed(job, emitter, paths, lambda line: None)
@@ -78,18 +67,11 @@ def _python_feeder(cluster_dir: str, paths: list[str], combine: bool, results: A
 def run_python_feeder(paths: list[str], replication: int, combine: bool) -> dict[str, Any]:
     """One ``smr feed`` run into a fresh 3-node cluster; counts checked."""
     with local_cluster(NODES, replication) as (cluster_dir, spec):
-        context = multiprocessing.get_context("spawn")
-        results = context.Queue()
-        feeder = context.Process(
-            target=_python_feeder, args=(str(cluster_dir), paths, combine, results)
+        result: dict[str, Any] = run_feeder(
+            _python_feeder, str(cluster_dir), paths, combine, timeout_s=900
         )
-        feeder.start()
-        try:
-            result: dict[str, Any] = results.get(timeout=900)
-        finally:
-            stop_process(feeder)
         counted = dump_counts([n.addr for n in spec.nodes])
-    expected = spark_baselines.directory_counts(Path(paths[0]).parent)
+    expected = spark_input.directory_counts(Path(paths[0]).parent)
     return {
         "system": "smr-python",
         "replication": replication,
@@ -124,7 +106,7 @@ def run_spark_feeder(
         )
         smr_spark.await_query(query)
         counted = dump_counts([n.addr for n in spec.nodes])
-    expected = spark_baselines.directory_counts(input_dir)
+    expected = spark_input.directory_counts(input_dir)
     first_start = reports[0][0] - reports[0][1].elapsed_s
     last_end = reports[-1][0]
     words = sum(report.tuples for _, report in reports)
@@ -169,11 +151,7 @@ def summarise(runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 
 
 def plot(report: dict[str, Any], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     rows = report["summary"]
     labels = list(rows)
     medians = [rows[k]["words_per_s"]["median"] or 0 for k in labels]
@@ -210,12 +188,12 @@ def main() -> None:
     workdir = Path(tempfile.mkdtemp(prefix="smr-bench-throughput-"))
     try:
         input_dir = workdir / "input"
-        written = spark_baselines.write_input_files(
-            spark_baselines.book_lines(args.words), input_dir, args.files
+        written = spark_input.write_input_files(
+            spark_input.book_lines(args.words), input_dir, args.files
         )
         paths = sorted(str(p) for p in input_dir.glob("*.txt"))
         print(f"input: {written['words']:,} words in {len(paths)} files", flush=True)
-        spark = spark_baselines.spark_session("rocksdb")
+        spark = spark_queries.spark_session("rocksdb")
         runs: list[dict[str, Any]] = []
 
         def record(run: dict[str, Any]) -> None:
@@ -233,9 +211,9 @@ def main() -> None:
                             spark, input_dir, replication, combine, args.files_per_trigger
                         )
                     )
-            for baseline in spark_baselines.BASELINES:
+            for baseline in spark_queries.BASELINES:
                 batches_max = None if baseline == "native" else args.python_batches
-                result = spark_baselines.measure_throughput(
+                result = spark_runners.measure_throughput(
                     spark,
                     baseline,
                     input_dir,
@@ -250,7 +228,7 @@ def main() -> None:
     report = {
         "benchmark": "spark_throughput",
         "machine": machine(),
-        "versions": {**versions(), **spark_baselines.spark_versions()},
+        "versions": {**versions(), **spark_queries.spark_versions()},
         "config": {
             "nodes": NODES,
             "words": written["words"],
@@ -263,9 +241,7 @@ def main() -> None:
         "summary": summarise(runs),
         "runs": runs,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2, default=str) + "\n")
-    plot(report, args.out.with_suffix(".png"))
+    write_report(report, args.out, plot, json_default=str)
     print(f"wrote {args.out}")
 
 

@@ -21,12 +21,10 @@ size 100 as a ratio of the raw ceiling's median at batch size 100.
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing
 import os
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -35,6 +33,15 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench.common import RESULTS, load_words, machine, versions  # noqa: E402
+from bench.harness import (  # noqa: E402
+    check_applied,
+    cluster_emitter,
+    cluster_statuses,
+    local_cluster,
+    pyplot,
+    run_feeder,
+    write_report,
+)
 
 # -- raw ceiling ---------------------------------------------------------------------------
 
@@ -106,15 +113,9 @@ def _engine_feeder(
     cluster_dir: str, words: list[str], batch_size: int, combine: bool, results: Any
 ) -> None:
     from examples.wordcount import add
-    from smr.client import fetch_view
-    from smr.cluster import read_spec
-    from smr.emitter import Emitter
 
-    spec = read_spec(Path(cluster_dir))
-    view = fetch_view([n.addr for n in spec.nodes])
-    emitter = Emitter(
-        view,
-        spec.slot_bits,
+    emitter = cluster_emitter(
+        cluster_dir,
         f"bench-{os.getpid()}",
         batch_size=batch_size,
         combine=add if combine else None,
@@ -138,28 +139,11 @@ def _engine_feeder(
 
 def run_engine(words: list[str], nodes: int, batch_size: int, combine: bool) -> dict[str, Any]:
     """One engine run: a fresh cluster, one feeder process, every tuple acked."""
-    from smr.client import Client
-    from smr.cluster import down, up
-
-    with tempfile.TemporaryDirectory(prefix="smr-bench-") as workdir:
-        cluster_dir = Path(workdir) / "cluster"
-        spec = up(cluster_dir, nodes, 0, "examples.wordcount:job")
-        try:
-            context = multiprocessing.get_context("spawn")
-            results = context.Queue()
-            feeder = context.Process(
-                target=_engine_feeder,
-                args=(str(cluster_dir), words, batch_size, combine, results),
-            )
-            feeder.start()
-            result: dict[str, Any] = results.get(timeout=600)
-            feeder.join()
-            client = Client()
-            applied = sum(client.status(n.addr)["tuples_applied"] for n in spec.nodes)
-            client.close()
-            assert applied == result["tuples_sent"], (applied, result)
-        finally:
-            down(cluster_dir)
+    with local_cluster(nodes, 0) as (cluster_dir, spec):
+        result: dict[str, Any] = run_feeder(
+            _engine_feeder, str(cluster_dir), words, batch_size, combine, timeout_s=600
+        )
+        check_applied(cluster_statuses(spec).values(), result)
     return result
 
 
@@ -179,11 +163,7 @@ def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 def plot(report: dict[str, Any], path: Path) -> None:
     """Bars of median tuples/s per configuration, with min-max whiskers."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     labels, medians, lows, highs = [], [], [], []
     for name, summary in report["configurations"].items():
         labels.append(name.replace(" ", "\n"))
@@ -246,9 +226,7 @@ def main() -> None:
             "target_ratio": 0.5,
         },
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
-    plot(report, args.out.with_suffix(".png"))
+    write_report(report, args.out, plot)
     print(
         f"engine/raw at batch 100: {report['headline']['engine_to_raw_ratio_batch_100']:.3f} "
         f"(target 0.5); results in {args.out}"

@@ -20,8 +20,9 @@ from typing import Any
 
 import pytest
 
-from bench import spark_baselines as sb
-from bench.common import REPO
+from bench import spark_input, spark_queries, spark_runners
+from bench.common import REPO, percentile
+from bench.spark_driver_kill import measure_recovery
 
 EXAMPLE_BOOKS = sorted((REPO / "examples" / "data").glob("*.txt.gz"))
 
@@ -30,14 +31,14 @@ def example_lines(lines_per_book: int) -> list[str]:
     """The first lines of each shipped book as on disk: BOM, CRLF endings."""
     lines: list[str] = []
     for book in EXAMPLE_BOOKS:
-        with contextlib.closing(sb.raw_lines(book)) as book_lines:
+        with contextlib.closing(spark_input.raw_lines(book)) as book_lines:
             lines += itertools.islice(book_lines, lines_per_book)
     return lines
 
 
 @pytest.fixture(scope="module")
 def spark() -> Iterator[Any]:
-    session = sb.spark_session()
+    session = spark_queries.spark_session()
     yield session
     session.stop()
 
@@ -49,7 +50,7 @@ def workdir() -> Iterator[Path]:
 
 
 def test_book_lines_keep_the_bom_and_crlf_endings_spark_must_tokenise() -> None:
-    with contextlib.closing(sb.raw_lines(EXAMPLE_BOOKS[0])) as book_lines:
+    with contextlib.closing(spark_input.raw_lines(EXAMPLE_BOOKS[0])) as book_lines:
         lines = list(itertools.islice(book_lines, 3))
     assert lines[0].startswith("\ufeff")
     assert all(line.endswith("\r\n") for line in lines)
@@ -57,7 +58,7 @@ def test_book_lines_keep_the_bom_and_crlf_endings_spark_must_tokenise() -> None:
 
 def test_input_files_hold_every_line_once_with_about_equal_words(workdir: Path) -> None:
     lines = example_lines(400)
-    written = sb.write_input_files(lines, workdir, 4)
+    written = spark_input.write_input_files(lines, workdir, 4)
     names = [f["name"] for f in written["files"]]
     assert names == [f"part-{i:06d}.txt" for i in range(4)]
     on_disk = ""
@@ -70,13 +71,15 @@ def test_input_files_hold_every_line_once_with_about_equal_words(workdir: Path) 
     assert all(abs(f["words"] - share) < 0.1 * share for f in written["files"])
     mtimes = [(workdir / n).stat().st_mtime_ns for n in names]
     assert mtimes == sorted(mtimes), "maxFilesPerTrigger must take the files in number order"
-    assert sb.directory_counts(workdir) == dict(sb.python_counts(lines))
+    assert spark_input.directory_counts(workdir) == dict(spark_input.python_counts(lines))
 
 
 def test_dripper_publishes_each_file_when_its_words_are_due(workdir: Path) -> None:
-    files = sb.split_lines(sb.synthetic_lines(500, words_per_line=10), words_per_file=100)
+    files = spark_input.split_lines(
+        spark_input.synthetic_lines(500, words_per_line=10), words_per_file=100
+    )
     assert [sum(len(line.split()) for line in f) for f in files] == [100] * 5
-    published = sb.drip_files(files, workdir, words_per_s=2_000)
+    published = spark_input.drip_files(files, workdir, words_per_s=2_000)
     started = published[0]["published_at_unix_s"] - 100 / 2_000
     for index, record in enumerate(published):
         due = started + 100 * (index + 1) / 2_000
@@ -103,7 +106,7 @@ def test_checkpoint_log_maps_files_to_batches_through_compact_files(workdir: Pat
         for batch in (0, 9, 10):
             (workdir / sub / str(batch)).write_text("v1\n{}")
     (workdir / "offsets" / "11").write_text("v1\n{}")
-    batches = sb.CheckpointLog(workdir).batches()
+    batches = spark_input.CheckpointLog(workdir).batches()
     assert {b: batch.files for b, batch in batches.items()} == {
         0: ["a.txt"],
         9: ["b.txt"],
@@ -118,37 +121,39 @@ def test_sink_counts_come_from_committed_batches_only(workdir: Path) -> None:
     (workdir / "000000000.json").write_text(json.dumps([["a", 1], ["b", 2]]))
     (workdir / "000000001.json").write_text(json.dumps([["a", 3]]))
     (workdir / "000000002.json").write_text(json.dumps([["a", 99]]))  # interrupted batch
-    assert sb.read_sink_counts(workdir, {0, 1}) == {"a": 3, "b": 2}
+    assert spark_queries.read_sink_counts(workdir, {0, 1}) == {"a": 3, "b": 2}
 
 
 def test_percentile_interpolates_between_closest_ranks() -> None:
-    assert sb.percentile([4.0, 1.0, 3.0, 2.0], 0.5) == 2.5
-    assert sb.percentile([1.0, 2.0], 1.0) == 2.0
-    assert sb.percentile([], 0.5) is None
+    assert percentile([4.0, 1.0, 3.0, 2.0], 0.5) == 2.5
+    assert percentile([1.0, 2.0], 1.0) == 2.0
+    assert percentile([], 0.5) is None
 
 
 def test_transform_with_state_is_refused_on_the_default_state_store(
     spark: Any, workdir: Path
 ) -> None:
     with pytest.raises(ValueError, match="rocksdb"):
-        sb.start_query(spark, "tws_pandas", workdir, workdir / "c", workdir / "s", "default")
+        spark_queries.start_query(
+            spark, "tws_pandas", workdir, workdir / "c", workdir / "s", "default"
+        )
 
 
 def test_native_counts_equal_python_counter_on_book_lines(spark: Any, workdir: Path) -> None:
     lines = example_lines(300)
-    written = sb.write_input_files(lines, workdir / "input", 2)
-    record = sb.measure_throughput(
+    written = spark_input.write_input_files(lines, workdir / "input", 2)
+    record = spark_runners.measure_throughput(
         spark, "native", workdir / "input", workdir, max_files_per_trigger=1
     )
     assert record["batches"] == 2
-    assert record["words"] == written["words"] == sum(sb.python_counts(lines).values())
+    assert record["words"] == written["words"] == sum(spark_input.python_counts(lines).values())
     assert record["exact"], record["examples"]
     assert record["first_batch_started_unix_s"] < record["last_commit_unix_s"] < time.time()
 
 
 @pytest.mark.slow(reason="two Spark driver processes start one after the other: 30-100 s")
 def test_recovery_after_sigkill_of_the_driver_keeps_counts_exact(workdir: Path) -> None:
-    record = sb.measure_recovery(
+    record = measure_recovery(
         "native",
         keys_n=1_000,
         workdir=workdir,
