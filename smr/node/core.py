@@ -23,6 +23,7 @@ from typing import Any
 
 from checkpoint.store import StateStore
 from ring.ids import NodeId
+from ring.invariants import InvariantViolation
 from ring.placement import Ring
 from ring.view import Status, View
 from smr.api import Job
@@ -146,6 +147,11 @@ class NodeCore:
         # 2.
         self.view = view
         self.ring = Ring(view, self.slot_bits)
+        tokens = [member.token for member in view.owners()]
+        if len(set(tokens)) != len(tokens):
+            # Two owners on one token: one of them would own nothing while believing it
+            # serves its range (the ring splits ties by node id).
+            raise InvariantViolation(f"two owners share a token in view {view!r}")
         r = self.settings.replication
         self.roles = self.ring.roles_of(self.node_id, r)
         self.predecessors = self.ring.predecessors(self.node_id, r)

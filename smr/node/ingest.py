@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 from checkpoint.ids import MapperId
+from ring.invariants import InvariantViolation
 from ring.placement import Role
 from smr.protocol import (
     Batch,
@@ -159,6 +160,13 @@ class Ingest:
         budget = tuples_max
         while self.inbox and budget > 0:
             pending = self.inbox.popleft()
+            if pending.chan <= self._processed.get(pending.stream, -1):
+                # An ack may only move forward: acking a number twice could release a batch
+                # the emitter must still hold.
+                raise InvariantViolation(
+                    f"batch {pending.chan} of {pending.stream} processed after batch "
+                    f"{self._processed[pending.stream]}"
+                )
             self._processed[pending.stream] = pending.chan
             self._acks.add((pending.identity, pending.stream))
             batch = pending.batch

@@ -10,12 +10,14 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import os
 import signal
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Final, TypeVar
+from typing import TYPE_CHECKING, Final, NoReturn, TypeVar
 
 from ring.ids import NodeId
+from ring.invariants import InvariantViolation
 from smr.api import load_job
 from smr.node.core import TICK_MS, NodeCore, Timer
 from smr.node.settings import NodeSettings
@@ -34,6 +36,8 @@ T = TypeVar("T")
 # for the watchers to declare a healthy node dead. Only cyclic garbage that lives longer
 # than this interval escapes collection.
 GC_FREEZE_INTERVAL_MS: Final = 1000
+# The exit code of a node that stopped on a violated invariant (EX_SOFTWARE).
+INVARIANT_VIOLATED_EXIT_CODE: Final = 70
 
 
 def serve(cluster_dir: Path, node_id: str) -> int:
@@ -100,7 +104,10 @@ async def _run(core: NodeCore, inbox: Inbox) -> None:
     receive = inbox.receive
     try:
         while not stopping.is_set():
-            core.receive_turn(receive)
+            try:
+                core.receive_turn(receive)
+            except InvariantViolation as violation:
+                _crash(violation)
             # Yield once per turn even under constant load, so timers (checkpoints, rates,
             # heartbeats, probes) and signals run; then, unless batches or snapshot chunks
             # are left over (a timer may have added some), sleep until a message or a timer
@@ -113,6 +120,14 @@ async def _run(core: NodeCore, inbox: Inbox) -> None:
             timer.cancel()
         inbox.unwatch(loop)
         core.tick()
+
+
+def _crash(violation: InvariantViolation) -> NoReturn:
+    """Stop the process at once, as a crash would: its state can no longer be trusted, and
+    its peers take over its range from their copies."""
+    log.critical("invariant violated, stopping at once: %s", violation, exc_info=violation)
+    logging.shutdown()
+    os._exit(INVARIANT_VIOLATED_EXIT_CODE)
 
 
 def _gc_freeze(_: None) -> None:
@@ -132,6 +147,8 @@ def _every(
             await asyncio.sleep(interval_ms / 1000)
             try:
                 action(argument)
+            except InvariantViolation as violation:
+                _crash(violation)
             except Exception:
                 log.exception("timer %s(%s) failed", getattr(action, "__name__", action), argument)
             wake.set()

@@ -14,7 +14,9 @@ from typing import TYPE_CHECKING, Any
 from checkpoint.backup import PeerReplica, replay_plan
 from checkpoint.store import StateStore
 from ring.failure import FailureDetector, Verdict
-from ring.ids import NodeId
+from ring.ids import NodeId, Slot
+from ring.invariants import InvariantViolation
+from ring.placement import Ring
 from ring.view import Status, successor_takes_over
 from smr.node.replication import Orphan
 from smr.protocol import Kind, Message, decode_batch_body
@@ -176,7 +178,9 @@ class Recovery:
         node.counters.tuples_replayed += replayed
         node.counters.takeovers += 1
         # 4.
+        owners_before = [owner for owner in node.ring.owners if owner != dead]
         node.set_view(view)
+        _check_takeover(node.ring, owners_before, node.node_id, slots)
         node.membership.gossip()
         took_ms = (node.clock() - started) * 1000
         self.takeover_records.append(
@@ -216,3 +220,29 @@ class Recovery:
         rejoined = replace(old, incarnation=node.incarnation, status=Status.STANDBY, version=1)
         node.set_view(node.view.with_member(rejoined))
         node.membership.gossip()
+
+
+def _check_takeover(
+    ring: Ring, owners_before: Sequence[NodeId], taker: NodeId, dead_slots: set[Slot]
+) -> None:
+    """After a takeover the other owners keep their cyclic order (a token moved past a
+    neighbour would hand slots to a node holding none of their state), and the taker is
+    primary of every slot the dead node owned."""
+    owners = list(ring.owners)
+    if sorted(owners) != sorted(owners_before) or (
+        owners and owners != _rotate(owners_before, owners[0])
+    ):
+        raise InvariantViolation(
+            f"takeover by {taker} reordered the ring: {owners_before} became {owners}"
+        )
+    if dead_slots:
+        strays = [slot for slot in dead_slots if ring.primary(slot) != taker]
+        if strays:
+            raise InvariantViolation(
+                f"{taker} took over a range but is not primary of slots {sorted(strays)[:8]}"
+            )
+
+
+def _rotate(owners: Sequence[NodeId], first: NodeId) -> list[NodeId]:
+    start = list(owners).index(first)
+    return [*owners[start:], *owners[:start]]
