@@ -1,15 +1,23 @@
-"""Failures within tolerance lose nothing: nodes are SIGKILLed (or paused) while a feed runs,
-and the final state still equals plain Python's counts exactly, key by key."""
+"""Failures within tolerance lose nothing: the scenarios of ``smr.scenarios`` that signals can
+carry out (kills and pauses) run against real node processes while a feed runs; the final
+state equals plain Python's counts exactly, key by key, and the takeovers and fencing are the
+ones each scenario expects. Partitions and delays need an in-node network filter (a later
+issue): those scenarios show as skipped, with that reason."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
 
-import psutil
 import pytest
 
-from tests.e2e.conftest import EXAMPLE_BOOKS, SHARED_TEXT, Cluster, word_counts
+from smr.scenarios import SCENARIOS, Scenario
+from tests.e2e.conftest import EXAMPLE_BOOKS, JOB, SHARED_TEXT, Cluster, word_counts
+from tests.e2e.scenario_player import (
+    play,
+    wait_for_feed_start,
+    wait_for_outcome,
+    why_the_local_backend_cannot_run,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -25,63 +33,39 @@ def books() -> list[str]:
     return EXAMPLE_BOOKS
 
 
-def kill_during_feed(cluster: Cluster, victims: Sequence[str], delay_s: float = 0.5) -> None:
-    paths = books()
-    pids = {n["id"]: n["pid"] for n in cluster.spec()["nodes"]}
-    feed = cluster.feed_in_background(*paths, extra=FEED_FLAGS)
-    time.sleep(delay_s)
-    assert feed.poll() is None, "the feed ended before the failure could hit it"
-    for victim in victims:
-        cluster.smr("fault", "kill", victim, "--cluster", str(cluster.dir))
-    cluster.wait_feed(feed)
-    for victim in victims:
-        pid = pids[victim]
-        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    assert cluster.counts() == word_counts(paths)
-    # The live nodes own the whole ring, and what they took over were the victims (a victim
-    # may have taken over another victim before dying itself).
-    live = [row for row in cluster.status().values() if row["state"] == "up"]
-    assert len(live) == len(pids) - len(victims)
-    assert sum(row["range_share"] for row in live) == pytest.approx(1.0)
-    taken = {record["dead"] for row in live for record in row["takeover_records"]}
-    assert taken and taken <= set(victims)
-
-
-def test_one_node_killed_with_r1_loses_nothing(cluster: Cluster) -> None:
-    cluster.up(5, "examples.wordcount:job", "--replication", "1")
-    kill_during_feed(cluster, ["n2"])
-
-
-def test_two_non_adjacent_nodes_killed_at_once_with_r1_lose_nothing(cluster: Cluster) -> None:
-    cluster.up(5, "examples.wordcount:job", "--replication", "1")
-    kill_during_feed(cluster, ["n1", "n3"])
-
-
-def test_two_adjacent_nodes_killed_at_once_with_r2_lose_nothing(cluster: Cluster) -> None:
-    cluster.up(5, "examples.wordcount:job", "--replication", "2")
-    kill_during_feed(cluster, ["n1", "n2"])
-
-
-def test_node_paused_past_the_timeout_is_fenced_and_nothing_is_lost(cluster: Cluster) -> None:
-    cluster.up(5, "examples.wordcount:job", "--replication", "1")
+def run_on_real_processes(cluster: Cluster, scenario: Scenario) -> None:
+    """Start the scenario's ring, feed the books, play its faults timed from the feed's
+    start, and check the outcome it expects (``smr.scenarios``): exact counts, the
+    takeovers and fencing it names, and no others."""
+    cluster.up(scenario.nodes, JOB, "--replication", str(scenario.replication))
+    nodes = cluster.spec()["nodes"]
+    pids = {node["id"]: node["pid"] for node in nodes}
+    addrs = {node["id"]: node["addr"] for node in nodes}
     paths = books()
     feed = cluster.feed_in_background(*paths, extra=FEED_FLAGS)
-    time.sleep(0.5)
-    cluster.smr("fault", "pause", "n2", "--cluster", str(cluster.dir))
-    time.sleep(2.0)
-    cluster.smr("fault", "resume", "n2", "--cluster", str(cluster.dir))
-    cluster.wait_feed(feed)
+    try:
+        started_s = wait_for_feed_start(addrs, feed)
+        play(scenario.schedule, pids, feed, started_s)
+    finally:
+        cluster.wait_feed(feed)
     assert cluster.counts() == word_counts(paths)
-    deadline = time.monotonic() + 10
-    while True:
-        status = cluster.status()
-        if status["n2"].get("fenced") == 1 or time.monotonic() > deadline:
-            break
-        time.sleep(0.2)
-    assert status["n2"]["fenced"] == 1
-    assert status["n2"]["incarnation"] == 2
-    assert status["n2"]["range_share"] == 0.0
-    assert sum(row["range_share"] for row in status.values()) == pytest.approx(1.0)
+    differences = wait_for_outcome(scenario, addrs, pids)
+    assert not differences, "\n".join(differences)
+
+
+@pytest.mark.parametrize(
+    "scenario",
+    [
+        pytest.param(scenario, id=scenario.name, marks=pytest.mark.skip(reason=reason))
+        if (reason := why_the_local_backend_cannot_run(scenario))
+        else pytest.param(scenario, id=scenario.name)
+        for scenario in SCENARIOS
+    ],
+)
+def test_a_fault_scenario_on_real_processes_loses_nothing_and_ends_as_it_expects(
+    cluster: Cluster, scenario: Scenario
+) -> None:
+    run_on_real_processes(cluster, scenario)
 
 
 def test_under_replicated_slots_return_to_zero_after_a_takeover(cluster: Cluster) -> None:

@@ -20,6 +20,7 @@ from ring.ids import NodeId
 from ring.view import Status
 from smr.faults import Fault, FaultSchedule, Kill, Partition, Pause
 from smr.protocol import Kind, decode
+from smr.scenarios import SCENARIOS, Scenario
 from smr.sim import (
     NetworkSettings,
     SimConfig,
@@ -53,6 +54,13 @@ def scenario(*faults: Fault, seed: int = 11, **settings: object) -> tuple[Simula
     config = SimConfig(nodes=5, replication=1, slot_bits=8)
     simulation = Simulation(seed, config=config, schedule=FaultSchedule(faults), **settings)  # type: ignore[arg-type]
     return simulation, simulation.run()
+
+
+def tuples_for(feed_ms: int) -> int:
+    """How many tuples one mapper feeds for a feed of at least ``feed_ms`` of virtual time
+    (at SimConfig's pace)."""
+    pace = SimConfig()
+    return -(-feed_ms // pace.feed_pace_ms) * pace.feed_chunk
 
 
 def total(result: SimResult, counter: str) -> int:
@@ -117,74 +125,47 @@ def test_a_run_does_not_depend_on_the_string_hash_seed() -> None:
     assert prints == {run_seed(42, SweepOptions(nodes=(4, 8), mappers=(2, 2))).fingerprint()}
 
 
-def test_one_node_killed_mid_feed_loses_nothing() -> None:
-    simulation, result = scenario(Kill(n("n2"), 400))
-    assert total(result, "takeovers") == 1
-    assert "n2" not in owners(simulation)
+# Each hand-picked scenario runs under these seeds (its outcome must not depend on one).
+SCENARIO_SEEDS = (7, 11)
 
 
-def test_two_non_adjacent_nodes_killed_at_once_with_r1_lose_nothing() -> None:
-    simulation, result = scenario(Kill(n("n1"), 400), Kill(n("n3"), 400))
-    assert total(result, "takeovers") == 2
-    assert owners(simulation) == ["n0", "n2", "n4"]
-
-
-def test_two_adjacent_nodes_killed_at_once_with_r2_lose_nothing() -> None:
-    simulation, result = scenario(Kill(n("n1"), 400), Kill(n("n2"), 400), replication=2)
-    # n3 takes over both, nearest first: n2, then n1 (it backs up both with r=2).
-    assert result.counters["n3"]["takeovers"] == 2
-    assert owners(simulation) == ["n0", "n3", "n4"]
-
-
-def test_a_node_paused_past_the_timeout_is_fenced_and_rejoins_empty() -> None:
-    simulation, result = scenario(Pause(n("n2"), 300, 1500))
-    paused = simulation.live_cores()[n("n2")]
-    assert result.counters["n2"]["fenced"] == 1
-    assert paused.incarnation == 2
-    assert paused.view.members[n("n2")].status is Status.STANDBY
-    assert paused.ring.range_of(n("n2")) is None
-    assert paused.store.key_count() == 0
-    assert total(result, "takeovers") == 1
-    assert "n2" not in owners(simulation)
-
-
-def test_a_short_pause_under_the_timeout_causes_no_takeover() -> None:
-    simulation, result = scenario(Pause(n("n2"), 300, 250))
-    assert total(result, "takeovers") == 0
-    assert total(result, "fenced") == 0
-    assert owners(simulation) == ["n0", "n1", "n2", "n3", "n4"]
-
-
-def test_a_short_partition_causes_no_takeover_and_loses_nothing() -> None:
-    cut = Partition((n("n1"), n("n2")), (n("n0"), n("n3"), n("n4")), 300, 250)
-    simulation, result = scenario(cut)
-    assert result.network["held_by_partition"] > 0
-    assert total(result, "takeovers") == 0
-    assert owners(simulation) == ["n0", "n1", "n2", "n3", "n4"]
-
-
-def test_a_node_cut_off_past_the_timeout_is_fenced_and_nothing_is_lost() -> None:
-    # n2 hears nobody: it must not declare its healthy predecessor n1 dead (it has no
-    # quorum), while the rest of the ring declares n2 dead and n3 takes it over.
-    cut = Partition((n("n2"),), (n("n0"), n("n1"), n("n3"), n("n4")), 500, 800)
-    simulation, result = scenario(cut, seed=7, tuples_per_mapper=3000)
-    assert result.counters["n2"]["fenced"] == 1
-    assert total(result, "fenced") == 1
-    assert result.counters["n2"]["takeovers"] == 0
-    assert result.counters["n2"]["quorum_missed"] >= 1
-    assert result.counters["n3"]["takeovers"] == 1
-    assert owners(simulation) == ["n0", "n1", "n3", "n4"]
-
-
-def test_a_minority_cut_off_together_declares_nobody_dead_and_the_majority_takes_it_over() -> None:
-    # n2 and n3 cut off together (r=2): they hear each other, but two of six owners are no
-    # majority, so neither declares n0 or n1 dead; the four others take both over.
-    cut = Partition((n("n2"), n("n3")), (n("n0"), n("n1"), n("n4"), n("n5")), 500, 1000)
-    simulation, result = scenario(cut, nodes=6, replication=2, tuples_per_mapper=3000)
-    assert result.counters["n2"]["takeovers"] == result.counters["n3"]["takeovers"] == 0
-    assert result.counters["n2"]["fenced"] == result.counters["n3"]["fenced"] == 1
-    assert total(result, "fenced") == 2
-    assert owners(simulation) == ["n0", "n1", "n4", "n5"]
+@pytest.mark.parametrize("seed", SCENARIO_SEEDS)
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=[s.name for s in SCENARIOS])
+def test_a_fault_scenario_ends_exactly_as_it_expects(scenario: Scenario, seed: int) -> None:
+    # The run itself checks that the state equals plain Python's counts and that the live
+    # owners' ranges cover the ring once (smr.sim, step 5); here the expected takeovers,
+    # fencing and final owners (smr.scenarios).
+    simulation = Simulation(
+        seed,
+        config=SimConfig(
+            nodes=scenario.nodes,
+            replication=scenario.replication,
+            slot_bits=8,
+            tuples_per_mapper=tuples_for(scenario.feed_ms_min),
+        ),
+        schedule=scenario.schedule,
+    )
+    assert simulation.config.feed_ms >= scenario.feed_ms_min
+    result = simulation.run()
+    expect = scenario.expect
+    cores = simulation.live_cores()
+    assert list(cores) == [node for node in scenario.node_ids if node not in scenario.killed]
+    for node_id, core in cores.items():
+        taken = [record["dead"] for record in core.takeover_records]
+        assert taken == expect.taken_over_by(node_id), f"{node_id} took over {taken}"
+        assert result.counters[node_id]["takeovers"] == len(taken)
+        assert result.counters[node_id]["fenced"] == (1 if node_id in expect.fenced else 0)
+    for node_id in expect.fenced:
+        fenced = cores[node_id]
+        assert fenced.incarnation == 2
+        assert fenced.view.members[node_id].status is Status.STANDBY
+        assert fenced.ring.range_of(node_id) is None
+        assert fenced.store.key_count() == 0
+    for node_id in expect.quorum_missed:
+        assert result.counters[node_id]["quorum_missed"] >= 1
+    assert owners(simulation) == list(scenario.owners_at_end)
+    if any(isinstance(fault, Partition) for fault in scenario.schedule):
+        assert result.network["held_by_partition"] > 0
 
 
 def test_a_node_paused_soon_after_start_is_declared_dead_despite_the_first_contact_grace() -> None:

@@ -1,0 +1,193 @@
+"""Plays a scenario of ``smr.scenarios`` against a local cluster's node processes, and
+checks the outcome it expects.
+
+The local process backend carries out faults with signals, as ``smr fault`` does: a
+:class:`~smr.faults.Kill` is SIGKILL; a :class:`~smr.faults.Pause` is SIGSTOP, then SIGCONT
+``duration_ms`` later. Times count from the start of the feed: the moment a node reports
+the first tuple applied (the simulation's mappers start at virtual time 0).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+import psutil
+
+from smr.client import Client, NodeUnreachable
+from smr.faults import FaultSchedule, Kill, Pause
+from smr.scenarios import Scenario
+
+# A signal sent later than this after its time means the run did not follow the schedule
+# (a 250 ms pause must not become 400 ms): the test fails rather than check the wrong run.
+SIGNAL_LATE_MS_MAX: Final = 100
+# Polling the nodes' status: how often, and for how long at most.
+POLL_INTERVAL_S: Final = 0.02
+FEED_START_TIMEOUT_S: Final = 30.0
+SETTLE_TIMEOUT_S: Final = 20.0
+
+
+def why_the_local_backend_cannot_run(scenario: Scenario) -> str | None:
+    """None if signals can carry out every fault of ``scenario``; otherwise why not.
+
+    A partition or a delay acts on the messages between nodes: it needs a network filter
+    inside the node (a later issue), which signals to a whole process cannot stand in for.
+    """
+    for fault in scenario.schedule:
+        if not isinstance(fault, Kill | Pause):
+            kind = type(fault).__name__.lower()
+            return f"a {kind} needs the in-node network filter, which does not exist yet"
+    return None
+
+
+@dataclass(frozen=True)
+class _Signal:
+    at_ms: int
+    node: str
+    signum: signal.Signals
+
+
+def _signals(schedule: FaultSchedule) -> list[_Signal]:
+    signals: list[_Signal] = []
+    for fault in schedule:
+        if isinstance(fault, Kill):
+            signals.append(_Signal(fault.at_ms, fault.node, signal.SIGKILL))
+        elif isinstance(fault, Pause):
+            signals.append(_Signal(fault.at_ms, fault.node, signal.SIGSTOP))
+            signals.append(_Signal(fault.end_ms, fault.node, signal.SIGCONT))
+        else:
+            raise ValueError(f"the local backend cannot carry out {fault.describe().strip()}")
+    return sorted(signals, key=lambda s: s.at_ms)
+
+
+def statuses(addrs: Mapping[str, str], client: Client) -> dict[str, dict[str, Any]]:
+    """Each node's status map, or ``{"state": "unreachable"}``."""
+    rows: dict[str, dict[str, Any]] = {}
+    for node, addr in addrs.items():
+        try:
+            rows[node] = {"state": "up", **client.status(addr)}
+        except NodeUnreachable:
+            rows[node] = {"state": "unreachable"}
+    return rows
+
+
+def wait_for_feed_start(addrs: Mapping[str, str], feed: subprocess.Popen[str]) -> float:
+    """The ``time.monotonic()`` at which a node first reports a tuple applied."""
+    client = Client(timeout_ms=1000)
+    deadline = time.monotonic() + FEED_START_TIMEOUT_S
+    try:
+        while time.monotonic() < deadline:
+            rows = statuses(addrs, client).values()
+            if any(row.get("tuples_applied", 0) > 0 for row in rows):
+                return time.monotonic()
+            assert feed.poll() is None, "the feed ended before any node applied a tuple"
+            time.sleep(POLL_INTERVAL_S)
+    finally:
+        client.close()
+    raise AssertionError(f"no node applied a tuple within {FEED_START_TIMEOUT_S} s")
+
+
+def play(
+    schedule: FaultSchedule,
+    pids: Mapping[str, int],
+    feed: subprocess.Popen[str],
+    started_s: float,
+) -> None:
+    """Send each fault's signals at its time from ``started_s`` (``time.monotonic()``);
+    every fault must start while ``feed`` still runs. A paused node is resumed whatever
+    happens."""
+    paused: set[str] = set()
+    try:
+        for sent in _signals(schedule):
+            due_s = started_s + sent.at_ms / 1000
+            time.sleep(max(0.0, due_s - time.monotonic()))
+            if sent.signum is not signal.SIGCONT:
+                assert feed.poll() is None, f"the feed ended before {sent.at_ms} ms"
+            os.kill(pids[sent.node], sent.signum)
+            late_ms = (time.monotonic() - due_s) * 1000
+            assert late_ms <= SIGNAL_LATE_MS_MAX, f"{sent} sent {late_ms:.0f} ms late"
+            if sent.signum is signal.SIGSTOP:
+                paused.add(sent.node)
+            elif sent.signum is signal.SIGCONT:
+                paused.discard(sent.node)
+    finally:
+        for node in paused:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pids[node], signal.SIGCONT)
+
+
+def gone(pid: int) -> bool:
+    """Whether process ``pid`` has ended (a zombie has)."""
+    try:
+        status: str = psutil.Process(pid).status()
+    except psutil.NoSuchProcess:
+        return True
+    return bool(status == psutil.STATUS_ZOMBIE)
+
+
+def outcome_differences(
+    scenario: Scenario, rows: Mapping[str, Mapping[str, Any]], pids: Mapping[str, int]
+) -> list[str]:
+    """How the cluster's state (``rows``: each node's status) differs from what the
+    scenario expects (``smr.scenarios``), in words; empty when it does not."""
+    expect = scenario.expect
+    differences: list[str] = []
+    for node in scenario.killed:
+        if not gone(pids[node]):
+            differences.append(f"{node} was killed but its process {pids[node]} still runs")
+    live = [node for node in scenario.node_ids if node not in scenario.killed]
+    if down := [node for node in live if rows[node]["state"] != "up"]:
+        return [*differences, f"{down} do not answer"]
+    owners = [node for node in live if rows[node]["range_share"] > 0]
+    if owners != list(scenario.owners_at_end):
+        differences.append(f"the owners are {owners}, not {list(scenario.owners_at_end)}")
+    shares = sum(rows[node]["range_share"] for node in live)
+    if not math.isclose(shares, 1.0):
+        differences.append(f"the live nodes' ranges cover {shares} of the ring, not all of it")
+    for node in live:
+        row = rows[node]
+        taken = [record["dead"] for record in row["takeover_records"]]
+        if taken != expect.taken_over_by(node) or row["takeovers"] != len(taken):
+            differences.append(
+                f"{node} took over {taken} ({row['takeovers']} takeovers), "
+                f"not {expect.taken_over_by(node)}"
+            )
+        fenced = 1 if node in expect.fenced else 0
+        if row["fenced"] != fenced:
+            differences.append(f"{node} was fenced {row['fenced']} times, not {fenced}")
+        if node in expect.quorum_missed and row["quorum_missed"] < 1:
+            differences.append(f"{node} never missed a quorum")
+    for node in expect.fenced:
+        row = rows[node]
+        rejoined = (row["incarnation"], row["status_in_view"], row["range_share"], row["keys"])
+        if rejoined != (2, "standby", 0.0, 0):
+            differences.append(
+                f"{node} is (incarnation, status, range share, keys) {rejoined}, "
+                "not rejoined empty as (2, 'standby', 0.0, 0)"
+            )
+    return differences
+
+
+def wait_for_outcome(
+    scenario: Scenario, addrs: Mapping[str, str], pids: Mapping[str, int]
+) -> list[str]:
+    """Poll the live nodes until their state is what ``scenario`` expects (then ``[]``) or
+    ``SETTLE_TIMEOUT_S`` passes (then the last differences)."""
+    live = {node: addr for node, addr in addrs.items() if node not in scenario.killed}
+    client = Client(timeout_ms=1000)
+    deadline = time.monotonic() + SETTLE_TIMEOUT_S
+    try:
+        while True:
+            differences = outcome_differences(scenario, statuses(live, client), pids)
+            if not differences or time.monotonic() > deadline:
+                return differences
+            time.sleep(POLL_INTERVAL_S * 10)
+    finally:
+        client.close()
