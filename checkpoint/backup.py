@@ -14,7 +14,7 @@ life of a backed-up batch:
 3. On takeover the node promotes the replica's state (``replica.store.snapshot(slots)`` applied
    to a fresh ``StateStore``), then replays ``replay_plan(backup, slots)`` through
    ``StateStore.apply_batch``, whose hwm dedup skips every tuple the promoted state already
-   holds: each tuple reaches the promoted state exactly once.
+   holds: each tuple reaches the promoted state exactly once. ``checkpoint.promote`` does both.
 
 Why eviction by hwm is exact: checkpoints are applied in order, so after checkpoint ``n`` the
 replica's state of every slot equals the primary's at its ``n``-th swap, and its hwm vectors

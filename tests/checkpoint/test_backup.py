@@ -9,11 +9,8 @@ point, and checks that promotion plus replay reproduces the primary exactly (exa
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Container, Iterable
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Callable, Container
 
-import msgpack
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -30,47 +27,28 @@ from checkpoint.backup import (
     replay_plan,
 )
 from ring.ids import Slot
+from tests.checkpoint.replication import (
+    M1,
+    M2,
+    MAPPERS,
+    SLOT_COUNT,
+    Operation,
+    Primary,
+    Replication,
+    assert_totals_match,
+    count_words,
+    decode_body,
+    is_covered,
+    make_batch,
+    operation,
+    operations,
+    state_of,
+)
 
-M1 = MapperId("mapper-1")
-M2 = MapperId("mapper-2")
 S0, S1, S2, S3 = Slot(0), Slot(1), Slot(2), Slot(3)
-MAPPERS = [MapperId(f"mapper-{i}") for i in range(3)]
-SLOT_COUNT = 6
-KEYS = [f"k{i}" for i in range(12)]
-
-
-def slot_of(key: str) -> Slot:
-    return Slot(int(key[1:]) % SLOT_COUNT)
 
 
 # --------------------------------------------------------------------- batches and bodies
-
-
-def encode_body(slots: list[int], seqs: list[int], keys: list[Key], values: list[Any]) -> bytes:
-    """The test's own body encoding: msgpack of the four columns."""
-    body: bytes = msgpack.packb([slots, seqs, keys, values])
-    return body
-
-
-def decode_body(body: bytes) -> tuple[list[int], list[int], list[Key], list[Any]]:
-    slots, seqs, keys, values = msgpack.unpackb(body, use_list=True)
-    return slots, seqs, keys, values
-
-
-def make_batch(mapper: MapperId, tuples: Iterable[tuple[int, int, Key, Any]]) -> BackedUpBatch:
-    """A batch of ``(slot, seq, key, value)`` tuples, with its summary built from its columns."""
-    rows = list(tuples)
-    slots = [row[0] for row in rows]
-    seqs = [row[1] for row in rows]
-    last_seq_by_slot: dict[Slot, Seq] = {}
-    for slot, seq in zip(slots, seqs, strict=True):
-        last_seq_by_slot[Slot(slot)] = max(Seq(seq), last_seq_by_slot.get(Slot(slot), Seq(0)))
-    return BackedUpBatch(
-        mapper=mapper,
-        body=encode_body(slots, seqs, [row[2] for row in rows], [row[3] for row in rows]),
-        tuple_count=len(rows),
-        last_seq_by_slot=last_seq_by_slot,
-    )
 
 
 def summary_batch(mapper: MapperId, last_seq_by_slot: dict[Slot, Seq]) -> BackedUpBatch:
@@ -95,34 +73,6 @@ def replica_with_hwms(table: dict[tuple[MapperId, Slot], int]) -> PeerReplica:
     replica.apply_snapshot_chunk(Delta(states={}, hwms=hwms))
     replica.end_snapshot()
     return replica
-
-
-def is_covered(batch: BackedUpBatch, hwm: HwmFn) -> bool:
-    return all(seq <= hwm(batch.mapper, slot) for slot, seq in batch.last_seq_by_slot.items())
-
-
-def assert_totals_match(backup: TupleBackup) -> None:
-    held = backup.batches()
-    assert backup.batch_count == len(held)
-    assert backup.tuple_count == sum(batch.tuple_count for batch in held)
-    assert backup.bytes_held == sum(batch.size_bytes for batch in held)
-
-
-def count_words(key: Key, value: Any, state: dict[str, Any]) -> None:
-    """Word count that deletes a key whose count drops to zero (so deltas carry tombstones)."""
-    count = state.get("count", 0) + value
-    if count == 0:
-        state.pop("count", None)
-    else:
-        state["count"] = count
-
-
-def state_of(store: StateStore, slots: Iterable[Slot]) -> tuple[dict[Any, Any], dict[Any, Any]]:
-    """Everything observable of ``slots``: merged states and hwm vectors."""
-    wanted = list(slots)
-    states = {(slot, key): state for slot, key, state in store.items(wanted)}
-    hwms = {slot: store.hwm_vector(slot) for slot in wanted if store.hwm_vector(slot)}
-    return states, hwms
 
 
 # ----------------------------------------------------------------------- BackedUpBatch
@@ -470,53 +420,6 @@ def test_begin_snapshot_keeps_the_state_and_a_chunk_replaces_its_slots_entirely(
 # ---------------------------------------------------------- a primary and its channels
 
 
-@dataclass
-class Primary:
-    """A primary's store and checkpoint cycle, with the mappers' seq counters."""
-
-    store: StateStore = field(default_factory=StateStore)
-    checkpoints_swapped: int = 0
-    next_seq: dict[tuple[MapperId, Slot], int] = field(default_factory=dict)
-
-    def new_batch(self, mapper: MapperId, words: list[tuple[str, int]]) -> BackedUpBatch:
-        rows = []
-        for key, value in words:
-            slot = slot_of(key)
-            seq = self.next_seq[mapper, slot] = self.next_seq.get((mapper, slot), 0) + 1
-            rows.append((slot, seq, key, value))
-        return make_batch(mapper, rows)
-
-    def apply(self, batch: BackedUpBatch) -> None:
-        slots, seqs, keys, values = decode_body(batch.body)
-        self.store.apply_batch(batch.mapper, slots, seqs, keys, values, count_words)
-
-    def checkpoint(self) -> tuple[int, bytes]:
-        """Swap, encode, merge: the numbered checkpoint as it leaves for the secondaries."""
-        delta = self.store.swap()
-        self.checkpoints_swapped += 1
-        encoded = encode_delta(delta)
-        self.store.merge_inactive()
-        return self.checkpoints_swapped, encoded
-
-
-words = st.lists(st.tuples(st.sampled_from(KEYS), st.sampled_from([-1, 1, 2])), max_size=6)
-
-# Operations of the primary, the mappers and the lagging channels to the secondary, as
-# (kind, mapper, words, index); the kinds are weighted so that runs have several checkpoints.
-Operation = tuple[str, MapperId, list[tuple[str, int]], int]
-OPERATION_KINDS = [
-    *["emit"] * 3,
-    "resend",
-    *["deliver_batch"] * 3,
-    *["checkpoint"] * 2,
-    *["deliver_checkpoint"] * 2,
-]
-operation = st.tuples(
-    st.sampled_from(OPERATION_KINDS), st.sampled_from(MAPPERS), words, st.integers(0, 100)
-)
-operations = st.lists(operation, min_size=10, max_size=80)
-
-
 @settings(max_examples=300, deadline=None)
 @given(
     operations=operations,
@@ -534,43 +437,11 @@ def test_promoted_replica_plus_replay_equals_the_primary_at_the_kill(
     applied is followed by an eviction. At the kill, in-flight checkpoints die with the
     primary and the mappers resend every batch the secondary has not got. Promotion plus the
     replay of the taken-over slots must then equal the primary's state of those slots."""
-    primary = Primary()
-    replica = PeerReplica()
-    backup = TupleBackup()
-    replica.begin_snapshot(as_of=0)  # The primary is empty: an empty snapshot.
-    replica.end_snapshot()
-    sent: list[BackedUpBatch] = []
-    batches_in_flight: list[BackedUpBatch] = []
-    checkpoints_in_flight: list[tuple[int, bytes]] = []
-
-    for operation in operations:
-        kind = operation[0]
-        if kind == "emit" or (kind == "resend" and sent):
-            if kind == "emit":
-                batch = primary.new_batch(operation[1], operation[2])
-                if batch.tuple_count == 0:
-                    continue
-                sent.append(batch)
-            else:
-                batch = sent[operation[3] % len(sent)]
-            primary.apply(batch)
-            batches_in_flight.append(batch)
-        elif kind == "deliver_batch" and batches_in_flight:
-            batch = batches_in_flight.pop(0)
-            stored = backup.add(batch, replica.hwm)
-            assert stored is not is_covered(batch, replica.hwm)
-        elif kind == "checkpoint":
-            checkpoints_in_flight.append(primary.checkpoint())
-        elif kind == "deliver_checkpoint" and checkpoints_in_flight:
-            number, encoded = checkpoints_in_flight.pop(0)
-            assert replica.apply_checkpoint(number, decode_delta(encoded))
-            backup.evict_covered(replica.hwm)
-            assert all(not is_covered(batch, replica.hwm) for batch in backup.batches())
-        assert_totals_match(backup)
-
-    # The kill: in-flight checkpoints are lost; the mappers resend what was not acked.
-    for batch in batches_in_flight:
-        backup.add(batch, replica.hwm)
+    replication = Replication()
+    for step in operations:
+        replication.run(step)
+    replication.kill()
+    primary, replica, backup = replication.primary, replication.replica, replication.backup
     assert replica.is_complete
 
     promoted = StateStore()
@@ -612,12 +483,12 @@ def test_snapshot_with_interleaved_checkpoints_reproduces_the_primary(
     def run(ops: list[Operation], chunks: list[list[Slot]] | None = None) -> None:
         pending = list(chunks or [])
         spacing = max(1, len(ops) // (len(pending) + 1))
-        for index, operation in enumerate(ops):
+        for index, step in enumerate(ops):
             if pending and index % spacing == spacing - 1:
                 send_chunk(pending.pop(0))
-            if operation[0] == "emit":
-                primary.apply(primary.new_batch(operation[1], operation[2]))
-            elif operation[0] == "checkpoint":
+            if step[0] == "emit":
+                primary.apply(primary.new_batch(step[1], step[2]))
+            elif step[0] == "checkpoint":
                 number, encoded = primary.checkpoint()
                 channel.append(functools.partial(apply_checkpoint, number, encoded))
         for slots in pending:
