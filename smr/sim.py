@@ -92,8 +92,9 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Final
 
-from checkpoint.backup import replay_plan
+from checkpoint.backup import PeerReplica
 from checkpoint.ids import MapperId
+from checkpoint.promote import PrimaryCopy
 from checkpoint.store import StateStore
 from ring.hashing import even_tokens, slot_count, slot_of
 from ring.ids import NodeId, Slot, Token
@@ -112,8 +113,9 @@ from smr.faults import (
     within_tolerance,
 )
 from smr.node import TICK_MS, NodeCore, NodeSettings, Timer
+from smr.node.recovery import promote_range
 from smr.output import OutputSink
-from smr.protocol import FrameError, decode, decode_batch_body
+from smr.protocol import FrameError, decode
 from smr.transport import ChannelEnd
 
 log = logging.getLogger("smr.sim")
@@ -1250,24 +1252,19 @@ class Simulation:
                     )
 
     def _promoted_copy(self, holder: NodeCore, owner: NodeId, slots: list[Slot]) -> StateStore:
-        """What ``holder`` would promote for ``owner``'s ``slots`` if it took over now."""
+        """What ``holder`` would promote for ``owner``'s ``slots`` if it took over now (by
+        copy: the holder's replica is left as it is)."""
         store = StateStore()
-        replica = holder.replication.replicas.get(owner)
-        if replica is not None:
-            store.apply_delta(replica.store.snapshot(slots))
-        backup = holder.replication.backups.get(owner)
-        if backup is not None:
-            reduce = sim_job().reduce
+        replication = holder.replication
+        copy = PrimaryCopy(
+            replication.replicas.get(owner) or PeerReplica(), replication.backups.get(owner)
+        )
+        reduce = sim_job().reduce
 
-            def reduce_fn(key: Any, value: Any, state: dict[str, Any]) -> None:
-                reduce(key, value, state, lambda key, value: None)
+        def reduce_fn(key: Any, value: Any, state: dict[str, Any]) -> None:
+            reduce(key, value, state, lambda key, value: None)
 
-            slot_count = holder.ring.slot_count
-            for held in replay_plan(backup, set(slots)):
-                batch = decode_batch_body(held.body, held.tuple_count, slot_count)
-                store.apply_batch(
-                    held.mapper, batch.slots, batch.seqs, batch.keys, batch.values, reduce_fn
-                )
+        promote_range(store, [copy], slots, holder.ring.slot_count, reduce_fn, by_reference=False)
         return store
 
     def _check(self) -> None:

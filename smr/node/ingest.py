@@ -181,7 +181,7 @@ class Ingest:
             counters.tuples_duplicate += outcome.duplicates
             if outcome.failed:
                 counters.tuples_failed += outcome.failed
-                reducer.note_failures(outcome)
+                reducer.note_failures(outcome.failed, outcome.failures)
         reducer.flush_emits()
 
     def send_acks(self) -> None:

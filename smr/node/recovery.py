@@ -7,19 +7,20 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from checkpoint.backup import PeerReplica, replay_plan
-from checkpoint.store import StateStore
+from checkpoint.backup import BackedUpBatch, PeerReplica
+from checkpoint.promote import Copy, PromoteOutcome, promote
+from checkpoint.store import ReduceFn, StateStore
 from ring.failure import FailureDetector, Verdict
 from ring.ids import NodeId, Slot
 from ring.invariants import InvariantViolation
 from ring.placement import Ring
 from ring.view import Status, successor_takes_over
 from smr.node.replication import Orphan
-from smr.protocol import Kind, Message, decode_batch_body
+from smr.protocol import Batch, Kind, Message, decode_batch_body
 
 if TYPE_CHECKING:
     from smr.node.core import NodeCore
@@ -129,11 +130,13 @@ class Recovery:
         """Take over the range of ``dead``, this node's nearest counter-clockwise neighbour.
 
         1. The new view: ``dead`` marked dead, this node's token moved down to its token.
-        2. Promote, for the slots of ``dead``'s range only, the replicas of the nodes it had
-           absorbed and was still re-replicating to us (older), then its own (newer), to
-           primary state: field values and hwm vectors.
-        3. Replay their backed-up batches: ``apply_batch`` skips every tuple at or below the
-           promoted hwm, so each tuple's effect is in the state exactly once.
+        2. Gather, for the slots of ``dead``'s range only, the copies to promote: the replicas
+           and backups of the nodes it had absorbed and was still re-replicating to us
+           (older), then its own (newer).
+        3. Promote them (``checkpoint.promote``): replicas become primary state (field
+           values and hwm vectors, by reference), then their backed-up batches are replayed;
+           every tuple at or below the promoted hwm is skipped, so each tuple's effect is in
+           the state exactly once.
         4. Route by the new view (re-replicating to the secondaries) and gossip it.
         """
         node = self._node
@@ -153,27 +156,11 @@ class Recovery:
         if replica is None or not replica.is_complete:
             log.error("taking over %s without a complete replica of its state", dead)
         copies.append(Orphan(dead, replica or PeerReplica(), replication.backups.pop(dead, None)))
-        for copy in copies:
-            # By reference, per slot: promotion time does not grow with the keys.
-            owned = [slot for slot in copy.replica.store.slots() if slot in slots]
-            node.store.adopt(copy.replica.store, owned)
         # 3.
-        replayed = 0
         reducer = node.reducer
-        for copy in copies:
-            if copy.backup is None:
-                continue
-            for held in replay_plan(copy.backup, slots):
-                batch = decode_batch_body(held.body, held.tuple_count, node.ring.slot_count)
-                outcome = node.store.apply_batch(
-                    held.mapper,
-                    batch.slots,
-                    batch.seqs,
-                    batch.keys,
-                    batch.values,
-                    reducer.reduce_fn,
-                )
-                replayed += outcome.applied
+        outcome = promote_range(node.store, copies, slots, node.ring.slot_count, reducer.reduce_fn)
+        reducer.note_failures(outcome.failed, outcome.failures)
+        replayed = outcome.replayed
         reducer.flush_emits()
         node.counters.tuples_replayed += replayed
         node.counters.takeovers += 1
@@ -246,3 +233,22 @@ def _check_takeover(
 def _rotate(owners: Sequence[NodeId], first: NodeId) -> list[NodeId]:
     start = list(owners).index(first)
     return [*owners[start:], *owners[:start]]
+
+
+def promote_range(
+    into: StateStore,
+    copies: Sequence[Copy],
+    slots: Collection[Slot],
+    slot_count: int,
+    reduce_fn: ReduceFn,
+    *,
+    by_reference: bool = True,
+) -> PromoteOutcome:
+    """``checkpoint.promote.promote`` with the wire protocol's batch decoder: the one place
+    where backed-up batches are decoded and applied (a takeover, and the simulation's check
+    of what a takeover would give)."""
+
+    def decode(held: BackedUpBatch) -> Batch:
+        return decode_batch_body(held.body, held.tuple_count, slot_count)
+
+    return promote(into, copies, slots, decode, reduce_fn, by_reference=by_reference)

@@ -7,7 +7,7 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
-from checkpoint.store import BatchOutcome, ReduceFn
+from checkpoint.store import ReduceFn
 from smr.api import Job
 from smr.output import OutputSink
 
@@ -61,11 +61,12 @@ class Reducer:
             self.output.extend(self._emitted)
             self._emitted.clear()
 
-    def note_failures(self, outcome: BatchOutcome) -> None:
-        """Log the failed calls of an apply: each one up to ``ERROR_LOGS_PER_SECOND``, then a
-        count once a second (a reducer failing on every tuple must not flood the log)."""
-        if outcome.failed:
-            self._log_failures(outcome.failed, outcome.failures)
+    def note_failures(self, failed: int, failures: Sequence[tuple[Any, BaseException]]) -> None:
+        """Log ``failed`` failed calls, of which ``failures`` are examples: each one up to
+        ``ERROR_LOGS_PER_SECOND``, then a count once a second (a reducer failing on every
+        tuple must not flood the log)."""
+        if failed:
+            self._log_failures(failed, failures)
 
     def _log_failures(self, count: int, examples: Sequence[tuple[Any, BaseException]]) -> None:
         now = self._clock()

@@ -151,7 +151,7 @@ def test_a_fault_scenario_ends_exactly_as_it_expects(scenario: Scenario, seed: i
     cores = simulation.live_cores()
     assert list(cores) == [node for node in scenario.node_ids if node not in scenario.killed]
     for node_id, core in cores.items():
-        taken = [record["dead"] for record in core.takeover_records]
+        taken = [record["dead"] for record in core.recovery.takeover_records]
         assert taken == expect.taken_over_by(node_id), f"{node_id} took over {taken}"
         assert result.counters[node_id]["takeovers"] == len(taken)
         assert result.counters[node_id]["fenced"] == (1 if node_id in expect.fenced else 0)
