@@ -1,0 +1,183 @@
+"""The end of a run: convergence after healing, and the checks (a) to (d) of :mod:`smr.sim`,
+as functions of a :class:`~smr.sim.simulation.Simulation`."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from checkpoint.backup import PeerReplica
+from checkpoint.promote import PrimaryCopy
+from checkpoint.store import StateStore
+from ring.hashing import slot_of
+from ring.ids import NodeId, Slot
+from ring.placement import Ring, Role
+from smr.node import NodeCore, Timer
+from smr.node.recovery import promote_range
+
+if TYPE_CHECKING:
+    from smr.sim.simulation import Simulation
+
+from smr.sim.nodes import sim_job
+
+log = logging.getLogger("smr.sim")
+
+
+def not_converged(sim: Simulation) -> str | None:
+    """None when converged; otherwise the first reason it is not, in words."""
+    live = sim._live()
+    if not live:
+        return "no live node"
+    first = live[0][1].view
+    for node, core in live:
+        if core.view != first:
+            return f"{node.node_id} holds another view: {core.view!r} vs {first!r}"
+    incarnations = {node.node_id: core.incarnation for node, core in live}
+    for member in first.owners():
+        if incarnations.get(member.node_id) != member.incarnation:
+            return f"{member.node_id} owns slots in the view but is dead or fenced"
+    for node, core in live:
+        if core.ingest.inbox:
+            return f"{node.node_id} has {len(core.ingest.inbox)} batches to apply"
+        if core.snapshots.has_work:
+            return f"{node.node_id} has snapshot work pending"
+        # With r or fewer owners left, r copies elsewhere cannot exist: then it is enough
+        # that every other owner holds a complete replica (checked below).
+        if len(core.ring.owners) > sim.config.replication and (core.under_replicated_slots()):
+            return f"{node.node_id} has {core.under_replicated_slots()} under-replicated slots"
+        for predecessor in core.predecessors:
+            replica = core.replication.replicas.get(predecessor)
+            if replica is None or not replica.is_complete:
+                return f"{node.node_id} has no complete replica of {predecessor} yet"
+    return None
+
+
+def check_replicas(sim: Simulation) -> None:
+    """(d) for every owner, what each of its secondaries would promote if it took over
+    now (its replica of the owner's range, then its backed-up batches replayed, as
+    ``NodeCore.take_over`` does) equals the owner's state and hwm vectors: the next
+    takeover would be exact too. Checked after one more checkpoint cycle (which evicts
+    backups) and convergence again."""
+    cores = sim.live_cores()
+    for node_id, core in cores.items():
+        sim._current = node_id
+        core.on_timer(Timer.CHECKPOINT)
+        sim._current = None
+        sim._schedule(sim.clock.now_us, sim._wake, sim.nodes[node_id])
+    # A gap this checkpoint reveals starts a snapshot: converge again.
+    sim._settle()
+    sim._converge(sim.clock.now_us + sim.config.heal_limit_ms * 1000)
+    sim._settle()
+    for owner, core in cores.items():
+        owned = core.ring.range_of(owner)
+        if owned is None:
+            continue
+        slots = [Slot(s) for s in sorted(core.store.slots()) if owned.contains(s)]
+        expected = _state_of(core.store, slots)
+        for secondary in core.secondaries:
+            promoted = promoted_copy(cores[secondary], owner, slots)
+            actual = _state_of(promoted, slots)
+            if actual != expected:
+                wrong = sorted(
+                    k for k in expected.keys() | actual.keys() if expected.get(k) != actual.get(k)
+                )
+                raise AssertionError(
+                    f"{secondary} would not take over {owner} exactly: its replica plus "
+                    f"backup differ from {owner}'s state in {len(wrong)} entries, e.g. "
+                    + ", ".join(f"{k}: {actual.get(k)} != {expected.get(k)}" for k in wrong[:4])
+                )
+
+
+def promoted_copy(holder: NodeCore, owner: NodeId, slots: list[Slot]) -> StateStore:
+    """What ``holder`` would promote for ``owner``'s ``slots`` if it took over now (by
+    copy: the holder's replica is left as it is)."""
+    store = StateStore()
+    replication = holder.replication
+    copy = PrimaryCopy(
+        replication.replicas.get(owner) or PeerReplica(), replication.backups.get(owner)
+    )
+    reduce = sim_job().reduce
+
+    def reduce_fn(key: Any, value: Any, state: dict[str, Any]) -> None:
+        reduce(key, value, state, lambda key, value: None)
+
+    promote_range(store, [copy], slots, holder.ring.slot_count, reduce_fn, by_reference=False)
+    return store
+
+
+def check_state(sim: Simulation) -> None:
+    """(a) one live primary per slot, the live owners' ranges partitioning the ring;
+    (b) the primaries' state equals the oracle."""
+    live = sim._live()
+    view = live[0][1].view
+    ring = Ring(view, sim.config.slot_bits)
+    cores = {node.node_id: core for node, core in live}
+    # (a)
+    problems = []
+    covered = 0
+    for owner, slot_range in ring.ranges():
+        covered += slot_range.length
+        core = cores.get(owner)
+        member = view.get(owner)
+        if core is None:
+            problems.append(f"owner {owner} of {slot_range} is not a live node")
+        elif member is None or member.incarnation != core.incarnation:
+            problems.append(f"owner {owner} of {slot_range} is a stale incarnation")
+    if covered != ring.slot_count:
+        problems.append(f"owners' ranges cover {covered} of {ring.slot_count} slots")
+    for slot in range(ring.slot_count):
+        primaries = [n for n, c in cores.items() if c.roles[slot] == Role.PRIMARY]
+        if len(primaries) != 1:
+            problems.append(f"slot {slot} has primaries {primaries}")
+            break
+    if problems:
+        raise AssertionError("ownership: " + "; ".join(problems[:10]))
+    # (b)
+    actual: dict[str, int] = {}
+    holder: dict[str, NodeId] = {}
+    for node_id, core in cores.items():
+        roles = core.roles
+        slots = sorted(s for s in core.store.slots() if roles[s] == Role.PRIMARY)
+        for _, key, state in core.store.items([Slot(s) for s in slots]):
+            assert isinstance(key, str)
+            if key in actual:
+                raise AssertionError(f"key {key!r} held by {holder[key]} and {node_id}")
+            actual[key] = state.get("count", 0)
+            holder[key] = node_id
+    if actual != dict(sim.oracle):
+        raise AssertionError("state differs from the oracle: " + _diff(sim, actual, ring))
+    # (c) is implied by (b); the emitters' own count must agree too.
+    for name, emitter in sim.emitters.items():
+        if emitter.tuples_emitted != sim.config.tuples_per_mapper:
+            raise AssertionError(
+                f"mapper {name} counted {emitter.tuples_emitted} tuples emitted, "
+                f"not {sim.config.tuples_per_mapper}"
+            )
+
+
+def _diff(sim: Simulation, actual: dict[str, int], ring: Ring) -> str:
+    lines = []
+    slot_bits = sim.config.slot_bits
+    keys = sorted(set(actual) | set(sim.oracle))
+    wrong = [k for k in keys if actual.get(k, 0) != sim.oracle.get(k, 0)]
+    missing = sum(max(0, sim.oracle.get(k, 0) - actual.get(k, 0)) for k in wrong)
+    extra = sum(max(0, actual.get(k, 0) - sim.oracle.get(k, 0)) for k in wrong)
+    lines.append(f"{len(wrong)} of {len(keys)} keys wrong, {missing} tuples missing, {extra} extra")
+    for key in wrong[:12]:
+        slot = slot_of(key, slot_bits)
+        lines.append(
+            f"  {key}: {actual.get(key, 0)} != oracle {sim.oracle.get(key, 0)} "
+            f"(slot {slot}, primary {ring.primary(slot)})"
+        )
+    return "\n".join(lines)
+
+
+def _state_of(store: StateStore, slots: list[Slot]) -> dict[str, Any]:
+    """``store``'s states (``key -> state``) and hwm vectors (``#slot -> vector``) of
+    ``slots``, comparable with ``==``."""
+    state: dict[str, Any] = {str(key): value for _, key, value in store.items(slots)}
+    for slot in slots:
+        vector = store.hwm_vector(slot)
+        if vector:
+            state[f"#{slot}"] = dict(vector)
+    return state

@@ -1,0 +1,166 @@
+"""What a simulated run depends on besides its seed (:class:`SimConfig`), what a sweep draws
+configurations from (:class:`SweepOptions`), and what a run ends with (:class:`SimResult`)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import random
+from dataclasses import asdict, dataclass
+
+from smr.faults import (
+    FaultSchedule,
+)
+from smr.node import NodeSettings
+from smr.sim.network import NetworkSettings
+
+log = logging.getLogger("smr.sim")
+
+
+# -- the simulation ---------------------------------------------------------------------------
+
+
+_NODE_DEFAULTS = NodeSettings()
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """Everything a run depends on besides its seed. :meth:`from_seed` draws one."""
+
+    # The ring: node ids n0, n1, ... in ring order; replication r; 2**slot_bits slots.
+    nodes: int = 5
+    replication: int = 1
+    slot_bits: int = 8
+    # The feed: mapper ids m0, m1, ...; each emits this many words (key w<i>, value 1)
+    # drawn with a Zipf-like skew from a vocabulary of this many.
+    mappers: int = 1
+    tuples_per_mapper: int = 2000
+    vocabulary: int = 200
+    # Emitter settings (see smr.emitter); combine: the job's combine is used.
+    batch_size: int = 50
+    window_batches: int = 8
+    combine: bool = False
+    resend_after_ms: int = 1000
+    give_up_after_s: float = 20.0
+    # The feed emits `feed_chunk` tuples, then lets `feed_pace_ms` of virtual time pass.
+    feed_chunk: int = 50
+    feed_pace_ms: int = 20
+    # Node settings (smr.node.NodeSettings' defaults; the failure detector keeps its own).
+    checkpoint_interval_ms: int = _NODE_DEFAULTS.checkpoint_interval_ms
+    snapshot_chunk_keys: int = _NODE_DEFAULTS.snapshot_chunk_keys
+    backup_bytes_max: int = _NODE_DEFAULTS.backup_bytes_max
+    # The real default (5 s) is for processes that start one after the other; simulated
+    # nodes all start at virtual time 0 and hear each other within milliseconds.
+    first_contact_grace_ms: int = 0
+    # Tokens evenly spaced (ring.hashing.even_tokens), or distinct seeded random ones.
+    even_tokens: bool = True
+    # On resume from a pause, fire the missed timers before reading what queued.
+    timers_first_on_resume: bool = False
+    network: NetworkSettings = NetworkSettings()
+    # None: a random schedule within tolerance of at most `faults_max` faults, drawn from
+    # the seed over the feed's expected duration.
+    schedule: FaultSchedule | None = None
+    faults_max: int = 3
+    # Virtual time allowed for the feed to end (every close() returned), and for the
+    # cluster to converge after healing; past them the run fails.
+    feed_limit_ms: int = 120_000
+    heal_limit_ms: int = 30_000
+
+    @property
+    def feed_ms(self) -> int:
+        """About how long the feed lasts in virtual time, without faults."""
+        chunks = -(-self.tuples_per_mapper // self.feed_chunk)
+        return max(100, chunks * self.feed_pace_ms)
+
+    @classmethod
+    def from_seed(cls, seed: int, options: SweepOptions | None = None) -> SimConfig:
+        """A configuration drawn from ``seed`` within ``options`` (default ``SweepOptions()``)."""
+        options = options or SweepOptions()
+        rng = random.Random(f"smr.sim:{seed}:config")
+        node_count = rng.randint(*options.nodes)
+        r_low, r_high = options.replication
+        r_choices = list(range(max(0, r_low), min(r_high, node_count - 1) + 1)) or [0]
+        # r = 0 tolerates no lost node, so its schedules are mild: draw it less often.
+        weights = [1 if r == 0 else 4 for r in r_choices]
+        total = rng.randint(*options.tuples)
+        mappers = rng.randint(*options.mappers)
+        return cls(
+            nodes=node_count,
+            replication=rng.choices(r_choices, weights=weights)[0],
+            slot_bits=rng.randint(*options.slot_bits),
+            mappers=mappers,
+            tuples_per_mapper=total // mappers,
+            vocabulary=rng.choice((20, 100, 300)),
+            batch_size=rng.choice((10, 25, 50, 100, 200)),
+            window_batches=rng.choice((1, 2, 4, 8, 16)),
+            combine=rng.random() < 0.3,
+            feed_chunk=rng.choice((20, 50, 100)),
+            feed_pace_ms=rng.choice((10, 20, 40)),
+            checkpoint_interval_ms=rng.choice((50, 100, 250, 500, 1000)),
+            snapshot_chunk_keys=rng.choice((5, 20, 5000)),
+            backup_bytes_max=rng.choice((512 * 1024 * 1024, 512 * 1024 * 1024, 40_000)),
+            first_contact_grace_ms=rng.choice((0, 0, 300)),
+            resend_after_ms=rng.choice((250, 1000)),
+            even_tokens=rng.random() < 0.5,
+            timers_first_on_resume=rng.random() < 0.5,
+            network=NetworkSettings(
+                drop_probability=options.drop_probability,
+                duplicate_probability=options.duplicate_probability,
+            ),
+            faults_max=options.faults_max,
+        )
+
+
+@dataclass(frozen=True)
+class SweepOptions:
+    """What a sweep draws its configurations from: inclusive ranges, and fixed settings."""
+
+    nodes: tuple[int, int] = (3, 6)
+    replication: tuple[int, int] = (0, 2)
+    slot_bits: tuple[int, int] = (6, 10)
+    tuples: tuple[int, int] = (1000, 3000)
+    mappers: tuple[int, int] = (1, 2)
+    faults_max: int = 3
+    drop_probability: float = 0.0
+    duplicate_probability: float = 0.0
+
+    def flags(self) -> str:
+        """The command-line flags that select these options (for the replay command)."""
+        ranges = {
+            "nodes": self.nodes,
+            "replication": self.replication,
+            "slot-bits": self.slot_bits,
+            "tuples": self.tuples,
+            "mappers": self.mappers,
+        }
+        text = " ".join(f"--{name} {low}-{high}" for name, (low, high) in ranges.items())
+        text += f" --faults-max {self.faults_max}"
+        if self.drop_probability:
+            text += f" --drop {self.drop_probability}"
+        if self.duplicate_probability:
+            text += f" --duplicate {self.duplicate_probability}"
+        return text
+
+
+@dataclass
+class SimResult:
+    """What a run ended with; ``fingerprint()`` is equal for two runs of one seed."""
+
+    seed: int
+    schedule: FaultSchedule
+    end_ms: float
+    view: list[list[str | int]]
+    counters: dict[str, dict[str, int]]
+    emitters: dict[str, dict[str, int]]
+    network: dict[str, int]
+    events: list[str]
+    tuples: int
+    keys: int
+
+    def fingerprint(self) -> str:
+        """A digest of everything deterministic about the run."""
+        data = {key: value for key, value in asdict(self).items() if key != "schedule"}
+        data["schedule"] = self.schedule.to_wire()
+        text = json.dumps(data, sort_keys=True, default=str)
+        return hashlib.sha256(text.encode()).hexdigest()

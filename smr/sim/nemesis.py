@@ -1,0 +1,98 @@
+"""The nemesis of a simulated run: it plays the fault schedule (kills, pauses, partitions,
+delays) against the simulated nodes and network, and heals everything at the end (see
+:mod:`smr.sim` and :mod:`smr.faults` for what each fault means)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from ring.ids import NodeId
+from smr.faults import Delay, Kill, Partition, Pause
+from smr.sim.nodes import SimNode
+
+if TYPE_CHECKING:
+    from smr.sim.simulation import Simulation
+
+
+def schedule_faults(sim: Simulation) -> None:
+    for fault in sim.schedule:
+        sim._schedule(fault.at_ms * 1000, start_fault, sim, fault)
+
+
+def start_fault(sim: Simulation, fault: Kill | Pause | Partition | Delay) -> None:
+    sim._note(f"fault: {fault.describe().strip()}")
+    if isinstance(fault, Kill):
+        node = sim.nodes[fault.node]
+        if node.killed:
+            return
+        node.killed = True
+        node.core = None
+        node.arrivals.clear()
+        # Its sockets close: every live node sees the connection drop (a peer that never
+        # connected would not, but every node gossips to every other on a view change,
+        # so all are connected soon after the start). The close travels like data: it
+        # arrives after what the dead node sent on that connection, and a partition
+        # holds it too, so a peer never hears from a node after seeing it drop.
+        for other in sim.node_ids:
+            peer = sim.nodes[other]
+            if other != fault.node and not peer.killed:
+                seen_at_us = max(
+                    sim.clock.now_us,
+                    sim.network.link(fault.node, other).last_deliver_us,
+                    sim.network.cut_until_us(fault.node, other),
+                )
+                sim._schedule(seen_at_us, drop_seen, sim, peer, fault.node)
+    elif isinstance(fault, Pause):
+        sim.nodes[fault.node].pauses_active += 1
+        sim._schedule(fault.end_ms * 1000, resume, sim, sim.nodes[fault.node])
+    elif isinstance(fault, Partition):
+        sim.network.partitions.append(fault)
+        sim._schedule(fault.end_ms * 1000, end_fault, sim, fault)
+    else:
+        sim.network.delays.append(fault)
+        sim._schedule(fault.end_ms * 1000, end_fault, sim, fault)
+
+
+def drop_seen(sim: Simulation, peer: SimNode, dead: NodeId) -> None:
+    if not peer.killed:
+        peer.dropped_peers.append(dead)
+
+
+def end_fault(sim: Simulation, fault: Partition | Delay) -> None:
+    if isinstance(fault, Partition) and fault in sim.network.partitions:
+        sim.network.partitions.remove(fault)
+        sim._note(f"healed: {fault.describe().strip()}")
+    elif isinstance(fault, Delay) and fault in sim.network.delays:
+        sim.network.delays.remove(fault)
+
+
+def resume(sim: Simulation, node: SimNode) -> None:
+    if node.pauses_active == 0:
+        return
+    node.pauses_active -= 1
+    if node.pauses_active or node.killed:
+        return
+    sim._note(f"resumed {node.node_id}")
+    missed, node.missed_timers = node.missed_timers, []
+    if sim.config.timers_first_on_resume:
+        for which in missed:
+            sim._fire(node, which)
+        sim._wake(node)
+    else:
+        sim._wake(node)
+        for which in missed:
+            sim._fire(node, which)
+
+
+def heal(sim: Simulation) -> None:
+    """End every fault still acting: partitions and delays stop, paused nodes resume,
+    and the network stops dropping and duplicating messages."""
+    sim.network.partitions.clear()
+    sim.network.delays.clear()
+    sim.network.settings = replace(
+        sim.network.settings, drop_probability=0.0, duplicate_probability=0.0
+    )
+    for node in sim.nodes.values():
+        while node.pauses_active:
+            resume(sim, node)

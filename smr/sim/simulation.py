@@ -1,0 +1,579 @@
+"""One seeded run of a cluster in virtual time: :class:`Simulation` (the protocol is in
+:mod:`smr.sim`'s docstring)."""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import random
+import threading
+import traceback
+from collections import Counter, deque
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, replace
+from typing import Any, Final
+
+from checkpoint.ids import MapperId
+from ring.hashing import even_tokens, slot_count
+from ring.ids import NodeId, Token
+from ring.view import Member, Status, View
+from smr.emitter import Emitter
+from smr.faults import (
+    FaultSchedule,
+    Tolerance,
+    random_schedule,
+    within_tolerance,
+)
+from smr.node import TICK_MS, NodeCore, NodeSettings, Timer
+from smr.protocol import FrameError, decode
+from smr.sim import checks, nemesis
+from smr.sim.config import SimConfig, SimResult, SweepOptions
+from smr.sim.mappers import MapperProcess, SimChannelEnd, SimMapperTransport
+from smr.sim.network import ADDR_PREFIX, Envelope, Link, SimClock, SimNetwork
+from smr.sim.nodes import MemoryOutput, SimNode, SimNodeLinks, sim_job
+
+log = logging.getLogger("smr.sim")
+
+
+# A node's receive loop handles one background step (a snapshot chunk per pending snapshot)
+# per cycle; a cycle costs this much virtual time, so a long snapshot takes time to send.
+BACKGROUND_STEP_US: Final = 20
+
+
+# How often convergence is checked during the healing phase.
+CONVERGENCE_CHECK_US: Final = 50_000
+
+
+# Notable events kept for a failure report (the oldest are dropped past it).
+EVENTS_KEPT_MAX: Final = 400
+
+
+class SimulationFailure(AssertionError):
+    """A simulated run broke an invariant; the message starts with ``seed=<seed>``."""
+
+
+class _EventLog(logging.Handler):
+    """Collects the nodes' warnings and errors with the virtual time and the node."""
+
+    def __init__(self, sim: Simulation) -> None:
+        super().__init__(logging.WARNING)
+        self._sim = sim
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self._sim._note(f"{self._sim._current or '-'} {record.levelname}: {record.getMessage()}")
+
+
+class Simulation:
+    """One seeded run of a cluster in virtual time (see the module doc for the protocol).
+
+    Guarantees: the run is a pure function of ``seed`` and the configuration; ``run`` raises
+    :class:`SimulationFailure` (message starting ``seed=<seed>``) if an invariant breaks, or
+    if the fault schedule given is not within tolerance.
+    """
+
+    def __init__(
+        self,
+        seed: int,
+        nodes: int | None = None,
+        replication: int | None = None,
+        slot_bits: int | None = None,
+        *,
+        config: SimConfig | None = None,
+        schedule: FaultSchedule | None = None,
+        check_tolerance: bool = True,
+        replay: str | None = None,
+        trace: Callable[[str], None] | None = None,
+        lose: Callable[[str, str, Sequence[bytes]], bool] | None = None,
+        **overrides: Any,
+    ) -> None:
+        """Build the run of ``seed``: ``config`` (default ``SimConfig()``) with ``nodes``,
+        ``replication``, ``slot_bits``, ``schedule`` and any other ``SimConfig`` field given
+        as a keyword replacing its value. ``check_tolerance=False`` lets a schedule beyond
+        tolerance run (to show what it breaks). ``replay`` is the command printed on failure.
+        ``trace``, if given, is called with a line per message a node reads (for debugging).
+        ``lose``, if given, picks messages to lose: ``lose(src, dst, frames)`` is asked for
+        every message sent (endpoints are node ids or mapper connection names).
+        """
+        explicit: dict[str, Any] = {
+            name: value
+            for name, value in (
+                ("nodes", nodes),
+                ("replication", replication),
+                ("slot_bits", slot_bits),
+                ("schedule", schedule),
+            )
+            if value is not None
+        }
+        self.config = replace(config or SimConfig(), **explicit, **overrides)
+        self.replay = replay
+        self._trace = trace
+        self.seed = seed
+        config = self.config
+        self.node_ids = [NodeId(f"n{i}") for i in range(config.nodes)]
+        self.settings = NodeSettings(
+            replication=config.replication,
+            checkpoint_interval_ms=config.checkpoint_interval_ms,
+            backup_bytes_max=config.backup_bytes_max,
+            snapshot_chunk_keys=config.snapshot_chunk_keys,
+            first_contact_grace_ms=config.first_contact_grace_ms,
+        )
+        self.tolerance = Tolerance(
+            failure_timeout_ms=self.settings.failure_timeout_ms,
+            probe_timeout_ms=self.settings.probe_timeout_ms,
+            heartbeat_interval_ms=self.settings.heartbeat_interval_ms,
+            tick_ms=self._tick_ms,
+        )
+        if config.schedule is None:
+            self.schedule = random_schedule(
+                self._rng("schedule"),
+                self.node_ids,
+                config.replication,
+                config.feed_ms,
+                self.tolerance,
+                config.faults_max,
+            )
+        else:
+            self.schedule = config.schedule
+        self._check_tolerance = check_tolerance
+        self.clock = SimClock()
+        self.network = SimNetwork(self.clock, f"smr.sim:{seed}:network", config.network)
+        self.network.lose = lose
+        self.events: deque[str] = deque(maxlen=EVENTS_KEPT_MAX)
+        self._events: list[tuple[int, int, Callable[..., None], tuple[Any, ...]]] = []
+        self._event_seq = 0
+        self._current: str | None = None
+        self._to_scheduler = threading.Semaphore(0)
+        self._ends: dict[str, SimChannelEnd] = {}
+        self.nodes: dict[NodeId, SimNode] = {}
+        self.mappers: list[MapperProcess] = []
+        self.emitters: dict[str, Emitter] = {}
+        self.oracle: Counter[str] = Counter()
+        self.tuples = 0
+        self._ran = False
+
+    @property
+    def _tick_ms(self) -> int:
+        return min(TICK_MS, self.settings.heartbeat_interval_ms // 2)
+
+    def _rng(self, stream: str) -> random.Random:
+        # One independent stream per concern: a change in one (another fault) leaves the
+        # others (the words, the latencies) as they were. Seeding with a str hashes it with
+        # SHA-512, which does not depend on PYTHONHASHSEED.
+        return random.Random(f"smr.sim:{self.seed}:{stream}")
+
+    # -- scheduling ---------------------------------------------------------------------------
+
+    def _schedule(self, time_us: int, action: Callable[..., None], *args: Any) -> None:
+        self._event_seq += 1
+        heapq.heappush(self._events, (time_us, self._event_seq, action, args))
+
+    def _run_until(self, done: Callable[[], bool], limit_us: int) -> bool:
+        """Run events in time order until ``done()`` or virtual time would pass
+        ``limit_us``; True if ``done()``."""
+        events = self._events
+        while not done():
+            if not events or events[0][0] > limit_us:
+                return False
+            time_us, _, action, args = heapq.heappop(events)
+            self.clock.advance_to(time_us)
+            action(*args)
+            self._raise_mapper_errors()
+        return True
+
+    def _note(self, text: str) -> None:
+        self.events.append(f"{self.clock.now_ms:9.3f} ms  {text}")
+
+    # -- nodes --------------------------------------------------------------------------------
+
+    def _initial_view(self) -> View:
+        config = self.config
+        if config.even_tokens:
+            tokens = even_tokens(config.nodes, config.slot_bits)
+        else:
+            rng = self._rng("tokens")
+            tokens = sorted(
+                Token(t) for t in rng.sample(range(slot_count(config.slot_bits)), config.nodes)
+            )
+        return View(
+            Member(node, 1, f"{ADDR_PREFIX}{node}", token, "", Status.UP, 1)
+            for node, token in zip(self.node_ids, tokens, strict=True)
+        )
+
+    def _start_nodes(self, view: View) -> None:
+        phases = self._rng("timers")
+        for node_id in self.node_ids:
+            sim_node = SimNode(node_id, None)
+            self.nodes[node_id] = sim_node
+            sim_node.core = NodeCore(
+                node_id,
+                sim_job(),
+                view,
+                self.config.slot_bits,
+                SimNodeLinks(self, sim_node),
+                MemoryOutput(node_id),
+                clock=self.clock.seconds,
+                settings=self.settings,
+            )
+            tick_us = self._tick_ms * 1000
+            checkpoint_us = self.config.checkpoint_interval_ms * 1000
+            self._schedule(phases.randint(1, tick_us), self._timer, sim_node, "tick")
+            self._schedule(phases.randint(1, checkpoint_us), self._timer, sim_node, "checkpoint")
+
+    def _send_to_node(
+        self,
+        link: Link,
+        identity: bytes,
+        frames: Sequence[bytes],
+        src_node: str | None,
+        peer_link: bool = False,
+    ) -> bool:
+        target = self.nodes.get(NodeId(link.dst))
+        if target is None:
+            self.network.stats.refused_unreachable += 1
+            return False
+        if target.killed and not peer_link:
+            # A mapper's outbox queues only on live connections (ZMQ_IMMEDIATE).
+            self.network.stats.refused_unreachable += 1
+            return False
+        queued = self.network.send(link, identity, frames, src_node, link.dst)
+        if queued is None:
+            return False
+        if target.killed:
+            return True  # queued on a connection nobody will read
+        for envelope in queued:
+            heapq.heappush(target.arrivals, (envelope.deliver_at_us, link.src, envelope.seq, link))
+            self._schedule(envelope.deliver_at_us, self._wake, target)
+        return True
+
+    def _wake(self, node: SimNode) -> None:
+        """One receive turn of the node (``NodeCore.receive_turn``, as the real loop runs
+        it), reading the messages that have arrived by now; another turn is scheduled soon
+        if work or arrived messages are left."""
+        core = node.core
+        if core is None or not node.running:
+            return
+        now = self.clock.now_us
+        arrivals = node.arrivals
+
+        def receive() -> tuple[bytes, Sequence[bytes]] | None:
+            if not arrivals or arrivals[0][0] > now:
+                return None
+            _, _, seq, link = heapq.heappop(arrivals)
+            envelope = link.queue.popleft()
+            assert envelope.seq == seq, "per-link order broken"
+            self.network.stats.delivered += 1
+            if self._trace is not None:
+                self._trace_message(node.node_id, envelope)
+            return envelope.identity, envelope.frames
+
+        self._current = node.node_id
+        try:
+            work_left = core.receive_turn(receive)
+            if work_left or (arrivals and arrivals[0][0] <= now):
+                self._schedule(now + BACKGROUND_STEP_US, self._wake, node)
+        finally:
+            self._current = None
+
+    def _trace_message(self, node_id: NodeId, envelope: Envelope) -> None:
+        assert self._trace is not None
+        try:
+            message = decode(envelope.frames)
+            header = {k: v for k, v in message.header.items() if k != "v"}
+            what = f"{message.kind.name} {header}"
+        except FrameError as error:
+            what = f"bad frame: {error}"
+        sender = envelope.identity.decode(errors="replace")
+        self._trace(f"{self.clock.now_ms:10.3f} ms  {sender} -> {node_id}: {what}")
+
+    def _timer(self, node: SimNode, which: str) -> None:
+        if node.killed or node.core is None:
+            return
+        if node.pauses_active:
+            # asyncio's sleep ends during the pause; the timer fires once on resume.
+            if which not in node.missed_timers:
+                node.missed_timers.append(which)
+            return
+        self._fire(node, which)
+
+    def _fire(self, node: SimNode, which: str) -> None:
+        core = node.core
+        assert core is not None
+        timer = Timer(which)
+        self._current = node.node_id
+        try:
+            core.on_timer(timer)
+        finally:
+            self._current = None
+        if timer is Timer.TICK:
+            period_us = self._tick_ms * 1000
+        else:
+            period_us = self.config.checkpoint_interval_ms * 1000
+        self._schedule(self.clock.now_us + period_us, self._timer, node, which)
+        self._schedule(self.clock.now_us, self._wake, node)
+
+    # -- mappers --------------------------------------------------------------------------------
+
+    def _words(self, mapper: int) -> list[str]:
+        rng = self._rng(f"words:{mapper}")
+        vocabulary = [f"w{i}" for i in range(self.config.vocabulary)]
+        # A Zipf-like skew: a few words are frequent, as in text.
+        weights = [1.0 / (rank + 1) for rank in range(len(vocabulary))]
+        return rng.choices(vocabulary, weights=weights, k=self.config.tuples_per_mapper)
+
+    def _start_mappers(self, view: View) -> None:
+        config = self.config
+        job = sim_job()
+        for index in range(config.mappers):
+            name = f"m{index}"
+            words = self._words(index)
+            self.oracle.update(words)
+            self.tuples += len(words)
+            transport = SimMapperTransport(self, name)
+            emitter = Emitter(
+                view,
+                config.slot_bits,
+                MapperId(name),
+                replication=config.replication,
+                combine=job.combine if config.combine else None,
+                batch_size=config.batch_size,
+                window_batches=config.window_batches,
+                resend_after_ms=config.resend_after_ms,
+                give_up_after_s=config.give_up_after_s,
+                clock=self.clock.seconds,
+                transport=transport,
+            )
+            self.emitters[name] = emitter
+            process = MapperProcess(self, name, self._feed(emitter, transport, words))
+            transport.process = process
+            self.mappers.append(process)
+            self._schedule(index * 1000, self._start_mapper, process)
+
+    def _feed(
+        self, emitter: Emitter, transport: SimMapperTransport, words: list[str]
+    ) -> Callable[[], None]:
+        chunk = self.config.feed_chunk
+        pace_ms = self.config.feed_pace_ms
+
+        def feed() -> None:
+            emit = emitter.emit
+            for start in range(0, len(words), chunk):
+                for word in words[start : start + chunk]:
+                    emit(word, 1)
+                transport.sleep(pace_ms)
+                emitter.pump(0)
+            emitter.close()
+
+        return feed
+
+    def _start_mapper(self, process: MapperProcess) -> None:
+        process.start()
+
+    def _mail_to_end(self, end: SimChannelEnd) -> None:
+        process = end._transport.process
+        if (
+            process is not None
+            and process.waiting_on is not None
+            and end.identity in process.waiting_on
+            and end.has_mail()
+        ):
+            process.resume()
+
+    def _mapper_deadline(self, process: MapperProcess, token: int) -> None:
+        if process.waiting_on is not None and process.wait_token == token:
+            process.resume()
+
+    def _raise_mapper_errors(self) -> None:
+        for process in self.mappers:
+            if process.error is not None:
+                error, process.error = process.error, None
+                raise MapperFailed(process.name, error)
+
+    def _cancel_mappers(self) -> None:
+        for process in self.mappers:
+            process.cancel()
+
+    # -- convergence and checks -------------------------------------------------------------------
+
+    def live_cores(self) -> dict[NodeId, NodeCore]:
+        """The live nodes' cores (killed ones are gone), by node id, in id order."""
+        return {node.node_id: core for node, core in self._live()}
+
+    def _live(self) -> list[tuple[SimNode, NodeCore]]:
+        return [
+            (node, node.core)
+            for node_id in self.node_ids
+            if (node := self.nodes[node_id]).core is not None and not node.killed
+        ]
+
+    def _settle(self) -> None:
+        """Run until every message sent so far has arrived (and been read, unless its
+        node is paused or dead)."""
+        settle_us = max(self.clock.now_us, self.network.last_delivery_us())
+        self._run_until(lambda: False, settle_us)
+        self.clock.advance_to(settle_us)
+
+    def _converge(self, deadline_us: int) -> None:
+        """Run until ``_not_converged()`` says None; AssertionError with its reason if that
+        does not happen by ``deadline_us``."""
+        started_us = self.clock.now_us
+        while (reason := checks.not_converged(self)) is not None:
+            next_check_us = self.clock.now_us + CONVERGENCE_CHECK_US
+            if next_check_us > deadline_us:
+                waited_ms = (self.clock.now_us - started_us) // 1000
+                raise AssertionError(f"no convergence within {waited_ms} ms: {reason}")
+            self._run_until(lambda: False, next_check_us)
+            self.clock.advance_to(next_check_us)
+
+    # -- the run --------------------------------------------------------------------------------
+
+    def run(self) -> SimResult:
+        """Run the protocol of the module doc; the result, or SimulationFailure."""
+        if self._ran:
+            raise RuntimeError("a Simulation runs once; build another for another run")
+        self._ran = True
+        handler = _EventLog(self)
+        node_log = logging.getLogger("smr.node")
+        saved = node_log.level, node_log.propagate
+        # The nodes' warnings become events of the run, reported with a failure; they are
+        # not printed (hundreds of runs would flood the output).
+        node_log.setLevel(logging.WARNING)
+        node_log.propagate = False
+        node_log.addHandler(handler)
+        try:
+            return self._run()
+        except MapperFailed as failure:
+            raise self._failure(
+                f"mapper {failure.mapper} failed: {type(failure.error).__name__}: {failure.error}",
+                failure.error,
+            ) from failure.error
+        except SimulationFailure:
+            raise
+        except AssertionError as error:
+            raise self._failure(str(error)) from error
+        except Exception as error:
+            raise self._failure(f"{type(error).__name__}: {error}", error) from error
+        finally:
+            node_log.removeHandler(handler)
+            node_log.setLevel(saved[0])
+            node_log.propagate = saved[1]
+            self._cancel_mappers()
+
+    def _run(self) -> SimResult:
+        config = self.config
+        if self._check_tolerance:
+            reason = within_tolerance(
+                self.schedule, self.node_ids, config.replication, self.tolerance
+            )
+            if reason is not None:
+                raise AssertionError(f"the fault schedule is beyond tolerance: {reason}")
+        # 1.
+        view = self._initial_view()
+        self._start_nodes(view)
+        # 2.
+        self._start_mappers(view)
+        # 3.
+        nemesis.schedule_faults(self)
+        fed = self._run_until(
+            lambda: all(process.done for process in self.mappers), config.feed_limit_ms * 1000
+        )
+        if not fed:
+            raise AssertionError(
+                f"the feed did not finish within {config.feed_limit_ms} ms of virtual time"
+            )
+        self._note("feed done: every mapper's close() returned")
+        # 4.
+        heal_at_us = max(self.clock.now_us, self.schedule.end_ms * 1000)
+        self._run_until(lambda: False, heal_at_us)
+        self.clock.advance_to(heal_at_us)
+        nemesis.heal(self)
+        # What a partition held back or a delay slowed down arrives before convergence counts.
+        self._settle()
+        heal_at_us = self.clock.now_us
+        self._note("healed: every fault ended")
+        self._converge(heal_at_us + config.heal_limit_ms * 1000)
+        self._note("converged")
+        # 5.
+        checks.check_state(self)
+        checks.check_replicas(self)
+        return self._result()
+
+    def _result(self) -> SimResult:
+        live = self._live()
+        counters: dict[str, dict[str, int]] = {
+            node.node_id: {k: v for k, v in vars(core.counters).items() if isinstance(v, int)}
+            for node, core in live
+        }
+        emitters = {
+            name: {
+                "tuples_emitted": e.tuples_emitted,
+                "tuples_acked": e.tuples_acked,
+                "batches_sent": e.batches_sent,
+                "resends": e.resends,
+                "reroutes": e.reroutes,
+                "view_changes": e.view_changes,
+            }
+            for name, e in self.emitters.items()
+        }
+        return SimResult(
+            seed=self.seed,
+            schedule=self.schedule,
+            end_ms=self.clock.now_ms,
+            view=live[0][1].view.to_wire(),
+            counters=counters,
+            emitters=emitters,
+            network=asdict(self.network.stats),
+            events=list(self.events),
+            tuples=self.tuples,
+            keys=len(self.oracle),
+        )
+
+    def describe_config(self) -> str:
+        """The configuration, on one line."""
+        config = self.config
+        fields = {
+            name: value
+            for name, value in asdict(config).items()
+            if name not in ("schedule", "network")
+        }
+        return " ".join(f"{name}={value}" for name, value in fields.items())
+
+    def _failure(self, what: str, error: BaseException | None = None) -> SimulationFailure:
+        where = []
+        if error is not None:
+            # The innermost frames say where it broke; the sweep prints only the message.
+            frames = traceback.format_exception(error)
+            where = ["where:", *("  " + line for line in "".join(frames[-6:]).splitlines())]
+        lines = [
+            f"seed={self.seed} at {self.clock.now_ms:.3f} ms: {what}",
+            self.schedule.describe(),
+            f"config: {self.describe_config()}",
+            f"network: {self.config.network}",
+            f"replay: {self.replay or 'the same Simulation(...) call'}",
+            *where,
+            "last events:",
+            *(f"  {event}" for event in list(self.events)[-60:]),
+        ]
+        return SimulationFailure("\n".join(lines))
+
+
+class MapperFailed(Exception):
+    def __init__(self, mapper: str, error: BaseException) -> None:
+        super().__init__(mapper, error)
+        self.mapper = mapper
+        self.error = error
+
+
+def seed_simulation(seed: int, options: SweepOptions | None = None) -> Simulation:
+    """The run of the configuration and random schedule that ``seed`` draws within
+    ``options``: the sweep's unit."""
+    options = options or SweepOptions()
+    return Simulation(
+        seed,
+        config=SimConfig.from_seed(seed, options),
+        replay=f"python -m smr.sim --seed {seed} {options.flags()} -v",
+    )
+
+
+def run_seed(seed: int, options: SweepOptions | None = None) -> SimResult:
+    """Run ``seed_simulation(seed, options)``."""
+    return seed_simulation(seed, options).run()
