@@ -96,7 +96,7 @@ from checkpoint.backup import replay_plan
 from checkpoint.ids import MapperId
 from checkpoint.store import StateStore
 from ring.hashing import even_tokens, slot_count, slot_of
-from ring.ids import NodeId, Slot, Token
+from ring.ids import Incarnation, NodeId, Slot, Token
 from ring.placement import Ring, Role
 from ring.view import Member, Status, View
 from smr.api import Job
@@ -113,7 +113,7 @@ from smr.faults import (
 )
 from smr.node import TICK_MS, NodeCore, NodeSettings, Timer
 from smr.output import OutputSink
-from smr.protocol import FrameError, decode, decode_batch_body
+from smr.protocol import FrameError, decode, decode_batch_body, header_of
 from smr.transport import ChannelEnd
 
 log = logging.getLogger("smr.sim")
@@ -876,7 +876,7 @@ class Simulation:
                 Token(t) for t in rng.sample(range(slot_count(config.slot_bits)), config.nodes)
             )
         return View(
-            Member(node, 1, f"{ADDR_PREFIX}{node}", token, "", Status.UP, 1)
+            Member(node, Incarnation(1), f"{ADDR_PREFIX}{node}", token, "", Status.UP, 1)
             for node, token in zip(self.node_ids, tokens, strict=True)
         )
 
@@ -959,8 +959,7 @@ class Simulation:
         assert self._trace is not None
         try:
             message = decode(envelope.frames)
-            header = {k: v for k, v in message.header.items() if k != "v"}
-            what = f"{message.kind.name} {header}"
+            what = f"{message.kind.name} {header_of(message)}"
         except FrameError as error:
             what = f"bad frame: {error}"
         sender = envelope.identity.decode(errors="replace")

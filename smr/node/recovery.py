@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING, Any
 from checkpoint.backup import PeerReplica, replay_plan
 from checkpoint.store import StateStore
 from ring.failure import FailureDetector, Verdict
-from ring.ids import NodeId
+from ring.ids import Incarnation, NodeId
 from ring.view import Status, successor_takes_over
 from smr.node.replication import Orphan
-from smr.protocol import Kind, Message, decode_batch_body
+from smr.protocol import Kind, Probe, ProbeAck, RequestId, decode_batch_body
 
 if TYPE_CHECKING:
     from smr.node.core import NodeCore
@@ -46,25 +46,24 @@ class Recovery:
         self._probe_ids = 0
         self._no_quorum_logged_at = -1e9
         # Per peer whose connection dropped: the id of the probe sent then (see suspect).
-        self._drop_probe_req: dict[NodeId, int] = {}
+        self._drop_probe_req: dict[NodeId, RequestId] = {}
         # One record per takeover, for `status` and the recovery benchmark (bounded).
         self.takeover_records: deque[dict[str, Any]] = deque(maxlen=64)
 
     # -- detection ---------------------------------------------------------------------------
 
-    def on_probe(self, identity: bytes, message: Message) -> None:
+    def on_probe(self, identity: bytes, message: Probe) -> None:
         """Answer a probe at once (liveness answers never wait on state)."""
-        sender = NodeId(message.header["from"])
-        self._node.peer_send(sender, Kind.PROBE_ACK, {"req": message.header["req"]})
+        self._node.peer_send(message.sender, Kind.PROBE_ACK, {"req": message.req})
 
-    def on_probe_ack(self, identity: bytes, message: Message) -> None:
+    def on_probe_ack(self, identity: bytes, message: ProbeAck) -> None:
         """An answer to a probe: contact; and if it answers the probe sent after its
         connection dropped (or a later one), the drop was not a crash."""
         sender = self._node.membership.from_live_peer(message)
         if sender is None:
             return
         req = self._drop_probe_req.get(sender)
-        if req is not None and message.header["req"] >= req:
+        if req is not None and message.req >= req:
             del self._drop_probe_req[sender]
             self.detector.refuted(sender)
 
@@ -97,7 +96,7 @@ class Recovery:
         if node.settings.replication > 0:
             self.detector.suspect(peer, node.clock())
             self._probe_ids += 1
-            self._drop_probe_req[peer] = self._probe_ids
+            self._drop_probe_req[peer] = RequestId(self._probe_ids)
             node.peer_send(peer, Kind.PROBE, {"req": self._probe_ids})
 
     def judge(self, now: float) -> None:
@@ -212,7 +211,7 @@ class Recovery:
         node.ingest.reset()
         # 2.
         old = node.view.members[node.node_id]
-        node.incarnation = old.incarnation + 1
+        node.incarnation = Incarnation(old.incarnation + 1)
         rejoined = replace(old, incarnation=node.incarnation, status=Status.STANDBY, version=1)
         node.set_view(node.view.with_member(rejoined))
         node.membership.gossip()
