@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ring.ids import NodeId
+from ring.ids import Epoch, NodeId
 from ring.view import Status, View
 from smr.protocol import (
     FrameError,
@@ -37,7 +37,7 @@ class Membership:
     def __init__(self, node: NodeCore) -> None:
         self._node = node
         # View repair: the last (epoch, time) this node's view was sent to each peer.
-        self._view_sent_at: dict[NodeId, tuple[int, float]] = {}
+        self._view_sent_at: dict[NodeId, tuple[Epoch, float]] = {}
         self._view_body_cache: tuple[int, bytes] = (-1, b"")
         self._last_heartbeat = -1e9
 
