@@ -43,7 +43,16 @@ from ring.placement import Ring  # noqa: E402
 from ring.view import Member, Status, View  # noqa: E402
 from smr.api import Job  # noqa: E402
 from smr.node import NodeCore, NodeSettings  # noqa: E402
-from smr.protocol import Kind, StreamId, batch_header, decode, encode, encode_batch_body  # noqa: E402
+from smr.protocol import (  # noqa: E402
+    Batch,
+    ChannelNumber,
+    Kind,
+    SnapshotChunk,
+    StreamId,
+    decode,
+    encode,
+    encode_batch_body,
+)
 from smr.sim import MemoryOutput  # noqa: E402
 
 RESULTS = REPO / "bench" / "results"
@@ -114,8 +123,16 @@ def run_once(keys: int, chunk_keys: int) -> dict[str, Any]:
             seq_of_slot[slot] = seq_of_slot.get(slot, 0) + 1
             seqs.append(seq_of_slot[slot])
         body = encode_batch_body(slots, seqs, batch, [1] * len(batch), [0.0] * len(batch))
-        header = batch_header(StreamId("s"), MapperId("m"), chan, 1, view.epoch, len(batch))
-        primary.on_frames(b"mapper", encode(Kind.BATCH, header, body))
+        message = Batch(
+            StreamId("s"),
+            MapperId("m"),
+            ChannelNumber(chan),
+            ChannelNumber(1),
+            view.epoch,
+            len(batch),
+            body,
+        )
+        primary.on_frames(b"mapper", encode(message))
         primary.ingest.apply_inbox(tuples_max=10**9)
     assert primary.store.key_count() == keys, primary.store.key_count()
     primary.replication.checkpoint()
@@ -128,10 +145,10 @@ def run_once(keys: int, chunk_keys: int) -> dict[str, Any]:
     def deliver() -> None:
         while queue:
             dst, frames = queue.popleft()
-            kind = decode(frames).kind
+            is_chunk = isinstance(decode(frames), SnapshotChunk)
             started = time.perf_counter()
             cores[dst].on_frames(b"peer", frames)
-            if kind is Kind.SNAPSHOT_CHUNK:
+            if is_chunk:
                 apply_ms.append((time.perf_counter() - started) * 1000)
 
     snapshot_started = time.perf_counter()

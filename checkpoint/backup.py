@@ -36,7 +36,7 @@ from types import MappingProxyType, MethodType
 from typing import Final, TypeAlias, cast
 
 from checkpoint.delta import Delta
-from checkpoint.ids import MapperId, Seq, Slot
+from checkpoint.ids import CheckpointNumber, MapperId, Seq, Slot
 from checkpoint.store import StateStore
 
 __all__ = [
@@ -392,7 +392,7 @@ class PeerReplica:
         fresh store: reach it through the replica, do not keep it."""
         self.needs_snapshot = True
         """True until a snapshot ends, and again after a gap: checkpoints are ignored then."""
-        self.last_checkpoint = 0
+        self.last_checkpoint = CheckpointNumber(0)
         """Number of the last applied checkpoint (``as_of`` right after ``begin_snapshot``)."""
         self._snapshot_in_progress = False
         self._is_complete = False
@@ -421,7 +421,7 @@ class PeerReplica:
         ``HwmFn`` when ``begin_snapshot`` replaces the store."""
         return self.store.hwm(mapper, slot)
 
-    def apply_checkpoint(self, number: int, delta: Delta) -> bool:
+    def apply_checkpoint(self, number: CheckpointNumber, delta: Delta) -> bool:
         """Steps 1, 4 and 6: apply checkpoint ``number`` if it is the next one; True if applied.
 
         Returns False, changing nothing, when no snapshot has begun since the replica was
@@ -445,7 +445,7 @@ class PeerReplica:
         self.last_checkpoint = number
         return True
 
-    def begin_snapshot(self, as_of: int) -> None:
+    def begin_snapshot(self, as_of: CheckpointNumber) -> None:
         """Step 2: expect chunks, then checkpoints from ``as_of + 1``; the state is kept.
 
         Also restarts a snapshot already in progress (the primary began a new one).

@@ -15,6 +15,10 @@ MapperId = NewType("MapperId", str)
 Seq = NewType("Seq", int)
 """Position of a tuple in its ``(mapper_id, slot)`` stream; the first tuple has seq 1."""
 
+CheckpointNumber = NewType("CheckpointNumber", int)
+"""A primary's checkpoint counter, per incarnation, from 1 (0: none taken yet); a secondary
+that sees one skipped asks for a snapshot instead of applying a delta on a hole."""
+
 Key: TypeAlias = str | int
 """A reducer key as it appears in state: a string, or an int."""
 
@@ -27,4 +31,13 @@ KeyState: TypeAlias = dict[str, Any]
 Fragment: TypeAlias = dict[Slot, dict[Key, dict[str, Any]]]
 """slot -> key -> field -> value; in a delta or an unmerged fragment a value may be TOMBSTONE."""
 
-__all__ = ["FieldValue", "Fragment", "Key", "KeyState", "MapperId", "Seq", "Slot"]
+__all__ = [
+    "CheckpointNumber",
+    "FieldValue",
+    "Fragment",
+    "Key",
+    "KeyState",
+    "MapperId",
+    "Seq",
+    "Slot",
+]

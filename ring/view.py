@@ -22,7 +22,7 @@ from types import MappingProxyType
 from typing import Final
 
 from ring.hashing import SLOT_BITS_MAX
-from ring.ids import NodeId, Token
+from ring.ids import Epoch, Incarnation, NodeId, Token
 
 
 class Status(StrEnum):
@@ -92,7 +92,7 @@ class Member:
 
     node_id: NodeId
     """The node's stable name; non-empty."""
-    incarnation: int
+    incarnation: Incarnation
     """Raised each time the node (re)joins with empty state; an entry of a newer incarnation
     supersedes every entry of older ones, whatever their versions."""
     addr: str
@@ -223,7 +223,7 @@ class View:
 
     _members: dict[NodeId, Member]
     _members_view: Mapping[NodeId, Member]
-    _epoch: int
+    _epoch: Epoch
     _owners: tuple[Member, ...]
 
     def __init__(self, members: Iterable[Member] = ()) -> None:
@@ -239,7 +239,7 @@ class View:
     def _set(self, table: dict[NodeId, Member]) -> None:
         self._members = table
         self._members_view = MappingProxyType(table)
-        self._epoch = sum(_epoch_weight(member) for member in table.values())
+        self._epoch = Epoch(sum(_epoch_weight(member) for member in table.values()))
         self._owners = tuple(
             sorted(
                 (member for member in table.values() if member.status in OWNING_STATUSES),
@@ -292,7 +292,7 @@ class View:
         )
 
     @property
-    def epoch(self) -> int:
+    def epoch(self) -> Epoch:
         """A cheap number that says whether one view may have news for another.
 
         Guarantees: never decreases under merge (``a.merge(b).epoch >= a.epoch``), and

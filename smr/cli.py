@@ -24,7 +24,7 @@ from smr.api import JobLoadError, load_job
 from smr.client import Client, NodeUnreachable, cluster_view, fetch_view
 from smr.emitter import BATCH_SIZE_DEFAULT, WINDOW_BATCHES_DEFAULT, DeliveryError, Emitter
 from smr.feed import InputError, check_inputs, feed, total_bytes
-from smr.protocol import FrameError, Kind, decode
+from smr.protocol import FrameError, Output, decode
 from smr.spark import MASTER_DEFAULT, MAX_FILES_PER_TRIGGER_DEFAULT, BatchReport, SparkFeedError
 from smr.spec import ClusterError, read_spec
 from smr.transport import TransportError
@@ -406,7 +406,7 @@ def tail_command(cluster_dir: Path, count: int, timeout_s: float) -> None:
                 message = decode(frames)
             except FrameError:
                 continue
-            if message.kind != Kind.OUTPUT:
+            if not isinstance(message, Output):
                 continue
             for line in message.body.decode("utf-8", errors="replace").splitlines():
                 click.echo(line)

@@ -6,17 +6,42 @@ timeout raises :class:`NodeUnreachable` naming the node and its address.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import time
-from collections.abc import Iterator, Sequence
-from typing import Any, Final
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Final, TypeVar
 
+from ring.ids import NodeId, Slot
 from ring.view import View
-from smr.protocol import FrameError, Kind, Message, decode, encode, pack_body, unpack_body
+from smr.protocol import (
+    DumpReply,
+    DumpRequest,
+    Error,
+    FrameError,
+    Message,
+    Ping,
+    Pong,
+    QueryReply,
+    QueryRequest,
+    RequestId,
+    StatusReply,
+    StatusRequest,
+    ViewReply,
+    ViewRequest,
+    decode,
+    encode,
+    pack_body,
+    unpack_body,
+)
 from smr.transport.zeromq import Outbox, wait_any
 
 REQUEST_TIMEOUT_MS_DEFAULT: Final = 2000
 DUMP_PAGE_KEYS: Final = 10_000
+
+Reply = TypeVar("Reply", Pong, ViewReply, StatusReply, DumpReply, QueryReply)
+# The messages that answer a request (they echo its id).
+_REPLIES: Final = (Error, Pong, ViewReply, StatusReply, DumpReply, QueryReply)
 
 
 class NodeUnreachable(Exception):
@@ -32,18 +57,19 @@ class Client:
         self._request_ids = itertools.count(1)
 
     def request(
-        self, addr: str, kind: Kind, header: dict[str, Any] | None = None, body: bytes = b""
-    ) -> Message:
-        """Send one request to ``addr`` and return the matching reply.
+        self, addr: str, make: Callable[[RequestId], Message], expect: type[Reply]
+    ) -> Reply:
+        """Send the request ``make(request id)`` to ``addr`` and return the matching reply,
+        of type ``expect``.
 
         Raises NodeUnreachable if no reply comes within the timeout, and RuntimeError with the
-        node's message if it answers with ERROR.
+        node's message if it answers with ERROR (or with a reply of another kind).
         """
         outbox = self._outboxes.get(addr)
         if outbox is None:
             outbox = self._outboxes[addr] = Outbox(addr)
-        request_id = next(self._request_ids)
-        frames = encode(kind, {"req": request_id, **(header or {})}, body)
+        request_id = RequestId(next(self._request_ids))
+        frames = encode(make(request_id))
         deadline = time.monotonic() + self.timeout_ms / 1000
         sent = False
         while True:
@@ -65,20 +91,21 @@ class Client:
                 reply = decode(reply_frames)
             except FrameError:
                 continue  # not a reply we can read; wait for ours
-            if reply.header.get("req") != request_id:
+            if not isinstance(reply, _REPLIES) or reply.req != request_id:
                 continue  # a late reply to an earlier, timed-out request
-            if reply.kind == Kind.ERROR:
-                raise RuntimeError(f"node at {addr}: {reply.header['message']}")
+            if isinstance(reply, Error):
+                raise RuntimeError(f"node at {addr}: {reply.message}")
+            if not isinstance(reply, expect):
+                raise RuntimeError(f"node at {addr} answered {reply.kind.name}, not {expect}")
             return reply
 
-    def ping(self, addr: str) -> str:
+    def ping(self, addr: str) -> NodeId:
         """The id of the node answering at ``addr``."""
-        node: str = self.request(addr, Kind.PING).header["node"]
-        return node
+        return self.request(addr, Ping, Pong).node
 
     def view(self, addr: str) -> View:
         """The view of the node at ``addr``."""
-        reply = self.request(addr, Kind.VIEW_REQUEST)
+        reply = self.request(addr, ViewRequest, ViewReply)
         try:
             return View.from_wire(unpack_body(reply.body))
         except ValueError as error:
@@ -86,26 +113,28 @@ class Client:
 
     def status(self, addr: str) -> dict[str, Any]:
         """The status map of the node at ``addr``."""
-        status: dict[str, Any] = unpack_body(self.request(addr, Kind.STATUS_REQUEST).body)
+        status: dict[str, Any] = unpack_body(self.request(addr, StatusRequest, StatusReply).body)
         return status
 
     def query(self, addr: str, key: str | int) -> dict[str, Any]:
         """``{"owner": bool, "slot": int, "state": dict | None}`` for ``key`` at ``addr``."""
         answer: dict[str, Any] = unpack_body(
-            self.request(addr, Kind.QUERY_REQUEST, body=pack_body(key)).body
+            self.request(addr, lambda req: QueryRequest(req, pack_body(key)), QueryReply).body
         )
         return answer
 
     def dump(self, addr: str) -> Iterator[tuple[int, Any, dict[str, Any]]]:
         """Every ``(slot, key, state)`` the node at ``addr`` is primary of, page by page."""
-        start: int | None = 0
+        start: Slot | None = Slot(0)
         while start is not None:
             reply = self.request(
-                addr, Kind.DUMP_REQUEST, {"start": start, "max_keys": DUMP_PAGE_KEYS}
+                addr,
+                functools.partial(DumpRequest, start=start, max_keys=DUMP_PAGE_KEYS),
+                DumpReply,
             )
             for slot, key, state in unpack_body(reply.body):
                 yield slot, key, dict(state)
-            start = reply.header["next"]
+            start = reply.next_start
 
     def close(self) -> None:
         """Close every socket."""

@@ -43,14 +43,21 @@ from typing import Any, Final
 
 from checkpoint.ids import MapperId
 from ring.hashing import slot_of
-from ring.ids import NodeId
+from ring.ids import Epoch, NodeId
 from ring.placement import Ring
 from ring.view import Status, View
 from smr.protocol import (
+    Ack,
+    Batch,
+    ChannelNumber,
+    Error,
     FrameError,
-    Kind,
+    Nack,
+    NotOwner,
+    RequestId,
     StreamId,
-    batch_header,
+    ViewReply,
+    ViewRequest,
     decode,
     encode,
     encode_batch_body,
@@ -100,20 +107,23 @@ class _OutBatch:
     rerouted: bool = False
 
 
+FIRST_CHANNEL_NUMBER: Final = ChannelNumber(1)
+
+
 @dataclass
 class _Channel:
     """The stream of batches from this mapper to one node, numbered from 1."""
 
     node: NodeId
     outbox: ChannelEnd
-    next_chan: int = 1
-    unacked: OrderedDict[int, _OutBatch] = field(default_factory=OrderedDict)
-    unsent_from: int | None = None  # first batch number a send failed for, if any
+    next_chan: ChannelNumber = FIRST_CHANNEL_NUMBER
+    unacked: OrderedDict[ChannelNumber, _OutBatch] = field(default_factory=OrderedDict)
+    unsent_from: ChannelNumber | None = None  # first batch number a send failed for, if any
     progress_at: float = 0.0
     resent_at: float = 0.0
 
     @property
-    def base(self) -> int:
+    def base(self) -> ChannelNumber:
         return next(iter(self.unacked), self.next_chan)
 
 
@@ -317,7 +327,7 @@ class Emitter:
                 self._reroute([batch])
                 return
             chan = channel.next_chan
-            channel.next_chan += 1
+            channel.next_chan = ChannelNumber(chan + 1)
             channel.unacked[chan] = batch
             batch.waiting_for.add(node)
             self._transmit(channel, chan)
@@ -328,15 +338,21 @@ class Emitter:
             # view epoch, which is how a feeder learns of a takeover within a few batches.
             self.pump(timeout_ms=0)
 
-    def _transmit(self, channel: _Channel, chan: int) -> None:
+    def _transmit(self, channel: _Channel, chan: ChannelNumber) -> None:
         """Send batch ``chan`` unless an earlier one still waits to be sent (order matters)."""
         if channel.unsent_from is not None:
             return
         batch = channel.unacked[chan]
-        header = batch_header(
-            self.stream_id, self.mapper_id, chan, channel.base, self.view.epoch, len(batch.rows)
+        message = Batch(
+            self.stream_id,
+            self.mapper_id,
+            chan,
+            channel.base,
+            self.view.epoch,
+            len(batch.rows),
+            batch.body,
         )
-        if not channel.outbox.send(encode(Kind.BATCH, header, batch.body)):
+        if not channel.outbox.send(encode(message)):
             channel.unsent_from = chan
 
     def flush(self) -> None:
@@ -379,29 +395,29 @@ class Emitter:
             message = decode(frames)
         except FrameError:
             return  # nodes only send well-formed replies; ignore anything else
-        header = message.header
-        if message.kind == Kind.ACK:
-            self._on_ack(channel, header["through"])
-            if header["epoch"] > self.view.epoch:
-                self._ask_view([channel])
-        elif message.kind == Kind.VIEW:
-            try:
-                view = View.from_wire(unpack_body(message.body))
-            except (FrameError, ValueError):
-                return
-            self._on_view(view)
-        elif message.kind == Kind.NACK:
-            self._resend(channel, from_chan=header["expect"])
-        elif message.kind == Kind.NOT_OWNER:
-            try:
-                view = View.from_wire(unpack_body(message.body))
-            except (FrameError, ValueError):
-                return
-            self._on_not_owner(channel, header["chan"], view, header["epoch"])
-        elif message.kind == Kind.ERROR:
-            raise DeliveryError(f"node {channel.node} refused a batch: {header['message']}")
+        match message:
+            case Ack(through=through, epoch=epoch):
+                self._on_ack(channel, through)
+                if epoch > self.view.epoch:
+                    self._ask_view([channel])
+            case ViewReply(body=body):
+                try:
+                    view = View.from_wire(unpack_body(body))
+                except (FrameError, ValueError):
+                    return
+                self._on_view(view)
+            case Nack(expect=expect):
+                self._resend(channel, from_chan=expect)
+            case NotOwner(chan=chan, epoch=epoch, body=body):
+                try:
+                    view = View.from_wire(unpack_body(body))
+                except (FrameError, ValueError):
+                    return
+                self._on_not_owner(channel, chan, view, epoch)
+            case Error(message=text):
+                raise DeliveryError(f"node {channel.node} refused a batch: {text}")
 
-    def _on_ack(self, channel: _Channel, through: int) -> None:
+    def _on_ack(self, channel: _Channel, through: ChannelNumber) -> None:
         released = False
         while channel.unacked:
             chan, batch = next(iter(channel.unacked.items()))
@@ -417,7 +433,9 @@ class Emitter:
         if released:
             channel.progress_at = self._clock()
 
-    def _on_not_owner(self, channel: _Channel, chan: int, view: View, node_epoch: int) -> None:
+    def _on_not_owner(
+        self, channel: _Channel, chan: ChannelNumber, view: View, node_epoch: Epoch
+    ) -> None:
         """A node refused batch ``chan`` by its view (epoch ``node_epoch``).
 
         1. Adopt whatever the node's view has that ours lacks (re-routing what it moves).
@@ -432,8 +450,8 @@ class Emitter:
         self._on_view(view)
         # 2.
         if node_epoch < self.view.epoch:
-            header = {"req": 0, "epoch": self.view.epoch}
-            channel.outbox.send(encode(Kind.VIEW, header, pack_body(self.view.to_wire())))
+            push = ViewReply(RequestId(0), self.view.epoch, pack_body(self.view.to_wire()))
+            channel.outbox.send(encode(push))
             self.views_pushed += 1
         else:
             channel.progress_at = self._clock()
@@ -504,9 +522,9 @@ class Emitter:
         self._view_asked_at = now
         for channel in channels:
             self._view_requests += 1
-            channel.outbox.send(encode(Kind.VIEW_REQUEST, {"req": self._view_requests}))
+            channel.outbox.send(encode(ViewRequest(RequestId(self._view_requests))))
 
-    def _resend(self, channel: _Channel, from_chan: int) -> None:
+    def _resend(self, channel: _Channel, from_chan: ChannelNumber) -> None:
         now = self._clock()
         # One go-back-N per stall: the NACKs of a pipelined window must not each trigger one.
         if now - channel.resent_at < self.resend_after_s / 4:
@@ -541,7 +559,7 @@ class Emitter:
                 # A silent node may have been taken over: ask the others (rate-limited).
                 self._ask_view([c for c in self._live_channels() if c is not channel])
             if stalled_s >= self.resend_after_s and now - channel.resent_at >= self.resend_after_s:
-                self._resend(channel, from_chan=0)
+                self._resend(channel, from_chan=ChannelNumber(0))
 
     def _live_channels(self) -> list[_Channel]:
         """Channels to every live member of the view, opened if need be."""

@@ -13,7 +13,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, Any, Final
 
-from smr.protocol import Kind, encode
+from ring.ids import NodeId
+from smr.protocol import Output, encode
 
 # Lines kept in memory before a forced write; the file's own buffer does the rest.
 PENDING_LINES_MAX: Final = 10_000
@@ -49,8 +50,7 @@ class OutputSink:
         text = "\n".join(self._pending) + "\n"
         self._file.write(text)
         self._file.flush()
-        header = {"node": self._node_id, "n": len(self._pending)}
-        self._publish(encode(Kind.OUTPUT, header, text.encode()))
+        self._publish(encode(Output(NodeId(self._node_id), len(self._pending), text.encode())))
         self.records_written += len(self._pending)
         self._pending.clear()
 

@@ -6,10 +6,19 @@ single-part one on this transport, and small messages are dominated by per-send 
 - byte 0: the :class:`Kind`;
 - bytes 1-4: the header's length ``h``, unsigned big-endian;
 - the next ``h`` bytes: the header, a msgpack map with at least ``"v"`` (the protocol
-  version); its other fields depend on the kind and are checked against :data:`HEADER_SCHEMA`;
+  version); its other fields depend on the kind;
 - the rest: the body, whose meaning depends on the kind (empty for most control messages).
 
-A tuple batch keeps the channel fields (stream id, channel sequence number, view epoch) and
+Each kind is a record, a small frozen dataclass (:class:`Batch`, :class:`Ack`, ...,
+:class:`SnapshotEnd`) whose fields are the header's, with typed ids, plus ``body`` for the
+kinds that carry one; the record's docstring and fields say what the message means.
+:func:`decode` validates a message against its record (every field present with its type,
+ints non-negative) and returns the record; :func:`encode` turns a record back into the frame.
+:data:`Message` is the union of all records: handlers ``match`` on the record type and read
+attributes, never header keys. Messages between nodes (:class:`PeerMessage`) all start with
+the sender, its incarnation and its view's epoch.
+
+A tuple batch keeps the channel fields (stream id, channel batch number, view epoch) and
 the mapper id in the header and the tuples in the body, so the body is encoded once and the
 same bytes fan out to the slot's primary and its secondaries, each behind its own small
 header.
@@ -17,7 +26,8 @@ header.
 The body of a batch is columnar: ``n`` little-endian ``uint32`` slots, ``n`` ``uint64``
 seqs and ``n`` ``float64`` timestamps (fixed width, so their types need no per-tuple check
 and a secondary reads slots and seqs without decoding the rest), then msgpack
-``[keys, values]``. A tuple's identity is ``(mapper id, slot, seq)`` (DESIGN section 1).
+``[keys, values]`` (decoded into :class:`BatchColumns`). A tuple's identity is
+``(mapper id, slot, seq)`` (DESIGN section 1).
 
 Every decode raises :class:`FrameError` (and nothing else) on malformed, oversize or
 unknown-version input, so a node can count and drop a bad message without ever crashing.
@@ -25,22 +35,35 @@ unknown-version input, so a node can count and drop a bad message without ever c
 
 from __future__ import annotations
 
+import dataclasses
+import operator
 import sys
+import types
+import typing
 from array import array
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import Any, Final, NewType
+from typing import Any, ClassVar, Final, NewType, TypeAlias
 
 import msgpack
 
-from checkpoint.ids import MapperId, Seq
-from ring.ids import Slot
+from checkpoint.ids import CheckpointNumber, MapperId, Seq
+from ring.ids import Epoch, Incarnation, NodeId, Slot
 
 PROTOCOL_VERSION: Final = 3
 
 StreamId = NewType("StreamId", str)
 """One emitter's channels to the nodes: batch numbers and acks are per (stream, node)."""
+
+ChannelNumber = NewType("ChannelNumber", int)
+"""A batch's number on its (stream, node) channel, from 1; acks and nacks name these."""
+
+RequestId = NewType("RequestId", int)
+"""The id of a request, echoed by its reply, so that a client matches replies to requests."""
+
+SnapshotNumber = NewType("SnapshotNumber", int)
+"""A snapshot's number, per sending incarnation, from 1; its chunks and its end repeat it."""
 
 # A frame larger than this is refused before decoding: 1000-tuple batches of word counts are
 # about 30 KiB, a dump page of 10 000 small states about 400 KiB; 16 MiB leaves room for big
@@ -86,90 +109,402 @@ class FrameError(ValueError):
     """A message that is malformed, oversize, of an unknown kind or of another version."""
 
 
-# Header fields per kind: name -> accepted Python types. ``"v"`` is checked for every kind.
-# Control requests carry ``req``, an id the reply echoes, so a client can match replies.
-_INT = (int,)
-_STR = (str,)
-_OPT_INT = (int, type(None))
-_PEER: Final[dict[str, tuple[type, ...]]] = {"from": _STR, "inc": _INT, "epoch": _INT}
-HEADER_SCHEMA: Final[dict[Kind, dict[str, tuple[type, ...]]]] = {
-    # stream: the sending emitter's id, which names the channel (one emitter may send for
-    # several mapper ids in turn, and a retried mapper comes back on a new stream); mapper:
-    # the tuples' identity for dedup; chan: this batch's number on the (stream, node)
-    # channel; base: the oldest number the emitter still holds for that channel; epoch: the
-    # view epoch the emitter routed by.
-    Kind.BATCH: {
-        "stream": _STR,
-        "mapper": _STR,
-        "chan": _INT,
-        "base": _INT,
-        "epoch": _INT,
-        "n": _INT,
-    },
-    Kind.ACK: {"stream": _STR, "through": _INT, "epoch": _INT},
-    Kind.NACK: {"stream": _STR, "expect": _INT},
-    Kind.NOT_OWNER: {"stream": _STR, "chan": _INT, "epoch": _INT},
-    Kind.ERROR: {"req": _OPT_INT, "message": _STR},
-    Kind.PING: {"req": _INT},
-    Kind.PONG: {"req": _INT, "node": _STR},
-    Kind.VIEW_REQUEST: {"req": _INT},
-    # A VIEW answers a VIEW_REQUEST; sent to a node unasked, it is merged into the node's view
-    # (an emitter sends its newer view to a node that refused a batch by an older one).
-    Kind.VIEW: {"req": _INT, "epoch": _INT},
-    Kind.STATUS_REQUEST: {"req": _INT},
-    Kind.STATUS: {"req": _INT},
-    Kind.DUMP_REQUEST: {"req": _INT, "start": _INT, "max_keys": _INT},
-    Kind.DUMP: {"req": _INT, "next": _OPT_INT},
-    Kind.QUERY_REQUEST: {"req": _INT},
-    Kind.QUERY: {"req": _INT},
-    Kind.OUTPUT: {"node": _STR, "n": _INT},
-    # Peer messages: the sender, its incarnation, and the epoch of its view, so that any
-    # message between nodes shows which of the two holds the older view (the node with the
-    # newer one sends it over: view repair works both ways, whatever the message).
-    # HEARTBEAT's body is the sender's view (piggybacked gossip, DESIGN section 3).
-    Kind.HEARTBEAT: _PEER,
-    Kind.GOSSIP: _PEER,
-    Kind.PROBE: {**_PEER, "req": _INT},
-    Kind.PROBE_ACK: {**_PEER, "req": _INT},
-    # number: the primary's checkpoint counter (per incarnation), so gaps show.
-    Kind.CHECKPOINT: {**_PEER, "number": _INT},
-    # A secondary whose tuple backup nears its bound asks the primary to checkpoint now.
-    Kind.CHECKPOINT_REQUEST: _PEER,
-    Kind.SNAPSHOT_REQUEST: _PEER,
-    # as_of: the last checkpoint number swapped before the snapshot was read; snap: the
-    # snapshot's number (per sending incarnation), which its chunks and end repeat; index:
-    # a chunk's place in its snapshot, from 0; chunks: how many chunks the snapshot had. A
-    # receiver that misses a chunk sees it (an index skipped, or a count short at the end).
-    Kind.SNAPSHOT_BEGIN: {**_PEER, "as_of": _INT, "snap": _INT},
-    Kind.SNAPSHOT_CHUNK: {**_PEER, "snap": _INT, "index": _INT},
-    Kind.SNAPSHOT_END: {**_PEER, "snap": _INT, "chunks": _INT},
-}
+# -- between emitters and nodes ---------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
-class Message:
-    """One decoded, validated message."""
+class Batch:
+    """A batch of tuples from an emitter, on the channel of its stream to this node."""
 
-    kind: Kind
-    header: dict[str, Any]
+    kind: ClassVar[Kind] = Kind.BATCH
+    stream: StreamId
+    """The sending emitter's id, which names the channel (one emitter may send for several
+    mapper ids in turn, and a retried mapper comes back on a new stream)."""
+    mapper: MapperId
+    """The tuples' identity for dedup."""
+    chan: ChannelNumber
+    """This batch's number on the (stream, node) channel."""
+    base: ChannelNumber
+    """The oldest number the emitter still holds for that channel."""
+    epoch: Epoch
+    """The view epoch the emitter routed by."""
+    n: int
+    """How many tuples the body holds."""
+    body: bytes
+    """The tuples as columns (:func:`encode_batch_body`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Ack:
+    """Every batch of the channel up to ``through`` is processed (applied or backed up)."""
+
+    kind: ClassVar[Kind] = Kind.ACK
+    stream: StreamId
+    through: ChannelNumber
+    epoch: Epoch
+    """The node's view epoch: an emitter that sees a newer one asks for the view."""
+
+
+@dataclass(frozen=True, slots=True)
+class Nack:
+    """A gap on the channel: resend from batch ``expect``."""
+
+    kind: ClassVar[Kind] = Kind.NACK
+    stream: StreamId
+    expect: ChannelNumber
+
+
+@dataclass(frozen=True, slots=True)
+class NotOwner:
+    """Batch ``chan`` was refused: some of its slots are not this node's by its view (the
+    body, of epoch ``epoch``). The channel does not advance; the emitter re-routes."""
+
+    kind: ClassVar[Kind] = Kind.NOT_OWNER
+    stream: StreamId
+    chan: ChannelNumber
+    epoch: Epoch
     body: bytes
 
+
+@dataclass(frozen=True, slots=True)
+class Error:
+    """A request (``req``) or a batch (``req`` None) was refused; ``message`` says why."""
+
+    kind: ClassVar[Kind] = Kind.ERROR
+    req: RequestId | None
+    message: str
+
+
+# -- control requests and their replies --------------------------------------------------------
+# A request carries ``req``, an id its reply echoes, so a client can match replies.
+
+
+@dataclass(frozen=True, slots=True)
+class Ping:
+    """Is a node there? Answered by :class:`Pong`."""
+
+    kind: ClassVar[Kind] = Kind.PING
+    req: RequestId
+
+
+@dataclass(frozen=True, slots=True)
+class Pong:
+    """The answer to a :class:`Ping`, with the id of the node that answered."""
+
+    kind: ClassVar[Kind] = Kind.PONG
+    req: RequestId
+    node: NodeId
+
+
+@dataclass(frozen=True, slots=True)
+class ViewRequest:
+    """Asks a node for its view; answered by :class:`ViewReply`."""
+
+    kind: ClassVar[Kind] = Kind.VIEW_REQUEST
+    req: RequestId
+
+
+@dataclass(frozen=True, slots=True)
+class ViewReply:
+    """A view (the body) of epoch ``epoch``. It answers a :class:`ViewRequest`; sent to a
+    node unasked, it is merged into the node's view (an emitter sends its newer view to a
+    node that refused a batch by an older one)."""
+
+    kind: ClassVar[Kind] = Kind.VIEW
+    req: RequestId
+    epoch: Epoch
+    body: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class StatusRequest:
+    """Asks a node for its status map; answered by :class:`StatusReply`."""
+
+    kind: ClassVar[Kind] = Kind.STATUS_REQUEST
+    req: RequestId
+
+
+@dataclass(frozen=True, slots=True)
+class StatusReply:
+    """A node's status map (the body, msgpack)."""
+
+    kind: ClassVar[Kind] = Kind.STATUS
+    req: RequestId
+    body: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class DumpRequest:
+    """Asks for a page of the states a node is primary of, from slot ``start`` on, of about
+    ``max_keys`` keys; answered by :class:`DumpReply`."""
+
+    kind: ClassVar[Kind] = Kind.DUMP_REQUEST
+    req: RequestId
+    start: Slot
+    max_keys: int
+
+
+@dataclass(frozen=True, slots=True)
+class DumpReply:
+    """A page of ``[slot, key, state]`` entries (the body)."""
+
+    kind: ClassVar[Kind] = Kind.DUMP
+    req: RequestId
+    next_start: Slot | None = field(metadata={"wire": "next"})
+    """The slot the next page starts at; None after the last page."""
+    body: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class QueryRequest:
+    """Asks for the state of one key (the body, msgpack); answered by :class:`QueryReply`."""
+
+    kind: ClassVar[Kind] = Kind.QUERY_REQUEST
+    req: RequestId
+    body: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class QueryReply:
+    """``{"owner": bool, "slot": int, "state": dict | None}`` (the body, msgpack)."""
+
+    kind: ClassVar[Kind] = Kind.QUERY
+    req: RequestId
+    body: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Output:
+    """``n`` lines the reducers of node ``node`` emitted (the body, UTF-8), published."""
+
+    kind: ClassVar[Kind] = Kind.OUTPUT
+    node: NodeId
+    n: int
+    body: bytes
+
+
+# -- between nodes --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PeerMessage:
+    """What every message between nodes starts with: its sender, the sender's incarnation,
+    and the epoch of its view, so that any message between nodes shows which of the two
+    holds the older view (the node with the newer one sends it over: view repair works both
+    ways, whatever the message)."""
+
+    sender: NodeId = field(metadata={"wire": "from"})
+    incarnation: Incarnation = field(metadata={"wire": "inc"})
+    epoch: Epoch
+
+
+@dataclass(frozen=True, slots=True)
+class Heartbeat(PeerMessage):
+    """A primary's sign of life to its secondaries; the body is its view (piggybacked
+    gossip, DESIGN section 3)."""
+
+    kind: ClassVar[Kind] = Kind.HEARTBEAT
+    body: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Gossip(PeerMessage):
+    """The sender's view (the body), to be merged."""
+
+    kind: ClassVar[Kind] = Kind.GOSSIP
+    body: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Probe(PeerMessage):
+    """Are you alive? Answered at once by a :class:`ProbeAck` with the same ``req``."""
+
+    kind: ClassVar[Kind] = Kind.PROBE
+    req: RequestId
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeAck(PeerMessage):
+    """The answer to the :class:`Probe` numbered ``req``."""
+
+    kind: ClassVar[Kind] = Kind.PROBE_ACK
+    req: RequestId
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint(PeerMessage):
+    """A primary's checkpoint delta (the body) for a secondary to apply."""
+
+    kind: ClassVar[Kind] = Kind.CHECKPOINT
+    number: CheckpointNumber
+    """The primary's checkpoint counter (per incarnation), so gaps show."""
+    body: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointRequest(PeerMessage):
+    """A secondary whose tuple backup nears its bound asks the primary to checkpoint now."""
+
+    kind: ClassVar[Kind] = Kind.CHECKPOINT_REQUEST
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotRequest(PeerMessage):
+    """A secondary asks its primary for a full snapshot of the primary's range."""
+
+    kind: ClassVar[Kind] = Kind.SNAPSHOT_REQUEST
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotBegin(PeerMessage):
+    """A snapshot starts; its chunks follow, then its :class:`SnapshotEnd`."""
+
+    kind: ClassVar[Kind] = Kind.SNAPSHOT_BEGIN
+    as_of: CheckpointNumber
+    """The last checkpoint number swapped before the snapshot was read."""
+    snap: SnapshotNumber
+    """The snapshot's number, which its chunks and end repeat."""
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotChunk(PeerMessage):
+    """Chunk ``index`` (from 0) of snapshot ``snap``: full states and hwms of whole slots
+    (the body, a delta). A receiver that misses a chunk sees an index skipped."""
+
+    kind: ClassVar[Kind] = Kind.SNAPSHOT_CHUNK
+    snap: SnapshotNumber
+    index: int
+    body: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotEnd(PeerMessage):
+    """Snapshot ``snap`` is complete after ``chunks`` chunks (a receiver that counted fewer
+    missed one)."""
+
+    kind: ClassVar[Kind] = Kind.SNAPSHOT_END
+    snap: SnapshotNumber
+    chunks: int
+
+
+Message: TypeAlias = (
+    Batch
+    | Ack
+    | Nack
+    | NotOwner
+    | Error
+    | Ping
+    | Pong
+    | ViewRequest
+    | ViewReply
+    | StatusRequest
+    | StatusReply
+    | DumpRequest
+    | DumpReply
+    | QueryRequest
+    | QueryReply
+    | Output
+    | Heartbeat
+    | Gossip
+    | Probe
+    | ProbeAck
+    | Checkpoint
+    | CheckpointRequest
+    | SnapshotRequest
+    | SnapshotBegin
+    | SnapshotChunk
+    | SnapshotEnd
+)
+"""One decoded, validated message: a record of one of the kinds."""
+
+_RECORDS: Final[tuple[type[Message], ...]] = typing.get_args(Message)
+
+
+@dataclass(frozen=True, slots=True)
+class _Field:
+    """One header field of a record: its attribute, its key on the wire, and the Python
+    types its value may have (those of the annotation, ids as their base types)."""
+
+    attribute: str
+    wire: str
+    types: tuple[type, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class _Schema:
+    record: Callable[..., Message]
+    fields: tuple[_Field, ...]
+    has_body: bool
+    # For encode: the header keys, "v" first, and a function that reads the record's
+    # values in the same order after the version (attrgetter: no loop in Python).
+    wire_keys: tuple[str, ...]
+    wire_values: Callable[[Any], tuple[Any, ...]]
+
+
+def _runtime_types(hint: Any) -> tuple[type, ...]:
+    """The types a value of annotation ``hint`` has at run time (a NewType is its base)."""
+    supertype = getattr(hint, "__supertype__", None)
+    if supertype is not None:
+        return _runtime_types(supertype)
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        return tuple(t for arg in typing.get_args(hint) for t in _runtime_types(arg))
+    return (type(None),) if hint is None else (hint,)
+
+
+def _schema(record: type[Message]) -> _Schema:
+    hints = typing.get_type_hints(record)
+    fields = tuple(
+        _Field(f.name, f.metadata.get("wire", f.name), _runtime_types(hints[f.name]))
+        for f in dataclasses.fields(record)
+        if f.name != "body"
+    )
+    read = operator.attrgetter(*(f.attribute for f in fields))
+    wire_values = read if len(fields) > 1 else lambda message: (read(message),)
+    wire_keys = ("v", *(f.wire for f in fields))
+    return _Schema(record, fields, "body" in hints, wire_keys, wire_values)
+
+
+# The header fields of each kind, in wire order, read off the records' annotations.
+_SCHEMAS: Final[dict[Kind, _Schema]] = {record.kind: _schema(record) for record in _RECORDS}
+assert set(_SCHEMAS) == set(Kind), "every kind has a record"
 
 _HEADER_LENGTH_BYTES: Final = 4
 
 
-def encode(kind: Kind, header: dict[str, Any], body: bytes = b"") -> list[bytes]:
-    """Encode a message as its frames (one); ``header`` gets the protocol version added."""
-    header_bytes: bytes = msgpack.packb({"v": PROTOCOL_VERSION, **header}, use_bin_type=True)
+def header_of(message: Message) -> dict[str, Any]:
+    """The header fields of ``message`` as sent (wire names, without the version)."""
+    return {f.wire: getattr(message, f.attribute) for f in _SCHEMAS[message.kind].fields}
+
+
+def encode(message: Message) -> list[bytes]:
+    """Encode a message as its frames (one)."""
+    schema = _SCHEMAS[message.kind]
+    values = (PROTOCOL_VERSION, *schema.wire_values(message))
+    header = dict(zip(schema.wire_keys, values, strict=True))
+    body: bytes = message.body if schema.has_body else b""  # type: ignore[union-attr]
+    return _frame(message.kind, header, body)
+
+
+def encode_raw(kind: Kind, header: dict[str, Any], body: bytes = b"") -> list[bytes]:
+    """Encode a message from a header map (wire names; the protocol version is added), for
+    senders that add fields of their own (a node's peer messages) and for tests that need
+    a message no record can express."""
+    return _frame(kind, {"v": PROTOCOL_VERSION, **header}, body)
+
+
+def _frame(kind: Kind, header: dict[str, Any], body: bytes) -> list[bytes]:
+    header_bytes: bytes = msgpack.packb(header, use_bin_type=True)
     prefix = bytes((kind,)) + len(header_bytes).to_bytes(_HEADER_LENGTH_BYTES, "big")
     return [b"".join((prefix, header_bytes, body))]
 
 
 def decode(frames: Sequence[bytes], frame_bytes_max: int = FRAME_BYTES_MAX_DEFAULT) -> Message:
-    """Decode and validate a received message.
+    """Decode and validate a received message into the record of its kind.
 
-    Guarantees: the result's kind is known, its header has the protocol version and every
-    field its kind requires with the right type. Raises :class:`FrameError` otherwise.
+    Guarantees: the kind is known, the header has the protocol version and every field of
+    the kind's record with the record's type, and no int field is negative. Raises
+    :class:`FrameError` otherwise. Header keys the record does not name are ignored, and so
+    is the body of a kind that carries none.
     """
     if len(frames) != 1:
         raise FrameError(f"expected a message of 1 frame, got {len(frames)} frames")
@@ -192,13 +527,18 @@ def decode(frames: Sequence[bytes], frame_bytes_max: int = FRAME_BYTES_MAX_DEFAU
     version = header.get("v")
     if version != PROTOCOL_VERSION:
         raise FrameError(f"protocol version {version!r} is not {PROTOCOL_VERSION}")
-    for name, types in HEADER_SCHEMA[kind].items():
-        value = header.get(name)
-        if type(value) not in types:
-            raise FrameError(f"{kind.name} header field {name!r} is {value!r}, not {types}")
+    schema = _SCHEMAS[kind]
+    values: list[Any] = []
+    for f in schema.fields:
+        value = header.get(f.wire)
+        if type(value) not in f.types:
+            raise FrameError(f"{kind.name} header field {f.wire!r} is {value!r}, not {f.types}")
         if type(value) is int and value < 0:
-            raise FrameError(f"{kind.name} header field {name!r} is negative: {value}")
-    return Message(kind, header, bytes(data[header_end:]))
+            raise FrameError(f"{kind.name} header field {f.wire!r} is negative: {value}")
+        values.append(value)
+    if schema.has_body:
+        values.append(bytes(data[header_end:]))
+    return schema.record(*values)
 
 
 def _unpack(data: bytes, what: str) -> Any:
@@ -223,7 +563,7 @@ def unpack_body(data: bytes) -> Any:
 
 
 @dataclass(frozen=True, slots=True)
-class Batch:
+class BatchColumns:
     """The tuples of one batch as columns; row ``i`` is tuple ``(keys[i], values[i], ts[i])``
     of slot ``slots[i]`` with sequence number ``seqs[i]``."""
 
@@ -278,7 +618,7 @@ def decode_batch_ids(body: bytes, count: int, slot_count: int) -> tuple[array[in
     return slots, seqs
 
 
-def decode_batch_body(body: bytes, count: int, slot_count: int) -> Batch:
+def decode_batch_body(body: bytes, count: int, slot_count: int) -> BatchColumns:
     """Decode and validate a batch body.
 
     Layout: ``count`` little-endian ``uint32`` slots, ``count`` ``uint64`` seqs, ``count``
@@ -307,11 +647,4 @@ def decode_batch_body(body: bytes, count: int, slot_count: int) -> Batch:
         if not key_types <= {str, int}:
             bad = sorted(t.__name__ for t in key_types - {str, int})
             raise FrameError(f"keys must be str or int, got {', '.join(bad)}")
-    return Batch(slots, seqs, keys, values, ts)  # type: ignore[arg-type]
-
-
-def batch_header(
-    stream: StreamId, mapper: MapperId, chan: int, base: int, epoch: int, n: int
-) -> dict[str, Any]:
-    """The per-channel header of a batch (see :data:`HEADER_SCHEMA`)."""
-    return {"stream": stream, "mapper": mapper, "chan": chan, "base": base, "epoch": epoch, "n": n}
+    return BatchColumns(slots, seqs, keys, values, ts)  # type: ignore[arg-type]

@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from ring.hashing import check_slot_bits
-from ring.ids import NodeId, Token
+from ring.ids import Incarnation, NodeId, Token
 from ring.view import Member, Status, View
 
 CLUSTER_FILE: Final = "cluster.json"
@@ -141,7 +141,9 @@ class ClusterSpec:
     def initial_view(self) -> View:
         """The view every node starts from: all nodes up at their advertised addresses and
         zones, incarnation 1, version 1."""
-        return View(Member(n.id, 1, n.addr, n.token, n.zone, Status.UP, 1) for n in self.nodes)
+        return View(
+            Member(n.id, Incarnation(1), n.addr, n.token, n.zone, Status.UP, 1) for n in self.nodes
+        )
 
 
 # -- reading and writing ---------------------------------------------------------------------

@@ -14,7 +14,22 @@ import psutil
 from ring.hashing import slot_of
 from ring.ids import Slot
 from ring.placement import Role
-from smr.protocol import FrameError, Kind, Message, encode, pack_body, unpack_body
+from smr.protocol import (
+    DumpReply,
+    DumpRequest,
+    FrameError,
+    Ping,
+    Pong,
+    QueryReply,
+    QueryRequest,
+    StatusReply,
+    StatusRequest,
+    ViewReply,
+    ViewRequest,
+    encode,
+    pack_body,
+    unpack_body,
+)
 
 if TYPE_CHECKING:
     from smr.node.core import NodeCore
@@ -29,44 +44,41 @@ class Control:
     def __init__(self, node: NodeCore) -> None:
         self._node = node
 
-    def on_ping(self, identity: bytes, message: Message) -> None:
+    def on_ping(self, identity: bytes, message: Ping) -> None:
         """PONG with this node's id."""
         node = self._node
-        node.reply(
-            identity, encode(Kind.PONG, {"req": message.header["req"], "node": node.node_id})
-        )
+        node.reply(identity, encode(Pong(message.req, node.node_id)))
 
-    def on_view_request(self, identity: bytes, message: Message) -> None:
+    def on_view_request(self, identity: bytes, message: ViewRequest) -> None:
         """This node's view."""
         node = self._node
-        header = {"req": message.header["req"], "epoch": node.view.epoch}
-        node.reply(identity, encode(Kind.VIEW, header, pack_body(node.view.to_wire())))
+        view_body = pack_body(node.view.to_wire())
+        node.reply(identity, encode(ViewReply(message.req, node.view.epoch, view_body)))
 
-    def on_status_request(self, identity: bytes, message: Message) -> None:
+    def on_status_request(self, identity: bytes, message: StatusRequest) -> None:
         """This node's :meth:`status`."""
         body = pack_body(self.status())
-        self._node.reply(identity, encode(Kind.STATUS, {"req": message.header["req"]}, body))
+        self._node.reply(identity, encode(StatusReply(message.req, body)))
 
-    def on_dump_request(self, identity: bytes, message: Message) -> None:
+    def on_dump_request(self, identity: bytes, message: DumpRequest) -> None:
         """One page of the state of the slots this node is primary of, from slot ``start``;
         a page ends between slots, and ``next`` names the slot the next page starts at."""
         node = self._node
-        start: int = message.header["start"]
-        max_keys = min(max(message.header["max_keys"], 1), DUMP_KEYS_PER_PAGE_MAX)
+        start = message.start
+        max_keys = min(max(message.max_keys, 1), DUMP_KEYS_PER_PAGE_MAX)
         roles = node.roles
         owned = sorted(s for s in node.store.slots() if s >= start and roles[s] == Role.PRIMARY)
         entries: list[tuple[int, Any, dict[str, Any]]] = []
-        next_slot: int | None = None
+        next_slot: Slot | None = None
         for index, slot in enumerate(owned):
             # A page ends between slots, never inside one, so a slot is never split.
             if len(entries) >= max_keys:
                 next_slot = owned[index]
                 break
             entries.extend(node.store.items([Slot(slot)]))
-        header = {"req": message.header["req"], "next": next_slot}
-        node.reply(identity, encode(Kind.DUMP, header, pack_body(entries)))
+        node.reply(identity, encode(DumpReply(message.req, next_slot, pack_body(entries))))
 
-    def on_query_request(self, identity: bytes, message: Message) -> None:
+    def on_query_request(self, identity: bytes, message: QueryRequest) -> None:
         """The state of one key, if this node is its primary (``owner`` says whether)."""
         node = self._node
         key = unpack_body(message.body)
@@ -76,7 +88,7 @@ class Control:
         owner = node.roles[slot] == Role.PRIMARY
         state = node.store.get(slot, key) if owner else None
         body = pack_body({"owner": owner, "slot": slot, "state": state})
-        node.reply(identity, encode(Kind.QUERY, {"req": message.header["req"]}, body))
+        node.reply(identity, encode(QueryReply(message.req, body)))
 
     def status(self) -> dict[str, Any]:
         """A snapshot of the node for ``smr status``: ring position, load and counters."""

@@ -22,7 +22,7 @@ from enum import Enum
 from typing import Any
 
 from checkpoint.store import StateStore
-from ring.ids import NodeId
+from ring.ids import Incarnation, NodeId
 from ring.invariants import InvariantViolation
 from ring.placement import Ring
 from ring.view import Status, View
@@ -36,7 +36,31 @@ from smr.node.replication import Replication
 from smr.node.settings import NodeCounters, NodeSettings
 from smr.node.snapshots import Snapshots
 from smr.output import OutputSink
-from smr.protocol import FRAME_BYTES_MAX_DEFAULT, FrameError, Kind, Message, decode, encode
+from smr.protocol import (
+    FRAME_BYTES_MAX_DEFAULT,
+    Batch,
+    Checkpoint,
+    CheckpointRequest,
+    DumpRequest,
+    FrameError,
+    Gossip,
+    Heartbeat,
+    Kind,
+    Message,
+    Ping,
+    Probe,
+    ProbeAck,
+    QueryRequest,
+    SnapshotBegin,
+    SnapshotChunk,
+    SnapshotEnd,
+    SnapshotRequest,
+    StatusRequest,
+    ViewReply,
+    ViewRequest,
+    decode,
+    encode_raw,
+)
 from smr.transport import NodeLinks
 
 log = logging.getLogger("smr.node")
@@ -44,7 +68,6 @@ log = logging.getLogger("smr.node")
 # How often the tick timer runs: heartbeats, failure detection, rates, output flush.
 TICK_MS = 100
 
-Handler = Callable[[bytes, Message], None]
 Receive = Callable[[], tuple[bytes, Sequence[bytes]] | None]
 
 
@@ -85,7 +108,7 @@ class NodeCore:
         self._links = links
         self._frame_bytes_max = frame_bytes_max
         member = view.get(node_id)
-        self.incarnation = member.incarnation if member else 1
+        self.incarnation = member.incarnation if member else Incarnation(1)
         self.store = StateStore()
         self.counters = NodeCounters()
         # Derived from the view by set_view: the ring, this node's role per slot, the nodes
@@ -105,25 +128,6 @@ class NodeCore:
         self.membership = Membership(self)
         self.recovery = Recovery(self)
         self.control = Control(self)
-        self._handlers: dict[Kind, Handler] = {
-            Kind.BATCH: self.ingest.on_batch,
-            Kind.PING: self.control.on_ping,
-            Kind.VIEW_REQUEST: self.control.on_view_request,
-            Kind.STATUS_REQUEST: self.control.on_status_request,
-            Kind.DUMP_REQUEST: self.control.on_dump_request,
-            Kind.QUERY_REQUEST: self.control.on_query_request,
-            Kind.HEARTBEAT: self.membership.on_heartbeat,
-            Kind.GOSSIP: self.membership.on_gossip,
-            Kind.VIEW: self.membership.on_view_push,
-            Kind.PROBE: self.recovery.on_probe,
-            Kind.PROBE_ACK: self.recovery.on_probe_ack,
-            Kind.CHECKPOINT: self.replication.on_checkpoint,
-            Kind.CHECKPOINT_REQUEST: self.replication.on_checkpoint_request,
-            Kind.SNAPSHOT_REQUEST: self.snapshots.on_request,
-            Kind.SNAPSHOT_BEGIN: self.snapshots.on_begin,
-            Kind.SNAPSHOT_CHUNK: self.snapshots.on_chunk,
-            Kind.SNAPSHOT_END: self.snapshots.on_end,
-        }
         self.set_view(view)
 
     # -- the view ---------------------------------------------------------------------------
@@ -182,7 +186,7 @@ class NodeCore:
         """Send a peer message (with this node's id, incarnation and view epoch); False (and
         counted) if ``peer`` is not in the view or its link refused it (queue full)."""
         member = self.view.get(peer)
-        frames = encode(
+        frames = encode_raw(
             kind,
             {"from": self.node_id, "inc": self.incarnation, "epoch": self.view.epoch, **header},
             body,
@@ -201,14 +205,50 @@ class NodeCore:
         except FrameError as error:
             self.bad_frame(identity, str(error))
             return
-        handler = self._handlers.get(message.kind)
-        if handler is None:
-            self.bad_frame(identity, f"{message.kind.name} is not a request a node serves")
-            return
         try:
-            handler(identity, message)
+            self._handle(identity, message)
         except FrameError as error:
             self.bad_frame(identity, str(error))
+
+    def _handle(self, identity: bytes, message: Message) -> None:
+        """Pass ``message`` to the role that serves its kind."""
+        match message:
+            case Batch():
+                self.ingest.on_batch(identity, message)
+            case Ping():
+                self.control.on_ping(identity, message)
+            case ViewRequest():
+                self.control.on_view_request(identity, message)
+            case StatusRequest():
+                self.control.on_status_request(identity, message)
+            case DumpRequest():
+                self.control.on_dump_request(identity, message)
+            case QueryRequest():
+                self.control.on_query_request(identity, message)
+            case Heartbeat():
+                self.membership.on_heartbeat(identity, message)
+            case Gossip():
+                self.membership.on_gossip(identity, message)
+            case ViewReply():
+                self.membership.on_view_push(identity, message)
+            case Probe():
+                self.recovery.on_probe(identity, message)
+            case ProbeAck():
+                self.recovery.on_probe_ack(identity, message)
+            case Checkpoint():
+                self.replication.on_checkpoint(identity, message)
+            case CheckpointRequest():
+                self.replication.on_checkpoint_request(identity, message)
+            case SnapshotRequest():
+                self.snapshots.on_request(identity, message)
+            case SnapshotBegin():
+                self.snapshots.on_begin(identity, message)
+            case SnapshotChunk():
+                self.snapshots.on_chunk(identity, message)
+            case SnapshotEnd():
+                self.snapshots.on_end(identity, message)
+            case _:
+                self.bad_frame(identity, f"{message.kind.name} is not a request a node serves")
 
     def bad_frame(self, identity: bytes, reason: str) -> None:
         """Count a malformed message; log it at most once a second per sender."""

@@ -3,7 +3,7 @@
 Receiving a tuple batch on the channel of emitter stream ``S`` (DESIGN section 4; the
 batch's mapper id is the tuples' identity for dedup, the stream names the channel):
 
-1. Re-base: if the header's ``base`` (the oldest batch the emitter still holds for this
+1. Re-base: if the batch's ``base`` (the oldest batch the emitter still holds for this
    channel) is past the number the node expects, expect ``base``: everything below was
    acked or re-routed by the emitter.
 2. A batch numbered below the expected one is a resend: ack cumulatively again, apply nothing.
@@ -31,10 +31,14 @@ from checkpoint.ids import MapperId
 from ring.invariants import InvariantViolation
 from ring.placement import Role
 from smr.protocol import (
+    Ack,
     Batch,
+    BatchColumns,
+    ChannelNumber,
+    Error,
     FrameError,
-    Kind,
-    Message,
+    Nack,
+    NotOwner,
     StreamId,
     decode_batch_body,
     decode_batch_ids,
@@ -61,8 +65,8 @@ class Pending:
     identity: bytes
     stream: StreamId
     mapper: MapperId
-    chan: int
-    batch: Batch | None
+    chan: ChannelNumber
+    batch: BatchColumns | None
 
 
 class Ingest:
@@ -77,11 +81,11 @@ class Ingest:
         self._node = node
         self.inbox: deque[Pending] = deque()
         self.inbox_peak = 0
-        self._expected: dict[StreamId, int] = {}
+        self._expected: dict[StreamId, ChannelNumber] = {}
         # Channels owed a cumulative ack, and per stream the last batch number processed
         # (applied or backed up) in channel order: the only number an ack may carry.
         self._acks: set[tuple[bytes, StreamId]] = set()
-        self._processed: dict[StreamId, int] = {}
+        self._processed: dict[StreamId, ChannelNumber] = {}
 
     @property
     def inbox_full(self) -> bool:
@@ -95,21 +99,22 @@ class Ingest:
         self._acks.clear()
         self._processed.clear()
 
-    def on_batch(self, identity: bytes, message: Message) -> None:
+    def on_batch(self, identity: bytes, message: Batch) -> None:
         """Steps 1-6 of the module doc for one received batch."""
         node = self._node
-        header = message.header
-        stream = StreamId(header["stream"])
-        mapper = MapperId(header["mapper"])
-        chan: int = header["chan"]
+        stream = message.stream
+        mapper = message.mapper
+        chan = message.chan
         # 1. Re-base.
-        expected = self._expected.get(stream, 0)
-        if header["base"] > expected:
-            expected = header["base"]
+        expected = self._expected.get(stream, ChannelNumber(0))
+        if message.base > expected:
+            expected = message.base
             # Everything below base is resolved for the stream; once nothing of this
             # channel waits in the inbox, acks may say so.
             if not any(p.stream == stream for p in self.inbox):
-                self._processed[stream] = max(self._processed.get(stream, 0), expected - 1)
+                self._processed[stream] = ChannelNumber(
+                    max(self._processed.get(stream, 0), expected - 1)
+                )
         self._expected[stream] = expected
         # 2. A resend of something already accepted: ack what is processed so far.
         if chan < expected:
@@ -119,36 +124,36 @@ class Ingest:
         # 3. A gap.
         if chan > expected:
             node.counters.gaps += 1
-            node.reply(identity, encode(Kind.NACK, {"stream": stream, "expect": expected}))
+            node.reply(identity, encode(Nack(stream, expected)))
             return
         # 4. Decode and validate (the slot and seq columns first: a secondary needs no more).
         try:
-            slots, seqs = decode_batch_ids(message.body, header["n"], node.ring.slot_count)
+            slots, seqs = decode_batch_ids(message.body, message.n, node.ring.slot_count)
             roles = node.roles
             slot_roles = {roles[slot] for slot in set(slots)}
             batch = None
             if slot_roles == {Role.PRIMARY}:
-                batch = decode_batch_body(message.body, header["n"], node.ring.slot_count)
+                batch = decode_batch_body(message.body, message.n, node.ring.slot_count)
         except FrameError as error:
             node.bad_frame(identity, f"batch {chan} from {mapper} on {stream}: {error}")
-            node.reply(identity, encode(Kind.ERROR, {"req": None, "message": str(error)}))
+            node.reply(identity, encode(Error(None, str(error))))
             return
         # 5. Ownership: primary of every slot, or secondary of every slot, or refuse.
         if slot_roles == {Role.SECONDARY}:
             if node.replication.back_up(mapper, message.body, slots, seqs):
-                self._expected[stream] = chan + 1
+                self._expected[stream] = ChannelNumber(chan + 1)
                 # Acked in channel order, after any primary batch of this channel still queued.
                 self.inbox.append(Pending(identity, stream, mapper, chan, None))
             return
         if batch is None:
             node.counters.not_owner += 1
-            header_out = {"stream": stream, "chan": chan, "epoch": node.view.epoch}
-            node.reply(identity, encode(Kind.NOT_OWNER, header_out, pack_body(node.view.to_wire())))
+            refusal = NotOwner(stream, chan, node.view.epoch, pack_body(node.view.to_wire()))
+            node.reply(identity, encode(refusal))
             return
         # 6. Accept.
         self.inbox.append(Pending(identity, stream, mapper, chan, batch))
         self.inbox_peak = max(self.inbox_peak, len(self.inbox))
-        self._expected[stream] = chan + 1
+        self._expected[stream] = ChannelNumber(chan + 1)
 
     def apply_inbox(self, tuples_max: int = APPLY_TUPLES_PER_TURN) -> None:
         """7. Apply accepted batches in order, about ``tuples_max`` tuples at most (so that
@@ -191,10 +196,8 @@ class Ingest:
         node = self._node
         epoch = node.view.epoch
         for identity, stream in self._acks:
-            through = self._processed.get(stream, 0)
+            through = self._processed.get(stream)
             if not through:
                 continue
-            node.reply(
-                identity, encode(Kind.ACK, {"stream": stream, "through": through, "epoch": epoch})
-            )
+            node.reply(identity, encode(Ack(stream, through, epoch)))
         self._acks.clear()

@@ -9,9 +9,18 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ring.ids import NodeId
+from ring.ids import Epoch, NodeId
 from ring.view import Status, View
-from smr.protocol import FrameError, Kind, Message, pack_body, unpack_body
+from smr.protocol import (
+    FrameError,
+    Gossip,
+    Heartbeat,
+    Kind,
+    PeerMessage,
+    ViewReply,
+    pack_body,
+    unpack_body,
+)
 
 if TYPE_CHECKING:
     from smr.node.core import NodeCore
@@ -28,7 +37,7 @@ class Membership:
     def __init__(self, node: NodeCore) -> None:
         self._node = node
         # View repair: the last (epoch, time) this node's view was sent to each peer.
-        self._view_sent_at: dict[NodeId, tuple[int, float]] = {}
+        self._view_sent_at: dict[NodeId, tuple[Epoch, float]] = {}
         self._view_body_cache: tuple[int, bytes] = (-1, b"")
         self._last_heartbeat = -1e9
 
@@ -82,7 +91,7 @@ class Membership:
         self._view_sent_at[peer] = (node.view.epoch, now)
         node.peer_send(peer, Kind.GOSSIP, {}, self.view_body())
 
-    def from_live_peer(self, message: Message, repair: bool = True) -> NodeId | None:
+    def from_live_peer(self, message: PeerMessage, repair: bool = True) -> NodeId | None:
         """The sender of a peer message, or None if it is not a live incarnation in our view
         (then it is sent our view, so that a fenced node learns it was marked dead).
 
@@ -93,38 +102,38 @@ class Membership:
         ``repair=False`` the caller does this itself (the message carries a view).
         """
         node = self._node
-        sender = NodeId(message.header["from"])
+        sender = message.sender
         member = node.view.get(sender)
         if (
             member is None
-            or member.incarnation != message.header["inc"]
+            or member.incarnation != message.incarnation
             or member.status is Status.DEAD
         ):
             if member is not None:
                 self._send_view(sender)
             return None
         node.recovery.detector.heard(sender, node.clock())
-        if repair and message.header["epoch"] != node.view.epoch:
+        if repair and message.epoch != node.view.epoch:
             self._send_view(sender)
         return sender
 
-    def on_heartbeat(self, identity: bytes, message: Message) -> None:
+    def on_heartbeat(self, identity: bytes, message: Heartbeat) -> None:
         """A heartbeat is a sign of life and carries its sender's view: merged when the
         epochs differ; if ours is then still not the sender's, ours goes back."""
         node = self._node
         sender = self.from_live_peer(message, repair=False)
-        if sender is None or message.header["epoch"] == node.view.epoch:
+        if sender is None or message.epoch == node.view.epoch:
             return
         if message.body:
             self.merge_view(_view_in(message, "heartbeat"))
-        if message.header["epoch"] != node.view.epoch:
+        if message.epoch != node.view.epoch:
             self._send_view(sender)
 
-    def on_gossip(self, identity: bytes, message: Message) -> None:
+    def on_gossip(self, identity: bytes, message: Gossip) -> None:
         """Merge a peer's view; a sender whose view is older than ours gets ours back."""
         node = self._node
         view = _view_in(message, "gossip")
-        sender = NodeId(message.header["from"])
+        sender = message.sender
         node.recovery.detector.heard(sender, node.clock())
         self.merge_view(view)
         # Repair both ways. Merges only grow the epoch, so this stops as soon as both hold
@@ -132,13 +141,13 @@ class Membership:
         if node.view.epoch > view.epoch and sender in node.view.members:
             node.peer_send(sender, Kind.GOSSIP, {}, self.view_body())
 
-    def on_view_push(self, identity: bytes, message: Message) -> None:
+    def on_view_push(self, identity: bytes, message: ViewReply) -> None:
         """A view sent unasked by a client (an emitter whose batch this node refused by an
         older view): merged like gossip."""
         self.merge_view(_view_in(message, "a client's view"))
 
 
-def _view_in(message: Message, what: str) -> View:
+def _view_in(message: Heartbeat | Gossip | ViewReply, what: str) -> View:
     """The view a message carries as its body; FrameError if it is malformed."""
     try:
         return View.from_wire(unpack_body(message.body))

@@ -15,12 +15,12 @@ from checkpoint.backup import BackedUpBatch, PeerReplica
 from checkpoint.promote import Copy, PromoteOutcome, promote
 from checkpoint.store import ReduceFn, StateStore
 from ring.failure import FailureDetector, Verdict
-from ring.ids import NodeId, Slot
+from ring.ids import Incarnation, NodeId, Slot
 from ring.invariants import InvariantViolation
 from ring.placement import Ring
 from ring.view import Status, successor_takes_over
 from smr.node.replication import Orphan
-from smr.protocol import Batch, Kind, Message, decode_batch_body
+from smr.protocol import BatchColumns, Kind, Probe, ProbeAck, RequestId, decode_batch_body
 
 if TYPE_CHECKING:
     from smr.node.core import NodeCore
@@ -49,25 +49,24 @@ class Recovery:
         self._probe_ids = 0
         self._no_quorum_logged_at = -1e9
         # Per peer whose connection dropped: the id of the probe sent then (see suspect).
-        self._drop_probe_req: dict[NodeId, int] = {}
+        self._drop_probe_req: dict[NodeId, RequestId] = {}
         # One record per takeover, for `status` and the recovery benchmark (bounded).
         self.takeover_records: deque[dict[str, Any]] = deque(maxlen=64)
 
     # -- detection ---------------------------------------------------------------------------
 
-    def on_probe(self, identity: bytes, message: Message) -> None:
+    def on_probe(self, identity: bytes, message: Probe) -> None:
         """Answer a probe at once (liveness answers never wait on state)."""
-        sender = NodeId(message.header["from"])
-        self._node.peer_send(sender, Kind.PROBE_ACK, {"req": message.header["req"]})
+        self._node.peer_send(message.sender, Kind.PROBE_ACK, {"req": message.req})
 
-    def on_probe_ack(self, identity: bytes, message: Message) -> None:
+    def on_probe_ack(self, identity: bytes, message: ProbeAck) -> None:
         """An answer to a probe: contact; and if it answers the probe sent after its
         connection dropped (or a later one), the drop was not a crash."""
         sender = self._node.membership.from_live_peer(message)
         if sender is None:
             return
         req = self._drop_probe_req.get(sender)
-        if req is not None and message.header["req"] >= req:
+        if req is not None and message.req >= req:
             del self._drop_probe_req[sender]
             self.detector.refuted(sender)
 
@@ -100,7 +99,7 @@ class Recovery:
         if node.settings.replication > 0:
             self.detector.suspect(peer, node.clock())
             self._probe_ids += 1
-            self._drop_probe_req[peer] = self._probe_ids
+            self._drop_probe_req[peer] = RequestId(self._probe_ids)
             node.peer_send(peer, Kind.PROBE, {"req": self._probe_ids})
 
     def judge(self, now: float) -> None:
@@ -203,7 +202,7 @@ class Recovery:
         node.ingest.reset()
         # 2.
         old = node.view.members[node.node_id]
-        node.incarnation = old.incarnation + 1
+        node.incarnation = Incarnation(old.incarnation + 1)
         rejoined = replace(old, incarnation=node.incarnation, status=Status.STANDBY, version=1)
         node.set_view(node.view.with_member(rejoined))
         node.membership.gossip()
@@ -248,7 +247,7 @@ def promote_range(
     where backed-up batches are decoded and applied (a takeover, and the simulation's check
     of what a takeover would give)."""
 
-    def decode(held: BackedUpBatch) -> Batch:
+    def decode(held: BackedUpBatch) -> BatchColumns:
         return decode_batch_body(held.body, held.tuple_count, slot_count)
 
     return promote(into, copies, slots, decode, reduce_fn, by_reference=by_reference)

@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING, Final
 
 from checkpoint.backup import BackedUpBatch, CheckpointGap, PeerReplica, TupleBackup
 from checkpoint.delta import DeltaError, decode_delta, encode_delta
-from checkpoint.ids import MapperId
+from checkpoint.ids import CheckpointNumber, MapperId
 from ring.ids import NodeId, Slot
 from ring.view import Status, View
-from smr.protocol import FrameError, Kind, Message
+from smr.protocol import Checkpoint, CheckpointRequest, FrameError, Kind
 
 if TYPE_CHECKING:
     from smr.node.core import NodeCore
@@ -61,7 +61,7 @@ class Replication:
         # re-replicating to us (see forget_former_predecessors).
         self.orphans: dict[NodeId, Orphan] = {}
         # As a primary: the checkpoint counter.
-        self.checkpoint_number = 0
+        self.checkpoint_number = CheckpointNumber(0)
         # Early checkpoints: when each primary was last asked for one, and (as a primary)
         # when the last one was taken.
         self._checkpoint_asked_at: dict[NodeId, float] = {}
@@ -136,7 +136,7 @@ class Replication:
             self._node.peer_send(primary, Kind.SNAPSHOT_REQUEST, {})
         return replica
 
-    def on_checkpoint(self, identity: bytes, message: Message) -> None:
+    def on_checkpoint(self, identity: bytes, message: Checkpoint) -> None:
         """A secondary applies a primary's checkpoint, then evicts what it covers."""
         node = self._node
         sender = node.membership.from_live_peer(message)
@@ -148,7 +148,7 @@ class Replication:
             raise FrameError(f"checkpoint from {sender}: {error}") from None
         replica = self.replica(sender)
         try:
-            applied = replica.apply_checkpoint(message.header["number"], delta)
+            applied = replica.apply_checkpoint(message.number, delta)
         except CheckpointGap:
             node.peer_send(sender, Kind.SNAPSHOT_REQUEST, {})
             return
@@ -190,7 +190,7 @@ class Replication:
 
     # -- primary: the checkpoint cycle -------------------------------------------------------
 
-    def on_checkpoint_request(self, identity: bytes, message: Message) -> None:
+    def on_checkpoint_request(self, identity: bytes, message: CheckpointRequest) -> None:
         """A secondary's backup nears its bound: checkpoint now (at most once per
         ``EARLY_CHECKPOINT_GAP_S``), so that its eviction makes room."""
         node = self._node
@@ -216,7 +216,7 @@ class Replication:
         node = self._node
         # 1.
         delta = node.store.swap()
-        self.checkpoint_number += 1
+        self.checkpoint_number = CheckpointNumber(self.checkpoint_number + 1)
         # 2.
         if node.secondaries:
             body = encode_delta(delta)

@@ -16,7 +16,15 @@ from checkpoint.backup import PeerReplica
 from checkpoint.delta import DeltaError, decode_delta, encode_delta
 from ring.ids import NodeId, Slot
 from ring.placement import Role
-from smr.protocol import FrameError, Kind, Message
+from smr.protocol import (
+    FrameError,
+    Kind,
+    SnapshotBegin,
+    SnapshotChunk,
+    SnapshotEnd,
+    SnapshotNumber,
+    SnapshotRequest,
+)
 
 if TYPE_CHECKING:
     from smr.node.core import NodeCore
@@ -40,8 +48,8 @@ class Snapshots:
         self.chunks_this_turn = 0
         # The number of the last snapshot this node began sending, and per primary the one
         # being received here with the index of the next chunk expected.
-        self._snapshot_ids = 0
-        self._receiving: dict[NodeId, tuple[int, int]] = {}
+        self._snapshot_ids = SnapshotNumber(0)
+        self._receiving: dict[NodeId, tuple[SnapshotNumber, int]] = {}
         self._asked_at: dict[NodeId, float] = {}
         # The longest a snapshot chunk held the event loop, in ms of wall time: a step of a
         # snapshot being sent (choosing, reading, encoding and sending one chunk), or
@@ -77,7 +85,7 @@ class Snapshots:
 
     # -- sending, as a primary ------------------------------------------------------------
 
-    def on_request(self, identity: bytes, message: Message) -> None:
+    def on_request(self, identity: bytes, message: SnapshotRequest) -> None:
         """A secondary asks for a snapshot: start one (a pending one starts over)."""
         node = self._node
         sender = node.membership.from_live_peer(message)
@@ -101,8 +109,7 @@ class Snapshots:
         index or a short count: it aborts the snapshot and asks for a new one.
         """
         node = self._node
-        self._snapshot_ids += 1
-        snap = self._snapshot_ids
+        self._snapshot_ids = snap = SnapshotNumber(self._snapshot_ids + 1)
         chunks_sent = 0
         # 1.
         while not node.peer_send(
@@ -137,7 +144,9 @@ class Snapshots:
             yield
         node.counters.snapshots_sent += 1
 
-    def _send_chunk(self, secondary: NodeId, slots: list[Slot], snap: int, index: int) -> bool:
+    def _send_chunk(
+        self, secondary: NodeId, slots: list[Slot], snap: SnapshotNumber, index: int
+    ) -> bool:
         node = self._node
         roles = node.roles
         current = [s for s in slots if roles[s] == Role.PRIMARY]
@@ -172,24 +181,24 @@ class Snapshots:
 
     # -- receiving, as a secondary --------------------------------------------------------
 
-    def on_begin(self, identity: bytes, message: Message) -> None:
+    def on_begin(self, identity: bytes, message: SnapshotBegin) -> None:
         """Receiving a snapshot: 1. begin it, expecting chunk 0 of snapshot ``snap``."""
         node = self._node
         sender = node.membership.from_live_peer(message)
         if sender is not None and sender in node.predecessors:
             replica = node.replication.replicas.setdefault(sender, PeerReplica())
-            replica.begin_snapshot(message.header["as_of"])
-            self._receiving[sender] = (message.header["snap"], 0)
+            replica.begin_snapshot(message.as_of)
+            self._receiving[sender] = (message.snap, 0)
             self._asked_at[sender] = node.clock()
 
-    def on_chunk(self, identity: bytes, message: Message) -> None:
+    def on_chunk(self, identity: bytes, message: SnapshotChunk) -> None:
         """2. Apply chunk ``index`` if it is the next one of the snapshot being received; a
         chunk of another (older, aborted) snapshot is ignored; a skipped index aborts."""
         being_received = self._being_received(message)
         if being_received is None:
             return
         sender, replica, receiving = being_received
-        if message.header["index"] != receiving[1]:
+        if message.index != receiving[1]:
             self._lost_a_part(sender, replica)
             return
         started = time.perf_counter()
@@ -204,13 +213,13 @@ class Snapshots:
         # A snapshot still arriving is not lost: put off asking again.
         self._asked_at[sender] = self._node.clock()
 
-    def on_end(self, identity: bytes, message: Message) -> None:
+    def on_end(self, identity: bytes, message: SnapshotEnd) -> None:
         """3. Complete the replica if every chunk of the snapshot arrived; else abort."""
         being_received = self._being_received(message)
         if being_received is None:
             return
         sender, replica, receiving = being_received
-        if message.header["chunks"] != receiving[1]:
+        if message.chunks != receiving[1]:
             self._lost_a_part(sender, replica)
             return
         del self._receiving[sender]
@@ -221,8 +230,8 @@ class Snapshots:
         node.replication.evict_covered(sender)
 
     def _being_received(
-        self, message: Message
-    ) -> tuple[NodeId, PeerReplica, tuple[int, int]] | None:
+        self, message: SnapshotChunk | SnapshotEnd
+    ) -> tuple[NodeId, PeerReplica, tuple[SnapshotNumber, int]] | None:
         """The sender, its replica here and ``(snapshot number, next chunk index)`` when
         ``message`` belongs to the snapshot being received from a live peer; else None (a
         part of another, older or aborted, snapshot is ignored)."""
@@ -232,7 +241,7 @@ class Snapshots:
         if replica is None or sender is None:
             return None
         receiving = self._receiving.get(sender)
-        if receiving is None or receiving[0] != message.header["snap"]:
+        if receiving is None or receiving[0] != message.snap:
             return None
         return sender, replica, receiving
 

@@ -15,7 +15,7 @@ from typing import Any, Final
 
 from checkpoint.ids import MapperId
 from ring.hashing import even_tokens, slot_count
-from ring.ids import NodeId, Token
+from ring.ids import Incarnation, NodeId, Token
 from ring.view import Member, Status, View
 from smr.emitter import Emitter
 from smr.faults import (
@@ -25,7 +25,7 @@ from smr.faults import (
     within_tolerance,
 )
 from smr.node import TICK_MS, NodeCore, NodeSettings, Timer
-from smr.protocol import FrameError, decode
+from smr.protocol import FrameError, decode, header_of
 from smr.sim import checks, nemesis
 from smr.sim.config import SimConfig, SimResult, SweepOptions
 from smr.sim.mappers import MapperProcess, SimChannelEnd, SimMapperTransport
@@ -195,7 +195,7 @@ class Simulation:
                 Token(t) for t in rng.sample(range(slot_count(config.slot_bits)), config.nodes)
             )
         return View(
-            Member(node, 1, f"{ADDR_PREFIX}{node}", token, "", Status.UP, 1)
+            Member(node, Incarnation(1), f"{ADDR_PREFIX}{node}", token, "", Status.UP, 1)
             for node, token in zip(self.node_ids, tokens, strict=True)
         )
 
@@ -278,8 +278,7 @@ class Simulation:
         assert self._trace is not None
         try:
             message = decode(envelope.frames)
-            header = {k: v for k, v in message.header.items() if k != "v"}
-            what = f"{message.kind.name} {header}"
+            what = f"{message.kind.name} {header_of(message)}"
         except FrameError as error:
             what = f"bad frame: {error}"
         sender = envelope.identity.decode(errors="replace")

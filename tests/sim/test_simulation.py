@@ -19,7 +19,7 @@ import pytest
 from ring.ids import NodeId
 from ring.view import Status
 from smr.faults import Fault, FaultSchedule, Kill, Partition, Pause
-from smr.protocol import Kind, decode
+from smr.protocol import Kind, SnapshotChunk, decode
 from smr.scenarios import SCENARIOS, Scenario
 from smr.sim import (
     NetworkSettings,
@@ -226,17 +226,17 @@ def test_a_lost_snapshot_chunk_is_detected_and_the_snapshot_asked_again() -> Non
     # the second chunk of the first such snapshot is lost on the way. n4 must see the hole,
     # not complete the replica with it, and ask again; the run's final check (d) then holds
     # n4's replica plus backup equal to n3's state.
-    lost: list[dict[str, object]] = []
+    lost: list[SnapshotChunk] = []
 
     def lose_one_chunk(src: str, dst: str, frames: Sequence[bytes]) -> bool:
         message = decode(frames)
         if (
             (src, dst) == ("n3", "n4")
             and not lost
-            and message.kind is Kind.SNAPSHOT_CHUNK
-            and message.header["index"] == 1
+            and isinstance(message, SnapshotChunk)
+            and message.index == 1
         ):
-            lost.append(message.header)
+            lost.append(message)
             return True
         return False
 

@@ -12,17 +12,24 @@ from hypothesis import strategies as st
 
 from checkpoint.ids import MapperId
 from ring.hashing import slot_of
-from ring.ids import NodeId, Token
+from ring.ids import Epoch, NodeId, Slot, Token
 from ring.placement import Ring
 from ring.view import Member, Status, View
 from smr.api import Job
 from smr.node import NodeCore
 from smr.output import OutputSink
 from smr.protocol import (
-    Kind,
+    Ack,
+    Batch,
+    ChannelNumber,
+    DumpReply,
+    DumpRequest,
+    Error,
     Message,
+    Nack,
+    NotOwner,
+    RequestId,
     StreamId,
-    batch_header,
     decode,
     encode,
     encode_batch_body,
@@ -95,10 +102,17 @@ class Harness:
         body = encode_batch_body(
             slots, seqs, [k for k, _ in pairs], [v for _, v in pairs], [0.0] * len(pairs)
         )
-        header = batch_header(
-            StreamId(stream or f"stream-of-{mapper}"), MapperId(mapper), chan, base, 1, len(pairs)
+        return encode(
+            Batch(
+                StreamId(stream or f"stream-of-{mapper}"),
+                MapperId(mapper),
+                ChannelNumber(chan),
+                ChannelNumber(base),
+                Epoch(1),
+                len(pairs),
+                body,
+            )
         )
-        return encode(Kind.BATCH, header, body)
 
     def deliver(self, frames: list[bytes]) -> list[Message]:
         self.replies.clear()
@@ -119,7 +133,7 @@ def node(tmp_path: Path) -> Harness:
 def test_accepted_batch_is_applied_then_acked_cumulatively(node: Harness) -> None:
     k = node.own_keys[0]
     (reply,) = node.deliver(node.batch_frames(1, [(k, 1), (k, 2)]))
-    assert reply.kind == Kind.ACK and reply.header["through"] == 1
+    assert isinstance(reply, Ack) and reply.through == 1
     assert node.state(k) == {"count": 3}
     assert node.core.counters.tuples_applied == 2
 
@@ -129,7 +143,7 @@ def test_resent_batch_is_acked_again_and_applied_once(node: Harness) -> None:
     frames = node.batch_frames(1, [(k, 5)])
     node.deliver(frames)
     (reply,) = node.deliver(frames)
-    assert reply.kind == Kind.ACK and reply.header["through"] == 1
+    assert isinstance(reply, Ack) and reply.through == 1
     assert node.state(k) == {"count": 5}
 
 
@@ -137,7 +151,7 @@ def test_same_tuples_on_a_new_channel_number_are_dropped_by_hwm(node: Harness) -
     k = node.own_keys[0]
     node.deliver(node.batch_frames(1, [(k, 5)], seqs=[1]))
     (reply,) = node.deliver(node.batch_frames(2, [(k, 5)], seqs=[1]))
-    assert reply.kind == Kind.ACK and reply.header["through"] == 2
+    assert isinstance(reply, Ack) and reply.through == 2
     assert node.state(k) == {"count": 5}
     assert node.core.counters.tuples_duplicate == 1
 
@@ -152,10 +166,10 @@ def test_a_retried_mapper_on_a_new_stream_starts_a_fresh_channel_and_dedups(
     node.deliver(node.batch_frames(1, [(k, 1)], seqs=[1], stream="first"))
     node.deliver(node.batch_frames(2, [(k, 1)], seqs=[2], stream="first"))
     (reply,) = node.deliver(node.batch_frames(1, [(k, 1), (j, 1)], seqs=[1, 1], stream="retry"))
-    assert reply.kind == Kind.ACK and reply.header["through"] == 1
-    assert reply.header["stream"] == "retry"
+    assert isinstance(reply, Ack) and reply.through == 1
+    assert isinstance(reply, Ack) and reply.stream == "retry"
     (reply,) = node.deliver(node.batch_frames(2, [(k, 1), (k, 1)], seqs=[2, 3], stream="retry"))
-    assert reply.kind == Kind.ACK and reply.header["through"] == 2
+    assert isinstance(reply, Ack) and reply.through == 2
     # k: seqs 1, 2 applied once each, then 3; j: seq 1 (new slot stream) applied.
     assert node.state(k) == {"count": 3}
     assert node.state(j) == {"count": 1}
@@ -166,31 +180,31 @@ def test_gap_is_answered_with_resend_from_the_expected_batch(node: Harness) -> N
     k = node.own_keys[0]
     node.deliver(node.batch_frames(1, [(k, 1)]))
     (reply,) = node.deliver(node.batch_frames(3, [(k, 1)]))
-    assert reply.kind == Kind.NACK and reply.header["expect"] == 2
+    assert isinstance(reply, Nack) and reply.expect == 2
     assert node.state(k) == {"count": 1}
 
 
 def test_base_past_the_expected_number_rebases_the_channel(node: Harness) -> None:
     k = node.own_keys[0]
     (reply,) = node.deliver(node.batch_frames(40, [(k, 1)], base=40))
-    assert reply.kind == Kind.ACK and reply.header["through"] == 40
+    assert isinstance(reply, Ack) and reply.through == 40
 
 
 def test_batch_with_a_foreign_slot_is_refused_whole_with_the_view(node: Harness) -> None:
     mine, theirs = node.own_keys[0], node.other_keys[0]
     (reply,) = node.deliver(node.batch_frames(1, [(mine, 1), (theirs, 1)]))
-    assert reply.kind == Kind.NOT_OWNER and reply.header["chan"] == 1
+    assert isinstance(reply, NotOwner) and reply.chan == 1
     assert View.from_wire(unpack_body(reply.body)) == node.view
     assert node.state(mine) is None
     # The channel did not advance: batch 1 is still the expected one.
     (reply,) = node.deliver(node.batch_frames(1, [(mine, 1)]))
-    assert reply.kind == Kind.ACK and node.state(mine) == {"count": 1}
+    assert isinstance(reply, Ack) and node.state(mine) == {"count": 1}
 
 
 def test_reducer_that_raises_leaves_no_trace_and_is_counted(node: Harness) -> None:
     k = node.own_keys[0]
     (reply,) = node.deliver(node.batch_frames(1, [(k, 1), (k, "boom"), (k, 2)]))
-    assert reply.kind == Kind.ACK
+    assert isinstance(reply, Ack)
     assert node.state(k) == {"count": 3}
     assert node.core.counters.tuples_failed == 1
     node.core.tick()
@@ -203,7 +217,7 @@ def test_malformed_batch_body_is_answered_with_error_and_not_accepted(node: Harn
     frames = node.batch_frames(1, [(node.own_keys[0], 1)])
     frames[0] = frames[0][:-3]
     (reply,) = node.deliver(frames)
-    assert reply.kind == Kind.ERROR
+    assert isinstance(reply, Error)
     assert node.core.counters.bad_frames == 1
     assert node.core.store.key_count() == 0
 
@@ -223,15 +237,14 @@ def test_dump_pages_cover_every_owned_key_once(node: Harness) -> None:
     pairs = [(k, 1) for k in node.own_keys]
     node.deliver(node.batch_frames(1, pairs))
     seen: list[str] = []
-    start: int | None = 0
+    start: Slot | None = Slot(0)
     while start is not None:
         node.replies.clear()
-        node.core.on_frames(
-            PEER, encode(Kind.DUMP_REQUEST, {"req": 1, "start": start, "max_keys": 7})
-        )
+        node.core.on_frames(PEER, encode(DumpRequest(RequestId(1), start, 7)))
         ((_, reply),) = node.replies
+        assert isinstance(reply, DumpReply)
         seen.extend(key for _slot, key, _state in unpack_body(reply.body))
-        start = reply.header["next"]
+        start = reply.next_start
     assert sorted(seen) == sorted(node.own_keys)
 
 

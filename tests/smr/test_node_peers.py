@@ -16,14 +16,21 @@ from smr.api import Job
 from smr.emitter import Emitter
 from smr.node import NodeCore, NodeSettings
 from smr.protocol import (
+    Batch,
+    ChannelNumber,
     Kind,
     Message,
+    NotOwner,
+    RequestId,
+    SnapshotBegin,
+    SnapshotChunk,
     StreamId,
-    batch_header,
+    ViewReply,
     decode,
     encode,
     encode_batch_body,
     pack_body,
+    unpack_body,
 )
 from smr.sim import MemoryOutput
 from tests.smr.links import CallbackLinks
@@ -141,11 +148,17 @@ class Cluster:
             for node in replicas:
                 chan = self.chans.get(node, 0) + 1
                 self.chans[node] = chan
-                header = batch_header(
-                    StreamId("s"), MapperId(mapper), chan, 1, ring.view.epoch, len(slots)
+                batch = Batch(
+                    StreamId("s"),
+                    MapperId(mapper),
+                    ChannelNumber(chan),
+                    ChannelNumber(1),
+                    ring.view.epoch,
+                    len(slots),
+                    body,
                 )
                 core = self.cores[node]
-                core.on_frames(b"mapper", encode(Kind.BATCH, header, body))
+                core.on_frames(b"mapper", encode(batch))
                 core.ingest.apply_inbox()
                 core.ingest.send_acks()
         self.deliver()
@@ -207,8 +220,8 @@ def test_a_view_pushed_by_a_client_is_merged() -> None:
     cluster = Cluster(3, replication=1)
     n0 = cluster.core("n0")
     newer = n0.view.mark_dead(NodeId("n2"))
-    header = {"req": 0, "epoch": newer.epoch}
-    n0.on_frames(b"mapper", encode(Kind.VIEW, header, pack_body(newer.to_wire())))
+    push = ViewReply(RequestId(0), newer.epoch, pack_body(newer.to_wire()))
+    n0.on_frames(b"mapper", encode(push))
     assert n0.view == newer
     assert n0.counters.bad_frames == 0
 
@@ -253,18 +266,17 @@ def test_a_not_owner_by_an_older_view_makes_the_emitter_send_its_view_and_is_no_
     emitter.emit(word, 1)
     emitter.flush()
     end = transport.ends["sim://n1"]
-    (batch,) = [m for m in end.sent if m.kind is Kind.BATCH]
+    (batch,) = [m for m in end.sent if isinstance(m, Batch)]
     channel = emitter._channels[NodeId("n1")]
     now[0] = 5.0
     # n1 still routes by the old view: it refuses the batch of n2's former range.
     not_owner = encode(
-        Kind.NOT_OWNER,
-        {"stream": emitter.stream_id, "chan": batch.header["chan"], "epoch": old_view.epoch},
-        pack_body(old_view.to_wire()),
+        NotOwner(emitter.stream_id, batch.chan, old_view.epoch, pack_body(old_view.to_wire()))
     )
     emitter._on_reply(channel, not_owner)
-    pushed = [m for m in end.sent if m.kind is Kind.VIEW]
-    assert len(pushed) == 1 and pushed[0].header["epoch"] == new_view.epoch
+    pushed = [m for m in end.sent if isinstance(m, ViewReply)]
+    assert len(pushed) == 1 and pushed[0].epoch == new_view.epoch
+    assert View.from_wire(unpack_body(pushed[0].body)) == new_view
     assert channel.progress_at == 0.0  # the give-up timer keeps running
     assert emitter.views_pushed == 1
     # The view goes out before the batch is sent again, on the same channel.
@@ -272,7 +284,7 @@ def test_a_not_owner_by_an_older_view_makes_the_emitter_send_its_view_and_is_no_
     assert kinds[-2:] == [Kind.VIEW, Kind.BATCH]
     # A node that merges it accepts the batch sent again.
     n1 = cluster.core("n1")
-    n1.on_frames(b"m", encode(Kind.VIEW, pushed[0].header, pack_body(new_view.to_wire())))
+    n1.on_frames(b"m", encode(pushed[0]))
     assert n1.view == new_view
     assert n1.roles[slot_of(word, SLOT_BITS)] == Role.PRIMARY
 
@@ -291,16 +303,17 @@ def test_a_snapshot_missing_a_chunk_is_not_completed_but_asked_again_and_ends_eq
 
     def lose_chunk_1_of_the_first_snapshot(src: str, dst: str, message: Message) -> bool:
         return (
-            message.kind is Kind.SNAPSHOT_CHUNK
-            and message.header["index"] == 1
-            and not any(m.kind is Kind.SNAPSHOT_CHUNK for _, _, m in cluster.lost)
+            isinstance(message, SnapshotChunk)
+            and message.index == 1
+            and not any(isinstance(m, SnapshotChunk) for _, _, m in cluster.lost)
         )
 
     cluster.lose = lose_chunk_1_of_the_first_snapshot
     # n1 backs up the batch, creates its replica of n0 and asks for a snapshot: the first
     # one holds every key, in chunks of about 5 keys, and loses its chunk 1.
     cluster.feed(words)
-    assert [m.header["index"] for _, _, m in cluster.lost] == [1]
+    assert [m.index for _, _, m in cluster.lost if isinstance(m, SnapshotChunk)] == [1]
+    assert len(cluster.lost) == 1
     replica = n1.replication.replicas[NodeId("n0")]
     assert replica.is_complete
     assert len(owned_state(n0)) == len(words)
@@ -308,7 +321,7 @@ def test_a_snapshot_missing_a_chunk_is_not_completed_but_asked_again_and_ends_eq
     # It took two snapshots: the one with the hole (aborted), then the one asked again.
     assert n1.counters.snapshot_chunks_missing == 1
     assert n1.counters.snapshots_received == 1
-    begun = [m for src, _, m in cluster.delivered if src == "n0" and m.kind is Kind.SNAPSHOT_BEGIN]
+    begun = [m for src, _, m in cluster.delivered if src == "n0" and isinstance(m, SnapshotBegin)]
     assert len(begun) == 2
     # Both ends timed the chunks they handled; status reports the longest.
     assert n0.snapshots.stall_ms_max > 0 and n1.snapshots.stall_ms_max > 0
