@@ -42,6 +42,7 @@ from ring.ids import NodeId  # noqa: E402
 from ring.placement import Ring  # noqa: E402
 from ring.view import Member, Status, View  # noqa: E402
 from smr.api import Job  # noqa: E402
+from smr.batch_body import encode_batch_body  # noqa: E402
 from smr.node import NodeCore, NodeSettings  # noqa: E402
 from smr.protocol import (  # noqa: E402
     Batch,
@@ -51,7 +52,6 @@ from smr.protocol import (  # noqa: E402
     StreamId,
     decode,
     encode,
-    encode_batch_body,
 )
 from smr.sim import MemoryOutput  # noqa: E402
 

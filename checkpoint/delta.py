@@ -50,8 +50,10 @@ _EXT_CODE_OF_CONTAINER: Final[dict[type, int]] = {
     frozenset: _EXT_FROZENSET,
 }
 
-# Field values of these exact types need no conversion before packing.
-_PLAIN_TYPES: Final[frozenset[type]] = frozenset({int, str, float, bool, bytes, type(None)})
+PLAIN_TYPES: Final[frozenset[type]] = frozenset({int, str, float, bool, bytes, type(None)})
+"""Field values of these exact types are immutable: they need no conversion before packing,
+no copy when read, and equality tells whether they changed. Checking the exact class first
+keeps the common case to one set lookup."""
 
 
 @final
@@ -195,7 +197,7 @@ def _states_to_wire(states: Fragment) -> dict[Slot, dict[Any, dict[str, Any]]]:
         wire_keys: dict[Any, dict[str, Any]] = keys
         for key, fields in keys.items():
             for value in fields.values():
-                if value.__class__ not in _PLAIN_TYPES:
+                if value.__class__ not in PLAIN_TYPES:
                     break
             else:
                 continue
@@ -215,7 +217,7 @@ def _to_wire(value: Any, depth: int = 0) -> Any:
     value is refused here, as a decoder would refuse it.
     """
     cls = value.__class__
-    if cls in _PLAIN_TYPES:
+    if cls in PLAIN_TYPES:
         return value
     if value is TOMBSTONE:
         return msgpack.ExtType(_EXT_TOMBSTONE, b"")
@@ -331,3 +333,46 @@ def _locate_unencodable(delta: Delta, error: Exception) -> str:
                         "and lists, tuples, dicts and sets of those"
                     )
     return f"cannot encode delta: {type(error).__name__}: {error}"
+
+
+def merge_into(master: Fragment, fragment: Fragment, may_hold_tombstones: bool = True) -> None:
+    """Merge ``fragment`` into ``master`` (which holds no tombstone, empty key or empty slot).
+
+    Copies every key map it adds, so master never shares a dict with the fragment, and
+    never mutates the fragment. ``may_hold_tombstones=False`` promises the fragment holds
+    none, which allows a faster path.
+    """
+    for slot, keys in fragment.items():
+        master_keys = master.get(slot)
+        if not may_hold_tombstones:
+            if master_keys is None:
+                copied = {key: fields.copy() for key, fields in keys.items() if fields}
+                if copied:
+                    master[slot] = copied
+                continue
+            for key, fields in keys.items():
+                master_fields = master_keys.get(key)
+                if master_fields is None:
+                    if fields:
+                        master_keys[key] = fields.copy()
+                else:
+                    master_fields.update(fields)
+            continue
+        if master_keys is None:
+            master_keys = master[slot] = {}
+        for key, fields in keys.items():
+            master_fields = master_keys.get(key)
+            if master_fields is None:
+                live = {name: value for name, value in fields.items() if value is not TOMBSTONE}
+                if live:
+                    master_keys[key] = live
+                continue
+            for name, value in fields.items():
+                if value is TOMBSTONE:
+                    master_fields.pop(name, None)
+                else:
+                    master_fields[name] = value
+            if not master_fields:
+                del master_keys[key]
+        if not master_keys:
+            del master[slot]

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Final, TypeAlias, cast
 
-from checkpoint.delta import TOMBSTONE, Delta
+from checkpoint.delta import PLAIN_TYPES, TOMBSTONE, Delta, merge_into
 from checkpoint.ids import Fragment, Key, MapperId, Seq, Slot
 
 __all__ = ["FAILURE_EXAMPLES_MAX", "TOMBSTONE", "BatchOutcome", "ReduceFn", "StateStore"]
@@ -40,10 +40,6 @@ ReduceFn: TypeAlias = Callable[[Key, Any, dict[str, Any]], None]
 FAILURE_EXAMPLES_MAX: Final = 100
 """Failed tuples kept as examples per batch: enough to diagnose a bad reducer, while a reducer
 that fails on every tuple cannot make one outcome hold a whole batch of tracebacks."""
-
-# Values of these exact types are immutable: equality tells whether they changed, and they
-# need no copy. Checking the exact class first keeps the common case to one set lookup.
-_PLAIN_TYPES: Final[frozenset[type]] = frozenset({int, str, float, bool, bytes, type(None)})
 
 # Values of these types may be mutated in place by a reducer: they are deep-copied on read, and
 # always count as changed on commit, since a caller's "before" may share them with "after"
@@ -115,7 +111,7 @@ class StateStore:
         if state is None:
             return {}
         for name, value in state.items():
-            if value.__class__ not in _PLAIN_TYPES and isinstance(value, _MUTABLE_TYPES):
+            if value.__class__ not in PLAIN_TYPES and isinstance(value, _MUTABLE_TYPES):
                 state[name] = copy.deepcopy(value)
         return state
 
@@ -186,7 +182,7 @@ class StateStore:
         active_keys = self.active.get(slot)
         active_fields = None if active_keys is None else active_keys.get(key)
         for name, value in after.items():
-            if value.__class__ not in _PLAIN_TYPES and isinstance(value, _MUTABLE_TYPES):
+            if value.__class__ not in PLAIN_TYPES and isinstance(value, _MUTABLE_TYPES):
                 value = copy.deepcopy(value)
                 self._holds_mutables = True
             elif name in before:
@@ -265,7 +261,7 @@ class StateStore:
         master_get = cast(dict[int, dict[Key, dict[str, Any]]], self.master).get
         tombstones_possible = self._active_has_tombstones or self._inactive_has_tombstones
         holds_mutables = self._holds_mutables
-        plain_types = _PLAIN_TYPES
+        plain_types = PLAIN_TYPES
         mutable_types = _MUTABLE_TYPES
         deepcopy = copy.deepcopy
         no_fields = _NO_FIELDS
@@ -411,7 +407,7 @@ class StateStore:
         Tombstones delete fields; a key left without fields and a slot left without keys
         disappear from master. Reads return the same states before and after.
         """
-        _merge_into(self.master, self.inactive, self._inactive_has_tombstones)
+        merge_into(self.master, self.inactive, self._inactive_has_tombstones)
         # Rebind rather than clear: the delta returned by swap shares this fragment.
         self.inactive = {}
         self._inactive_has_tombstones = False
@@ -425,10 +421,10 @@ class StateStore:
         no local writes: on a key that also has unmerged local writes, those shadow the delta.
         It marks nothing dirty: after a promotion the new secondaries get a full ``snapshot``.
         """
-        _merge_into(self.master, delta.states)
+        merge_into(self.master, delta.states)
         if not self._holds_mutables:
             self._holds_mutables = any(
-                value.__class__ not in _PLAIN_TYPES and isinstance(value, _MUTABLE_TYPES)
+                value.__class__ not in PLAIN_TYPES and isinstance(value, _MUTABLE_TYPES)
                 for keys in delta.states.values()
                 for fields in keys.values()
                 for value in fields.values()
@@ -558,46 +554,3 @@ class StateStore:
                 else:
                     vector[mapper] = seq
         return vectors
-
-
-def _merge_into(master: Fragment, fragment: Fragment, may_hold_tombstones: bool = True) -> None:
-    """Merge ``fragment`` into ``master`` (which holds no tombstone, empty key or empty slot).
-
-    Copies every key map it adds, so master never shares a dict with the fragment, and
-    never mutates the fragment. ``may_hold_tombstones=False`` promises the fragment holds
-    none, which allows a faster path.
-    """
-    for slot, keys in fragment.items():
-        master_keys = master.get(slot)
-        if not may_hold_tombstones:
-            if master_keys is None:
-                copied = {key: fields.copy() for key, fields in keys.items() if fields}
-                if copied:
-                    master[slot] = copied
-                continue
-            for key, fields in keys.items():
-                master_fields = master_keys.get(key)
-                if master_fields is None:
-                    if fields:
-                        master_keys[key] = fields.copy()
-                else:
-                    master_fields.update(fields)
-            continue
-        if master_keys is None:
-            master_keys = master[slot] = {}
-        for key, fields in keys.items():
-            master_fields = master_keys.get(key)
-            if master_fields is None:
-                live = {name: value for name, value in fields.items() if value is not TOMBSTONE}
-                if live:
-                    master_keys[key] = live
-                continue
-            for name, value in fields.items():
-                if value is TOMBSTONE:
-                    master_fields.pop(name, None)
-                else:
-                    master_fields[name] = value
-            if not master_fields:
-                del master_keys[key]
-        if not master_keys:
-            del master[slot]

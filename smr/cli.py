@@ -21,8 +21,9 @@ import click
 from checkpoint.ids import MapperId
 from smr import cluster as local_cluster
 from smr.api import JobLoadError, load_job
+from smr.channels import DeliveryError
 from smr.client import Client, NodeUnreachable, cluster_view, fetch_view
-from smr.emitter import BATCH_SIZE_DEFAULT, WINDOW_BATCHES_DEFAULT, DeliveryError, Emitter
+from smr.emitter import BATCH_SIZE_DEFAULT, WINDOW_BATCHES_DEFAULT, Emitter
 from smr.feed import InputError, check_inputs, feed, total_bytes
 from smr.protocol import FrameError, Output, decode
 from smr.spark import MASTER_DEFAULT, MAX_FILES_PER_TRIGGER_DEFAULT, BatchReport, SparkFeedError

@@ -36,9 +36,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any, Final
 
 from checkpoint.ids import MapperId
@@ -46,6 +44,8 @@ from ring.hashing import slot_of
 from ring.ids import Epoch, NodeId
 from ring.placement import Ring
 from ring.view import Status, View
+from smr.batch_body import encode_batch_body
+from smr.channels import Channel, DeliveryError, OutBatch, Row, slot_and_seq
 from smr.protocol import (
     Ack,
     Batch,
@@ -60,11 +60,10 @@ from smr.protocol import (
     ViewRequest,
     decode,
     encode,
-    encode_batch_body,
     pack_body,
     unpack_body,
 )
-from smr.transport import ChannelEnd, MapperTransport, zeromq_mapper_transport
+from smr.transport import MapperTransport, zeromq_mapper_transport
 
 BATCH_SIZE_DEFAULT: Final = 1000
 WINDOW_BATCHES_DEFAULT: Final = 16
@@ -82,49 +81,6 @@ REPLY_READ_EVERY_BATCHES: Final = 8
 SLOT_CACHE_KEYS_MAX: Final = 1_000_000
 # Seqs travel as uint64; staying below 2**63 keeps them exact in every encoding on the way.
 SEQ_MAX: Final = 1 << 63
-
-
-class DeliveryError(Exception):
-    """Tuples could not be delivered: a node stopped answering or refused a batch."""
-
-
-Row = tuple[int, int, Any, Any, float]  # slot, seq, key, value, ts
-
-
-def _slot_and_seq(row: Row) -> tuple[int, int]:
-    return row[0], row[1]
-
-
-@dataclass
-class _OutBatch:
-    """A closed batch: its rows (kept for re-routing), its encoded body and who still owes
-    an ack."""
-
-    rows: list[Row]
-    body: bytes
-    replica_set: tuple[NodeId, ...] = ()
-    waiting_for: set[NodeId] = field(default_factory=set)
-    rerouted: bool = False
-
-
-FIRST_CHANNEL_NUMBER: Final = ChannelNumber(1)
-
-
-@dataclass
-class _Channel:
-    """The stream of batches from this mapper to one node, numbered from 1."""
-
-    node: NodeId
-    outbox: ChannelEnd
-    next_chan: ChannelNumber = FIRST_CHANNEL_NUMBER
-    unacked: OrderedDict[ChannelNumber, _OutBatch] = field(default_factory=OrderedDict)
-    unsent_from: ChannelNumber | None = None  # first batch number a send failed for, if any
-    progress_at: float = 0.0
-    resent_at: float = 0.0
-
-    @property
-    def base(self) -> ChannelNumber:
-        return next(iter(self.unacked), self.next_chan)
 
 
 class Emitter:
@@ -165,7 +121,7 @@ class Emitter:
         self._combine = combine
         # Told the rows of every batch once all its nodes acked it (rows hold their emit time).
         self._on_acked = on_acked
-        self._channels: dict[NodeId, _Channel] = {}
+        self._channels: dict[NodeId, Channel] = {}
         self._addr_of: dict[NodeId, str] = {}
         self._seqs = [0] * (1 << slot_bits)
         self._slot_cache: dict[Any, int] = {}
@@ -216,13 +172,13 @@ class Emitter:
         for key, entry in old_combined:
             self._open_combined[self._dest_of_slot[entry[0]]][key] = entry
 
-    def _channel(self, node: NodeId) -> _Channel:
+    def _channel(self, node: NodeId) -> Channel:
         channel = self._channels.get(node)
         if channel is None:
             addr = self._addr_of.get(node)
             if addr is None:
                 raise DeliveryError(f"node {node} has no address in the view")
-            channel = _Channel(node, self._transport.open(addr, 2 * self.window_batches + 8))
+            channel = Channel(node, self._transport.open(addr, 2 * self.window_batches + 8))
             channel.progress_at = self._clock()
             self._channels[node] = channel
         return channel
@@ -312,7 +268,7 @@ class Emitter:
     def _send_batch(self, dest: int, rows: list[Row]) -> None:
         slots, seqs, keys, values, ts = zip(*rows, strict=True)
         body = encode_batch_body(slots, seqs, keys, values, ts)
-        batch = _OutBatch(rows, body, self._replica_sets[dest])
+        batch = OutBatch(rows, body, self._replica_sets[dest])
         epoch = self.view.epoch
         for node in batch.replica_set:
             channel = self._channel(node)
@@ -338,7 +294,7 @@ class Emitter:
             # view epoch, which is how a feeder learns of a takeover within a few batches.
             self.pump(timeout_ms=0)
 
-    def _transmit(self, channel: _Channel, chan: ChannelNumber) -> None:
+    def _transmit(self, channel: Channel, chan: ChannelNumber) -> None:
         """Send batch ``chan`` unless an earlier one still waits to be sent (order matters)."""
         if channel.unsent_from is not None:
             return
@@ -390,7 +346,7 @@ class Emitter:
                     self._on_reply(channel, frames)
         self._retry(channels)
 
-    def _on_reply(self, channel: _Channel, frames: list[bytes]) -> None:
+    def _on_reply(self, channel: Channel, frames: list[bytes]) -> None:
         try:
             message = decode(frames)
         except FrameError:
@@ -417,7 +373,7 @@ class Emitter:
             case Error(message=text):
                 raise DeliveryError(f"node {channel.node} refused a batch: {text}")
 
-    def _on_ack(self, channel: _Channel, through: ChannelNumber) -> None:
+    def _on_ack(self, channel: Channel, through: ChannelNumber) -> None:
         released = False
         while channel.unacked:
             chan, batch = next(iter(channel.unacked.items()))
@@ -434,7 +390,7 @@ class Emitter:
             channel.progress_at = self._clock()
 
     def _on_not_owner(
-        self, channel: _Channel, chan: ChannelNumber, view: View, node_epoch: Epoch
+        self, channel: Channel, chan: ChannelNumber, view: View, node_epoch: Epoch
     ) -> None:
         """A node refused batch ``chan`` by its view (epoch ``node_epoch``).
 
@@ -481,15 +437,15 @@ class Emitter:
                 moved.append(batch)
         self._reroute(moved)
 
-    def _in_flight(self) -> list[_OutBatch]:
-        seen: dict[int, _OutBatch] = {}
+    def _in_flight(self) -> list[OutBatch]:
+        seen: dict[int, OutBatch] = {}
         for channel in self._channels.values():
             for batch in channel.unacked.values():
                 if not batch.rerouted:
                     seen[id(batch)] = batch
         return list(seen.values())
 
-    def _reroute(self, batches: list[_OutBatch]) -> None:
+    def _reroute(self, batches: list[OutBatch]) -> None:
         """Take ``batches`` off their channels and send their rows again by the current view."""
         if not batches:
             return
@@ -511,10 +467,10 @@ class Emitter:
                 # order per slot, which the nodes rely on (the primary's hwm dedup drops a
                 # seq below one already applied; a secondary summarises a batch by the last
                 # seq of each slot).
-                rows.sort(key=_slot_and_seq)
+                rows.sort(key=slot_and_seq)
                 self._send_batch(dest, rows)
 
-    def _ask_view(self, channels: list[_Channel]) -> None:
+    def _ask_view(self, channels: list[Channel]) -> None:
         """Ask nodes for their view (at most every quarter of the resend interval)."""
         now = self._clock()
         if now - self._view_asked_at < self.resend_after_s / 4:
@@ -524,7 +480,7 @@ class Emitter:
             self._view_requests += 1
             channel.outbox.send(encode(ViewRequest(RequestId(self._view_requests))))
 
-    def _resend(self, channel: _Channel, from_chan: ChannelNumber) -> None:
+    def _resend(self, channel: Channel, from_chan: ChannelNumber) -> None:
         now = self._clock()
         # One go-back-N per stall: the NACKs of a pipelined window must not each trigger one.
         if now - channel.resent_at < self.resend_after_s / 4:
@@ -536,7 +492,7 @@ class Emitter:
             if chan >= from_chan:
                 self._transmit(channel, chan)
 
-    def _retry(self, channels: list[_Channel]) -> None:
+    def _retry(self, channels: list[Channel]) -> None:
         now = self._clock()
         for channel in channels:
             if not channel.unacked:
@@ -561,7 +517,7 @@ class Emitter:
             if stalled_s >= self.resend_after_s and now - channel.resent_at >= self.resend_after_s:
                 self._resend(channel, from_chan=ChannelNumber(0))
 
-    def _live_channels(self) -> list[_Channel]:
+    def _live_channels(self) -> list[Channel]:
         """Channels to every live member of the view, opened if need be."""
         return [
             self._channel(m.node_id)

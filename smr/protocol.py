@@ -23,11 +23,7 @@ the mapper id in the header and the tuples in the body, so the body is encoded o
 same bytes fan out to the slot's primary and its secondaries, each behind its own small
 header.
 
-The body of a batch is columnar: ``n`` little-endian ``uint32`` slots, ``n`` ``uint64``
-seqs and ``n`` ``float64`` timestamps (fixed width, so their types need no per-tuple check
-and a secondary reads slots and seqs without decoding the rest), then msgpack
-``[keys, values]`` (decoded into :class:`BatchColumns`). A tuple's identity is
-``(mapper id, slot, seq)`` (DESIGN section 1).
+The body of a batch is columnar (:mod:`smr.batch_body`).
 
 Every decode raises :class:`FrameError` (and nothing else) on malformed, oversize or
 unknown-version input, so a node can count and drop a bad message without ever crashing.
@@ -37,10 +33,8 @@ from __future__ import annotations
 
 import dataclasses
 import operator
-import sys
 import types
 import typing
-from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
@@ -48,7 +42,7 @@ from typing import Any, ClassVar, Final, NewType, TypeAlias
 
 import msgpack
 
-from checkpoint.ids import CheckpointNumber, MapperId, Seq
+from checkpoint.ids import CheckpointNumber, MapperId
 from ring.ids import Epoch, Incarnation, NodeId, Slot
 
 PROTOCOL_VERSION: Final = 3
@@ -69,8 +63,6 @@ SnapshotNumber = NewType("SnapshotNumber", int)
 # about 30 KiB, a dump page of 10 000 small states about 400 KiB; 16 MiB leaves room for big
 # values without letting one peer make a node allocate without bound.
 FRAME_BYTES_MAX_DEFAULT: Final = 16 * 1024 * 1024
-
-_LITTLE_ENDIAN = sys.byteorder == "little"
 
 
 class Kind(IntEnum):
@@ -521,7 +513,7 @@ def decode(frames: Sequence[bytes], frame_bytes_max: int = FRAME_BYTES_MAX_DEFAU
     header_end = header_start + int.from_bytes(data[1:header_start], "big")
     if header_end > len(data):
         raise FrameError(f"header runs past the end of the {len(data)}-byte message")
-    header = _unpack(data[header_start:header_end], "header")
+    header = unpack_msgpack(data[header_start:header_end], "header")
     if not isinstance(header, dict):
         raise FrameError(f"header must be a map, got {type(header).__name__}")
     version = header.get("v")
@@ -541,7 +533,8 @@ def decode(frames: Sequence[bytes], frame_bytes_max: int = FRAME_BYTES_MAX_DEFAU
     return schema.record(*values)
 
 
-def _unpack(data: bytes, what: str) -> Any:
+def unpack_msgpack(data: bytes, what: str) -> Any:
+    """Decode msgpack (arrays as tuples); FrameError naming ``what`` if it is malformed."""
     try:
         return msgpack.unpackb(data, use_list=False, strict_map_key=False, raw=False)
     except Exception as error:  # msgpack raises several unrelated types on bad input
@@ -556,95 +549,4 @@ def pack_body(obj: Any) -> bytes:
 
 def unpack_body(data: bytes) -> Any:
     """Decode a control body; raises :class:`FrameError` if it is not valid msgpack."""
-    return _unpack(data, "body")
-
-
-# -- tuple batches -------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class BatchColumns:
-    """The tuples of one batch as columns; row ``i`` is tuple ``(keys[i], values[i], ts[i])``
-    of slot ``slots[i]`` with sequence number ``seqs[i]``."""
-
-    slots: Sequence[Slot]
-    seqs: Sequence[Seq]
-    keys: Sequence[str | int]
-    values: Sequence[Any]
-    ts: Sequence[float]
-
-    def __len__(self) -> int:
-        return len(self.keys)
-
-
-def encode_batch_body(
-    slots: Sequence[int],
-    seqs: Sequence[int],
-    keys: Sequence[str | int],
-    values: Sequence[Any],
-    ts: Sequence[float],
-) -> bytes:
-    """Encode the columns of a batch once; the same bytes go to every replica."""
-    slot_array = array("I", slots)
-    seq_array = array("Q", seqs)
-    ts_array = array("d", ts)
-    if not _LITTLE_ENDIAN:
-        for column in (slot_array, seq_array, ts_array):
-            column.byteswap()
-    payload: bytes = msgpack.packb([list(keys), list(values)], use_bin_type=True)
-    return b"".join((slot_array.tobytes(), seq_array.tobytes(), ts_array.tobytes(), payload))
-
-
-def decode_batch_ids(body: bytes, count: int, slot_count: int) -> tuple[array[int], array[int]]:
-    """Only the slots and seqs of a batch body, without decoding keys and values.
-
-    A secondary backs a batch up by its raw bytes and needs just these two columns to know
-    when a checkpoint covers it. Raises :class:`FrameError` if the columns are malformed.
-    """
-    if len(body) < 12 * count:
-        raise FrameError(f"batch body of {len(body)} bytes is too short for {count} tuples")
-    slots = array("I")
-    seqs = array("Q")
-    slots.frombytes(body[: 4 * count])
-    seqs.frombytes(body[4 * count : 12 * count])
-    if not _LITTLE_ENDIAN:
-        slots.byteswap()
-        seqs.byteswap()
-    if count:
-        if max(slots) >= slot_count:
-            raise FrameError(f"slot {max(slots)} out of range (slot count {slot_count})")
-        if min(seqs) < 1:
-            raise FrameError("sequence numbers start at 1")
-    return slots, seqs
-
-
-def decode_batch_body(body: bytes, count: int, slot_count: int) -> BatchColumns:
-    """Decode and validate a batch body.
-
-    Layout: ``count`` little-endian ``uint32`` slots, ``count`` ``uint64`` seqs, ``count``
-    ``float64`` timestamps, then msgpack ``[keys, values]``.
-
-    Guarantees: every column has ``count`` rows, every slot is ``< slot_count``, every seq
-    ``>= 1``, every key a ``str`` or an ``int``. Raises :class:`FrameError` otherwise.
-    """
-    if len(body) < 20 * count:
-        raise FrameError(f"batch body of {len(body)} bytes is too short for {count} tuples")
-    slots, seqs = decode_batch_ids(body, count, slot_count)
-    ts = array("d")
-    ts.frombytes(body[12 * count : 20 * count])
-    if not _LITTLE_ENDIAN:
-        ts.byteswap()
-    columns = _unpack(body[20 * count :], "batch body")
-    if not isinstance(columns, tuple) or len(columns) != 2:
-        raise FrameError("batch body must end with [keys, values]")
-    keys, values = columns
-    if not (isinstance(keys, tuple) and isinstance(values, tuple)):
-        raise FrameError("batch keys and values must be arrays")
-    if len(keys) != count or len(values) != count:
-        raise FrameError(f"batch columns do not all hold the announced {count} tuples")
-    if count:
-        key_types = set(map(type, keys))
-        if not key_types <= {str, int}:
-            bad = sorted(t.__name__ for t in key_types - {str, int})
-            raise FrameError(f"keys must be str or int, got {', '.join(bad)}")
-    return BatchColumns(slots, seqs, keys, values, ts)  # type: ignore[arg-type]
+    return unpack_msgpack(data, "body")

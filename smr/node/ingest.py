@@ -30,18 +30,16 @@ from typing import TYPE_CHECKING, Final
 from checkpoint.ids import MapperId
 from ring.invariants import InvariantViolation
 from ring.placement import Role
+from smr.batch_body import BatchColumns, decode_batch_body, decode_batch_ids
 from smr.protocol import (
     Ack,
     Batch,
-    BatchColumns,
     ChannelNumber,
     Error,
     FrameError,
     Nack,
     NotOwner,
     StreamId,
-    decode_batch_body,
-    decode_batch_ids,
     encode,
     pack_body,
 )

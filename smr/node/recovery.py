@@ -19,8 +19,9 @@ from ring.ids import Incarnation, NodeId, Slot
 from ring.invariants import InvariantViolation
 from ring.placement import Ring
 from ring.view import Status, successor_takes_over
+from smr.batch_body import BatchColumns, decode_batch_body
 from smr.node.replication import Orphan
-from smr.protocol import BatchColumns, Kind, Probe, ProbeAck, RequestId, decode_batch_body
+from smr.protocol import Kind, Probe, ProbeAck, RequestId
 
 if TYPE_CHECKING:
     from smr.node.core import NodeCore

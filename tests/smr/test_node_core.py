@@ -16,6 +16,7 @@ from ring.ids import Epoch, NodeId, Slot, Token
 from ring.placement import Ring
 from ring.view import Member, Status, View
 from smr.api import Job
+from smr.batch_body import encode_batch_body
 from smr.node import NodeCore
 from smr.output import OutputSink
 from smr.protocol import (
@@ -32,7 +33,6 @@ from smr.protocol import (
     StreamId,
     decode,
     encode,
-    encode_batch_body,
     unpack_body,
 )
 from tests.smr.links import CallbackLinks

@@ -13,6 +13,7 @@ from ring.ids import NodeId
 from ring.placement import Role
 from ring.view import Member, Status, View
 from smr.api import Job
+from smr.batch_body import encode_batch_body
 from smr.emitter import Emitter
 from smr.node import NodeCore, NodeSettings
 from smr.protocol import (
@@ -28,7 +29,6 @@ from smr.protocol import (
     ViewReply,
     decode,
     encode,
-    encode_batch_body,
     pack_body,
     unpack_body,
 )

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from checkpoint.ids import CheckpointNumber, MapperId
 from ring.ids import Epoch, Incarnation, NodeId, Slot
+from smr.batch_body import decode_batch_body, decode_batch_ids, encode_batch_body
 from smr.protocol import (
     PROTOCOL_VERSION,
     Batch,
@@ -27,10 +28,7 @@ from smr.protocol import (
     SnapshotNumber,
     StreamId,
     decode,
-    decode_batch_body,
-    decode_batch_ids,
     encode,
-    encode_batch_body,
     encode_raw,
     header_of,
 )

@@ -1,0 +1,58 @@
+"""An emitter's channels: the numbered stream of batches from one emitter to one node, and the
+batches it holds until every node of their replica set acked them (DESIGN section 4, step 3).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from ring.ids import NodeId
+from smr.protocol import ChannelNumber
+from smr.transport import ChannelEnd
+
+
+class DeliveryError(Exception):
+    """Tuples could not be delivered: a node stopped answering or refused a batch."""
+
+
+Row = tuple[int, int, Any, Any, float]  # slot, seq, key, value, ts
+
+
+def slot_and_seq(row: Row) -> tuple[int, int]:
+    """The slot and seq of a row (the key a batch's rows are sorted by)."""
+    return row[0], row[1]
+
+
+@dataclass
+class OutBatch:
+    """A closed batch: its rows (kept for re-routing), its encoded body and who still owes
+    an ack."""
+
+    rows: list[Row]
+    body: bytes
+    replica_set: tuple[NodeId, ...] = ()
+    waiting_for: set[NodeId] = field(default_factory=set)
+    rerouted: bool = False
+
+
+FIRST_CHANNEL_NUMBER: Final = ChannelNumber(1)
+
+
+@dataclass
+class Channel:
+    """The stream of batches from this mapper to one node, numbered from 1."""
+
+    node: NodeId
+    outbox: ChannelEnd
+    next_chan: ChannelNumber = FIRST_CHANNEL_NUMBER
+    unacked: OrderedDict[ChannelNumber, OutBatch] = field(default_factory=OrderedDict)
+    unsent_from: ChannelNumber | None = None  # first batch number a send failed for, if any
+    progress_at: float = 0.0
+    resent_at: float = 0.0
+
+    @property
+    def base(self) -> ChannelNumber:
+        """The oldest batch number still held (sent with every batch, see smr.node.ingest)."""
+        return next(iter(self.unacked), self.next_chan)
