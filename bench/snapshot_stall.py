@@ -47,8 +47,8 @@ from smr.node import NodeCore, NodeSettings  # noqa: E402
 from smr.protocol import (  # noqa: E402
     Batch,
     ChannelNumber,
-    Kind,
     SnapshotChunk,
+    SnapshotRequest,
     StreamId,
     decode,
     encode,
@@ -138,7 +138,7 @@ def run_once(keys: int, chunk_keys: int) -> dict[str, Any]:
     primary.replication.checkpoint()
     queue.clear()
     # 2.
-    secondary.peer_send(NodeId("n0"), Kind.SNAPSHOT_REQUEST, {})
+    secondary.peer_send(NodeId("n0"), SnapshotRequest(*secondary.stamp))
     send_ms: list[float] = []
     apply_ms: list[float] = []
 

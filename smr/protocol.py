@@ -379,6 +379,20 @@ class SnapshotEnd(PeerMessage):
     chunks: int
 
 
+PeerMessages: TypeAlias = (
+    Heartbeat
+    | Gossip
+    | Probe
+    | ProbeAck
+    | Checkpoint
+    | CheckpointRequest
+    | SnapshotRequest
+    | SnapshotBegin
+    | SnapshotChunk
+    | SnapshotEnd
+)
+"""Every message between nodes: the records built on :class:`PeerMessage`."""
+
 Message: TypeAlias = (
     Batch
     | Ack
@@ -478,9 +492,8 @@ def encode(message: Message) -> list[bytes]:
 
 
 def encode_raw(kind: Kind, header: dict[str, Any], body: bytes = b"") -> list[bytes]:
-    """Encode a message from a header map (wire names; the protocol version is added), for
-    senders that add fields of their own (a node's peer messages) and for tests that need
-    a message no record can express."""
+    """Encode a message from a header map (wire names; the protocol version is added): for
+    tests that need a message no record can express (a missing field, a wrong type)."""
     return _frame(kind, {"v": PROTOCOL_VERSION, **header}, body)
 
 

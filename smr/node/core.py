@@ -22,7 +22,7 @@ from enum import Enum
 from typing import Any
 
 from checkpoint.store import StateStore
-from ring.ids import Incarnation, NodeId
+from ring.ids import Epoch, Incarnation, NodeId
 from ring.invariants import InvariantViolation
 from ring.placement import Ring
 from ring.view import Status, View
@@ -45,8 +45,8 @@ from smr.protocol import (
     FrameError,
     Gossip,
     Heartbeat,
-    Kind,
     Message,
+    PeerMessages,
     Ping,
     Probe,
     ProbeAck,
@@ -59,7 +59,7 @@ from smr.protocol import (
     ViewReply,
     ViewRequest,
     decode,
-    encode_raw,
+    encode,
 )
 from smr.transport import NodeLinks
 
@@ -180,18 +180,17 @@ class NodeCore:
         if not self._links.reply(identity, frames):
             self.counters.replies_dropped += 1
 
-    def peer_send(
-        self, peer: NodeId, kind: Kind, header: dict[str, Any], body: bytes = b""
-    ) -> bool:
-        """Send a peer message (with this node's id, incarnation and view epoch); False (and
-        counted) if ``peer`` is not in the view or its link refused it (queue full)."""
+    @property
+    def stamp(self) -> tuple[NodeId, Incarnation, Epoch]:
+        """What every peer message from this node starts with (``PeerMessage``): its id, its
+        incarnation and its view's epoch."""
+        return self.node_id, self.incarnation, self.view.epoch
+
+    def peer_send(self, peer: NodeId, message: PeerMessages) -> bool:
+        """Send a peer message (made with :attr:`stamp`); False (and counted) if ``peer`` is
+        not in the view or its link refused it (queue full)."""
         member = self.view.get(peer)
-        frames = encode_raw(
-            kind,
-            {"from": self.node_id, "inc": self.incarnation, "epoch": self.view.epoch, **header},
-            body,
-        )
-        if member is None or not self._links.send(peer, member.addr, frames):
+        if member is None or not self._links.send(peer, member.addr, encode(message)):
             self.counters.peer_messages_dropped += 1
             return False
         return True

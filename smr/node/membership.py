@@ -15,7 +15,6 @@ from smr.protocol import (
     FrameError,
     Gossip,
     Heartbeat,
-    Kind,
     PeerMessage,
     ViewReply,
     pack_body,
@@ -66,7 +65,7 @@ class Membership:
         body = self.view_body()
         for member in node.view.members.values():
             if member.node_id != node.node_id and member.status is not Status.DEAD:
-                node.peer_send(member.node_id, Kind.GOSSIP, {}, body)
+                node.peer_send(member.node_id, Gossip(*node.stamp, body))
 
     def heartbeat(self, now: float) -> None:
         """Every heartbeat interval, a heartbeat to each secondary (they watch this node),
@@ -77,7 +76,7 @@ class Membership:
             self._last_heartbeat = now
             body = self.view_body()
             for secondary in node.secondaries:
-                node.peer_send(secondary, Kind.HEARTBEAT, {}, body)
+                node.peer_send(secondary, Heartbeat(*node.stamp, body))
 
     def _send_view(self, peer: NodeId) -> None:
         """Send ``peer`` this node's view (a GOSSIP), at most once per heartbeat interval per
@@ -89,7 +88,7 @@ class Membership:
         if epoch == node.view.epoch and now - sent_at < node.settings.heartbeat_interval_ms / 1000:
             return
         self._view_sent_at[peer] = (node.view.epoch, now)
-        node.peer_send(peer, Kind.GOSSIP, {}, self.view_body())
+        node.peer_send(peer, Gossip(*node.stamp, self.view_body()))
 
     def from_live_peer(self, message: PeerMessage, repair: bool = True) -> NodeId | None:
         """The sender of a peer message, or None if it is not a live incarnation in our view
@@ -139,7 +138,7 @@ class Membership:
         # Repair both ways. Merges only grow the epoch, so this stops as soon as both hold
         # the same view.
         if node.view.epoch > view.epoch and sender in node.view.members:
-            node.peer_send(sender, Kind.GOSSIP, {}, self.view_body())
+            node.peer_send(sender, Gossip(*node.stamp, self.view_body()))
 
     def on_view_push(self, identity: bytes, message: ViewReply) -> None:
         """A view sent unasked by a client (an emitter whose batch this node refused by an

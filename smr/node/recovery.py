@@ -21,7 +21,7 @@ from ring.placement import Ring
 from ring.view import Status, successor_takes_over
 from smr.batch_body import BatchColumns, decode_batch_body
 from smr.node.replication import Orphan
-from smr.protocol import Kind, Probe, ProbeAck, RequestId
+from smr.protocol import Probe, ProbeAck, RequestId
 
 if TYPE_CHECKING:
     from smr.node.core import NodeCore
@@ -58,7 +58,8 @@ class Recovery:
 
     def on_probe(self, identity: bytes, message: Probe) -> None:
         """Answer a probe at once (liveness answers never wait on state)."""
-        self._node.peer_send(message.sender, Kind.PROBE_ACK, {"req": message.req})
+        node = self._node
+        node.peer_send(message.sender, ProbeAck(*node.stamp, message.req))
 
     def on_probe_ack(self, identity: bytes, message: ProbeAck) -> None:
         """An answer to a probe: contact; and if it answers the probe sent after its
@@ -75,10 +76,12 @@ class Recovery:
         """Probe ``suspect``, and every other owner for the contact check (their answers,
         like any message from them, count as contact)."""
         self._probe_ids += 1
-        self._node.peer_send(suspect, Kind.PROBE, {"req": self._probe_ids})
+        node = self._node
+        probe = Probe(*node.stamp, RequestId(self._probe_ids))
+        node.peer_send(suspect, probe)
         for other in others:
             if other != suspect:
-                self._node.peer_send(other, Kind.PROBE, {"req": self._probe_ids})
+                node.peer_send(other, probe)
 
     def _no_quorum(self, suspect: NodeId, others: Sequence[NodeId], now: float) -> None:
         self._node.counters.quorum_missed += 1
@@ -101,7 +104,7 @@ class Recovery:
             self.detector.suspect(peer, node.clock())
             self._probe_ids += 1
             self._drop_probe_req[peer] = RequestId(self._probe_ids)
-            node.peer_send(peer, Kind.PROBE, {"req": self._probe_ids})
+            node.peer_send(peer, Probe(*node.stamp, RequestId(self._probe_ids)))
 
     def judge(self, now: float) -> None:
         """Judge the nearest watched predecessor: silent past the timeout, probe it, and

@@ -19,7 +19,7 @@ from checkpoint.delta import DeltaError, decode_delta, encode_delta
 from checkpoint.ids import CheckpointNumber, MapperId
 from ring.ids import NodeId, Slot
 from ring.view import Status, View
-from smr.protocol import Checkpoint, CheckpointRequest, FrameError, Kind
+from smr.protocol import Checkpoint, CheckpointRequest, FrameError, SnapshotRequest
 
 if TYPE_CHECKING:
     from smr.node.core import NodeCore
@@ -126,14 +126,14 @@ class Replication:
                 continue
             self._checkpoint_asked_at[primary] = now
             node.counters.checkpoints_requested += 1
-            node.peer_send(primary, Kind.CHECKPOINT_REQUEST, {})
+            node.peer_send(primary, CheckpointRequest(*node.stamp))
 
     def replica(self, primary: NodeId) -> PeerReplica:
         """The replica of ``primary`` kept here; a new one asks it for a snapshot."""
         replica = self.replicas.get(primary)
         if replica is None:
             replica = self.replicas[primary] = PeerReplica()
-            self._node.peer_send(primary, Kind.SNAPSHOT_REQUEST, {})
+            self._node.peer_send(primary, SnapshotRequest(*self._node.stamp))
         return replica
 
     def on_checkpoint(self, identity: bytes, message: Checkpoint) -> None:
@@ -150,7 +150,7 @@ class Replication:
         try:
             applied = replica.apply_checkpoint(message.number, delta)
         except CheckpointGap:
-            node.peer_send(sender, Kind.SNAPSHOT_REQUEST, {})
+            node.peer_send(sender, SnapshotRequest(*node.stamp))
             return
         if applied:
             node.counters.checkpoints_applied += 1
@@ -221,7 +221,7 @@ class Replication:
         if node.secondaries:
             body = encode_delta(delta)
             for secondary in node.secondaries:
-                node.peer_send(secondary, Kind.CHECKPOINT, {"number": self.checkpoint_number}, body)
+                node.peer_send(secondary, Checkpoint(*node.stamp, self.checkpoint_number, body))
         # 3.
         node.store.merge_inactive()
         node.counters.checkpoints += 1

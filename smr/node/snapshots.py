@@ -18,7 +18,6 @@ from ring.ids import NodeId, Slot
 from ring.placement import Role
 from smr.protocol import (
     FrameError,
-    Kind,
     SnapshotBegin,
     SnapshotChunk,
     SnapshotEnd,
@@ -113,9 +112,7 @@ class Snapshots:
         chunks_sent = 0
         # 1.
         while not node.peer_send(
-            secondary,
-            Kind.SNAPSHOT_BEGIN,
-            {"as_of": node.replication.checkpoint_number, "snap": snap},
+            secondary, SnapshotBegin(*node.stamp, node.replication.checkpoint_number, snap)
         ):
             yield
         yield
@@ -138,9 +135,7 @@ class Snapshots:
                 yield
             chunks_sent += 1
         # 3.
-        while not node.peer_send(
-            secondary, Kind.SNAPSHOT_END, {"snap": snap, "chunks": chunks_sent}
-        ):
+        while not node.peer_send(secondary, SnapshotEnd(*node.stamp, snap, chunks_sent)):
             yield
         node.counters.snapshots_sent += 1
 
@@ -150,12 +145,8 @@ class Snapshots:
         node = self._node
         roles = node.roles
         current = [s for s in slots if roles[s] == Role.PRIMARY]
-        return node.peer_send(
-            secondary,
-            Kind.SNAPSHOT_CHUNK,
-            {"snap": snap, "index": index},
-            encode_delta(node.store.snapshot(current)),
-        )
+        body = encode_delta(node.store.snapshot(current))
+        return node.peer_send(secondary, SnapshotChunk(*node.stamp, snap, index, body))
 
     @property
     def has_work(self) -> bool:
@@ -253,7 +244,7 @@ class Snapshots:
         replica.abort_snapshot()
         del self._receiving[sender]
         self._asked_at[sender] = node.clock()
-        node.peer_send(sender, Kind.SNAPSHOT_REQUEST, {})
+        node.peer_send(sender, SnapshotRequest(*node.stamp))
 
     def rerequest(self, now: float) -> None:
         """Ask again for a snapshot a replica still lacks (its request, begin or end may have
@@ -265,4 +256,4 @@ class Snapshots:
                 continue
             if now - self._asked_at.get(primary, -1e9) >= SNAPSHOT_RETRY_S:
                 self._asked_at[primary] = now
-                node.peer_send(primary, Kind.SNAPSHOT_REQUEST, {})
+                node.peer_send(primary, SnapshotRequest(*node.stamp))

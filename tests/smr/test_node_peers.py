@@ -22,6 +22,7 @@ from smr.protocol import (
     Kind,
     Message,
     NotOwner,
+    Probe,
     RequestId,
     SnapshotBegin,
     SnapshotChunk,
@@ -211,7 +212,7 @@ def test_a_peer_message_from_a_node_with_an_older_view_is_answered_with_the_newe
     cluster.queue.clear()  # n1's own gossip of the change is lost
     assert n0.view.epoch < n1.view.epoch
     # Any message n0 sends n1 (here a probe) shows n1 that n0's view is older.
-    n0.peer_send(NodeId("n1"), Kind.PROBE, {"req": 1})
+    n0.peer_send(NodeId("n1"), Probe(*n0.stamp, RequestId(1)))
     cluster.deliver()
     assert n0.view == n1.view
 
