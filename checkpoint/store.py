@@ -163,6 +163,18 @@ class StateStore:
             if slot in hwm_of_slot
         }
 
+    def hwms_of(self, mapper: MapperId) -> Mapping[Slot, Seq]:
+        """``{slot: hwm}`` of ``mapper`` for every slot it has a tuple applied in (read-only)."""
+        return MappingProxyType(self._hwm.get(mapper, {}))
+
+    def raise_hwm(self, mapper: MapperId, slot: Slot, seq: Seq) -> None:
+        """Raise ``mapper``'s hwm in ``slot`` to ``seq`` (never lowers it); the slot's vector
+        goes out with the next delta, as after applying a tuple."""
+        hwm_of_slot = self._hwm.setdefault(mapper, {})
+        if seq > hwm_of_slot.get(slot, 0):
+            hwm_of_slot[slot] = seq
+            self._hwm_dirty_slots.add(slot)
+
     def is_duplicate(self, mapper: MapperId, slot: Slot, seq: Seq) -> bool:
         """True when the tuple ``(mapper, slot, seq)`` was already applied (or consumed)."""
         return seq <= self.hwm(mapper, slot)

@@ -359,6 +359,7 @@ def status_command(cluster_dir: Path, as_json: bool) -> None:
         client.close()
     if as_json:
         click.echo(json.dumps({"nodes": rows}, indent=2))
+        _exit_if_offline(rows)
         return
     from rich.console import Console
     from rich.table import Table
@@ -383,6 +384,56 @@ def status_command(cluster_dir: Path, as_json: bool) -> None:
             str(row["under_replicated_slots"]),
         )
     Console().print(table)
+    _exit_if_offline(rows)
+
+
+def _exit_if_offline(rows: list[dict[str, Any]]) -> None:
+    """Loss beyond tolerance is loud: name the offline slots and exit 1."""
+    offline = {row["node"]: row["offline_slots"] for row in rows if row.get("offline_slots")}
+    if offline:
+        where = ", ".join(f"{node}: {count}" for node, count in offline.items())
+        click.secho(
+            f"{sum(offline.values())} slots lost their state beyond the replication factor "
+            f"and refuse tuples ({where}); 'smr recover --cluster DIR --accept-loss' brings "
+            "them back empty",
+            fg="red",
+            err=True,
+        )
+        sys.exit(1)
+
+
+@main_group.command("recover")
+@cluster_dir_option
+@click.option(
+    "--accept-loss",
+    is_flag=True,
+    help="Bring the lost slots back, empty: their old state is gone for good.",
+)
+def recover_command(cluster_dir: Path, accept_loss: bool) -> None:
+    """Show, or accept, slots whose state was lost beyond the replication factor."""
+    spec = read_spec(cluster_dir)
+    client = Client(timeout_ms=1000)
+    try:
+        offline: dict[str, tuple[str, int]] = {}
+        for node in spec.nodes:
+            try:
+                row = client.status(node.addr)
+            except NodeUnreachable:
+                continue
+            if row.get("offline_slots"):
+                offline[row["node"]] = (node.addr, row["offline_slots"])
+        if not offline:
+            click.echo("no slot is offline: nothing to recover")
+            return
+        if not accept_loss:
+            for name, (_, count) in offline.items():
+                click.echo(f"{name}: {count} slots offline (state lost)")
+            click.echo("run again with --accept-loss to bring them back empty", err=True)
+            sys.exit(1)
+        for name, (addr, _) in offline.items():
+            click.echo(f"{name}: {client.recover(addr)} slots back, empty")
+    finally:
+        client.close()
 
 
 @main_group.command("tail")

@@ -24,6 +24,8 @@ from smr.protocol import (
     Pong,
     QueryReply,
     QueryRequest,
+    RecoverReply,
+    RecoverRequest,
     RequestId,
     StatusReply,
     StatusRequest,
@@ -39,9 +41,9 @@ from smr.transport.zeromq import Outbox, wait_any
 REQUEST_TIMEOUT_MS_DEFAULT: Final = 2000
 DUMP_PAGE_KEYS: Final = 10_000
 
-Reply = TypeVar("Reply", Pong, ViewReply, StatusReply, DumpReply, QueryReply)
+Reply = TypeVar("Reply", Pong, ViewReply, StatusReply, DumpReply, QueryReply, RecoverReply)
 # The messages that answer a request (they echo its id).
-_REPLIES: Final = (Error, Pong, ViewReply, StatusReply, DumpReply, QueryReply)
+_REPLIES: Final = (Error, Pong, ViewReply, StatusReply, DumpReply, QueryReply, RecoverReply)
 
 
 class NodeUnreachable(Exception):
@@ -115,6 +117,11 @@ class Client:
         """The status map of the node at ``addr``."""
         status: dict[str, Any] = unpack_body(self.request(addr, StatusRequest, StatusReply).body)
         return status
+
+    def recover(self, addr: str) -> int:
+        """Accept the loss of the offline slots of the node at ``addr``; how many it brought
+        back (empty)."""
+        return self.request(addr, RecoverRequest, RecoverReply).accepted
 
     def query(self, addr: str, key: str | int) -> dict[str, Any]:
         """``{"owner": bool, "slot": int, "state": dict | None}`` for ``key`` at ``addr``."""

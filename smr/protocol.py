@@ -45,7 +45,7 @@ import msgpack
 from checkpoint.ids import CheckpointNumber, MapperId
 from ring.ids import Epoch, Incarnation, NodeId, Slot
 
-PROTOCOL_VERSION: Final = 3
+PROTOCOL_VERSION: Final = 4
 
 StreamId = NewType("StreamId", str)
 """One emitter's channels to the nodes: batch numbers and acks are per (stream, node)."""
@@ -83,6 +83,8 @@ class Kind(IntEnum):
     DUMP = 17
     QUERY_REQUEST = 18
     QUERY = 19
+    RECOVER_REQUEST = 20
+    RECOVER = 21
     # Between nodes; every peer message names its sender and the sender's incarnation.
     HEARTBEAT = 40
     GOSSIP = 41
@@ -226,6 +228,24 @@ class StatusReply:
 
 
 @dataclass(frozen=True, slots=True)
+class RecoverRequest:
+    """An operator accepts the loss of the slots whose state was lost beyond the replication
+    factor (``smr recover --accept-loss``); answered by :class:`RecoverReply`."""
+
+    kind: ClassVar[Kind] = Kind.RECOVER_REQUEST
+    req: RequestId
+
+
+@dataclass(frozen=True, slots=True)
+class RecoverReply:
+    """How many lost slots this node brought back, empty (``accepted``)."""
+
+    kind: ClassVar[Kind] = Kind.RECOVER
+    req: RequestId
+    accepted: int
+
+
+@dataclass(frozen=True, slots=True)
 class DumpRequest:
     """Asks for a page of the states a node is primary of, from slot ``start`` on, of about
     ``max_keys`` keys; answered by :class:`DumpReply`."""
@@ -356,6 +376,11 @@ class SnapshotBegin(PeerMessage):
     """The last checkpoint number swapped before the snapshot was read."""
     snap: SnapshotNumber
     """The snapshot's number, which its chunks and end repeat."""
+    range_start: Slot
+    """The first slot of the range the snapshot copies (the sender's range when it began)."""
+    range_length: int
+    """How many slots that range has (0: none). A receiver whose snapshot ends holds a copy
+    of every slot of it, including the slots with no state, which no chunk names."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -409,6 +434,8 @@ Message: TypeAlias = (
     | DumpReply
     | QueryRequest
     | QueryReply
+    | RecoverRequest
+    | RecoverReply
     | Output
     | Heartbeat
     | Gossip

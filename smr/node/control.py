@@ -6,11 +6,13 @@ of in its own view, so a client that follows the view reads each key from one no
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import TYPE_CHECKING, Any, Final
 
 import psutil
 
+from checkpoint.loss import accept_loss, lost_slots
 from ring.hashing import slot_of
 from ring.ids import Slot
 from ring.placement import Role
@@ -22,6 +24,8 @@ from smr.protocol import (
     Pong,
     QueryReply,
     QueryRequest,
+    RecoverReply,
+    RecoverRequest,
     StatusReply,
     StatusRequest,
     ViewReply,
@@ -33,6 +37,8 @@ from smr.protocol import (
 
 if TYPE_CHECKING:
     from smr.node.core import NodeCore
+
+log = logging.getLogger("smr.node")
 
 # A dump page holds at most this many keys, so one reply stays well under the frame cap.
 DUMP_KEYS_PER_PAGE_MAX: Final = 20_000
@@ -78,6 +84,22 @@ class Control:
             entries.extend(node.store.items([Slot(slot)]))
         node.reply(identity, encode(DumpReply(message.req, next_slot, pack_body(entries))))
 
+    def on_recover_request(self, identity: bytes, message: RecoverRequest) -> None:
+        """An operator accepts the loss of this node's offline slots: they serve again, from
+        empty state (the acceptance replicates with the slots' hwm vectors)."""
+        node = self._node
+        recovery = node.recovery
+        roles = node.roles
+        mine = [slot for slot in recovery.offline if roles[slot] == Role.PRIMARY]
+        accepted = accept_loss(node.store, mine)
+        recovery.offline = lost_slots(node.store)
+        node.counters.slots_loss_accepted += accepted
+        if accepted:
+            log.warning(
+                "an operator accepted the loss of %d slots: they serve again, empty", accepted
+            )
+        node.reply(identity, encode(RecoverReply(message.req, accepted)))
+
     def on_query_request(self, identity: bytes, message: QueryRequest) -> None:
         """The state of one key, if this node is its primary (``owner`` says whether)."""
         node = self._node
@@ -112,5 +134,6 @@ class Control:
             "under_replicated_slots": node.under_replicated_slots(),
             "snapshot_stall_ms_max": round(node.snapshots.stall_ms_max, 3),
             "takeover_records": list(node.recovery.takeover_records),
+            "offline_slots": len(node.recovery.offline),
             **vars(node.counters),
         }

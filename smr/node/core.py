@@ -51,6 +51,7 @@ from smr.protocol import (
     Probe,
     ProbeAck,
     QueryRequest,
+    RecoverRequest,
     SnapshotBegin,
     SnapshotChunk,
     SnapshotEnd,
@@ -129,6 +130,7 @@ class NodeCore:
         self.recovery = Recovery(self)
         self.control = Control(self)
         self.set_view(view)
+        self.replication.cover_initial_ranges()
 
     # -- the view ---------------------------------------------------------------------------
 
@@ -224,6 +226,8 @@ class NodeCore:
                 self.control.on_dump_request(identity, message)
             case QueryRequest():
                 self.control.on_query_request(identity, message)
+            case RecoverRequest():
+                self.control.on_recover_request(identity, message)
             case Heartbeat():
                 self.membership.on_heartbeat(identity, message)
             case Gossip():

@@ -14,6 +14,8 @@ batch's mapper id is the tuples' identity for dedup, the stream names the channe
    ``NOT_OWNER`` and the node's view, and the channel does not advance: the mapper re-routes.
    A batch whose slots are all backed up here goes to the tuple backup
    (:meth:`smr.node.replication.Replication.back_up`) and is acked in channel order.
+   A batch with a slot whose state was lost beyond tolerance and not accepted yet
+   (``checkpoint.loss``) is refused with ``ERROR``: the mapper stops and says why.
 6. Otherwise the batch joins the bounded inbox and the channel advances. When the inbox is
    full the node stops reading its socket, so the socket queue and then TCP push back on the
    mappers: backpressure, never a drop.
@@ -28,6 +30,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 from checkpoint.ids import MapperId
+from checkpoint.loss import RESERVED_MAPPER_PREFIX
 from ring.invariants import InvariantViolation
 from ring.placement import Role
 from smr.batch_body import BatchColumns, decode_batch_body, decode_batch_ids
@@ -125,10 +128,15 @@ class Ingest:
             node.reply(identity, encode(Nack(stream, expected)))
             return
         # 4. Decode and validate (the slot and seq columns first: a secondary needs no more).
+        if mapper.startswith(RESERVED_MAPPER_PREFIX):
+            text = f"mapper ids starting with {RESERVED_MAPPER_PREFIX!r} are reserved: {mapper!r}"
+            node.reply(identity, encode(Error(None, text)))
+            return
         try:
             slots, seqs = decode_batch_ids(message.body, message.n, node.ring.slot_count)
             roles = node.roles
-            slot_roles = {roles[slot] for slot in set(slots)}
+            slot_set = set(slots)
+            slot_roles = {roles[slot] for slot in slot_set}
             batch = None
             if slot_roles == {Role.PRIMARY}:
                 batch = decode_batch_body(message.body, message.n, node.ring.slot_count)
@@ -147,6 +155,19 @@ class Ingest:
             node.counters.not_owner += 1
             refusal = NotOwner(stream, chan, node.view.epoch, pack_body(node.view.to_wire()))
             node.reply(identity, encode(refusal))
+            return
+        offline = node.recovery.offline
+        if offline and not offline.isdisjoint(slot_set):
+            # Loss beyond tolerance is refused, never folded into empty state (DESIGN 6).
+            node.counters.batches_refused_offline += 1
+            lost = sorted(offline & slot_set)
+            text = (
+                f"the state of slot {lost[0]} (and {len(lost) - 1} more in this batch) was lost: "
+                f"its node and its {node.settings.replication} backups failed. Tuples for it "
+                "are refused until an operator runs 'smr recover --cluster DIR --accept-loss', "
+                "which brings those slots back empty"
+            )
+            node.reply(identity, encode(Error(None, text)))
             return
         # 6. Accept.
         self.inbox.append(Pending(identity, stream, mapper, chan, batch))

@@ -12,6 +12,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from checkpoint.backup import BackedUpBatch, PeerReplica
+from checkpoint.loss import lost_slots, mark_lost, uncovered_slots
 from checkpoint.promote import Copy, PromoteOutcome, promote
 from checkpoint.store import ReduceFn, StateStore
 from ring.failure import FailureDetector, Verdict
@@ -51,6 +52,9 @@ class Recovery:
         self._no_quorum_logged_at = -1e9
         # Per peer whose connection dropped: the id of the probe sent then (see suspect).
         self._drop_probe_req: dict[NodeId, RequestId] = {}
+        # Slots this node holds whose state was lost beyond tolerance and not accepted yet
+        # (checkpoint.loss): tuples for them are refused.
+        self.offline: set[Slot] = set()
         # One record per takeover, for `status` and the recovery benchmark (bounded).
         self.takeover_records: deque[dict[str, Any]] = deque(maxlen=64)
 
@@ -140,7 +144,10 @@ class Recovery:
            values and hwm vectors, by reference), then their backed-up batches are replayed;
            every tuple at or below the promoted hwm is skipped, so each tuple's effect is in
            the state exactly once.
-        4. Route by the new view (re-replicating to the secondaries) and gossip it.
+        4. Slots of the range that no complete copy here covers (more adjacent failures than
+           ``r``) are marked lost (``checkpoint.loss``): their tuples are refused until an
+           operator accepts the loss. Never served empty in silence.
+        5. Route by the new view (re-replicating to the secondaries) and gossip it.
         """
         node = self._node
         replication = node.replication
@@ -156,9 +163,9 @@ class Recovery:
         copies = [replication.orphans.pop(name) for name in absorbed]
         replica = replication.replicas.pop(dead, None)
         node.snapshots.forget_receiving(dead)
-        if replica is None or not replica.is_complete:
-            log.error("taking over %s without a complete replica of its state", dead)
-        copies.append(Orphan(dead, replica or PeerReplica(), replication.backups.pop(dead, None)))
+        covered = replication.covered.pop(dead, None)
+        backup = replication.backups.pop(dead, None)
+        copies.append(Orphan(dead, replica or PeerReplica(), backup, covered))
         # 3.
         reducer = node.reducer
         outcome = promote_range(node.store, copies, slots, node.ring.slot_count, reducer.reduce_fn)
@@ -168,6 +175,23 @@ class Recovery:
         node.counters.tuples_replayed += replayed
         node.counters.takeovers += 1
         # 4.
+        lost = uncovered_slots(
+            slots, [copy.covered.slots() for copy in copies if copy.covered is not None]
+        )
+        if lost:
+            mark_lost(node.store, lost)
+            node.counters.slots_lost += len(lost)
+            log.error(
+                "taking over %s: no copy of %d of its %d slots survived (more adjacent "
+                "failures than the replication factor %d); they stay offline, refusing "
+                "tuples, until an operator runs 'smr recover --accept-loss'",
+                dead,
+                len(lost),
+                len(slots),
+                node.settings.replication,
+            )
+        self.offline = lost_slots(node.store)
+        # 5.
         owners_before = [owner for owner in node.ring.owners if owner != dead]
         node.set_view(view)
         _check_takeover(node.ring, owners_before, node.node_id, slots)
@@ -201,6 +225,7 @@ class Recovery:
         node.counters.fenced += 1
         # 1.
         node.store = StateStore()
+        self.offline = set()
         node.replication.reset()
         node.snapshots.reset()
         node.ingest.reset()

@@ -18,6 +18,7 @@ from checkpoint.backup import BackedUpBatch, CheckpointGap, PeerReplica, TupleBa
 from checkpoint.delta import DeltaError, decode_delta, encode_delta
 from checkpoint.ids import CheckpointNumber, MapperId
 from ring.ids import NodeId, Slot
+from ring.placement import SlotRange
 from ring.view import Status, View
 from smr.protocol import Checkpoint, CheckpointRequest, FrameError, SnapshotRequest
 
@@ -41,6 +42,8 @@ class Orphan:
     absorber: NodeId
     replica: PeerReplica
     backup: TupleBackup | None
+    covered: SlotRange | None
+    """The range the replica's last complete snapshot copied (None: none completed)."""
 
 
 class Replication:
@@ -57,6 +60,9 @@ class Replication:
         # As a secondary: a replica of each predecessor's state and its backed-up batches.
         self.replicas: dict[NodeId, PeerReplica] = {}
         self.backups: dict[NodeId, TupleBackup] = {}
+        # Per predecessor, the range its last complete snapshot to us copied: every slot of
+        # it (with state or not) has a copy here. What a takeover finds outside it is lost.
+        self.covered: dict[NodeId, SlotRange] = {}
         # Copies of dead predecessors whose ranges a live predecessor absorbed and is still
         # re-replicating to us (see forget_former_predecessors).
         self.orphans: dict[NodeId, Orphan] = {}
@@ -67,10 +73,23 @@ class Replication:
         self._checkpoint_asked_at: dict[NodeId, float] = {}
         self._early_checkpoint_at = -1e9
 
+    def cover_initial_ranges(self) -> None:
+        """At a cluster's start, count each predecessor's range as covered: its state starts
+        empty, every batch it applies reaches this node too (an emitter holds a batch until
+        all ``r + 1`` nodes acked it, and re-routes it on a takeover), and nothing is evicted
+        from the backup before a snapshot begins (a replica ignores checkpoints until then),
+        so the backup alone is a full copy of that range."""
+        node = self._node
+        for predecessor in node.predecessors:
+            initial = node.ring.range_of(predecessor)
+            if initial is not None:
+                self.covered[predecessor] = initial
+
     def reset(self) -> None:
         """Drop every replica, backup and orphan copy (fencing)."""
         self.replicas.clear()
         self.backups.clear()
+        self.covered.clear()
         self.orphans.clear()
 
     @property
@@ -173,11 +192,12 @@ class Replication:
                 replica = self.replicas.pop(name)
                 node.snapshots.forget_receiving(name)
                 backup = self.backups.pop(name, None)
+                covered = self.covered.pop(name, None)
                 member = view.get(name)
                 if member is not None and member.status is Status.DEAD and node.ring.owners:
                     absorber = node.ring.primary(Slot(member.token))
                     if absorber in node.predecessors:
-                        self.orphans[name] = Orphan(absorber, replica, backup)
+                        self.orphans[name] = Orphan(absorber, replica, backup, covered)
         for name in list(self.orphans):
             if self.orphans[name].absorber not in node.predecessors:
                 del self.orphans[name]

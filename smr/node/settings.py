@@ -54,6 +54,12 @@ class NodeCounters:
     # Snapshots aborted on arrival because a chunk of them was missing (then asked again).
     snapshot_chunks_missing: int = 0
     takeovers: int = 0
+    # Slots found with no surviving copy at a takeover (loss beyond tolerance), marked lost.
+    slots_lost: int = 0
+    # Lost slots an operator brought back empty (smr recover --accept-loss).
+    slots_loss_accepted: int = 0
+    # Batches refused because a slot of theirs is offline (lost, not accepted yet).
+    batches_refused_offline: int = 0
     tuples_replayed: int = 0
     peer_messages_dropped: int = 0
     fenced: int = 0

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Final
 from checkpoint.backup import PeerReplica
 from checkpoint.delta import DeltaError, decode_delta, encode_delta
 from ring.ids import NodeId, Slot
-from ring.placement import Role
+from ring.placement import Role, SlotRange
 from smr.protocol import (
     FrameError,
     SnapshotBegin,
@@ -49,6 +49,8 @@ class Snapshots:
         # being received here with the index of the next chunk expected.
         self._snapshot_ids = SnapshotNumber(0)
         self._receiving: dict[NodeId, tuple[SnapshotNumber, int]] = {}
+        # Per primary, the range the snapshot being received copies (see on_end).
+        self._receiving_range: dict[NodeId, SlotRange] = {}
         self._asked_at: dict[NodeId, float] = {}
         # The longest a snapshot chunk held the event loop, in ms of wall time: a step of a
         # snapshot being sent (choosing, reading, encoding and sending one chunk), or
@@ -60,6 +62,7 @@ class Snapshots:
         """Drop every snapshot being sent or received (fencing)."""
         self._jobs.clear()
         self._receiving.clear()
+        self._receiving_range.clear()
 
     @property
     def sending(self) -> int:
@@ -69,6 +72,7 @@ class Snapshots:
     def forget_receiving(self, primary: NodeId) -> None:
         """Stop receiving the snapshot from ``primary`` (no longer a predecessor, or taken over)."""
         self._receiving.pop(primary, None)
+        self._receiving_range.pop(primary, None)
 
     def follow_secondaries(self, secondaries: tuple[NodeId, ...], changed_range: bool) -> None:
         """After a view change: send each secondary a snapshot of this node's range if the
@@ -94,8 +98,9 @@ class Snapshots:
     def _steps(self, secondary: NodeId) -> Iterator[None]:
         """Send ``secondary`` a full snapshot of this node's range, one chunk per step.
 
-        1. SNAPSHOT_BEGIN with ``as_of``, the last checkpoint number already swapped, and
-           ``snap``, this snapshot's number.
+        1. SNAPSHOT_BEGIN with ``as_of``, the last checkpoint number already swapped,
+           ``snap``, this snapshot's number, and this node's range: once the snapshot ends,
+           the secondary holds a copy of every slot of it (``Replication.covered``).
         2. One SNAPSHOT_CHUNK per ``snapshot_chunk_keys`` keys, numbered from 0: the full
            merged state and hwm vectors of whole slots, read when the chunk is sent;
            checkpoints keep flowing in between, on the same ordered channel, and the
@@ -112,7 +117,10 @@ class Snapshots:
         chunks_sent = 0
         # 1.
         while not node.peer_send(
-            secondary, SnapshotBegin(*node.stamp, node.replication.checkpoint_number, snap)
+            secondary,
+            SnapshotBegin(
+                *node.stamp, node.replication.checkpoint_number, snap, *self._own_range()
+            ),
         ):
             yield
         yield
@@ -138,6 +146,11 @@ class Snapshots:
         while not node.peer_send(secondary, SnapshotEnd(*node.stamp, snap, chunks_sent)):
             yield
         node.counters.snapshots_sent += 1
+
+    def _own_range(self) -> tuple[Slot, int]:
+        """This node's range as (first slot, length), (0, 0) when it owns none."""
+        own = self._node.ring.range_of(self._node.node_id)
+        return (own.start, own.length) if own is not None else (Slot(0), 0)
 
     def _send_chunk(
         self, secondary: NodeId, slots: list[Slot], snap: SnapshotNumber, index: int
@@ -177,9 +190,21 @@ class Snapshots:
         node = self._node
         sender = node.membership.from_live_peer(message)
         if sender is not None and sender in node.predecessors:
+            try:
+                copied = SlotRange(message.range_start, message.range_length, node.ring.slot_count)
+            except ValueError as error:
+                raise FrameError(f"snapshot from {sender}: {error}") from None
             replica = node.replication.replicas.setdefault(sender, PeerReplica())
+            if not replica.is_complete and message.as_of > replica.last_checkpoint:
+                # The snapshot skips checkpoints this replica never applied, and from now on
+                # later ones apply and evict backed-up batches while chunks are still
+                # missing: the replica covers nothing until the snapshot ends. (With nothing
+                # skipped, every change since the primary's empty start arrives as a
+                # checkpoint or a backed-up batch: the coverage holds.)
+                node.replication.covered.pop(sender, None)
             replica.begin_snapshot(message.as_of)
             self._receiving[sender] = (message.snap, 0)
+            self._receiving_range[sender] = copied
             self._asked_at[sender] = node.clock()
 
     def on_chunk(self, identity: bytes, message: SnapshotChunk) -> None:
@@ -216,6 +241,7 @@ class Snapshots:
         del self._receiving[sender]
         replica.end_snapshot()
         node = self._node
+        node.replication.covered[sender] = self._receiving_range.pop(sender)
         node.counters.snapshots_received += 1
         node.replication.forget_orphans_of(sender)
         node.replication.evict_covered(sender)
@@ -242,6 +268,8 @@ class Snapshots:
         node = self._node
         node.counters.snapshot_chunks_missing += 1
         replica.abort_snapshot()
+        # Slots of the lost chunk keep stale state under raised hwms: nothing is covered.
+        node.replication.covered.pop(sender, None)
         del self._receiving[sender]
         self._asked_at[sender] = node.clock()
         node.peer_send(sender, SnapshotRequest(*node.stamp))

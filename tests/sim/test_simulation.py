@@ -102,6 +102,25 @@ def test_a_failing_run_names_its_seed_and_schedule() -> None:
     assert schedule.describe() in message
 
 
+def test_loss_beyond_tolerance_is_refused_loudly_never_folded_into_empty_state() -> None:
+    # Two adjacent kills with r=1: no copy of the first victim's range survives. The feed
+    # must stop with the loss named, not end with counts short of the oracle.
+    schedule = FaultSchedule((Kill(n("n1"), 300), Kill(n("n2"), 300)))
+    simulation = Simulation(5, nodes=5, replication=1, schedule=schedule, check_tolerance=False)
+    with pytest.raises(SimulationFailure) as failure:
+        simulation.run()
+    message = str(failure.value)
+    assert "DeliveryError" in message and "was lost" in message, message[:400]
+    assert "differs from the oracle" not in message
+    offline = {
+        node: core.recovery.offline
+        for node, core in simulation.live_cores().items()
+        if core.recovery.offline
+    }
+    lost = {node: core.counters.slots_lost for node, core in simulation.live_cores().items()}
+    assert offline and sum(lost.values()) >= sum(len(slots) for slots in offline.values())
+
+
 def test_the_same_seed_gives_the_same_run_twice() -> None:
     first, second = run_seed(42), run_seed(42)
     assert first.fingerprint() == second.fingerprint()

@@ -23,6 +23,8 @@ from smr.protocol import (
     Kind,
     Message,
     Ping,
+    RecoverReply,
+    RecoverRequest,
     RequestId,
     SnapshotBegin,
     SnapshotNumber,
@@ -93,7 +95,9 @@ RECORDS: list[Message] = [
     DumpReply(RequestId(1), None, b"page"),
     DumpReply(RequestId(1), Slot(17), b""),
     Checkpoint(*PEER, CheckpointNumber(3), b"delta"),
-    SnapshotBegin(*PEER, CheckpointNumber(3), SnapshotNumber(1)),
+    SnapshotBegin(*PEER, CheckpointNumber(3), SnapshotNumber(1), Slot(16), 32),
+    RecoverRequest(RequestId(5)),
+    RecoverReply(RequestId(5), 12),
 ]
 
 

@@ -1,0 +1,68 @@
+"""Loss beyond tolerance, made loud and durable (DESIGN section 6).
+
+When more adjacent nodes fail than the replication factor, the node that takes over a range
+may hold no copy of some of its slots: their state is gone. Those slots must not come back
+empty in silence. They are marked *lost* in the state itself, as the hwm of a reserved
+mapper id (:data:`LOSS_MARK`) in each lost slot, so the mark travels wherever the slot's
+state goes (checkpoints, snapshots, promotion after a later failure) with no machinery of its
+own, and a node refuses tuples for a lost slot until an operator accepts the loss.
+
+The mark's hwm says where the slot stands, and only ever rises, like any hwm:
+
+- ``LOST`` (1): the slot's state was lost; tuples for it are refused.
+- ``ACCEPTED`` (2): an operator accepted the loss (``smr recover --accept-loss``); the slot
+  serves again, from empty state.
+
+Pure logic: no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Final
+
+from checkpoint.ids import MapperId, Seq, Slot
+from checkpoint.store import StateStore
+
+RESERVED_MAPPER_PREFIX: Final = "smr:"
+"""Mapper ids starting with this are the engine's own; a node refuses batches that use one."""
+
+LOSS_MARK: Final = MapperId(RESERVED_MAPPER_PREFIX + "loss")
+"""The reserved mapper id whose hwm in a slot marks the slot's state as lost."""
+
+LOST: Final = Seq(1)
+ACCEPTED: Final = Seq(2)
+
+
+def uncovered_slots(taken: Iterable[Slot], covered: Iterable[Iterable[Slot]]) -> set[Slot]:
+    """The slots of ``taken`` (a range being taken over) that none of the ``covered`` slot
+    sets holds: no copy of their state exists on the taking node."""
+    missing = set(taken)
+    for slots in covered:
+        missing.difference_update(slots)
+        if not missing:
+            break
+    return missing
+
+
+def mark_lost(store: StateStore, slots: Iterable[Slot]) -> None:
+    """Mark ``slots`` lost in ``store`` (a slot already accepted stays accepted: the mark
+    never goes down)."""
+    for slot in slots:
+        store.raise_hwm(LOSS_MARK, slot, LOST)
+
+
+def lost_slots(store: StateStore) -> set[Slot]:
+    """The slots of ``store`` marked lost and not accepted yet."""
+    return {slot for slot, mark in store.hwms_of(LOSS_MARK).items() if mark == LOST}
+
+
+def accept_loss(store: StateStore, slots: Iterable[Slot]) -> int:
+    """Accept the loss of those of ``slots`` marked lost in ``store``; how many they were."""
+    accepted = 0
+    marks = store.hwms_of(LOSS_MARK)
+    for slot in slots:
+        if marks.get(slot) == LOST:
+            store.raise_hwm(LOSS_MARK, slot, ACCEPTED)
+            accepted += 1
+    return accepted

@@ -1,0 +1,59 @@
+"""Loss marks: which slots a takeover finds uncovered, and how a mark travels and rises."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from checkpoint.loss import (
+    ACCEPTED,
+    LOSS_MARK,
+    LOST,
+    accept_loss,
+    lost_slots,
+    mark_lost,
+    uncovered_slots,
+)
+from checkpoint.store import StateStore
+from ring.ids import Slot
+
+slot_sets = st.sets(st.integers(0, 63).map(Slot), max_size=40)
+
+
+@given(slot_sets, st.lists(slot_sets, max_size=4))
+def test_uncovered_slots_are_the_taken_ones_no_copy_holds(
+    taken: set[Slot], covered: list[set[Slot]]
+) -> None:
+    union = set().union(*covered) if covered else set()
+    assert uncovered_slots(taken, covered) == taken - union
+
+
+@given(slot_sets, slot_sets)
+def test_a_mark_replicates_with_the_slot_and_accepting_only_raises_it(
+    lost: set[Slot], accepted: set[Slot]
+) -> None:
+    primary = StateStore()
+    mark_lost(primary, lost)
+    assert lost_slots(primary) == lost
+    # The marks ride the hwm vectors: a replica fed the delta knows them too.
+    replica = StateStore()
+    replica.apply_delta(primary.swap())
+    assert lost_slots(replica) == lost
+    assert accept_loss(primary, accepted) == len(lost & accepted)
+    assert lost_slots(primary) == lost - accepted
+    # Marking again never undoes an acceptance: the mark only rises.
+    mark_lost(primary, lost)
+    assert lost_slots(primary) == lost - accepted
+    replica.apply_delta(primary.swap())
+    assert lost_slots(replica) == lost - accepted
+    for slot in lost & accepted:
+        assert replica.hwm(LOSS_MARK, slot) == ACCEPTED
+
+
+def test_a_lost_slot_holds_no_key_but_counts_among_the_store_slots() -> None:
+    store = StateStore()
+    mark_lost(store, [Slot(3)])
+    assert store.hwm(LOSS_MARK, Slot(3)) == LOST
+    assert store.key_count() == 0
+    assert Slot(3) in store.slots()
+    assert store.snapshot([Slot(3)]).hwms == {Slot(3): {LOSS_MARK: LOST}}
