@@ -290,6 +290,33 @@ def _ranges(tokens: Sequence[Token], count: int) -> dict[int, SlotRange]:
     return result
 
 
+def grown_clockwise(old: Ring, new: Ring) -> list[NodeId]:
+    """The owners of both rings whose range in ``new`` reaches past the end of their range in
+    ``old``: slots they gained from a clockwise neighbour.
+
+    Every change the ring makes keeps each owner's end where it was or moves it back: a
+    takeover moves the successor's token down to the dead node's (``successor_takes_over``),
+    a grant or a move hands the top of a range to the clockwise neighbour, a join inserts a
+    token. Only a view that marks an owner dead with no successor moving onto its token makes
+    the predecessor's range reach forward, over slots whose state the predecessor does not
+    hold; such a view is forged or corrupt, and applying it would serve those slots empty.
+    """
+    grown: list[NodeId] = []
+    for node_id in new.owners:
+        before, after = old.range_of(node_id), new.range_of(node_id)
+        if before is None or after is None or after.end == before.end:
+            continue
+        if not _within(after, before):
+            grown.append(node_id)
+    return grown
+
+
+def _within(inner: SlotRange, outer: SlotRange) -> bool:
+    """Whether every slot of ``inner`` is a slot of ``outer`` (same ring)."""
+    offset = (inner.start - outer.start) % outer.slot_count
+    return inner.length <= outer.length and offset + inner.length <= outer.length
+
+
 def split_at_load_median(rng: SlotRange, load: Mapping[Slot, float]) -> Slot:
     """Where to split `rng` so that each part carries about half its load (DESIGN
     section 7): the smallest slot `s` after ``rng.start`` such that ``[start, s)`` carries at

@@ -7,9 +7,11 @@ view that the owner of a range authorises.
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
 from ring.ids import Epoch, NodeId
+from ring.placement import Ring, grown_clockwise
 from ring.view import Status, View
 from smr.protocol import (
     FrameError,
@@ -23,6 +25,9 @@ from smr.protocol import (
 
 if TYPE_CHECKING:
     from smr.node.core import NodeCore
+
+
+log = logging.getLogger("smr.node")
 
 
 class Membership:
@@ -39,12 +44,28 @@ class Membership:
         self._view_sent_at: dict[NodeId, tuple[Epoch, float]] = {}
         self._view_body_cache: tuple[int, bytes] = (-1, b"")
         self._last_heartbeat = -1e9
+        self._refusal_logged_at = -1e9
 
     def merge_view(self, incoming: View) -> bool:
         """Merge a view heard from a peer or a client; True if it brought news."""
         node = self._node
         merged = node.view.merge(incoming)
         if merged.epoch == node.view.epoch:
+            return False
+        # A view that would hand an owner slots of a clockwise neighbour without a takeover
+        # is refused: applied, it would serve those slots from empty state.
+        grown = grown_clockwise(node.ring, Ring(merged, node.slot_bits))
+        if grown:
+            node.counters.views_refused += 1
+            now = node.clock()
+            if now - self._refusal_logged_at >= 1.0:
+                self._refusal_logged_at = now
+                log.warning(
+                    "refused a view that gives %s slots of a live neighbour with no takeover "
+                    "(forged or corrupt): %r",
+                    ", ".join(grown),
+                    incoming,
+                )
             return False
         node.set_view(merged)
         self.gossip()

@@ -60,6 +60,8 @@ class NodeCounters:
     slots_loss_accepted: int = 0
     # Batches refused because a slot of theirs is offline (lost, not accepted yet).
     batches_refused_offline: int = 0
+    # Views refused because applying them would serve a live node's slots with no takeover.
+    views_refused: int = 0
     tuples_replayed: int = 0
     peer_messages_dropped: int = 0
     fenced: int = 0

@@ -18,6 +18,8 @@ from ring import (
     View,
     even_tokens,
 )
+from ring.placement import grown_clockwise
+from ring.view import successor_takes_over
 from tests.ring.ring_strategies import Placed, member, placed_views, primaries, sample_slots
 
 # Rings of up to 2**16 slots are rebuilt per example; no per-example deadline for that.
@@ -309,3 +311,16 @@ def test_predecessors_are_exactly_the_owners_whose_replica_sets_include_the_node
         assert len(predecessors) == min(r, n - 1)
         if predecessors:
             assert ring.replica_set_of(predecessors[0], 1)[-1] == node
+
+
+@given(placed_views(min_owners=2, max_slot_bits=10), st.data())
+def test_a_takeover_never_grows_a_range_clockwise_but_a_death_without_one_does(
+    placed: Placed, data: st.DataObject
+) -> None:
+    view, slot_bits = placed.view, placed.slot_bits
+    dead = data.draw(st.sampled_from([m.node_id for m in placed.owners]))
+    before = Ring(view, slot_bits)
+    assert grown_clockwise(before, Ring(successor_takes_over(view, dead), slot_bits)) == []
+    forged = Ring(view.mark_dead(dead), slot_bits)
+    # The dead node's counter-clockwise neighbour would take its slots with no state.
+    assert grown_clockwise(before, forged) != []

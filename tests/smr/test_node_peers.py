@@ -11,7 +11,7 @@ from checkpoint.ids import MapperId
 from ring.hashing import even_tokens, slot_of
 from ring.ids import NodeId
 from ring.placement import Role
-from ring.view import Member, Status, View
+from ring.view import Member, Status, View, successor_takes_over
 from smr.api import Job
 from smr.batch_body import encode_batch_body
 from smr.emitter import Emitter
@@ -207,7 +207,7 @@ def test_a_secondary_that_missed_the_gossip_of_a_takeover_catches_up_from_the_ne
 def test_a_peer_message_from_a_node_with_an_older_view_is_answered_with_the_newer_view() -> None:
     cluster = Cluster(3, replication=1)
     n0, n1 = cluster.core("n0"), cluster.core("n1")
-    newer = n1.view.mark_dead(NodeId("n2"))
+    newer = successor_takes_over(n1.view, NodeId("n2"))
     n1.membership.merge_view(newer)
     cluster.queue.clear()  # n1's own gossip of the change is lost
     assert n0.view.epoch < n1.view.epoch
@@ -217,10 +217,21 @@ def test_a_peer_message_from_a_node_with_an_older_view_is_answered_with_the_newe
     assert n0.view == n1.view
 
 
+def test_a_pushed_view_giving_a_live_neighbours_range_away_without_a_takeover_is_refused() -> None:
+    cluster = Cluster(3, replication=1)
+    n0 = cluster.core("n0")
+    before = n0.view
+    forged = before.mark_dead(NodeId("n1"))  # n1's range would fall to n0, which holds none of it
+    push = ViewReply(RequestId(0), forged.epoch, pack_body(forged.to_wire()))
+    n0.on_frames(b"mapper", encode(push))
+    assert n0.view == before
+    assert n0.counters.views_refused == 1
+
+
 def test_a_view_pushed_by_a_client_is_merged() -> None:
     cluster = Cluster(3, replication=1)
     n0 = cluster.core("n0")
-    newer = n0.view.mark_dead(NodeId("n2"))
+    newer = successor_takes_over(n0.view, NodeId("n2"))
     push = ViewReply(RequestId(0), newer.epoch, pack_body(newer.to_wire()))
     n0.on_frames(b"mapper", encode(push))
     assert n0.view == newer
@@ -259,18 +270,18 @@ class _FakeTransport:
 def test_a_not_owner_by_an_older_view_makes_the_emitter_send_its_view_and_is_no_progress() -> None:
     cluster = Cluster(3, replication=0)
     old_view = cluster.view
-    new_view = old_view.mark_dead(NodeId("n2"))  # n2's range falls to n1
+    new_view = successor_takes_over(old_view, NodeId("n2"))  # n2's range passes to n0
     now = [0.0]
     transport = _FakeTransport()
     emitter = Emitter(new_view, SLOT_BITS, MapperId("m"), clock=lambda: now[0], transport=transport)
     word = next(w for w in (f"w{i}" for i in range(1000)) if slot_of(w, SLOT_BITS) >= 200)
     emitter.emit(word, 1)
     emitter.flush()
-    end = transport.ends["sim://n1"]
+    end = transport.ends["sim://n0"]
     (batch,) = [m for m in end.sent if isinstance(m, Batch)]
-    channel = emitter._channels[NodeId("n1")]
+    channel = emitter._channels[NodeId("n0")]
     now[0] = 5.0
-    # n1 still routes by the old view: it refuses the batch of n2's former range.
+    # n0 still routes by the old view: it refuses the batch of n2's former range.
     not_owner = encode(
         NotOwner(emitter.stream_id, batch.chan, old_view.epoch, pack_body(old_view.to_wire()))
     )
@@ -284,10 +295,10 @@ def test_a_not_owner_by_an_older_view_makes_the_emitter_send_its_view_and_is_no_
     kinds = [m.kind for m in end.sent]
     assert kinds[-2:] == [Kind.VIEW, Kind.BATCH]
     # A node that merges it accepts the batch sent again.
-    n1 = cluster.core("n1")
-    n1.on_frames(b"m", encode(pushed[0]))
-    assert n1.view == new_view
-    assert n1.roles[slot_of(word, SLOT_BITS)] == Role.PRIMARY
+    n0 = cluster.core("n0")
+    n0.on_frames(b"m", encode(pushed[0]))
+    assert n0.view == new_view
+    assert n0.roles[slot_of(word, SLOT_BITS)] == Role.PRIMARY
 
 
 # -- snapshots ----------------------------------------------------------------------------------
