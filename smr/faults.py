@@ -12,6 +12,9 @@ The faults:
   close, so peers see the connection drop.
 - :class:`Pause` ``node`` from ``at_ms`` for ``duration_ms`` (SIGSTOP, then SIGCONT): it runs
   nothing and sends nothing; what is sent to it waits in buffers and is read on resume.
+- :class:`Stall` ``node`` from ``at_ms`` for ``duration_ms``: one slow reduce call; its loop
+  reads nothing and runs no timer, but its heartbeats go on from their own thread, so it is
+  never a reason to declare the node dead (it is no silence window below).
 - :class:`Partition` between ``group_a`` and ``group_b`` from ``at_ms`` for
   ``duration_ms``: messages between the groups do not arrive until it ends (a cut that does
   not reset connections, so TCP delivers them late, in order); traffic inside each group and
@@ -71,6 +74,7 @@ __all__ = [
     "Kill",
     "Partition",
     "Pause",
+    "Stall",
     "Tolerance",
     "exposed_sides",
     "lost_nodes",
@@ -124,6 +128,31 @@ class Pause:
     def describe(self) -> str:
         """One line: when and what."""
         return f"{self.at_ms:>7} ms  pause {self.node} for {self.duration_ms} ms"
+
+
+@dataclass(frozen=True)
+class Stall:
+    """Stall ``node``'s event loop from ``at_ms`` for ``duration_ms``: one reduce call that
+    takes that long (a slow lookup, a GC pause). The node reads nothing and runs no timer
+    meanwhile, but it is alive: its heartbeats go on from a thread of their own, so it must
+    not be declared dead for being slow (DESIGN section 6, "slow is not dead")."""
+
+    node: NodeId
+    at_ms: int
+    duration_ms: int
+
+    def __post_init__(self) -> None:
+        _check_time("at_ms", self.at_ms)
+        _check_time("duration_ms", self.duration_ms, 1)
+
+    @property
+    def end_ms(self) -> int:
+        """When the slow call returns."""
+        return self.at_ms + self.duration_ms
+
+    def describe(self) -> str:
+        """One line: when and what."""
+        return f"{self.at_ms:>7} ms  stall {self.node} for {self.duration_ms} ms"
 
 
 @dataclass(frozen=True)
@@ -196,12 +225,13 @@ class Delay:
         )
 
 
-Fault: TypeAlias = Kill | Pause | Partition | Delay
+Fault: TypeAlias = Kill | Pause | Stall | Partition | Delay
 """Any one fault."""
 
 _KIND_NAMES: Final[dict[type[Any], str]] = {
     Kill: "kill",
     Pause: "pause",
+    Stall: "stall",
     Partition: "partition",
     Delay: "delay",
 }
@@ -485,7 +515,8 @@ def random_schedule(
     if the schedule stays within tolerance; a fault that does not fit is drawn again a few
     times, then skipped, so a schedule may hold fewer faults than ``faults_max``.
 
-    The faults drawn: kills; pauses either short (below ``tolerance.silence_safe_ms``: the
+    The faults drawn: kills; stalls of 1-3 s (a slow reduce call; never a reason to be
+    declared dead); pauses either short (below ``tolerance.silence_safe_ms``: the
     node must not be declared dead) or long (past ``tolerance.silence_lost_ms``: it is
     declared dead, fenced and rejoins empty); short partitions between a random group and
     the rest, or two random groups; long partitions between a random group and the rest
@@ -506,7 +537,16 @@ def random_schedule(
             if within_tolerance(candidate, nodes, replication, tolerance) is None:
                 schedule = candidate
                 break
+    # Drawn last, so that the other faults of a seed stay what they were before stalls
+    # existed: a slow call of 1-3 s on a random node, in a third of the schedules.
+    if rng.random() < STALL_SHARE:
+        at_ms = rng.randint(0, duration_ms * 9 // 10)
+        schedule = schedule.with_fault(Stall(rng.choice(nodes), at_ms, rng.randint(1000, 3000)))
     return schedule
+
+
+STALL_SHARE: Final = 1 / 3
+"""The share of random schedules with one stall (a slow reduce call) in them."""
 
 
 def _random_fault(

@@ -41,7 +41,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ring.ids import NodeId
-from smr.faults import FaultSchedule, Kill, Partition, Pause
+from smr.faults import FaultSchedule, Kill, Partition, Pause, Stall
 
 __all__ = ["SCENARIOS", "Expectation", "Scenario", "Takeover"]
 
@@ -164,6 +164,24 @@ SCENARIOS: tuple[Scenario, ...] = (
         replication=1,
         schedule=FaultSchedule((Pause(n2, 300, 250),)),
         expect=Expectation(),
+    ),
+    Scenario(
+        # A reduce call of 3 s holds n2's loop, far past the failure timeout; its heartbeats
+        # go on from their own thread.
+        "a_node_stalled_by_a_slow_reduce_call_is_not_declared_dead",
+        nodes=5,
+        replication=1,
+        schedule=FaultSchedule((Stall(n2, 300, 3000),)),
+        expect=Expectation(),
+    ),
+    Scenario(
+        # n4 stalls; n0, which watched it, dies meanwhile: n1 takes n0 over and watches n4
+        # from then on, though stalled n4 never read that view change.
+        "a_stalled_node_whose_watcher_dies_meanwhile_is_not_declared_dead",
+        nodes=5,
+        replication=1,
+        schedule=FaultSchedule((Stall(n4, 300, 2000), Kill(n0, 400))),
+        expect=Expectation(takeovers=(Takeover(n1, n0),)),
     ),
     Scenario(
         "a_short_partition_causes_no_takeover",

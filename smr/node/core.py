@@ -120,6 +120,10 @@ class NodeCore:
         self.predecessors: tuple[NodeId, ...] = ()
         self.secondaries: tuple[NodeId, ...] = ()
         self.tuples_per_s = 0.0
+        # When this node last finished reading its messages (clock time): what it knows of
+        # its peers is as of then. A loop that stalled (a slow reduce call) has not read what
+        # arrived meanwhile, so its failure detector judges as of this time, not now.
+        self.read_at = clock()
         self._rate_mark = (clock(), 0)
         self._bad_frame_logged_at: dict[bytes, float] = {}
         self.reducer = Reducer(job, output, clock)
@@ -291,6 +295,7 @@ class NodeCore:
             if received is None:
                 break
             on_frames(*received)
+        self.read_at = self.clock()
         # 2.
         self.ingest.apply_inbox()
         # 3.
@@ -342,7 +347,7 @@ class NodeCore:
         # 3.
         if replicated:
             self.snapshots.rerequest(now)
-            self.recovery.judge(now)
+            self.recovery.judge(now, self.read_at)
         # 4.
         mark_time, mark_count = self._rate_mark
         if now - mark_time >= 1.0:

@@ -12,6 +12,8 @@ import gc
 import logging
 import os
 import signal
+import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, NoReturn, TypeVar
@@ -74,9 +76,12 @@ def serve(cluster_dir: Path, node_id: str) -> int:
         settings=settings,
     )
     log.info("serving on %s (output %s), slot_bits=%d", inbox.addr, publisher.addr, spec.slot_bits)
+    beats = StalledLoopBeats(core)
+    beats.start()
     try:
         uvloop.run(_run(core, inbox))
     finally:
+        beats.stop()
         output.close()
         inbox.close()
         publisher.close()
@@ -120,6 +125,66 @@ async def _run(core: NodeCore, inbox: Inbox) -> None:
             timer.cancel()
         inbox.unwatch(loop)
         core.tick()
+
+
+class StalledLoopBeats:
+    """Heartbeats from a thread of their own while the node's loop is stalled.
+
+    A reduce call that takes seconds (a slow lookup, a GC pause) holds the event loop, and
+    with it the node's heartbeats: without this, its watchers would declare a live node dead
+    and race it for its range. Every heartbeat interval the thread looks at when the loop
+    last read its messages (``NodeCore.read_at``); if that is more than two intervals ago,
+    it sends the node's heartbeats itself (``Membership.stalled_beats``), on sockets of its
+    own (ZeroMQ sockets are not shared between threads). A loop that has read nothing for
+    ``stuck_after_ms`` is reported stuck, loudly, once per stall. Pure-Python user code
+    yields the interpreter every few milliseconds, so the thread keeps its rhythm; a native
+    call that never releases the interpreter would stop it too.
+    """
+
+    def __init__(self, core: NodeCore) -> None:
+        self._core = core
+        self._interval_s = core.settings.heartbeat_interval_ms / 1000
+        self._stuck_after_s = core.settings.stuck_after_ms / 1000
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="smr-beats", daemon=True)
+
+    def start(self) -> None:
+        """Start watching the loop."""
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop the thread and close its sockets."""
+        self._stopping.set()
+        self._thread.join(timeout=2)
+
+    def _run(self) -> None:
+        from smr.transport.zeromq import Outbox
+
+        outboxes: dict[str, Outbox] = {}
+        stuck_reported = False
+        try:
+            while not self._stopping.wait(self._interval_s):
+                stalled_s = time.monotonic() - self._core.read_at
+                if stalled_s < 2 * self._interval_s:
+                    stuck_reported = False
+                    continue
+                for _peer, addr, frames in self._core.membership.stalled_beats():
+                    outbox = outboxes.get(addr)
+                    if outbox is None:
+                        outbox = outboxes[addr] = Outbox(addr, immediate=False)
+                    outbox.send(frames)
+                if stalled_s >= self._stuck_after_s and not stuck_reported:
+                    stuck_reported = True
+                    log.error(
+                        "stuck: the loop has read no message for %.0f s (a reduce call that "
+                        "does not return?); heartbeats go on from their own thread",
+                        stalled_s,
+                    )
+        except Exception:  # the loop must not lose its beats silently
+            log.exception("the heartbeat thread failed")
+        finally:
+            for outbox in outboxes.values():
+                outbox.close()
 
 
 def _crash(violation: InvariantViolation) -> NoReturn:

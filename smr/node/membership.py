@@ -19,6 +19,7 @@ from smr.protocol import (
     Heartbeat,
     PeerMessage,
     ViewReply,
+    encode,
     pack_body,
     unpack_body,
 )
@@ -98,6 +99,26 @@ class Membership:
             body = self.view_body()
             for secondary in node.secondaries:
                 node.peer_send(secondary, Heartbeat(*node.stamp, body))
+
+    def stalled_beats(self) -> list[tuple[NodeId, str, list[bytes]]]:
+        """The heartbeats a stalled node sends, as ``(node, address, frames)``: while the
+        node's loop is stalled in a slow reduce call, a thread of its own (or the
+        simulation) sends them, so that the node is never declared dead for being slow
+        (DESIGN section 6). They go to every live member, not only the secondaries: a
+        stalled node reads no view change, so it cannot know who watches it now (a
+        predecessor that died meanwhile hands the watch to a node it never beat).
+
+        Reads only references the loop swaps whole (the view), so it may run on another
+        thread while the loop is stalled; it sends nothing itself.
+        """
+        node = self._node
+        view = node.view
+        frames = encode(Heartbeat(node.node_id, node.incarnation, view.epoch, self.view_body()))
+        return [
+            (member.node_id, member.addr, frames)
+            for member in view.members.values()
+            if member.node_id != node.node_id and member.status is not Status.DEAD
+        ]
 
     def _send_view(self, peer: NodeId) -> None:
         """Send ``peer`` this node's view (a GOSSIP), at most once per heartbeat interval per

@@ -9,7 +9,7 @@ import time
 from collections import deque
 from collections.abc import Collection, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from checkpoint.backup import BackedUpBatch, PeerReplica
 from checkpoint.loss import lost_slots, mark_lost, uncovered_slots
@@ -28,6 +28,10 @@ if TYPE_CHECKING:
     from smr.node.core import NodeCore
 
 log = logging.getLogger("smr.node")
+
+# A loop that read no message for longer than this is itself late (see Recovery.judge):
+# two ticks (an idle loop reads after every tick), half the probe timeout.
+LATE_READ_S: Final = 0.1
 
 
 class Recovery:
@@ -110,14 +114,24 @@ class Recovery:
             self._drop_probe_req[peer] = RequestId(self._probe_ids)
             node.peer_send(peer, Probe(*node.stamp, RequestId(self._probe_ids)))
 
-    def judge(self, now: float) -> None:
+    def judge(self, now: float, read_at: float) -> None:
         """Judge the nearest watched predecessor: silent past the timeout, probe it, and
         probe every other owner too (the contact check); no answer to the probe, take it
         over (and the next one is judged on the next tick: the walk of up to ``r`` hops
         over consecutive failures), but only if ``ring.failure.may_declare_dead`` allows
         it: on silence alone, this node must have heard from a strict majority of the
         owners since the probe. Otherwise this node may be the one cut off: it declares
-        nobody dead, keeps serving, and probes again."""
+        nobody dead, keeps serving, and probes again.
+
+        A node whose own loop is late (it last read its messages at ``read_at``, more than
+        ``LATE_READ_S`` ago: a slow reduce call, CPU starvation) does not judge until it has
+        read again: the heartbeats and probe answers that came meanwhile are still unread,
+        so the silence it would measure is its own, not its peers' (Lifeguard's local
+        health, in its simplest form). Conversely, a verdict is only reached having read
+        messages at least ``probe_timeout - LATE_READ_S`` after the probe went out.
+        """
+        if now - read_at > LATE_READ_S:
+            return
         node = self._node
         others = [o for o in node.ring.owners if o != node.node_id]
         verdict = self.detector.judge(node.predecessors, now, owners_besides_me=others)

@@ -27,6 +27,9 @@ class NodeSettings:
     # (preemption included); 1000 keys, 5 and 3 ms. The longest seen on a node is in its
     # status as snapshot_stall_ms_max.
     snapshot_chunk_keys: int = 5000
+    # A loop that reads no message for this long is reported stuck (a reduce call that does
+    # not return); it is not declared dead: its heartbeats go on from their own thread.
+    stuck_after_ms: int = 30_000
 
 
 @dataclass

@@ -18,6 +18,7 @@ from smr.node.recovery import promote_range
 if TYPE_CHECKING:
     from smr.sim.simulation import Simulation
 
+from smr.faults import lost_nodes
 from smr.sim.nodes import sim_job
 
 log = logging.getLogger("smr.sim")
@@ -153,6 +154,21 @@ def check_state(sim: Simulation) -> None:
                 f"mapper {name} counted {emitter.tuples_emitted} tuples emitted, "
                 f"not {sim.config.tuples_per_mapper}"
             )
+
+
+def check_no_false_death(sim: Simulation) -> None:
+    """(e) No node was declared dead that the schedule never silenced: a node that is not
+    lost by the schedule (``smr.faults.lost_nodes``, a superset of what a correct failure
+    detector may declare dead: kills, long pauses, exposed partition sides) kept beating,
+    slow calls included, so no live node may have taken it over."""
+    lost = set(lost_nodes(sim.schedule, sim.node_ids, sim.tolerance))
+    for taker, core in sim.live_cores().items():
+        for record in core.recovery.takeover_records:
+            if record["dead"] not in lost:
+                raise AssertionError(
+                    f"{taker} declared {record['dead']} dead, but the schedule never "
+                    "silenced it (a false death)"
+                )
 
 
 def _diff(sim: Simulation, actual: dict[str, int], ring: Ring) -> str:

@@ -8,7 +8,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from ring.ids import NodeId
-from smr.faults import Delay, Kill, Partition, Pause
+from smr.faults import Delay, Fault, Kill, Partition, Pause, Stall
 from smr.sim.nodes import SimNode
 
 if TYPE_CHECKING:
@@ -20,7 +20,7 @@ def schedule_faults(sim: Simulation) -> None:
         sim._schedule(fault.at_ms * 1000, start_fault, sim, fault)
 
 
-def start_fault(sim: Simulation, fault: Kill | Pause | Partition | Delay) -> None:
+def start_fault(sim: Simulation, fault: Fault) -> None:
     sim._note(f"fault: {fault.describe().strip()}")
     if isinstance(fault, Kill):
         node = sim.nodes[fault.node]
@@ -46,6 +46,11 @@ def start_fault(sim: Simulation, fault: Kill | Pause | Partition | Delay) -> Non
     elif isinstance(fault, Pause):
         sim.nodes[fault.node].pauses_active += 1
         sim._schedule(fault.end_ms * 1000, resume, sim, sim.nodes[fault.node])
+    elif isinstance(fault, Stall):
+        node = sim.nodes[fault.node]
+        node.stalls_active += 1
+        sim._schedule(sim.clock.now_us + sim.settings.heartbeat_interval_ms * 1000, beat, sim, node)
+        sim._schedule(fault.end_ms * 1000, end_stall, sim, node)
     elif isinstance(fault, Partition):
         sim.network.partitions.append(fault)
         sim._schedule(fault.end_ms * 1000, end_fault, sim, fault)
@@ -67,11 +72,37 @@ def end_fault(sim: Simulation, fault: Partition | Delay) -> None:
         sim.network.delays.remove(fault)
 
 
+def beat(sim: Simulation, node: SimNode) -> None:
+    """While ``node``'s loop is stalled, its heartbeat thread beats (``StalledLoopBeats``);
+    a paused or killed process runs no thread at all."""
+    if not node.stalls_active or node.killed or node.core is None:
+        return
+    if not node.pauses_active:
+        assert node.links is not None
+        for peer, addr, frames in node.core.membership.stalled_beats():
+            node.links.send(peer, addr, frames)
+    sim._schedule(sim.clock.now_us + sim.settings.heartbeat_interval_ms * 1000, beat, sim, node)
+
+
+def end_stall(sim: Simulation, node: SimNode) -> None:
+    """The slow call returns: the loop runs again (as after a pause)."""
+    if node.stalls_active == 0:
+        return
+    node.stalls_active -= 1
+    _carry_on(sim, node)
+
+
 def resume(sim: Simulation, node: SimNode) -> None:
     if node.pauses_active == 0:
         return
     node.pauses_active -= 1
-    if node.pauses_active or node.killed:
+    _carry_on(sim, node)
+
+
+def _carry_on(sim: Simulation, node: SimNode) -> None:
+    """A pause or a stall ended: unless another holds it, the node reads what queued and
+    fires each timer that came due, once."""
+    if node.pauses_active or node.stalls_active or node.killed:
         return
     sim._note(f"resumed {node.node_id}")
     missed, node.missed_timers = node.missed_timers, []
@@ -94,5 +125,7 @@ def heal(sim: Simulation) -> None:
         sim.network.settings, drop_probability=0.0, duplicate_probability=0.0
     )
     for node in sim.nodes.values():
+        while node.stalls_active:
+            end_stall(sim, node)
         while node.pauses_active:
             resume(sim, node)

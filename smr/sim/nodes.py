@@ -58,6 +58,9 @@ class SimNode:
     core: NodeCore | None
     killed: bool = False
     pauses_active: int = 0
+    # Slow reduce calls under way (smr.faults.Stall): the loop runs nothing, the heartbeat
+    # thread still beats.
+    stalls_active: int = 0
     # (deliver_at_us, sender, seq on its link, link) for every message waiting on a link to
     # this node: read in time order, and at one instant by sender name, so that the order in
     # which senders happened to send at one instant does not matter.
@@ -65,10 +68,16 @@ class SimNode:
     missed_timers: list[str] = field(default_factory=list)
     # Peers whose connection to this node dropped, not yet reported to the core.
     dropped_peers: list[NodeId] = field(default_factory=list)
+    links: SimNodeLinks | None = None
 
     @property
     def running(self) -> bool:
-        return self.core is not None and not self.killed and self.pauses_active == 0
+        return (
+            self.core is not None
+            and not self.killed
+            and self.pauses_active == 0
+            and self.stalls_active == 0
+        )
 
 
 class SimNodeLinks:

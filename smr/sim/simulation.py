@@ -203,13 +203,14 @@ class Simulation:
         phases = self._rng("timers")
         for node_id in self.node_ids:
             sim_node = SimNode(node_id, None)
+            sim_node.links = SimNodeLinks(self, sim_node)
             self.nodes[node_id] = sim_node
             sim_node.core = NodeCore(
                 node_id,
                 sim_job(),
                 view,
                 self.config.slot_bits,
-                SimNodeLinks(self, sim_node),
+                sim_node.links,
                 MemoryOutput(node_id),
                 clock=self.clock.seconds,
                 settings=self.settings,
@@ -287,8 +288,9 @@ class Simulation:
     def _timer(self, node: SimNode, which: str) -> None:
         if node.killed or node.core is None:
             return
-        if node.pauses_active:
-            # asyncio's sleep ends during the pause; the timer fires once on resume.
+        if node.pauses_active or node.stalls_active:
+            # asyncio's sleep ends during the pause (or the slow call); the timer fires once
+            # on resume.
             if which not in node.missed_timers:
                 node.missed_timers.append(which)
             return
@@ -493,6 +495,8 @@ class Simulation:
         self._note("converged")
         # 5.
         checks.check_state(self)
+        if self._check_tolerance:
+            checks.check_no_false_death(self)
         checks.check_replicas(self)
         return self._result()
 

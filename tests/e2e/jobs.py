@@ -35,9 +35,27 @@ def count_and_announce(word: str, n: int, state: dict[str, Any], emit: Any) -> N
         emit(word, state["count"])
 
 
+SLOW_WORD = "the"
+SLOW_CALL_S = 3.0
+_slow_call_done = False
+
+
+def count_with_one_slow_call(word: str, n: int, state: dict[str, Any], emit: Any) -> None:
+    """Word count whose reduce takes SLOW_CALL_S once per node process: the first time it
+    meets SLOW_WORD (a slow lookup, a cold cache). Pure-Python busy work, as user code is."""
+    global _slow_call_done
+    if word == SLOW_WORD and not _slow_call_done:
+        _slow_call_done = True
+        until = time.monotonic() + SLOW_CALL_S
+        while time.monotonic() < until:
+            sum(range(1000))
+    count(word, n, state, emit)
+
+
 poison_reduce = Job("poison-reduce", map=split_words, reduce=count_refusing_poison, combine=add)
 failing_map = Job("failing-map", map=split_words_failing_on_marker, reduce=count)
 announcing = Job("announcing", map=split_words, reduce=count_and_announce)
+one_slow_call = Job("one-slow-call", map=split_words, reduce=count_with_one_slow_call)
 
 
 # -- for the Spark feeder ---------------------------------------------------------------------

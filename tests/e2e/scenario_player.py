@@ -22,7 +22,7 @@ from typing import Any, Final
 import psutil
 
 from smr.client import Client, NodeUnreachable
-from smr.faults import FaultSchedule, Kill, Pause
+from smr.faults import FaultSchedule, Kill, Pause, Stall
 from smr.scenarios import Scenario
 
 # A signal sent later than this after its time means the run did not follow the schedule
@@ -41,6 +41,8 @@ def why_the_local_backend_cannot_run(scenario: Scenario) -> str | None:
     inside the node (a later issue), which signals to a whole process cannot stand in for.
     """
     for fault in scenario.schedule:
+        if isinstance(fault, Stall):
+            return "a stall is a slow reduce call: tests/e2e/test_slow_reducer.py runs one"
         if not isinstance(fault, Kill | Pause):
             kind = type(fault).__name__.lower()
             return f"a {kind} needs the in-node network filter, which does not exist yet"

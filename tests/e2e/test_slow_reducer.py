@@ -1,0 +1,26 @@
+"""Slow is not dead: a reduce call that holds a node's loop for seconds (far past the 700 ms
+after which a silent node is declared dead) delays only that node's slots; its heartbeats go
+on from their own thread, nobody takes it over, and every count stays exact."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.e2e.conftest import EXAMPLE_BOOKS, Cluster, word_counts
+from tests.e2e.jobs import SLOW_CALL_S
+
+pytestmark = pytest.mark.e2e
+
+
+def test_a_reduce_call_of_seconds_gets_no_node_declared_dead_and_loses_nothing(
+    cluster: Cluster,
+) -> None:
+    job = "tests.e2e.jobs:one_slow_call"
+    cluster.up(4, job, "--replication", "1")
+    cluster.feed(EXAMPLE_BOOKS[0], job=job)
+    status = cluster.status()
+    assert all(row["state"] == "up" for row in status.values())
+    assert sum(row["takeovers"] for row in status.values()) == 0
+    assert sum(row["fenced"] for row in status.values()) == 0
+    assert cluster.counts() == word_counts(EXAMPLE_BOOKS[:1])
+    assert SLOW_CALL_S >= 3 * 0.7  # the call is far past the failure timeout and probe
