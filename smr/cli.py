@@ -76,10 +76,9 @@ def cluster_group() -> None:
 @click.option("--nodes", default=3, show_default=True, type=click.IntRange(1, 64))
 @click.option(
     "--replication",
-    default=0,
-    show_default=True,
     type=click.IntRange(0),
-    help="Copies of each tuple and state beyond the primary (r).",
+    help="Copies of each tuple and state beyond the primary (r) [default: 1, or 0 for a "
+    "single node].",
 )
 @click.option("--job", "job_ref", required=True, help="The job, as module:attribute.")
 @click.option("--slot-bits", default=14, show_default=True, type=click.IntRange(1, 20))
@@ -87,12 +86,15 @@ def cluster_group() -> None:
 def cluster_up(
     cluster_dir: Path,
     nodes: int,
-    replication: int,
+    replication: int | None,
     job_ref: str,
     slot_bits: int,
     checkpoint_interval_ms: int,
 ) -> None:
     """Start NODES node processes on 127.0.0.1 in the background."""
+    if replication is None:
+        # One node's failure loses nothing by default; a lone node has nobody to copy to.
+        replication = 1 if nodes >= 2 else 0
     load_job(job_ref)  # fail here, with the reason, rather than in every node's log
     spec = local_cluster.up(
         cluster_dir, nodes, replication, job_ref, slot_bits, checkpoint_interval_ms

@@ -120,7 +120,10 @@ class Control:
         return {
             "node": node.node_id,
             "pid": os.getpid(),
-            "token": member.token if member else None,
+            "role": _role(node.counters.fenced, own_range is not None),
+            # Only an owner's token places it: a standby keeps its old token in the view,
+            # which the node that took its range over now holds too.
+            "token": member.token if member and own_range is not None else None,
             "range_share": own_range.share if own_range else 0.0,
             "keys": node.store.key_count(),
             "tuples_per_s": round(node.tuples_per_s, 1),
@@ -137,3 +140,11 @@ class Control:
             "offline_slots": len(node.recovery.offline),
             **vars(node.counters),
         }
+
+
+def _role(times_fenced: int, owns_a_range: bool) -> str:
+    """What a node does now: ``serving`` (it owns a range), ``fenced`` (it was marked dead
+    while alive and rejoined empty, owning nothing), ``standby`` (it owns nothing)."""
+    if owns_a_range:
+        return "serving"
+    return "fenced" if times_fenced else "standby"
