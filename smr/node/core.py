@@ -122,7 +122,8 @@ class NodeCore:
         self.tuples_per_s = 0.0
         # When this node last finished reading its messages (clock time): what it knows of
         # its peers is as of then. A loop that stalled (a slow reduce call) has not read what
-        # arrived meanwhile, so its failure detector judges as of this time, not now.
+        # arrived meanwhile: its failure detector waits to read again before it judges, and
+        # its heartbeat thread beats for it (Recovery.judge, StalledLoopBeats).
         self.read_at = clock()
         self._rate_mark = (clock(), 0)
         self._bad_frame_logged_at: dict[bytes, float] = {}
