@@ -56,6 +56,9 @@ INBOX_BATCHES_MAX: Final = 256
 # Tuples applied per event-loop turn before timers get a chance to run: about 20-40 ms of
 # work, well under the heartbeat interval, so a busy node never looks dead to its watchers.
 APPLY_TUPLES_PER_TURN: Final = 20_000
+# And at most this long per turn, whatever the tuples cost: a reducer slower than expected
+# (or a starved CPU) delays its own batches, not the node's timers, probes and acks.
+APPLY_SECONDS_PER_TURN: Final = 0.05
 
 
 @dataclass(frozen=True)
@@ -175,14 +178,17 @@ class Ingest:
         self._expected[stream] = ChannelNumber(chan + 1)
 
     def apply_inbox(self, tuples_max: int = APPLY_TUPLES_PER_TURN) -> None:
-        """7. Apply accepted batches in order, about ``tuples_max`` tuples at most (so that
-        heartbeats and probes are never held up for long), and mark their channels for a
-        cumulative ack."""
+        """7. Apply accepted batches in order, about ``tuples_max`` tuples and
+        ``APPLY_SECONDS_PER_TURN`` at most (so that heartbeats and probes are never held up
+        for long: one batch is the smallest slice), and mark their channels for a cumulative
+        ack."""
         node = self._node
         counters = node.counters
         reducer = node.reducer
         budget = tuples_max
-        while self.inbox and budget > 0:
+        clock = node.clock
+        stop_at = clock() + APPLY_SECONDS_PER_TURN
+        while self.inbox and budget > 0 and clock() < stop_at:
             pending = self.inbox.popleft()
             if pending.chan <= self._processed.get(pending.stream, -1):
                 # An ack may only move forward: acking a number twice could release a batch
