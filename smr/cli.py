@@ -345,44 +345,24 @@ def query_command(cluster_dir: Path, key: str, int_key: bool) -> None:
 @cluster_dir_option
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def status_command(cluster_dir: Path, as_json: bool) -> None:
-    """Show the ring: node, token, range share, keys, tuples/s, under-replicated slots."""
+    """Show the ring: node, token, range share, keys, tuples/s, reduce errors, bad frames,
+    under-replicated slots. Exits 1 if any node does not answer."""
+    from smr import status_view
+
     spec = read_spec(cluster_dir)
     client = Client(timeout_ms=1000)
-    rows: list[dict[str, Any]] = []
     try:
-        for node in spec.nodes:
-            try:
-                rows.append({"state": "up", **client.status(node.addr)})
-            except NodeUnreachable:
-                rows.append({"node": node.id, "state": "unreachable", "pid": node.pid})
+        rows = status_view.collect(spec, client)
     finally:
         client.close()
     if as_json:
         click.echo(json.dumps({"nodes": rows}, indent=2))
-        return
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(title=f"smr cluster {cluster_dir}")
-    columns = ("node", "state", "token", "range", "keys", "tuples/s", "applied", "errors")
-    for column in (*columns, "under-replicated"):
-        table.add_column(column, justify="left" if column in ("node", "state") else "right")
-    for row in rows:
-        if row["state"] != "up":
-            table.add_row(row["node"], row["state"], *["-"] * 7)
-            continue
-        table.add_row(
-            row["node"],
-            row["state"],
-            str(row["token"]),
-            f"{row['range_share']:.1%}",
-            f"{row['keys']:,}",
-            f"{row['tuples_per_s']:,.0f}",
-            f"{row['tuples_applied']:,}",
-            str(row["tuples_failed"] + row["bad_frames"]),
-            str(row["under_replicated_slots"]),
-        )
-    Console().print(table)
+    else:
+        status_view.print_table(rows, f"smr cluster {cluster_dir}")
+    unreachable = status_view.unreachable_line(rows)
+    if unreachable is not None:
+        click.echo(unreachable, err=True)
+        sys.exit(1)
 
 
 @main_group.command("tail")

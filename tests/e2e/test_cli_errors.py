@@ -94,3 +94,14 @@ def test_fault_on_unknown_node(cluster: Cluster) -> None:
     cluster.up(1)
     result = cluster.smr("fault", "kill", "n9", "--cluster", str(cluster.dir), check=False)
     _assert_one_line_error(result, "no node 'n9'", "n0")
+
+
+def test_status_fits_80_columns_and_exits_1_naming_an_unreachable_node(cluster: Cluster) -> None:
+    cluster.up(3)
+    cluster.smr("fault", "kill", "n1", "--cluster", str(cluster.dir))
+    result = cluster.smr("status", "--cluster", str(cluster.dir), check=False)
+    assert result.returncode == 1, result
+    assert max(len(line) for line in result.stdout.splitlines()) <= 80, result.stdout
+    assert "…" not in result.stdout, result.stdout
+    n1_addr = next(n["addr"] for n in cluster.spec()["nodes"] if n["id"] == "n1")
+    assert f"1 of 3 nodes unreachable: n1 ({n1_addr})" in result.stderr
