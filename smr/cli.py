@@ -28,6 +28,7 @@ from smr.feed import InputError, check_inputs, feed, total_bytes
 from smr.protocol import FrameError, Output, decode
 from smr.spark import MASTER_DEFAULT, MAX_FILES_PER_TRIGGER_DEFAULT, BatchReport, SparkFeedError
 from smr.spec import ClusterError, read_spec
+from smr.text_check import not_text_reason
 from smr.transport import TransportError
 from smr.transport.zeromq import Subscriber
 
@@ -140,6 +141,14 @@ def feed_command(
     """Stream FILES (or - for standard input) through the job's map into the ring."""
     job = load_job(job_ref)
     check_inputs(files)
+    for path in dict.fromkeys(files):
+        reason = None if path == "-" else not_text_reason(path)
+        if reason is not None:
+            click.echo(
+                f"smr: warning: {path} does not look like text ({reason}); "
+                "feeding it as lines of UTF-8 anyway",
+                err=True,
+            )
     spec = read_spec(cluster_dir)
     view = fetch_view(spec.seeds)
     mapper_id = MapperId(f"feed-{uuid.uuid4().hex[:12]}")

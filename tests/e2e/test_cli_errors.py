@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 from pathlib import Path
 
 import pytest
@@ -105,3 +106,18 @@ def test_status_fits_80_columns_and_exits_1_naming_an_unreachable_node(cluster: 
     assert "…" not in result.stdout, result.stdout
     n1_addr = next(n["addr"] for n in cluster.spec()["nodes"] if n["id"] == "n1")
     assert f"1 of 3 nodes unreachable: n1 ({n1_addr})" in result.stderr
+
+
+def test_feed_warns_once_about_a_file_that_is_not_text_and_goes_on(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    binary = tmp_path / "random.bin"
+    binary.write_bytes(random.Random(3).randbytes(100_000))
+    text = tmp_path / "words.txt"
+    text.write_text("call me ishmael\n", encoding="utf-8")
+    cluster.up(1)
+    result = cluster.feed(str(binary), str(text))
+    warnings = [line for line in result.stderr.splitlines() if "does not look like text" in line]
+    assert len(warnings) == 1, result.stderr
+    assert warnings[0].startswith(f"smr: warning: {binary} ") and "NUL" in warnings[0]
+    assert cluster.counts()["ishmael"] == 1
