@@ -27,7 +27,7 @@ from smr.emitter import BATCH_SIZE_DEFAULT, WINDOW_BATCHES_DEFAULT, Emitter
 from smr.feed import InputError, check_inputs, feed, total_bytes
 from smr.protocol import FrameError, Output, decode
 from smr.spark import MASTER_DEFAULT, MAX_FILES_PER_TRIGGER_DEFAULT, BatchReport, SparkFeedError
-from smr.spec import ClusterError, read_spec
+from smr.spec import ClusterError, ClusterSpec, read_spec
 from smr.text_check import not_text_reason
 from smr.transport import TransportError
 from smr.transport.zeromq import Subscriber
@@ -115,9 +115,33 @@ def cluster_down(cluster_dir: Path, grace_s: float) -> None:
 # -- data ----------------------------------------------------------------------------------
 
 
+job_of_cluster_option = click.option(
+    "--job",
+    "job_ref",
+    help="The job, as module:attribute; it must be the cluster's [default: the cluster's job].",
+)
+
+
+def cluster_job(spec: ClusterSpec, cluster_dir: Path, job_ref: str | None) -> str:
+    """The job a feeder runs: the cluster's, which ``--job`` may only repeat.
+
+    A feeder with another job's ``map`` would send its tuples to nodes folding them with
+    this cluster's ``reduce``, mixing two jobs' state: refused, naming both.
+    """
+    if job_ref is None or job_ref == spec.job:
+        return spec.job
+    with contextlib.suppress(JobLoadError):
+        if load_job(job_ref) is load_job(spec.job):  # two names for one job
+            return spec.job
+    raise ClusterError(
+        f"--job {job_ref} is not the cluster's job {spec.job} (in {cluster_dir / 'cluster.json'}): "
+        f"its nodes run {spec.job}'s reduce; omit --job or pass --job {spec.job}"
+    )
+
+
 @main_group.command("feed")
 @cluster_dir_option
-@click.option("--job", "job_ref", required=True, help="The job, as module:attribute.")
+@job_of_cluster_option
 @click.option("--batch-size", default=BATCH_SIZE_DEFAULT, show_default=True, type=click.IntRange(1))
 @click.option(
     "--window",
@@ -131,7 +155,7 @@ def cluster_down(cluster_dir: Path, grace_s: float) -> None:
 @click.argument("files", nargs=-1, required=True)
 def feed_command(
     cluster_dir: Path,
-    job_ref: str,
+    job_ref: str | None,
     batch_size: int,
     window: int,
     no_combine: bool,
@@ -139,7 +163,8 @@ def feed_command(
     files: tuple[str, ...],
 ) -> None:
     """Stream FILES (or - for standard input) through the job's map into the ring."""
-    job = load_job(job_ref)
+    spec = read_spec(cluster_dir)
+    job = load_job(cluster_job(spec, cluster_dir, job_ref))
     check_inputs(files)
     for path in dict.fromkeys(files):
         reason = None if path == "-" else not_text_reason(path)
@@ -149,7 +174,6 @@ def feed_command(
                 "feeding it as lines of UTF-8 anyway",
                 err=True,
             )
-    spec = read_spec(cluster_dir)
     view = fetch_view(spec.seeds)
     mapper_id = MapperId(f"feed-{uuid.uuid4().hex[:12]}")
     emitter = Emitter(
@@ -193,7 +217,7 @@ def _interrupt(signum: int, frame: Any) -> None:
 
 @main_group.command("spark-feed")
 @cluster_dir_option
-@click.option("--job", "job_ref", required=True, help="The job, as module:attribute.")
+@job_of_cluster_option
 @click.option(
     "--input",
     "input_ref",
@@ -224,7 +248,7 @@ def _interrupt(signum: int, frame: Any) -> None:
 @click.option("--no-combine", is_flag=True, help="Do not apply the job's combine.")
 def spark_feed_command(
     cluster_dir: Path,
-    job_ref: str,
+    job_ref: str | None,
     input_ref: str,
     checkpoint_dir: Path | None,
     once: bool,
@@ -245,12 +269,14 @@ def spark_feed_command(
     from smr import spark as smr_spark
 
     # User errors before Spark's start-up time: the job, the input, Java, the cluster.
+    spec = read_spec(cluster_dir)
+    job_ref = cluster_job(spec, cluster_dir, job_ref)
     load_job(job_ref)
     socket_addr = smr_spark.parse_socket_ref(input_ref)
     if socket_addr is None:
         smr_spark.check_input_dir(Path(input_ref))
     smr_spark.check_java()
-    fetch_view(read_spec(cluster_dir).seeds)
+    fetch_view(spec.seeds)
     started = time.monotonic()
     session = smr_spark.session(f"smr spark-feed {job_ref}", master)
     click.echo(f"Spark {session.version} started in {time.monotonic() - started:.1f} s", err=True)

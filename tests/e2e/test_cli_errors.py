@@ -121,3 +121,22 @@ def test_feed_warns_once_about_a_file_that_is_not_text_and_goes_on(
     assert len(warnings) == 1, result.stderr
     assert warnings[0].startswith(f"smr: warning: {binary} ") and "NUL" in warnings[0]
     assert cluster.counts()["ishmael"] == 1
+
+
+def test_feed_with_another_jobs_map_is_refused_naming_both_jobs(cluster: Cluster) -> None:
+    cluster.up(1)
+    result = cluster.feed(EXAMPLE_BOOKS[0], job="tests.e2e.jobs:announcing", check=False)
+    _assert_one_line_error(
+        result,
+        "--job tests.e2e.jobs:announcing is not the cluster's job examples.wordcount:job",
+        "omit --job",
+    )
+    assert cluster.dump() == {}
+
+
+def test_feed_without_job_runs_the_clusters_job(cluster: Cluster, tmp_path: Path) -> None:
+    text = tmp_path / "words.txt"
+    text.write_text("call me ishmael\ncall me\n", encoding="utf-8")
+    cluster.up(1)
+    cluster.smr("feed", "--cluster", str(cluster.dir), str(text))
+    assert cluster.counts() == {"call": 2, "me": 2, "ishmael": 1}

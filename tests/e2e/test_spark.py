@@ -86,7 +86,8 @@ def test_a_task_that_fails_after_emitting_is_retried_exactly_once(
 ) -> None:
     paths = split_books(tmp_path / "input", files=4)
     marker = tmp_path / "failed-once"
-    cluster.up(3, JOB, "--replication", "1")
+    # The nodes run the feeding job (its reduce is word count's): smr refuses another job.
+    cluster.up(3, "tests.e2e.jobs:failing_once", "--replication", "1")
     spark_feed(
         cluster,
         tmp_path / "input",
@@ -114,8 +115,8 @@ def test_a_driver_killed_mid_batch_resumes_from_its_checkpoint_exactly_once(
     # 6 files of 2000 lines, one per batch: at 0.5 ms a line a batch maps for about 1 s.
     paths = split_books(tmp_path / "input", files=6, lines_max=12_000)
     checkpoint = tmp_path / "checkpoint"
-    cluster.up(3, JOB, "--replication", "1")
     job = "tests.e2e.jobs:slow_wordcount"
+    cluster.up(3, job, "--replication", "1")
     extra = ("--no-combine", "--max-files-per-trigger", "1", "--checkpoint", str(checkpoint))
     driver = subprocess.Popen(
         spark_feed_args(cluster, tmp_path / "input", job, *extra),
