@@ -364,8 +364,8 @@ def query_command(cluster_dir: Path, key: str, int_key: bool) -> None:
     from ring.hashing import slot_of
     from ring.placement import Ring
 
+    typed_key: str | int = _int_key(key) if int_key else key
     spec = read_spec(cluster_dir)
-    typed_key: str | int = int(key) if int_key else key
     client = Client()
     try:
         view = cluster_view(client, spec.seeds)
@@ -374,6 +374,16 @@ def query_command(cluster_dir: Path, key: str, int_key: bool) -> None:
     finally:
         client.close()
     click.echo(json.dumps({"key": typed_key, "node": owner.node_id, **answer}))
+
+
+def _int_key(key: str) -> int:
+    try:
+        return int(key)
+    except ValueError:
+        raise click.BadParameter(
+            f"{key!r} is not an integer (--int-key reads KEY as one; omit it for a string key)",
+            param_hint="KEY",
+        ) from None
 
 
 @main_group.command("status")
