@@ -341,9 +341,10 @@ def dump_command(cluster_dir: Path, out_path: Path) -> None:
     spec = read_spec(cluster_dir)
     client = Client()
     keys = 0
+    temporary = out_path.with_name(out_path.name + ".partial")
+    signal.signal(signal.SIGTERM, _interrupt)  # so that the finally below runs
     try:
         view = cluster_view(client, spec.seeds)
-        temporary = out_path.with_name(out_path.name + ".partial")
         with open(temporary, "w", encoding="utf-8") as out:
             for member in view.owners():
                 for _slot, key, state in client.dump(member.addr):
@@ -351,6 +352,8 @@ def dump_command(cluster_dir: Path, out_path: Path) -> None:
                     keys += 1
         temporary.replace(out_path)
     finally:
+        # On every way out but success (replaced above), no half-written dump is left.
+        temporary.unlink(missing_ok=True)
         client.close()
     click.echo(f"dumped {keys} keys to {out_path}")
 

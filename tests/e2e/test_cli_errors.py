@@ -140,3 +140,14 @@ def test_feed_without_job_runs_the_clusters_job(cluster: Cluster, tmp_path: Path
     cluster.up(1)
     cluster.smr("feed", "--cluster", str(cluster.dir), str(text))
     assert cluster.counts() == {"call": 2, "me": 2, "ishmael": 1}
+
+
+def test_a_dump_that_fails_leaves_no_partial_file(cluster: Cluster, tmp_path: Path) -> None:
+    cluster.up(2)  # r = 0: nobody takes over n1, so its keys cannot be dumped
+    cluster.feed(EXAMPLE_BOOKS[0])
+    cluster.smr("fault", "kill", "n1", "--cluster", str(cluster.dir))
+    out = tmp_path / "dump.jsonl"
+    result = cluster.smr("dump", "--cluster", str(cluster.dir), "--out", str(out), check=False)
+    n1_addr = next(n["addr"] for n in cluster.spec()["nodes"] if n["id"] == "n1")
+    _assert_one_line_error(result, n1_addr)
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("dump")) == []
