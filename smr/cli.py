@@ -61,7 +61,13 @@ def fail(message: str) -> NoReturn:
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 def main_group() -> None:
-    """smr: fault-tolerant, elastic, stateful streaming MapReduce on a peer ring."""
+    """smr: fault-tolerant, stateful streaming MapReduce on a consistent-hash ring.
+
+    A job's map runs in feeders (smr feed, or Spark with smr spark-feed); its reduce runs in
+    reducer nodes that keep per-key state exactly once, each tuple and checkpoint backed up
+    on the next R nodes, which take over a failed node's keys. The nodes are fixed at
+    'smr cluster up': adding or removing nodes in a running cluster is not supported yet.
+    """
 
 
 # -- cluster -------------------------------------------------------------------------------

@@ -41,3 +41,12 @@ def test_a_bad_numeric_flag_names_the_flag_and_the_value(
     assert len(err) == 1 and err[0].startswith("smr: error: ")
     for fragment in fragments:
         assert fragment in err[0]
+
+
+def test_top_level_help_promises_only_what_the_engine_does_today(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    main(["--help"])
+    out = capsys.readouterr().out
+    assert "elastic" not in out.lower()
+    assert "fault-tolerant" in out and "not supported yet" in out
