@@ -287,6 +287,8 @@ def spark_feed_command(
     session = smr_spark.session(f"smr spark-feed {job_ref}", master)
     click.echo(f"Spark {session.version} started in {time.monotonic() - started:.1f} s", err=True)
     totals = {"records": 0, "tuples": 0, "batches": 0}
+    failure: str | None = None
+    running = False
 
     def report(batch: BatchReport) -> None:
         totals["records"] += batch.records
@@ -318,6 +320,7 @@ def spark_feed_command(
             window_batches=window,
             on_batch=report,
         )
+        running = True
         click.echo(f"query {name} running, checkpoint {checkpoint}", err=True)
         signal.signal(signal.SIGTERM, _interrupt)
         try:
@@ -328,15 +331,20 @@ def spark_feed_command(
                 query.stop()
             click.echo("stopped", err=True)
         except smr_spark.SparkQueryError as error:
-            click.echo(f"smr: error: {error}", err=True)
-            sys.exit(1)
+            failure = str(error)
     finally:
         with contextlib.suppress(Exception):
             session.stop()
-    click.echo(
-        f"fed {totals['tuples']:,} tuples from {totals['records']:,} records in "
-        f"{totals['batches']} batches, {time.monotonic() - started:.1f} s in all"
-    )
+    if running:
+        # One line however the query ended, so a failed or stopped feed says what it delivered.
+        click.echo(
+            f"fed {totals['tuples']:,} tuples from {totals['records']:,} records read in "
+            f"{totals['batches']} batches (every tuple acked), "
+            f"{time.monotonic() - started:.1f} s in all"
+        )
+    if failure is not None:
+        click.echo(f"smr: error: {failure}", err=True)
+        sys.exit(1)
 
 
 @main_group.command("dump")

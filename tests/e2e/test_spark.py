@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -78,6 +79,11 @@ def test_spark_feed_delivers_every_word_exactly(cluster: Cluster, tmp_path: Path
     cluster.up(3, JOB, "--replication", "1")
     result = spark_feed(cluster, tmp_path / "input", extra=("--max-files-per-trigger", "4"))
     assert "batch 2:" in result.stdout  # 12 files, 4 per batch: three batches
+    total_words = sum(word_counts(paths).values())
+    assert f"fed {total_words:,} tuples from " in result.stdout
+    assert re.search(
+        r"records read in 3 batches \(every tuple acked\), [\d.]+ s in all", result.stdout
+    )
     assert cluster.counts() == word_counts(paths)
 
 
@@ -152,6 +158,38 @@ def test_a_driver_killed_mid_batch_resumes_from_its_checkpoint_exactly_once(
     assert "batch 2:" in result.stdout, "the restart did not run the killed batch again"
     assert duplicates_dropped(cluster) > duplicates_before
     assert cluster.counts() == word_counts(paths)
+
+
+def test_a_failed_query_still_says_what_it_fed_before_the_error(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    input_dir = tmp_path / "input"
+    input_dir.mkdir()
+    (input_dir / "good.txt").write_text("one two\nthree\n")
+    (input_dir / "bad.txt").write_text("four MAPFAIL\n")  # tests.e2e.jobs:failing_map raises
+    os.utime(input_dir / "good.txt", (1_000_000_000, 1_000_000_000))  # Spark reads it first
+    cluster.up(1, "tests.e2e.jobs:failing_map")
+    result = subprocess.run(
+        spark_feed_args(
+            cluster,
+            input_dir,
+            "tests.e2e.jobs:failing_map",
+            "--once",
+            "--master",
+            "local[1,2]",
+            "--max-files-per-trigger",
+            "1",
+        ),
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=SPARK_TIMEOUT_S,
+    )
+    assert result.returncode == 1, result.stderr
+    assert re.search(
+        r"^fed 3 tuples from 2 records read in 1 batches .*s in all$", result.stdout, re.M
+    ), result.stdout
+    assert result.stderr.strip().splitlines()[-1].startswith("smr: error: ")
 
 
 # -- errors a Spark user can act on (all found before Spark starts) ---------------------------
