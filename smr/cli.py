@@ -1,8 +1,9 @@
 """The ``smr`` command line: ``verb [options] target``.
 
-Every user error (unknown flag, missing job module or input file, unreachable cluster) is one
-line on standard error starting with ``smr: error:`` and exit code 2, never a traceback. A
-feed whose ``map`` raised on some records exits 1 after delivering the rest.
+Every user error (unknown flag, bad value, missing job module or input file, unreachable
+cluster) is one line on standard error starting with ``smr: error:`` and exit code 2, never a
+traceback. A feed whose ``map`` raised on some records exits 1 after delivering the rest;
+``smr status`` exits 1 when a node does not answer, naming it.
 """
 
 from __future__ import annotations
