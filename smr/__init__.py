@@ -1,4 +1,4 @@
-"""smr: a fault-tolerant, elastic, stateful streaming MapReduce engine.
+"""smr: a fault-tolerant, stateful streaming MapReduce engine.
 
 The user API is :class:`Job`; see ``smr.api`` for the contract of ``map``, ``reduce`` and
 ``combine``.

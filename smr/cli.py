@@ -1,8 +1,9 @@
 """The ``smr`` command line: ``verb [options] target``.
 
-Every user error (unknown flag, missing job module or input file, unreachable cluster) is one
-line on standard error starting with ``smr: error:`` and exit code 2, never a traceback. A
-feed whose ``map`` raised on some records exits 1 after delivering the rest.
+Every user error (unknown flag, bad value, missing job module or input file, unreachable
+cluster) is one line on standard error starting with ``smr: error:`` and exit code 2, never a
+traceback. A feed whose ``map`` raised on some records exits 1 after delivering the rest;
+``smr status`` exits 1 when a node does not answer, naming it.
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ from smr.emitter import BATCH_SIZE_DEFAULT, WINDOW_BATCHES_DEFAULT, Emitter
 from smr.feed import InputError, check_inputs, feed, total_bytes
 from smr.protocol import FrameError, Output, decode
 from smr.spark import MASTER_DEFAULT, MAX_FILES_PER_TRIGGER_DEFAULT, BatchReport, SparkFeedError
-from smr.spec import ClusterError, read_spec
+from smr.spec import ClusterError, ClusterSpec, read_spec
+from smr.text_check import not_text_reason
 from smr.transport import TransportError
 from smr.transport.zeromq import Subscriber
 
@@ -60,7 +62,13 @@ def fail(message: str) -> NoReturn:
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 def main_group() -> None:
-    """smr: fault-tolerant, elastic, stateful streaming MapReduce on a peer ring."""
+    """smr: fault-tolerant, stateful streaming MapReduce on a consistent-hash ring.
+
+    A job's map runs in feeders (smr feed, or Spark with smr spark-feed); its reduce runs in
+    reducer nodes that keep per-key state exactly once, each tuple and checkpoint backed up
+    on the next R nodes, which take over a failed node's keys. The nodes are fixed at
+    'smr cluster up': adding or removing nodes in a running cluster is not supported yet.
+    """
 
 
 # -- cluster -------------------------------------------------------------------------------
@@ -116,9 +124,33 @@ def cluster_down(cluster_dir: Path, grace_s: float) -> None:
 # -- data ----------------------------------------------------------------------------------
 
 
+job_of_cluster_option = click.option(
+    "--job",
+    "job_ref",
+    help="The job, as module:attribute; it must be the cluster's [default: the cluster's job].",
+)
+
+
+def cluster_job(spec: ClusterSpec, cluster_dir: Path, job_ref: str | None) -> str:
+    """The job a feeder runs: the cluster's, which ``--job`` may only repeat.
+
+    A feeder with another job's ``map`` would send its tuples to nodes folding them with
+    this cluster's ``reduce``, mixing two jobs' state: refused, naming both.
+    """
+    if job_ref is None or job_ref == spec.job:
+        return spec.job
+    with contextlib.suppress(JobLoadError):
+        if load_job(job_ref) is load_job(spec.job):  # two names for one job
+            return spec.job
+    raise ClusterError(
+        f"--job {job_ref} is not the cluster's job {spec.job} (in {cluster_dir / 'cluster.json'}): "
+        f"its nodes run {spec.job}'s reduce; omit --job or pass --job {spec.job}"
+    )
+
+
 @main_group.command("feed")
 @cluster_dir_option
-@click.option("--job", "job_ref", required=True, help="The job, as module:attribute.")
+@job_of_cluster_option
 @click.option("--batch-size", default=BATCH_SIZE_DEFAULT, show_default=True, type=click.IntRange(1))
 @click.option(
     "--window",
@@ -132,7 +164,7 @@ def cluster_down(cluster_dir: Path, grace_s: float) -> None:
 @click.argument("files", nargs=-1, required=True)
 def feed_command(
     cluster_dir: Path,
-    job_ref: str,
+    job_ref: str | None,
     batch_size: int,
     window: int,
     no_combine: bool,
@@ -140,9 +172,17 @@ def feed_command(
     files: tuple[str, ...],
 ) -> None:
     """Stream FILES (or - for standard input) through the job's map into the ring."""
-    job = load_job(job_ref)
-    check_inputs(files)
     spec = read_spec(cluster_dir)
+    job = load_job(cluster_job(spec, cluster_dir, job_ref))
+    check_inputs(files)
+    for path in dict.fromkeys(files):
+        reason = None if path == "-" else not_text_reason(path)
+        if reason is not None:
+            click.echo(
+                f"smr: warning: {path} does not look like text ({reason}); "
+                "feeding it as lines of UTF-8 anyway",
+                err=True,
+            )
     view = fetch_view(spec.seeds)
     mapper_id = MapperId(f"feed-{uuid.uuid4().hex[:12]}")
     emitter = Emitter(
@@ -186,7 +226,7 @@ def _interrupt(signum: int, frame: Any) -> None:
 
 @main_group.command("spark-feed")
 @cluster_dir_option
-@click.option("--job", "job_ref", required=True, help="The job, as module:attribute.")
+@job_of_cluster_option
 @click.option(
     "--input",
     "input_ref",
@@ -217,7 +257,7 @@ def _interrupt(signum: int, frame: Any) -> None:
 @click.option("--no-combine", is_flag=True, help="Do not apply the job's combine.")
 def spark_feed_command(
     cluster_dir: Path,
-    job_ref: str,
+    job_ref: str | None,
     input_ref: str,
     checkpoint_dir: Path | None,
     once: bool,
@@ -238,16 +278,20 @@ def spark_feed_command(
     from smr import spark as smr_spark
 
     # User errors before Spark's start-up time: the job, the input, Java, the cluster.
+    spec = read_spec(cluster_dir)
+    job_ref = cluster_job(spec, cluster_dir, job_ref)
     load_job(job_ref)
     socket_addr = smr_spark.parse_socket_ref(input_ref)
     if socket_addr is None:
         smr_spark.check_input_dir(Path(input_ref))
     smr_spark.check_java()
-    fetch_view(read_spec(cluster_dir).seeds)
+    fetch_view(spec.seeds)
     started = time.monotonic()
     session = smr_spark.session(f"smr spark-feed {job_ref}", master)
     click.echo(f"Spark {session.version} started in {time.monotonic() - started:.1f} s", err=True)
     totals = {"records": 0, "tuples": 0, "batches": 0}
+    failure: str | None = None
+    running = False
 
     def report(batch: BatchReport) -> None:
         totals["records"] += batch.records
@@ -279,6 +323,7 @@ def spark_feed_command(
             window_batches=window,
             on_batch=report,
         )
+        running = True
         click.echo(f"query {name} running, checkpoint {checkpoint}", err=True)
         signal.signal(signal.SIGTERM, _interrupt)
         try:
@@ -289,15 +334,20 @@ def spark_feed_command(
                 query.stop()
             click.echo("stopped", err=True)
         except smr_spark.SparkQueryError as error:
-            click.echo(f"smr: error: {error}", err=True)
-            sys.exit(1)
+            failure = str(error)
     finally:
         with contextlib.suppress(Exception):
             session.stop()
-    click.echo(
-        f"fed {totals['tuples']:,} tuples from {totals['records']:,} records in "
-        f"{totals['batches']} batches, {time.monotonic() - started:.1f} s in all"
-    )
+    if running:
+        # One line however the query ended, so a failed or stopped feed says what it delivered.
+        click.echo(
+            f"fed {totals['tuples']:,} tuples from {totals['records']:,} records read in "
+            f"{totals['batches']} batches (every tuple acked), "
+            f"{time.monotonic() - started:.1f} s in all"
+        )
+    if failure is not None:
+        click.echo(f"smr: error: {failure}", err=True)
+        sys.exit(1)
 
 
 @main_group.command("dump")
@@ -308,9 +358,10 @@ def dump_command(cluster_dir: Path, out_path: Path) -> None:
     spec = read_spec(cluster_dir)
     client = Client()
     keys = 0
+    temporary = out_path.with_name(out_path.name + ".partial")
+    signal.signal(signal.SIGTERM, _interrupt)  # so that the finally below runs
     try:
         view = cluster_view(client, spec.seeds)
-        temporary = out_path.with_name(out_path.name + ".partial")
         with open(temporary, "w", encoding="utf-8") as out:
             for member in view.owners():
                 for _slot, key, state in client.dump(member.addr):
@@ -318,6 +369,8 @@ def dump_command(cluster_dir: Path, out_path: Path) -> None:
                     keys += 1
         temporary.replace(out_path)
     finally:
+        # On every way out but success (replaced above), no half-written dump is left.
+        temporary.unlink(missing_ok=True)
         client.close()
     click.echo(f"dumped {keys} keys to {out_path}")
 
@@ -331,8 +384,8 @@ def query_command(cluster_dir: Path, key: str, int_key: bool) -> None:
     from ring.hashing import slot_of
     from ring.placement import Ring
 
+    typed_key: str | int = _int_key(key) if int_key else key
     spec = read_spec(cluster_dir)
-    typed_key: str | int = int(key) if int_key else key
     client = Client()
     try:
         view = cluster_view(client, spec.seeds)
@@ -343,64 +396,42 @@ def query_command(cluster_dir: Path, key: str, int_key: bool) -> None:
     click.echo(json.dumps({"key": typed_key, "node": owner.node_id, **answer}))
 
 
+def _int_key(key: str) -> int:
+    try:
+        return int(key)
+    except ValueError:
+        raise click.BadParameter(
+            f"{key!r} is not an integer (--int-key reads KEY as one; omit it for a string key)",
+            param_hint="KEY",
+        ) from None
+
+
 @main_group.command("status")
 @cluster_dir_option
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def status_command(cluster_dir: Path, as_json: bool) -> None:
-    """Show the ring: node, token, range share, keys, tuples/s, under-replicated slots."""
+    """Show the ring: node, token, range share, keys, tuples/s, reduce errors, bad frames,
+    under-replicated slots. Exits 1 if any node does not answer."""
+    from smr import status_view
+
     spec = read_spec(cluster_dir)
     client = Client(timeout_ms=1000)
-    rows: list[dict[str, Any]] = []
     try:
-        for node in spec.nodes:
-            try:
-                rows.append({"state": "up", **client.status(node.addr)})
-            except NodeUnreachable:
-                rows.append({"node": node.id, "state": "unreachable", "pid": node.pid})
+        rows = status_view.collect(spec, client)
     finally:
         client.close()
     if as_json:
         click.echo(json.dumps({"nodes": rows}, indent=2))
-        _exit_if_offline(rows)
-        return
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(title=f"smr cluster {cluster_dir}")
-    columns = ("node", "state", "token", "range", "keys", "tuples/s", "applied", "errors")
-    for column in (*columns, "under-replicated"):
-        table.add_column(column, justify="left" if column in ("node", "state") else "right")
-    for row in rows:
-        if row["state"] != "up":
-            table.add_row(row["node"], row["state"], *["-"] * 7)
-            continue
-        table.add_row(
-            row["node"],
-            row["state"],
-            str(row["token"]),
-            f"{row['range_share']:.1%}",
-            f"{row['keys']:,}",
-            f"{row['tuples_per_s']:,.0f}",
-            f"{row['tuples_applied']:,}",
-            str(row["tuples_failed"] + row["bad_frames"]),
-            str(row["under_replicated_slots"]),
-        )
-    Console().print(table)
-    _exit_if_offline(rows)
-
-
-def _exit_if_offline(rows: list[dict[str, Any]]) -> None:
-    """Loss beyond tolerance is loud: name the offline slots and exit 1."""
-    offline = {row["node"]: row["offline_slots"] for row in rows if row.get("offline_slots")}
-    if offline:
-        where = ", ".join(f"{node}: {count}" for node, count in offline.items())
-        click.secho(
-            f"{sum(offline.values())} slots lost their state beyond the replication factor "
-            f"and refuse tuples ({where}); 'smr recover --cluster DIR --accept-loss' brings "
-            "them back empty",
-            fg="red",
-            err=True,
-        )
+    else:
+        status_view.print_table(rows, f"smr cluster {cluster_dir}")
+    problems = [
+        (status_view.offline_line(rows), "red"),
+        (status_view.unreachable_line(rows), None),
+    ]
+    for line, colour in problems:
+        if line is not None:
+            click.secho(line, fg=colour, err=True)
+    if any(line is not None for line, _ in problems):
         sys.exit(1)
 
 
@@ -417,13 +448,9 @@ def recover_command(cluster_dir: Path, accept_loss: bool) -> None:
     client = Client(timeout_ms=1000)
     try:
         offline: dict[str, tuple[str, int]] = {}
-        for node in spec.nodes:
-            try:
-                row = client.status(node.addr)
-            except NodeUnreachable:
-                continue
-            if row.get("offline_slots"):
-                offline[row["node"]] = (node.addr, row["offline_slots"])
+        for addr, row in client.status_each([node.addr for node in spec.nodes]).items():
+            if not isinstance(row, NodeUnreachable) and row.get("offline_slots"):
+                offline[row["node"]] = (addr, row["offline_slots"])
         if not offline:
             click.echo("no slot is offline: nothing to recover")
             return

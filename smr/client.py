@@ -10,6 +10,7 @@ import functools
 import itertools
 import time
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
 from ring.ids import NodeId, Slot
@@ -39,6 +40,11 @@ from smr.protocol import (
 from smr.transport.zeromq import Outbox, wait_any
 
 REQUEST_TIMEOUT_MS_DEFAULT: Final = 2000
+# A node whose address accepts no connection within this is reported unreachable at once,
+# without waiting out the request timeout: on a live host a connection takes well under a
+# millisecond even when the node is busy (the kernel accepts it), so this only ever catches
+# a node that is gone. A paused or busy node is still waited for up to the timeout.
+CONNECT_TIMEOUT_MS: Final = 500
 DUMP_PAGE_KEYS: Final = 10_000
 
 Reply = TypeVar("Reply", Pong, ViewReply, StatusReply, DumpReply, QueryReply, RecoverReply)
@@ -67,39 +73,67 @@ class Client:
         Raises NodeUnreachable if no reply comes within the timeout, and RuntimeError with the
         node's message if it answers with ERROR (or with a reply of another kind).
         """
-        outbox = self._outboxes.get(addr)
-        if outbox is None:
-            outbox = self._outboxes[addr] = Outbox(addr)
-        request_id = RequestId(next(self._request_ids))
-        frames = encode(make(request_id))
-        deadline = time.monotonic() + self.timeout_ms / 1000
-        sent = False
-        while True:
-            remaining_ms = int((deadline - time.monotonic()) * 1000)
-            if remaining_ms <= 0:
-                raise NodeUnreachable(f"node at {addr} did not answer within {self.timeout_ms} ms")
+        answer = self.request_each([addr], make, expect)[addr]
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    def request_each(
+        self, addrs: Sequence[str], make: Callable[[RequestId], Message], expect: type[Reply]
+    ) -> dict[str, Reply | NodeUnreachable | RuntimeError]:
+        """Send ``make(request id)`` to every address at once and wait for the replies in one
+        poll loop, so that dead nodes cost one timeout in all, not one each.
+
+        Each address maps to its reply, or to the error :meth:`request` would raise for it:
+        NodeUnreachable when no connection is made within ``CONNECT_TIMEOUT_MS`` (nothing
+        listens there) or no reply comes within the timeout; RuntimeError when the node
+        answers with ERROR or a reply of another kind.
+        """
+        started = time.monotonic()
+        deadline = started + self.timeout_ms / 1000
+        connect_deadline = started + min(self.timeout_ms, CONNECT_TIMEOUT_MS) / 1000
+        pending: dict[str, _Pending] = {}
+        for addr in dict.fromkeys(addrs):
+            outbox = self._outboxes.get(addr)
+            if outbox is None:
+                outbox = self._outboxes[addr] = Outbox(addr)
+            request_id = RequestId(next(self._request_ids))
+            pending[addr] = _Pending(outbox, request_id, encode(make(request_id)))
+        answers: dict[str, Reply | NodeUnreachable | RuntimeError] = {}
+        while pending:
+            now = time.monotonic()
+            for addr, waiting in list(pending.items()):
+                if now >= deadline:
+                    answers[addr] = NodeUnreachable(
+                        f"node at {addr} did not answer within {self.timeout_ms} ms"
+                    )
+                elif not waiting.sent and now >= connect_deadline:
+                    answers[addr] = NodeUnreachable(
+                        f"node at {addr} accepts no connection (nothing listens there)"
+                    )
+                elif not waiting.sent:
+                    # With IMMEDIATE set, a send fails until the connection is up: retry.
+                    waiting.sent = waiting.outbox.send(waiting.frames)
+                if addr in answers:
+                    del pending[addr]
+            sent = [waiting.outbox for waiting in pending.values() if waiting.sent]
+            if not pending:
+                break
+            poll_ms = max(1, min(int((deadline - now) * 1000), 50))
+            if len(sent) < len(pending):
+                poll_ms = min(poll_ms, 10)  # some sends still wait for their connection
             if not sent:
-                # With IMMEDIATE set, a send fails until the connection is up: retry briefly.
-                sent = outbox.send(frames)
-                if not sent:
-                    time.sleep(0.01)
+                time.sleep(poll_ms / 1000)
+                continue
+            ready = {id(outbox) for outbox in wait_any(sent, poll_ms)}
+            for addr, waiting in list(pending.items()):
+                if id(waiting.outbox) not in ready:
                     continue
-            if not wait_any([outbox], min(remaining_ms, 50)):
-                continue
-            reply_frames = outbox.receive()
-            if reply_frames is None:
-                continue
-            try:
-                reply = decode(reply_frames)
-            except FrameError:
-                continue  # not a reply we can read; wait for ours
-            if not isinstance(reply, _REPLIES) or reply.req != request_id:
-                continue  # a late reply to an earlier, timed-out request
-            if isinstance(reply, Error):
-                raise RuntimeError(f"node at {addr}: {reply.message}")
-            if not isinstance(reply, expect):
-                raise RuntimeError(f"node at {addr} answered {reply.kind.name}, not {expect}")
-            return reply
+                answer = _receive_reply(addr, waiting, expect)
+                if answer is not None:
+                    answers[addr] = answer
+                    del pending[addr]
+        return answers
 
     def ping(self, addr: str) -> NodeId:
         """The id of the node answering at ``addr``."""
@@ -107,11 +141,7 @@ class Client:
 
     def view(self, addr: str) -> View:
         """The view of the node at ``addr``."""
-        reply = self.request(addr, ViewRequest, ViewReply)
-        try:
-            return View.from_wire(unpack_body(reply.body))
-        except ValueError as error:
-            raise RuntimeError(f"node at {addr} sent a malformed view: {error}") from None
+        return _view_of(addr, self.request(addr, ViewRequest, ViewReply))
 
     def status(self, addr: str) -> dict[str, Any]:
         """The status map of the node at ``addr``."""
@@ -122,6 +152,17 @@ class Client:
         """Accept the loss of the offline slots of the node at ``addr``; how many it brought
         back (empty)."""
         return self.request(addr, RecoverRequest, RecoverReply).accepted
+
+    def status_each(self, addrs: Sequence[str]) -> dict[str, dict[str, Any] | NodeUnreachable]:
+        """The status map of every node at ``addrs``, asked at once, or why it is missing."""
+        statuses: dict[str, dict[str, Any] | NodeUnreachable] = {}
+        for addr, answer in self.request_each(addrs, StatusRequest, StatusReply).items():
+            if isinstance(answer, RuntimeError):
+                raise answer
+            statuses[addr] = (
+                answer if isinstance(answer, NodeUnreachable) else unpack_body(answer.body)
+            )
+        return statuses
 
     def query(self, addr: str, key: str | int) -> dict[str, Any]:
         """``{"owner": bool, "slot": int, "state": dict | None}`` for ``key`` at ``addr``."""
@@ -150,20 +191,59 @@ class Client:
         self._outboxes.clear()
 
 
+@dataclass
+class _Pending:
+    """A request sent (or still to send) to one node, waiting for its reply."""
+
+    outbox: Outbox
+    request_id: RequestId
+    frames: list[bytes]
+    sent: bool = False
+
+
+def _receive_reply(
+    addr: str, waiting: _Pending, expect: type[Reply]
+) -> Reply | RuntimeError | None:
+    """The reply to ``waiting`` among the messages queued on its outbox, or None if it has
+    not come yet (replies to earlier, timed-out requests and unreadable frames are
+    skipped)."""
+    while (reply_frames := waiting.outbox.receive()) is not None:
+        try:
+            reply = decode(reply_frames)
+        except FrameError:
+            continue
+        if not isinstance(reply, _REPLIES) or reply.req != waiting.request_id:
+            continue
+        if isinstance(reply, Error):
+            return RuntimeError(f"node at {addr}: {reply.message}")
+        if not isinstance(reply, expect):
+            return RuntimeError(f"node at {addr} answered {reply.kind.name}, not {expect}")
+        return reply
+    return None
+
+
 def cluster_view(client: Client, addrs: Sequence[str]) -> View:
     """The merged view of every node at ``addrs`` that answers; NodeUnreachable if none does."""
     merged: View | None = None
     failures = []
-    for addr in addrs:
-        try:
-            view = client.view(addr)
-        except NodeUnreachable as error:
-            failures.append(str(error))
+    for addr, answer in client.request_each(addrs, ViewRequest, ViewReply).items():
+        if isinstance(answer, NodeUnreachable):
+            failures.append(str(answer))
             continue
+        if isinstance(answer, RuntimeError):
+            raise answer
+        view = _view_of(addr, answer)
         merged = view if merged is None else merged.merge(view)
     if merged is None:
         raise NodeUnreachable("no node of the cluster answers: " + "; ".join(failures))
     return merged
+
+
+def _view_of(addr: str, reply: ViewReply) -> View:
+    try:
+        return View.from_wire(unpack_body(reply.body))
+    except ValueError as error:
+        raise RuntimeError(f"node at {addr} sent a malformed view: {error}") from None
 
 
 def fetch_view(addrs: Sequence[str], timeout_ms: int = REQUEST_TIMEOUT_MS_DEFAULT) -> View:

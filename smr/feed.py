@@ -54,6 +54,11 @@ def check_inputs(paths: Sequence[str]) -> None:
     for path in paths:
         if path == "-":
             continue
+        if os.path.isdir(path):
+            raise InputError(
+                f"input {path!r} is a directory; smr feed takes files (pass {path}/* for its "
+                "files, or stream the directory with smr spark-feed --input)"
+            )
         if not os.path.isfile(path):
             raise InputError(f"input file {path!r} does not exist")
         if not os.access(path, os.R_OK):

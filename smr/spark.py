@@ -173,9 +173,11 @@ def check_input_dir(directory: Path) -> None:
     if not directory.exists():
         raise SparkFeedError(f"input directory {str(directory)!r} does not exist")
     if not directory.is_dir():
+        what = "a file" if directory.is_file() else "not a directory"
         raise SparkFeedError(
-            f"input {str(directory)!r} is not a directory: Spark's file source streams the "
-            "files of a directory"
+            f"input {str(directory)!r} is {what}; --input takes a directory of text files "
+            "(Spark's file source streams the files of a directory: put the file in one, or "
+            "feed it with smr feed)"
         )
     if not os.access(directory, os.R_OK | os.X_OK):
         raise SparkFeedError(f"input directory {str(directory)!r} is not readable")

@@ -167,8 +167,11 @@ def write_spec(cluster_dir: Path, spec: ClusterSpec) -> None:
     """Write ``DIR/cluster.json`` atomically (readers never see half a file)."""
     path = cluster_dir / CLUSTER_FILE
     temporary = path.with_suffix(".tmp")
-    temporary.write_text(json.dumps(spec_to_json(spec), indent=2) + "\n")
-    os.replace(temporary, path)
+    try:
+        temporary.write_text(json.dumps(spec_to_json(spec), indent=2) + "\n")
+        os.replace(temporary, path)
+    finally:
+        temporary.unlink(missing_ok=True)  # left only if writing failed
 
 
 def spec_to_json(spec: ClusterSpec) -> dict[str, Any]:

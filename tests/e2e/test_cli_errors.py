@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 from pathlib import Path
 
 import pytest
@@ -94,3 +95,59 @@ def test_fault_on_unknown_node(cluster: Cluster) -> None:
     cluster.up(1)
     result = cluster.smr("fault", "kill", "n9", "--cluster", str(cluster.dir), check=False)
     _assert_one_line_error(result, "no node 'n9'", "n0")
+
+
+def test_status_fits_80_columns_and_exits_1_naming_an_unreachable_node(cluster: Cluster) -> None:
+    cluster.up(3)
+    cluster.smr("fault", "kill", "n1", "--cluster", str(cluster.dir))
+    result = cluster.smr("status", "--cluster", str(cluster.dir), check=False)
+    assert result.returncode == 1, result
+    assert max(len(line) for line in result.stdout.splitlines()) <= 80, result.stdout
+    assert "…" not in result.stdout, result.stdout
+    n1_addr = next(n["addr"] for n in cluster.spec()["nodes"] if n["id"] == "n1")
+    assert f"1 of 3 nodes unreachable: n1 ({n1_addr})" in result.stderr
+
+
+def test_feed_warns_once_about_a_file_that_is_not_text_and_goes_on(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    binary = tmp_path / "random.bin"
+    binary.write_bytes(random.Random(3).randbytes(100_000))
+    text = tmp_path / "words.txt"
+    text.write_text("call me ishmael\n", encoding="utf-8")
+    cluster.up(1)
+    result = cluster.feed(str(binary), str(text))
+    warnings = [line for line in result.stderr.splitlines() if "does not look like text" in line]
+    assert len(warnings) == 1, result.stderr
+    assert warnings[0].startswith(f"smr: warning: {binary} ") and "NUL" in warnings[0]
+    assert cluster.counts()["ishmael"] == 1
+
+
+def test_feed_with_another_jobs_map_is_refused_naming_both_jobs(cluster: Cluster) -> None:
+    cluster.up(1)
+    result = cluster.feed(EXAMPLE_BOOKS[0], job="tests.e2e.jobs:announcing", check=False)
+    _assert_one_line_error(
+        result,
+        "--job tests.e2e.jobs:announcing is not the cluster's job examples.wordcount:job",
+        "omit --job",
+    )
+    assert cluster.dump() == {}
+
+
+def test_feed_without_job_runs_the_clusters_job(cluster: Cluster, tmp_path: Path) -> None:
+    text = tmp_path / "words.txt"
+    text.write_text("call me ishmael\ncall me\n", encoding="utf-8")
+    cluster.up(1)
+    cluster.smr("feed", "--cluster", str(cluster.dir), str(text))
+    assert cluster.counts() == {"call": 2, "me": 2, "ishmael": 1}
+
+
+def test_a_dump_that_fails_leaves_no_partial_file(cluster: Cluster, tmp_path: Path) -> None:
+    cluster.up(2)  # r = 0: nobody takes over n1, so its keys cannot be dumped
+    cluster.feed(EXAMPLE_BOOKS[0])
+    cluster.smr("fault", "kill", "n1", "--cluster", str(cluster.dir))
+    out = tmp_path / "dump.jsonl"
+    result = cluster.smr("dump", "--cluster", str(cluster.dir), "--out", str(out), check=False)
+    n1_addr = next(n["addr"] for n in cluster.spec()["nodes"] if n["id"] == "n1")
+    _assert_one_line_error(result, n1_addr)
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("dump")) == []

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -78,6 +79,11 @@ def test_spark_feed_delivers_every_word_exactly(cluster: Cluster, tmp_path: Path
     cluster.up(3, JOB, "--replication", "1")
     result = spark_feed(cluster, tmp_path / "input", extra=("--max-files-per-trigger", "4"))
     assert "batch 2:" in result.stdout  # 12 files, 4 per batch: three batches
+    total_words = sum(word_counts(paths).values())
+    assert f"fed {total_words:,} tuples from " in result.stdout
+    assert re.search(
+        r"records read in 3 batches \(every tuple acked\), [\d.]+ s in all", result.stdout
+    )
     assert cluster.counts() == word_counts(paths)
 
 
@@ -86,7 +92,8 @@ def test_a_task_that_fails_after_emitting_is_retried_exactly_once(
 ) -> None:
     paths = split_books(tmp_path / "input", files=4)
     marker = tmp_path / "failed-once"
-    cluster.up(3, JOB, "--replication", "1")
+    # The nodes run the feeding job (its reduce is word count's): smr refuses another job.
+    cluster.up(3, "tests.e2e.jobs:failing_once", "--replication", "1")
     spark_feed(
         cluster,
         tmp_path / "input",
@@ -114,8 +121,8 @@ def test_a_driver_killed_mid_batch_resumes_from_its_checkpoint_exactly_once(
     # 6 files of 2000 lines, one per batch: at 0.5 ms a line a batch maps for about 1 s.
     paths = split_books(tmp_path / "input", files=6, lines_max=12_000)
     checkpoint = tmp_path / "checkpoint"
-    cluster.up(3, JOB, "--replication", "1")
     job = "tests.e2e.jobs:slow_wordcount"
+    cluster.up(3, job, "--replication", "1")
     extra = ("--no-combine", "--max-files-per-trigger", "1", "--checkpoint", str(checkpoint))
     driver = subprocess.Popen(
         spark_feed_args(cluster, tmp_path / "input", job, *extra),
@@ -151,6 +158,38 @@ def test_a_driver_killed_mid_batch_resumes_from_its_checkpoint_exactly_once(
     assert "batch 2:" in result.stdout, "the restart did not run the killed batch again"
     assert duplicates_dropped(cluster) > duplicates_before
     assert cluster.counts() == word_counts(paths)
+
+
+def test_a_failed_query_still_says_what_it_fed_before_the_error(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    input_dir = tmp_path / "input"
+    input_dir.mkdir()
+    (input_dir / "good.txt").write_text("one two\nthree\n")
+    (input_dir / "bad.txt").write_text("four MAPFAIL\n")  # tests.e2e.jobs:failing_map raises
+    os.utime(input_dir / "good.txt", (1_000_000_000, 1_000_000_000))  # Spark reads it first
+    cluster.up(1, "tests.e2e.jobs:failing_map")
+    result = subprocess.run(
+        spark_feed_args(
+            cluster,
+            input_dir,
+            "tests.e2e.jobs:failing_map",
+            "--once",
+            "--master",
+            "local[1,2]",
+            "--max-files-per-trigger",
+            "1",
+        ),
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=SPARK_TIMEOUT_S,
+    )
+    assert result.returncode == 1, result.stderr
+    assert re.search(
+        r"^fed 3 tuples from 2 records read in 1 batches .*s in all$", result.stdout, re.M
+    ), result.stdout
+    assert result.stderr.strip().splitlines()[-1].startswith("smr: error: ")
 
 
 # -- errors a Spark user can act on (all found before Spark starts) ---------------------------

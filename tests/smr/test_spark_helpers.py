@@ -3,6 +3,7 @@ must give a re-run the same tuples in the same order."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -93,3 +94,13 @@ def test_socket_inputs_are_parsed_and_paths_are_left_alone() -> None:
     for bad in ("socket://nohost", "socket://:80", "socket://h:0", "socket://h:port"):
         with pytest.raises(smr_spark.SparkFeedError, match="socket://HOST:PORT"):
             smr_spark.parse_socket_ref(bad)
+
+
+def test_a_file_given_as_the_input_directory_is_called_a_file(tmp_path: Path) -> None:
+    book = tmp_path / "book.txt"
+    book.write_text("call me ishmael\n")
+    with pytest.raises(smr_spark.SparkFeedError) as error:
+        smr_spark.check_input_dir(book)
+    message = str(error.value)
+    assert f"{str(book)!r} is a file; --input takes a directory of text files" in message
+    assert "does not exist" not in message

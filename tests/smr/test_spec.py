@@ -243,3 +243,13 @@ def test_malformed_spec_names_the_file_and_the_field(
     write_raw(tmp_path, raw)
     with pytest.raises(ClusterError, match=r"cluster\.json is malformed: .*" + message):
         read_spec(tmp_path)
+
+
+def test_a_spec_write_that_fails_leaves_no_temporary_file(tmp_path: Path) -> None:
+    write_raw(tmp_path, OLD_FILE)
+    spec = read_spec(tmp_path)
+    (tmp_path / "cluster.json").unlink()
+    (tmp_path / "cluster.json").mkdir()  # os.replace onto a directory fails
+    with pytest.raises(OSError):
+        write_spec(tmp_path, spec)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cluster.json"]

@@ -1,0 +1,159 @@
+"""``smr status``: ask every node at once, and show the answers as a table that fits.
+
+The table fits the terminal (80 columns when the output is not one, or ``COLUMNS``): when
+every column does not fit, the least useful are left out, last first, in the order of
+``COLUMNS_BY_PRIORITY``, and a note under the table names them (``--json`` has them all).
+Reduce errors (``tuples_failed``: the user's ``reduce`` raised) and bad frames
+(``bad_frames``: malformed or oversize frames dropped) are separate columns, because they
+call for different fixes: the job's code, or whatever is sending to the node.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from rich import box
+from rich.console import Console
+from rich.measure import Measurement
+from rich.table import Table
+
+from smr.client import Client, NodeUnreachable
+from smr.spec import ClusterSpec
+
+Row = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column: its header (a line break keeps it narrow) and its cell for a node up."""
+
+    header: str
+    cell: Callable[[Row], str]
+
+
+# Most useful first; a narrow terminal loses columns from the end of this list.
+COLUMNS_BY_PRIORITY: Final = (
+    Column("node", lambda row: str(row["node"])),
+    # An answering node shows its role: serving, standby, or fenced (rejoined empty).
+    Column("state", lambda row: str(row.get("role", row["state"]))),
+    Column("keys", lambda row: f"{row['keys']:,}"),
+    Column("offline\nslots", lambda row: f"{row.get('offline_slots', 0):,}"),
+    Column("reduce\nerrors", lambda row: f"{row['tuples_failed']:,}"),
+    Column("bad\nframes", lambda row: f"{row['bad_frames']:,}"),
+    Column("under-\nreplicated", lambda row: f"{row['under_replicated_slots']:,}"),
+    Column("tuples/s", lambda row: f"{row['tuples_per_s']:,.0f}"),
+    Column("applied", lambda row: f"{row['tuples_applied']:,}"),
+    Column("range", lambda row: f"{row['range_share']:.1%}"),
+    Column("token", lambda row: "-" if row["token"] is None else str(row["token"])),
+)
+# The order the kept columns are shown in.
+_DISPLAY_ORDER: Final = (
+    "node",
+    "state",
+    "token",
+    "range",
+    "keys",
+    "offline\nslots",
+    "tuples/s",
+    "applied",
+    "reduce\nerrors",
+    "bad\nframes",
+    "under-\nreplicated",
+)
+_ALWAYS_SHOWN: Final = 2  # node and state
+_UNBOUNDED_WIDTH: Final = 10_000
+
+
+def collect(spec: ClusterSpec, client: Client) -> list[Row]:
+    """One row per node of ``spec``: its status map with ``state`` "up", or ``state``
+    "unreachable" with the reason. Every node is asked at once."""
+    answers = client.status_each([node.addr for node in spec.nodes])
+    rows: list[Row] = []
+    for node in spec.nodes:
+        answer = answers[node.addr]
+        if isinstance(answer, NodeUnreachable):
+            rows.append(
+                {
+                    "node": node.id,
+                    "state": "unreachable",
+                    "addr": node.addr,
+                    "pid": node.pid,
+                    "error": str(answer),
+                }
+            )
+        else:
+            rows.append({"state": "up", **answer})
+    return rows
+
+
+def offline_line(rows: Sequence[Row]) -> str | None:
+    """One line naming the slots that lost their state beyond the replication factor and
+    refuse tuples (per node), or None if there are none: loss is loud."""
+    offline = {row["node"]: row["offline_slots"] for row in rows if row.get("offline_slots")}
+    if not offline:
+        return None
+    where = ", ".join(f"{node}: {count}" for node, count in offline.items())
+    return (
+        f"smr: {sum(offline.values())} slots lost their state beyond the replication factor "
+        f"and refuse tuples ({where}); 'smr recover --cluster DIR --accept-loss' brings them "
+        "back empty"
+    )
+
+
+def unreachable_line(rows: Sequence[Row]) -> str | None:
+    """One line naming the nodes that did not answer, or None if all did."""
+    missing = [row for row in rows if row["state"] != "up"]
+    if not missing:
+        return None
+    named = ", ".join(f"{row['node']} ({row['addr']})" for row in missing)
+    return (
+        f"smr: {len(missing)} of {len(rows)} nodes unreachable: {named}; see their logs in "
+        "CLUSTER/logs/, or 'smr status --json' for each reason"
+    )
+
+
+def table(rows: Sequence[Row], title: str, width: int) -> tuple[Table, list[str]]:
+    """The status table for ``rows``, with as many columns as fit in ``width``, and the
+    headers of the columns left out."""
+    kept = list(COLUMNS_BY_PRIORITY)
+    # Measured unbounded: rich clamps a measurement to the width it is given.
+    console = Console(width=_UNBOUNDED_WIDTH)
+    while True:
+        candidate = _table(rows, title, kept)
+        needed = Measurement.get(console, console.options, candidate).maximum
+        if needed <= width or len(kept) <= _ALWAYS_SHOWN:
+            left_out = [_one_line(c.header) for c in COLUMNS_BY_PRIORITY if c not in kept]
+            return candidate, left_out
+        kept.pop()
+
+
+def print_table(rows: Sequence[Row], title: str, console: Console | None = None) -> None:
+    """Print the table to ``console`` (standard output by default), fitting its width."""
+    console = console or Console()
+    shown, left_out = table(rows, title, console.width)
+    console.print(shown)
+    if left_out:
+        console.print(f"not shown at this width: {', '.join(left_out)} (see --json)")
+
+
+def _table(rows: Sequence[Row], title: str, columns: Sequence[Column]) -> Table:
+    ordered = sorted(columns, key=lambda c: _DISPLAY_ORDER.index(c.header))
+    shown = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False)
+    for column in ordered:
+        shown.add_column(
+            column.header,
+            justify="left" if column.header in ("node", "state") else "right",
+            no_wrap=True,
+        )
+    for row in rows:
+        if row["state"] != "up":
+            shown.add_row(*(c.cell(row) if c.header in ("node", "state") else "-" for c in ordered))
+        else:
+            shown.add_row(*(c.cell(row) for c in ordered))
+    return shown
+
+
+def _one_line(header: str) -> str:
+    return header.replace("-\n", "-").replace("\n", " ")

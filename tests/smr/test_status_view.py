@@ -1,0 +1,65 @@
+"""``smr status``'s table fits the terminal and keeps reduce errors and bad frames apart."""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+import pytest
+from rich.console import Console
+
+from smr import status_view
+
+UP: dict[str, Any] = {
+    "node": "n0",
+    "state": "up",
+    "token": 12288,
+    "range_share": 0.5,
+    "keys": 123_456,
+    "tuples_per_s": 250_000.0,
+    "tuples_applied": 12_345_678,
+    "tuples_failed": 7,
+    "bad_frames": 300,
+    "under_replicated_slots": 4096,
+}
+DOWN: dict[str, Any] = {
+    "node": "n1",
+    "state": "unreachable",
+    "addr": "tcp://127.0.0.1:9",
+    "pid": 1,
+    "error": "node at tcp://127.0.0.1:9 accepts no connection",
+}
+
+
+def _printed(width: int) -> list[str]:
+    console = Console(width=width, record=True, file=io.StringIO())
+    status_view.print_table([UP, DOWN], "smr cluster /tmp/some/cluster", console)
+    return console.export_text().splitlines()
+
+
+@pytest.mark.parametrize("width", [80, 60, 40])
+def test_status_table_fits_the_terminal_width(width: int) -> None:
+    lines = _printed(width)
+    assert max(len(line) for line in lines) <= width
+    assert not any("…" in line for line in lines), "\n".join(lines)
+
+
+def test_status_shows_reduce_errors_and_bad_frames_in_columns_of_their_own() -> None:
+    lines = _printed(80)
+    header = " ".join(lines)
+    assert "reduce" in header and "errors" in header and "frames" in header
+    n0 = next(line.split() for line in lines if line.split()[:1] == ["n0"])
+    assert "7" in n0 and "300" in n0 and "307" not in n0
+
+
+def test_status_at_80_columns_leaves_out_the_least_useful_columns_and_says_so() -> None:
+    lines = _printed(80)
+    assert any(line.startswith("not shown at this width: ") for line in lines)
+    assert any("n1" in line and "unreachable" in line for line in lines)
+
+
+def test_unreachable_line_names_each_node_that_did_not_answer() -> None:
+    assert status_view.unreachable_line([UP]) is None
+    line = status_view.unreachable_line([UP, DOWN])
+    assert line is not None
+    assert "1 of 2 nodes unreachable" in line and "n1 (tcp://127.0.0.1:9)" in line
