@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import EXAMPLE_BOOKS, Cluster
+from tests.e2e.conftest import EXAMPLE_BOOKS, JOB, Cluster
 
 pytestmark = pytest.mark.e2e
 
@@ -143,7 +143,7 @@ def test_feed_without_job_runs_the_clusters_job(cluster: Cluster, tmp_path: Path
 
 
 def test_a_dump_that_fails_leaves_no_partial_file(cluster: Cluster, tmp_path: Path) -> None:
-    cluster.up(2)  # r = 0: nobody takes over n1, so its keys cannot be dumped
+    cluster.up(2, JOB, "--replication", "0")  # nobody takes over n1: its keys cannot be dumped
     cluster.feed(EXAMPLE_BOOKS[0])
     cluster.smr("fault", "kill", "n1", "--cluster", str(cluster.dir))
     out = tmp_path / "dump.jsonl"
