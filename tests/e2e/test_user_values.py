@@ -127,3 +127,15 @@ def test_a_50_mb_line_is_a_failed_record_and_the_feeder_stays_small(
     assert f"record at {text}:2 is longer than 1048576 bytes (--max-record-bytes)" in err
     assert cluster.counts() == {"the": 2, "cat": 1, "end": 1}
     assert rss_peak < 300 * 2**20
+
+
+def test_a_line_over_the_bound_on_standard_input_is_a_failed_record(cluster: Cluster) -> None:
+    cluster.up(2)
+    long_line = "y" * 3_000_000
+    result = cluster.feed(
+        "-", input_text=f"the cat\n{long_line}\nthe end\n{long_line}", check=False
+    )
+    assert result.returncode == 1, result.stderr
+    assert "record at -:2 is longer than 1048576 bytes" in result.stderr
+    assert "record at -:4 is longer" in result.stderr
+    assert cluster.counts() == {"the": 2, "cat": 1, "end": 1}
