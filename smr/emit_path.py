@@ -9,7 +9,7 @@ tuple that would take its estimated encoded size past ``batch_bytes``.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 from smr.values import (
@@ -88,24 +88,25 @@ def make_emit(emitter: Emitter) -> EmitPair:
             dispatch(dest)
 
     def emit(key: Any, value: Any) -> None:
-        slot = slot_cache_get(key)
-        # A cached key was checked when cached; True and 1.0 find 1's entry: hence the class.
-        if not (
-            slot is not None
-            and value.__class__ is int
+        # A cached key was checked when cached; the class test comes first, since an
+        # unhashable key cannot be looked up and True or 1.0 would find 1's entry.
+        if (
+            value.__class__ is int
             and not value >> 63
             and fast
             and (key.__class__ is str or key.__class__ is int)
         ):
-            emit_sized(key, value, row_bytes(key, value, batch_bytes))
-            return
-        dest = dest_of_slot[slot]
-        seq = seqs[slot] + 1
-        seqs[slot] = seq
-        rows = open_rows[dest]
-        rows.append((slot, seq, key, value, now()))
-        if len(rows) >= batch_size:
-            dispatch(dest)
+            slot = slot_cache_get(key)
+            if slot is not None:
+                dest = dest_of_slot[slot]
+                seq = seqs[slot] + 1
+                seqs[slot] = seq
+                rows = open_rows[dest]
+                rows.append((slot, seq, key, value, now()))
+                if len(rows) >= batch_size:
+                    dispatch(dest)
+                return
+        emit_sized(key, value, row_bytes(key, value, batch_bytes))
 
     return emit, emit_sized
 
@@ -161,3 +162,29 @@ def make_combining_emit(emitter: Emitter) -> EmitPair:
             emit_sized(key, value, row_bytes(key, value, batch_bytes))
 
     return emit, emit_sized
+
+
+def make_emit_record(
+    emitter: Emitter, emit: Callable[[Any, Any], None]
+) -> Callable[[Sequence[tuple[Any, Any]]], None]:
+    """``emit_record(pairs)``: check every pair of one record, then ``emit`` them all; a bad
+    one raises :class:`smr.values.EmitError` before any is emitted, so a record's tuples go
+    out all or none. The common pair is checked inline as in ``emit``."""
+    slot_cache_get = emitter._slot_cache.get
+    batch_bytes = emitter.batch_bytes
+    fast = _byte_bounds(emitter)[2]
+
+    def emit_record(pairs: Sequence[tuple[Any, Any]]) -> None:
+        for key, value in pairs:
+            if not (
+                value.__class__ is int
+                and not value >> 63
+                and fast
+                and (key.__class__ is str or key.__class__ is int)
+                and slot_cache_get(key) is not None
+            ):
+                row_bytes(key, value, batch_bytes)
+        for key, value in pairs:
+            emit(key, value)
+
+    return emit_record

@@ -48,7 +48,12 @@ from ring.ids import Epoch, NodeId
 from ring.placement import Ring
 from ring.view import Status, View
 from smr.channels import Channel, DeliveryError, OutBatch, Row, encode_within, slot_and_seq
-from smr.emit_path import CACHED_KEY_CHARS_MAX, make_combining_emit, make_emit
+from smr.emit_path import (
+    CACHED_KEY_CHARS_MAX,
+    make_combining_emit,
+    make_emit,
+    make_emit_record,
+)
 from smr.protocol import (
     Ack,
     Batch,
@@ -162,6 +167,8 @@ class Emitter:
         self.emit: Callable[[Any, Any], None]
         self.emit_sized: Callable[[Any, Any, int], None]
         self.emit, self.emit_sized = make_combining_emit(self) if combine else make_emit(self)
+        # emit_record(pairs): every pair of one record checked, then all emitted, or none.
+        self.emit_record = make_emit_record(self, self.emit)
 
     # -- routing ----------------------------------------------------------------------------
 

@@ -28,7 +28,7 @@ from typing import IO, Any, Final
 
 from smr.api import Job
 from smr.emitter import Emitter
-from smr.values import EmitError, row_bytes
+from smr.values import EmitError
 
 # Failed records (map raised, bad emit, too long) reported one by one; the rest are counted.
 MAP_FAILURES_REPORTED_MAX: Final = 5
@@ -150,31 +150,25 @@ def feed(
     """Run ``job.map`` over every line of ``paths`` and emit into ``emitter``, then wait
     until every tuple is acked (``emitter.close``). ``progress`` gets bytes read so far.
 
-    Per record: 1. read it (bounded); 2. run ``map``, checking each emit as it is collected
-    (a bad one is remembered, not raised into the user's code); 3. only if ``map`` returned
-    and every emit is good, hand them all to the emitter."""
+    Per record: 1. read it (bounded); 2. run ``map``, collecting its emits; 3. only if
+    ``map`` returned, hand them to the emitter, which checks them all before it emits any
+    (``Emitter.emit_record``)."""
     started = time.monotonic()
     records = 0
     counts = {"map": 0, "emit": 0, "long": 0}
-    pairs: list[tuple[Any, Any, int]] = []
+    pairs: list[tuple[Any, Any]] = []
     collect = pairs.append
-    bad_emits: list[EmitError] = []
-    emit_sized = emitter.emit_sized
-    bytes_max = emitter.batch_bytes
+    emit_record = emitter.emit_record
     user_map = job.map
 
     def collect_pair(key: Any, value: Any) -> None:
-        try:
-            collect((key, value, row_bytes(key, value, bytes_max)))
-        except EmitError as error:
-            bad_emits.append(error)
+        collect((key, value))
 
     def failed(kind: str, message: str) -> None:
         counts[kind] += 1
         if sum(counts.values()) <= MAP_FAILURES_REPORTED_MAX:
             report(message)
         pairs.clear()
-        bad_emits.clear()
 
     done_bytes = 0
     for path in paths:
@@ -198,12 +192,11 @@ def feed(
                 except Exception as error:
                     failed("map", f"map failed at {path}:{number}: {type(error).__name__}: {error}")
                     continue
-                if bad_emits:
-                    more = f" (and {len(bad_emits) - 1} more)" if len(bad_emits) > 1 else ""
-                    failed("emit", f"bad emit at {path}:{number}: {bad_emits[0]}{more}")
+                try:
+                    emit_record(pairs)
+                except EmitError as error:
+                    failed("emit", f"bad emit at {path}:{number}: {error}")
                     continue
-                for key, value, size in pairs:
-                    emit_sized(key, value, size)
                 pairs.clear()
                 if progress is not None and raw is not None and number % 4096 == 0:
                     progress(done_bytes + raw.tell())
