@@ -23,7 +23,7 @@ from checkpoint.ids import MapperId
 from smr import cluster as local_cluster
 from smr.api import JobLoadError, load_job
 from smr.channels import DeliveryError
-from smr.client import Client, NodeUnreachable, cluster_view, fetch_view
+from smr.client import Client, NodeRefused, NodeUnreachable, cluster_view, fetch_view
 from smr.emitter import (
     BATCH_BYTES_DEFAULT,
     BATCH_BYTES_MAX,
@@ -43,6 +43,7 @@ USER_ERRORS = (
     ClusterError,
     JobLoadError,
     NodeUnreachable,
+    NodeRefused,
     DeliveryError,
     TransportError,
     InputError,

@@ -48,6 +48,11 @@ class NodeUnreachable(Exception):
     """A node did not answer a request in time."""
 
 
+class NodeRefused(RuntimeError):
+    """A node answered a request with ERROR (its message says why, e.g. a key whose state
+    cannot be encoded in a reply)."""
+
+
 class Client:
     """Sends control requests to the nodes of a cluster; one socket per node address."""
 
@@ -62,8 +67,8 @@ class Client:
         """Send the request ``make(request id)`` to ``addr`` and return the matching reply,
         of type ``expect``.
 
-        Raises NodeUnreachable if no reply comes within the timeout, and RuntimeError with the
-        node's message if it answers with ERROR (or with a reply of another kind).
+        Raises NodeUnreachable if no reply comes within the timeout, NodeRefused with the
+        node's message if it answers with ERROR, and RuntimeError for a reply of another kind.
         """
         outbox = self._outboxes.get(addr)
         if outbox is None:
@@ -94,7 +99,7 @@ class Client:
             if not isinstance(reply, _REPLIES) or reply.req != request_id:
                 continue  # a late reply to an earlier, timed-out request
             if isinstance(reply, Error):
-                raise RuntimeError(f"node at {addr}: {reply.message}")
+                raise NodeRefused(f"node at {addr}: {reply.message}")
             if not isinstance(reply, expect):
                 raise RuntimeError(f"node at {addr} answered {reply.kind.name}, not {expect}")
             return reply
