@@ -128,6 +128,14 @@ def encode_delta(delta: Delta) -> bytes:
     return encoded
 
 
+def encode_field_value(value: Any) -> bytes:
+    """Encode one field value as a delta carries it; raises (``DeltaError``, ``TypeError``,
+    ``OverflowError``, ...) if a delta could not carry it. For checking a value before it
+    enters the store."""
+    encoded: bytes = msgpack.packb(_to_wire(value))
+    return encoded
+
+
 def decode_delta(data: bytes, max_bytes: int = DELTA_BYTES_MAX_DEFAULT) -> Delta:
     """Decode and validate an encoded delta received from the network.
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from ring.ids import NodeId
+from smr.batch_body import encode_batch_body
 from smr.protocol import ChannelNumber
 from smr.transport import ChannelEnd
 
@@ -23,6 +24,19 @@ Row = tuple[int, int, Any, Any, float]  # slot, seq, key, value, ts
 def slot_and_seq(row: Row) -> tuple[int, int]:
     """The slot and seq of a row (the key a batch's rows are sorted by)."""
     return row[0], row[1]
+
+
+def encode_within(rows: list[Row], body_bytes_max: int) -> list[tuple[list[Row], bytes]]:
+    """Encode ``rows`` as one batch body, or, if that comes out over ``body_bytes_max`` bytes,
+    as consecutive halves (recursively), so each part fits in a frame. The emitter cuts
+    batches by estimated bytes, so a split happens only after a re-route merged batches or
+    a ``combine`` grew its values; a single row over the bound stays one part."""
+    slots, seqs, keys, values, ts = zip(*rows, strict=True)
+    body = encode_batch_body(slots, seqs, keys, values, ts)
+    if len(body) <= body_bytes_max or len(rows) == 1:
+        return [(rows, body)]
+    half = len(rows) // 2
+    return encode_within(rows[:half], body_bytes_max) + encode_within(rows[half:], body_bytes_max)
 
 
 @dataclass

@@ -2,8 +2,9 @@
 
 Every user error (unknown flag, bad value, missing job module or input file, unreachable
 cluster) is one line on standard error starting with ``smr: error:`` and exit code 2, never a
-traceback. A feed whose ``map`` raised on some records exits 1 after delivering the rest;
-``smr status`` exits 1 when a node does not answer, naming it.
+traceback. A feed with failed records (``map`` raised, a bad emit, a line too long) exits 1
+after delivering the rest; ``smr status`` exits 1 when a node does not answer, naming it, or
+when slots are offline.
 """
 
 from __future__ import annotations
@@ -23,9 +24,15 @@ from checkpoint.ids import MapperId
 from smr import cluster as local_cluster
 from smr.api import JobLoadError, load_job
 from smr.channels import DeliveryError
-from smr.client import Client, NodeUnreachable, cluster_view, fetch_view
-from smr.emitter import BATCH_SIZE_DEFAULT, WINDOW_BATCHES_DEFAULT, Emitter
-from smr.feed import InputError, check_inputs, feed, total_bytes
+from smr.client import Client, NodeRefused, NodeUnreachable, cluster_view, fetch_view
+from smr.emitter import (
+    BATCH_BYTES_DEFAULT,
+    BATCH_BYTES_MAX,
+    BATCH_SIZE_DEFAULT,
+    WINDOW_BATCHES_DEFAULT,
+    Emitter,
+)
+from smr.feed import MAX_RECORD_BYTES_DEFAULT, InputError, check_inputs, feed, total_bytes
 from smr.protocol import FrameError, Output, decode
 from smr.spark import MASTER_DEFAULT, MAX_FILES_PER_TRIGGER_DEFAULT, BatchReport, SparkFeedError
 from smr.spec import ClusterError, ClusterSpec, read_spec
@@ -38,6 +45,7 @@ USER_ERRORS = (
     ClusterError,
     JobLoadError,
     NodeUnreachable,
+    NodeRefused,
     DeliveryError,
     TransportError,
     InputError,
@@ -153,6 +161,20 @@ def cluster_job(spec: ClusterSpec, cluster_dir: Path, job_ref: str | None) -> st
 @job_of_cluster_option
 @click.option("--batch-size", default=BATCH_SIZE_DEFAULT, show_default=True, type=click.IntRange(1))
 @click.option(
+    "--batch-bytes",
+    default=BATCH_BYTES_DEFAULT,
+    show_default=True,
+    type=click.IntRange(1024, BATCH_BYTES_MAX),
+    help="Encoded bytes a batch may reach; also the most one tuple may take.",
+)
+@click.option(
+    "--max-record-bytes",
+    default=MAX_RECORD_BYTES_DEFAULT,
+    show_default=True,
+    type=click.IntRange(1),
+    help="A longer input line is skipped and counted as a failed record.",
+)
+@click.option(
     "--window",
     default=WINDOW_BATCHES_DEFAULT,
     show_default=True,
@@ -166,6 +188,8 @@ def feed_command(
     cluster_dir: Path,
     job_ref: str | None,
     batch_size: int,
+    batch_bytes: int,
+    max_record_bytes: int,
     window: int,
     no_combine: bool,
     progress: bool | None,
@@ -192,6 +216,7 @@ def feed_command(
         replication=spec.replication,
         combine=None if no_combine else job.combine,
         batch_size=batch_size,
+        batch_bytes=batch_bytes,
         window_batches=window,
     )
     show_progress = sys.stderr.isatty() if progress is None else progress
@@ -206,17 +231,27 @@ def feed_command(
         with Progress(transient=True) as bar:
             task = bar.add_task("feeding", total=total)
             result = feed(
-                job, emitter, files, report, lambda done: bar.update(task, completed=done)
+                job,
+                emitter,
+                files,
+                report,
+                lambda done: bar.update(task, completed=done),
+                max_record_bytes,
             )
     else:
-        result = feed(job, emitter, files, report)
+        result = feed(job, emitter, files, report, max_record_bytes=max_record_bytes)
     click.echo(
         f"fed {result.tuples_emitted} tuples from {result.records} records "
         f"({result.tuples_sent} sent after combine) in {result.elapsed_s:.2f} s: "
         f"{result.tuples_per_s:,.0f} tuples/s"
     )
-    if result.map_failures:
-        click.echo(f"smr: {result.map_failures} records failed in map", err=True)
+    if result.failed_records:
+        click.echo(
+            f"smr: {result.failed_records} records failed and were skipped: "
+            f"{result.map_failures} in map, {result.emit_failures} with a bad emit, "
+            f"{result.records_too_long} longer than {max_record_bytes} bytes",
+            err=True,
+        )
         sys.exit(1)
 
 

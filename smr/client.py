@@ -56,6 +56,11 @@ class NodeUnreachable(Exception):
     """A node did not answer a request in time."""
 
 
+class NodeRefused(RuntimeError):
+    """A node answered a request with ERROR (its message says why, e.g. a key whose state
+    cannot be encoded in a reply)."""
+
+
 class Client:
     """Sends control requests to the nodes of a cluster; one socket per node address."""
 
@@ -70,8 +75,8 @@ class Client:
         """Send the request ``make(request id)`` to ``addr`` and return the matching reply,
         of type ``expect``.
 
-        Raises NodeUnreachable if no reply comes within the timeout, and RuntimeError with the
-        node's message if it answers with ERROR (or with a reply of another kind).
+        Raises NodeUnreachable if no reply comes within the timeout, NodeRefused with the
+        node's message if it answers with ERROR, and RuntimeError for a reply of another kind.
         """
         answer = self.request_each([addr], make, expect)[addr]
         if isinstance(answer, Exception):
@@ -215,7 +220,7 @@ def _receive_reply(
         if not isinstance(reply, _REPLIES) or reply.req != waiting.request_id:
             continue
         if isinstance(reply, Error):
-            return RuntimeError(f"node at {addr}: {reply.message}")
+            return NodeRefused(f"node at {addr}: {reply.message}")
         if not isinstance(reply, expect):
             return RuntimeError(f"node at {addr} answered {reply.kind.name}, not {expect}")
         return reply

@@ -6,8 +6,11 @@ An :class:`Emitter` belongs to one mapper id. The life of a tuple in it:
    ``seq`` of that slot, and appends it to the open batch of the slot's primary (with a
    ``combine``, a tuple whose key is already in the open batch is folded into it instead, and
    seqs are given when the batch closes).
-2. A batch closes when it holds ``batch_size`` tuples, or on ``flush()``. Its body is encoded
-   once; the same bytes go to every node of the primary's replica set, each on its own
+2. A batch closes when it holds ``batch_size`` tuples, when the next tuple would take its
+   encoded size past ``batch_bytes`` (each tuple's size is found by the check at emit,
+   :func:`smr.values.row_bytes`), or on ``flush()``. Its body is encoded once (a body that
+   still came out over twice the budget, after a re-route or a growing ``combine``, is
+   split); the same bytes go to every node of the primary's replica set, each on its own
    channel with its own batch number.
 3. A channel holds at most ``window_batches`` unacked batches; when it is full, ``emit``
    blocks while it reads replies (backpressure: nothing is dropped).
@@ -44,8 +47,13 @@ from ring.hashing import slot_of
 from ring.ids import Epoch, NodeId
 from ring.placement import Ring
 from ring.view import Status, View
-from smr.batch_body import encode_batch_body
-from smr.channels import Channel, DeliveryError, OutBatch, Row, slot_and_seq
+from smr.channels import Channel, DeliveryError, OutBatch, Row, encode_within, slot_and_seq
+from smr.emit_path import (
+    CACHED_KEY_CHARS_MAX,
+    make_combining_emit,
+    make_emit,
+    make_emit_record,
+)
 from smr.protocol import (
     Ack,
     Batch,
@@ -66,6 +74,10 @@ from smr.protocol import (
 from smr.transport import MapperTransport, zeromq_mapper_transport
 
 BATCH_SIZE_DEFAULT: Final = 1000
+# Encoded bytes of a batch body: far under the frame cap (smr.protocol.FRAME_BYTES_MAX_DEFAULT,
+# 16 MiB), so that even a body split late (twice this) and its header fit in one frame.
+BATCH_BYTES_DEFAULT: Final = 1 << 20
+BATCH_BYTES_MAX: Final = 4 << 20
 WINDOW_BATCHES_DEFAULT: Final = 16
 # No ack progress for this long on a channel with unacked batches: resend them. Well above
 # the time a node needs for a full window (16 x 1000 tuples at ~0.5 M/s is ~30 ms).
@@ -98,6 +110,7 @@ class Emitter:
         replication: int = 0,
         combine: Callable[[Any, Any], Any] | None = None,
         batch_size: int = BATCH_SIZE_DEFAULT,
+        batch_bytes: int = BATCH_BYTES_DEFAULT,
         window_batches: int = WINDOW_BATCHES_DEFAULT,
         resend_after_ms: int = RESEND_AFTER_MS_DEFAULT,
         give_up_after_s: float = GIVE_UP_AFTER_S_DEFAULT,
@@ -107,11 +120,14 @@ class Emitter:
     ) -> None:
         if batch_size < 1 or window_batches < 1:
             raise ValueError("batch_size and window_batches must be at least 1")
+        if not 1024 <= batch_bytes <= BATCH_BYTES_MAX:
+            raise ValueError(f"batch_bytes must be in [1024, {BATCH_BYTES_MAX}], not {batch_bytes}")
         self.mapper_id = mapper_id
         self.stream_id = StreamId(uuid.uuid4().hex)
         self.slot_bits = slot_bits
         self.replication = replication
         self.batch_size = batch_size
+        self.batch_bytes = batch_bytes
         self.window_batches = window_batches
         self.resend_after_s = resend_after_ms / 1000
         self.view_check_after_s = VIEW_CHECK_AFTER_MS_DEFAULT / 1000
@@ -128,6 +144,8 @@ class Emitter:
         # Open batches per destination index; rows, or key -> [slot, value, ts] with combine.
         self._open_rows: list[list[Row]] = []
         self._open_combined: list[dict[Any, list[Any]]] = []
+        # Estimated encoded bytes of each open batch (see smr.values.row_bytes).
+        self._open_bytes: list[int] = []
         self._dest_of_slot: list[int] = []
         # With combine: how many times emit was called (rows merge, so seqs count fewer).
         self._combined_emits = 0
@@ -144,9 +162,13 @@ class Emitter:
         self._view_requests = 0
         self._view_asked_at = -1e9
         self._set_view(view)
-        self.emit: Callable[[Any, Any], None] = (
-            self._make_combining_emit() if combine else self._make_emit()
-        )
+        # emit(key, value) checks the tuple (smr.values.EmitError, nothing emitted, if it
+        # cannot travel); emit_sized(key, value, size) takes one checked by row_bytes.
+        self.emit: Callable[[Any, Any], None]
+        self.emit_sized: Callable[[Any, Any, int], None]
+        self.emit, self.emit_sized = make_combining_emit(self) if combine else make_emit(self)
+        # emit_record(pairs): every pair of one record checked, then all emitted, or none.
+        self.emit_record = make_emit_record(self, self.emit)
 
     # -- routing ----------------------------------------------------------------------------
 
@@ -167,6 +189,8 @@ class Emitter:
         self._dest_of_slot[:] = [index[ring.primary(s)] for s in range(ring.slot_count)]  # type: ignore[arg-type]
         self._open_rows[:] = [[] for _ in ring.owners]
         self._open_combined[:] = [{} for _ in ring.owners]
+        # Moved tuples are not counted: a batch they make too big is split when encoded.
+        self._open_bytes[:] = [0] * len(ring.owners)
         for row in old_rows:
             self._open_rows[self._dest_of_slot[row[0]]].append(row)
         for key, entry in old_combined:
@@ -186,67 +210,19 @@ class Emitter:
     # -- emitting ---------------------------------------------------------------------------
 
     def _slot(self, key: Any) -> int:
+        """The key's slot, remembered if the key is short: a key found in the cache is
+        known to be a good key that makes a small row (see smr.emit_path)."""
         slot = slot_of(key, self.slot_bits)
+        if key.__class__ is str and len(key) > CACHED_KEY_CHARS_MAX:
+            return slot
         if len(self._slot_cache) >= SLOT_CACHE_KEYS_MAX:
             self._slot_cache.clear()
         self._slot_cache[key] = slot
         return slot
 
-    def _make_emit(self) -> Callable[[Any, Any], None]:
-        slot_cache_get = self._slot_cache.get
-        find_slot = self._slot
-        seqs = self._seqs
-        dest_of_slot = self._dest_of_slot
-        open_rows = self._open_rows
-        batch_size = self.batch_size
-        dispatch = self._dispatch_rows
-        now = time.time
-
-        def emit(key: Any, value: Any) -> None:
-            slot = slot_cache_get(key)
-            if slot is None:
-                slot = find_slot(key)
-            seq = seqs[slot] + 1
-            seqs[slot] = seq
-            dest = dest_of_slot[slot]
-            rows = open_rows[dest]
-            rows.append((slot, seq, key, value, now()))
-            if len(rows) >= batch_size:
-                dispatch(dest)
-
-        return emit
-
-    def _make_combining_emit(self) -> Callable[[Any, Any], None]:
-        slot_cache_get = self._slot_cache.get
-        find_slot = self._slot
-        dest_of_slot = self._dest_of_slot
-        open_combined = self._open_combined
-        batch_size = self.batch_size
-        dispatch = self._dispatch_combined
-        combine = self._combine
-        assert combine is not None
-        now = time.time
-        counter = self
-
-        def emit(key: Any, value: Any) -> None:
-            slot = slot_cache_get(key)
-            if slot is None:
-                slot = find_slot(key)
-            dest = dest_of_slot[slot]
-            combined = open_combined[dest]
-            entry = combined.get(key)
-            counter._combined_emits += 1
-            if entry is None:
-                combined[key] = [slot, value, now()]
-                if len(combined) >= batch_size:
-                    dispatch(dest)
-            else:
-                entry[1] = combine(entry[1], value)
-
-        return emit
-
     def _dispatch_combined(self, dest: int) -> None:
         combined = self._open_combined[dest]
+        self._open_bytes[dest] = 0
         if not combined:
             return
         seqs = self._seqs
@@ -260,14 +236,23 @@ class Emitter:
 
     def _dispatch_rows(self, dest: int) -> None:
         rows = self._open_rows[dest]
+        self._open_bytes[dest] = 0
         if not rows:
             return
         self._open_rows[dest] = []
         self._send_batch(dest, rows)
 
     def _send_batch(self, dest: int, rows: list[Row]) -> None:
-        slots, seqs, keys, values, ts = zip(*rows, strict=True)
-        body = encode_batch_body(slots, seqs, keys, values, ts)
+        epoch = self.view.epoch
+        parts = encode_within(rows, 2 * self.batch_bytes)
+        for index, (part, body) in enumerate(parts):
+            if self.view.epoch != epoch:
+                # The view changed while an earlier part waited for window room.
+                self._reroute([OutBatch(rows, body) for rows, body in parts[index:]])
+                return
+            self._send_body(dest, part, body)
+
+    def _send_body(self, dest: int, rows: list[Row], body: bytes) -> None:
         batch = OutBatch(rows, body, self._replica_sets[dest])
         epoch = self.view.epoch
         for node in batch.replica_set:

@@ -2,15 +2,21 @@
 
 Each line (without its line ending) is one record. ``.gz`` files are read decompressed;
 text is UTF-8, with undecodable bytes replaced (U+FFFD) rather than failing the feed. A
-record's emits take effect only if its ``map`` returns normally: a record whose ``map``
-raises is reported with its file and line, counted, and contributes nothing.
+record's emits take effect only if all of them are good, and none is sent before: a record
+is reported with its file and line, counted, and contributes nothing when
+
+- its ``map`` raises;
+- one of its emits cannot travel (a key that is not str or int, a value that does not
+  encode, a tuple over the batch byte budget; :func:`smr.values.row_bytes`);
+- it is longer than ``max_record_bytes``: it is never read whole, only skipped to the next
+  newline, so one huge line cannot take the feeder's memory.
+
+The feed goes on after each; its result counts them, and ``smr feed`` then exits 1.
 """
 
 from __future__ import annotations
 
-import codecs
 import gzip
-import io
 import os
 import select
 import sys
@@ -22,9 +28,14 @@ from typing import IO, Any, Final
 
 from smr.api import Job
 from smr.emitter import Emitter
+from smr.values import EmitError
 
-# Map failures reported one by one; the rest are only counted.
+# Failed records (map raised, bad emit, too long) reported one by one; the rest are counted.
 MAP_FAILURES_REPORTED_MAX: Final = 5
+# A longer line is a failed record: read in pieces and skipped, never held whole.
+MAX_RECORD_BYTES_DEFAULT: Final = 1 << 20
+# What is read at once while skipping the rest of a line over the bound.
+SKIP_READ_BYTES: Final = 1 << 16
 # Standard input that pauses this long gets its open batches sent, so a slow producer's
 # tuples do not wait for a full batch.
 STDIN_LINGER_MS: Final = 100
@@ -39,6 +50,15 @@ class FeedResult:
     tuples_sent: int
     map_failures: int
     elapsed_s: float
+    emit_failures: int = 0
+    """Records dropped because one of their emits could not travel."""
+    records_too_long: int = 0
+    """Lines over ``max_record_bytes``, skipped."""
+
+    @property
+    def failed_records(self) -> int:
+        """Records that contributed nothing: map raised, a bad emit, or too long."""
+        return self.map_failures + self.emit_failures + self.records_too_long
 
     @property
     def tuples_per_s(self) -> float:
@@ -65,32 +85,63 @@ def check_inputs(paths: Sequence[str]) -> None:
             raise InputError(f"input file {path!r} is not readable")
 
 
-def _open_text(path: str) -> tuple[IO[str], IO[bytes]]:
-    """The file as text, and the raw file whose position measures progress."""
+def _decode(line: bytes) -> str:
+    return line.decode("utf-8", errors="replace")
+
+
+def _file_records(binary: IO[bytes], max_record_bytes: int) -> Iterator[str | None]:
+    """Lines of a file as text; None for a line over ``max_record_bytes`` (its end skipped in
+    pieces of ``SKIP_READ_BYTES``, so memory stays bounded whatever the line's length)."""
+    readline = binary.readline
+    while True:
+        line = readline(max_record_bytes + 1)
+        if not line:
+            return
+        if len(line) > max_record_bytes and not line.endswith(b"\n"):
+            while line and not line.endswith(b"\n"):
+                line = readline(SKIP_READ_BYTES)
+            yield None
+        else:
+            yield _decode(line)
+
+
+def _open_records(path: str, max_record_bytes: int) -> tuple[Iterator[str | None], IO[bytes]]:
+    """The file's records (see ``_file_records``), and the raw file whose position measures
+    progress."""
     raw = open(path, "rb")  # noqa: SIM115 - closed by the caller
     binary: IO[bytes] = gzip.GzipFile(fileobj=raw) if path.endswith(".gz") else raw  # type: ignore[assignment]
-    return io.TextIOWrapper(binary, encoding="utf-8", errors="replace"), raw
+    return _file_records(binary, max_record_bytes), raw
 
 
-def _stdin_lines(on_idle: Callable[[], None]) -> Iterator[str]:
-    """Lines of standard input; ``on_idle`` runs whenever input pauses."""
+def _stdin_records(on_idle: Callable[[], None], max_record_bytes: int) -> Iterator[str | None]:
+    """Lines of standard input as text, None for one over ``max_record_bytes`` (dropped as
+    it arrives, never held whole); ``on_idle`` runs whenever input pauses."""
     fd = sys.stdin.fileno()
-    utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
-    newlines = io.IncrementalNewlineDecoder(None, translate=True)
-    pending = ""
+    pending = b""
+    skipping = False  # inside a line already reported too long
     while True:
         ready, _, _ = select.select([fd], [], [], STDIN_LINGER_MS / 1000)
         if not ready:
             on_idle()
             continue
-        chunk = os.read(fd, 1 << 16)
-        pending += newlines.decode(utf8.decode(chunk, final=not chunk), final=not chunk)
-        *lines, pending = pending.split("\n")
-        yield from lines
+        chunk = os.read(fd, SKIP_READ_BYTES)
         if not chunk:
-            if pending:
-                yield pending
+            if pending and not skipping:
+                yield _decode(pending)
             return
+        *lines, pending = (pending + chunk).split(b"\n")
+        for line in lines:
+            if skipping:
+                skipping = False  # the end of the long line
+            elif len(line) > max_record_bytes:
+                yield None
+            else:
+                yield _decode(line)
+        if len(pending) > max_record_bytes:
+            if not skipping:
+                yield None
+            skipping = True
+            pending = b""
 
 
 def feed(
@@ -99,40 +150,58 @@ def feed(
     paths: Sequence[str],
     report: Callable[[str], None],
     progress: Callable[[int], None] | None = None,
+    max_record_bytes: int = MAX_RECORD_BYTES_DEFAULT,
 ) -> FeedResult:
     """Run ``job.map`` over every line of ``paths`` and emit into ``emitter``, then wait
-    until every tuple is acked (``emitter.close``). ``progress`` gets bytes read so far."""
+    until every tuple is acked (``emitter.close``). ``progress`` gets bytes read so far.
+
+    Per record: 1. read it (bounded); 2. run ``map``, collecting its emits; 3. only if
+    ``map`` returned, hand them to the emitter, which checks them all before it emits any
+    (``Emitter.emit_record``)."""
     started = time.monotonic()
     records = 0
-    failures = 0
+    counts = {"map": 0, "emit": 0, "long": 0}
     pairs: list[tuple[Any, Any]] = []
     collect = pairs.append
-    emit = emitter.emit
+    emit_record = emitter.emit_record
     user_map = job.map
 
     def collect_pair(key: Any, value: Any) -> None:
         collect((key, value))
 
+    def failed(kind: str, message: str) -> None:
+        counts[kind] += 1
+        if sum(counts.values()) <= MAP_FAILURES_REPORTED_MAX:
+            report(message)
+        pairs.clear()
+
     done_bytes = 0
     for path in paths:
         raw: IO[bytes] | None = None
         if path == "-":
-            lines: Iterator[str] | IO[str] = _stdin_lines(emitter.flush)
+            lines = _stdin_records(emitter.flush, max_record_bytes)
         else:
-            lines, raw = _open_text(path)
+            lines, raw = _open_records(path, max_record_bytes)
         try:
             for number, line in enumerate(lines, 1):
                 records += 1
+                if line is None:
+                    failed(
+                        "long",
+                        f"record at {path}:{number} is longer than {max_record_bytes} bytes "
+                        "(--max-record-bytes): skipped",
+                    )
+                    continue
                 try:
                     user_map(line.rstrip("\r\n"), collect_pair)
                 except Exception as error:
-                    failures += 1
-                    if failures <= MAP_FAILURES_REPORTED_MAX:
-                        report(f"map failed at {path}:{number}: {type(error).__name__}: {error}")
-                    pairs.clear()
+                    failed("map", f"map failed at {path}:{number}: {type(error).__name__}: {error}")
                     continue
-                for key, value in pairs:
-                    emit(key, value)
+                try:
+                    emit_record(pairs)
+                except EmitError as error:
+                    failed("emit", f"bad emit at {path}:{number}: {error}")
+                    continue
                 pairs.clear()
                 if progress is not None and raw is not None and number % 4096 == 0:
                     progress(done_bytes + raw.tell())
@@ -142,11 +211,18 @@ def feed(
                 raw.close()
         if progress is not None:
             progress(done_bytes)
-    if failures > MAP_FAILURES_REPORTED_MAX:
-        report(f"... {failures - MAP_FAILURES_REPORTED_MAX} more map failures")
+    unreported = sum(counts.values()) - MAP_FAILURES_REPORTED_MAX
+    if unreported > 0:
+        report(f"... {unreported} more failed records")
     emitter.close()
     return FeedResult(
-        records, emitter.tuples_emitted, emitter.tuples_sent, failures, time.monotonic() - started
+        records,
+        emitter.tuples_emitted,
+        emitter.tuples_sent,
+        counts["map"],
+        time.monotonic() - started,
+        emit_failures=counts["emit"],
+        records_too_long=counts["long"],
     )
 
 

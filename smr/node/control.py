@@ -19,6 +19,7 @@ from ring.placement import Role
 from smr.protocol import (
     DumpReply,
     DumpRequest,
+    Error,
     FrameError,
     Ping,
     Pong,
@@ -26,6 +27,7 @@ from smr.protocol import (
     QueryRequest,
     RecoverReply,
     RecoverRequest,
+    RequestId,
     StatusReply,
     StatusRequest,
     ViewReply,
@@ -82,7 +84,12 @@ class Control:
                 next_slot = owned[index]
                 break
             entries.extend(node.store.items([Slot(slot)]))
-        node.reply(identity, encode(DumpReply(message.req, next_slot, pack_body(entries))))
+        try:
+            body = pack_body(entries)
+        except Exception:  # msgpack raises several types; find the key to name
+            self._refuse_unencodable(identity, message.req, entries)
+            return
+        node.reply(identity, encode(DumpReply(message.req, next_slot, body)))
 
     def on_recover_request(self, identity: bytes, message: RecoverRequest) -> None:
         """An operator accepts the loss of this node's offline slots: they serve again, from
@@ -109,8 +116,29 @@ class Control:
         slot = slot_of(key, node.slot_bits)
         owner = node.roles[slot] == Role.PRIMARY
         state = node.store.get(slot, key) if owner else None
-        body = pack_body({"owner": owner, "slot": slot, "state": state})
+        try:
+            body = pack_body({"owner": owner, "slot": slot, "state": state})
+        except Exception:  # msgpack raises several types
+            self._refuse_unencodable(identity, message.req, [(slot, key, state or {})])
+            return
         node.reply(identity, encode(QueryReply(message.req, body)))
+
+    def _refuse_unencodable(
+        self, identity: bytes, req: RequestId, entries: list[tuple[int, Any, dict[str, Any]]]
+    ) -> None:
+        """Answer ERROR naming the first key whose state cannot be encoded in a reply (a
+        state stored before values were checked after reduce, see smr.values)."""
+        reason = "a state cannot be encoded"
+        for slot, key, state in entries:
+            try:
+                pack_body(state)
+            except Exception as error:
+                reason = (
+                    f"the state of key {key!r} (slot {slot}) cannot be encoded: "
+                    f"{type(error).__name__}: {error}"
+                )
+                break
+        self._node.reply(identity, encode(Error(req, reason)))
 
     def status(self) -> dict[str, Any]:
         """A snapshot of the node for ``smr status``: ring position, load and counters."""

@@ -127,6 +127,7 @@ class NodeCore:
         self.read_at = clock()
         self._rate_mark = (clock(), 0)
         self._bad_frame_logged_at: dict[bytes, float] = {}
+        self._handler_error_logged_at = -1e9
         self.reducer = Reducer(job, output, clock)
         self.ingest = Ingest(self)
         self.replication = Replication(self)
@@ -205,7 +206,13 @@ class NodeCore:
     # -- a message arrived -------------------------------------------------------------------
 
     def on_frames(self, identity: bytes, frames: Sequence[bytes]) -> None:
-        """Handle one received message. Never raises on bad input: it is counted and logged."""
+        """Handle one received message. Never raises on bad input: it is counted and logged.
+
+        A handler that raises anything else is counted too (``handler_errors``) and logged
+        at most once a second: one message, whatever it holds, never stops the node
+        (DESIGN section 13). Only a broken invariant (``InvariantViolation``) propagates,
+        since a node must stop loudly rather than go on with state it cannot trust.
+        """
         try:
             message = decode(frames, self._frame_bytes_max)
         except FrameError as error:
@@ -215,6 +222,19 @@ class NodeCore:
             self._handle(identity, message)
         except FrameError as error:
             self.bad_frame(identity, str(error))
+        except InvariantViolation:
+            raise
+        except Exception:
+            self.counters.handler_errors += 1
+            now = self.clock()
+            if now - self._handler_error_logged_at >= 1.0:
+                self._handler_error_logged_at = now
+                log.exception(
+                    "handling %s from peer %s failed (%d handler errors so far)",
+                    message.kind.name,
+                    identity.hex(),
+                    self.counters.handler_errors,
+                )
 
     def _handle(self, identity: bytes, message: Message) -> None:
         """Pass ``message`` to the role that serves its kind."""

@@ -1,4 +1,5 @@
-"""The user's reduce, wrapped: emits take effect only if the call returns normally, and
+"""The user's reduce, wrapped: emits take effect only if the call returns normally and leaves
+a state that can be checkpointed and read back (:func:`smr.values.check_state`), and
 failures are counted and logged at a bounded rate."""
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from typing import Any, Final
 from checkpoint.store import ReduceFn
 from smr.api import Job
 from smr.output import OutputSink
+from smr.values import check_state
 
 log = logging.getLogger("smr.node")
 
@@ -22,7 +24,10 @@ class Reducer:
 
     Guarantees: what a call emits reaches the output only if the call returned normally,
     and only at :meth:`flush_emits` (after the batch it belongs to was applied); a failing
-    call's emits are dropped with its state change (the store rolls the state back).
+    call's emits are dropped with its state change (the store rolls the state back). A call
+    that leaves a field the store could not checkpoint or answer a query with (a set, an
+    int of 2**64) fails with :class:`smr.values.StateValueError`, so such a value never
+    reaches the store.
     """
 
     def __init__(self, job: Job, output: OutputSink, clock: Callable[[], float]) -> None:
@@ -46,6 +51,7 @@ class Reducer:
         def reduce_fn(key: Any, value: Any, state: dict[str, Any]) -> None:
             try:
                 user_reduce(key, value, state, emit_pair)
+                check_state(state)
             except BaseException:
                 tuple_emits.clear()
                 raise

@@ -44,6 +44,8 @@ class NodeCounters:
     gaps: int = 0
     not_owner: int = 0
     bad_frames: int = 0
+    # Messages whose handler raised (not a bad frame): the node logged it and went on.
+    handler_errors: int = 0
     replies_dropped: int = 0
     checkpoints: int = 0
     backup_batches: int = 0

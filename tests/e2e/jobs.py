@@ -52,10 +52,62 @@ def count_with_one_slow_call(word: str, n: int, state: dict[str, Any], emit: Any
     count(word, n, state, emit)
 
 
+# Marker words and what a map emits for them: a key or a value that cannot travel.
+BAD_EMITS: dict[str, tuple[Any, Any]] = {
+    "zztuplekey": ((1, 2), 1),
+    "zznonekey": (None, 1),
+    "zzfloatkey": (1.5, 1),
+    "zzbyteskey": (b"k", 1),
+    "zzboolkey": (True, 1),
+    "zzsetvalue": ("the", {1}),
+    "zzbigvalue": ("the", 2**64),
+    "zzsurrogate": ("the\ud800", 1),
+}
+
+
+def split_words_with_bad_emits(line: str, emit: Any) -> None:
+    """Word count whose map emits, after the line's words, one bad tuple per marker word."""
+    words = split_words_only(line)
+    for word in words:
+        emit(word, 1)
+    for word in words:
+        if word in BAD_EMITS:
+            emit(*BAD_EMITS[word])
+
+
+def split_words_only(line: str) -> list[str]:
+    found: list[str] = []
+    split_words(line, lambda word, n: found.append(word))
+    return found
+
+
+def count_storing_unencodable(word: str, n: int, state: dict[str, Any], emit: Any) -> None:
+    """Word count whose reducer leaves a set in the state of "zzset" and an int of 2**64 in
+    that of "zzbig": states that can be neither checkpointed nor read back."""
+    if word == "zzset":
+        state["seen"] = {n}
+    elif word == "zzbig":
+        state["count"] = 2**64
+    count(word, n, state, emit)
+
+
+def count_record_bytes(key: str, record: str, state: dict[str, Any], emit: Any) -> None:
+    state["count"] = state.get("count", 0) + 1
+    state["bytes"] = state.get("bytes", 0) + len(record)
+
+
+def key_and_record(line: str, emit: Any) -> None:
+    """Emits the whole line as the value, under its first word."""
+    emit(line.split(" ", 1)[0], line)
+
+
 poison_reduce = Job("poison-reduce", map=split_words, reduce=count_refusing_poison, combine=add)
 failing_map = Job("failing-map", map=split_words_failing_on_marker, reduce=count)
 announcing = Job("announcing", map=split_words, reduce=count_and_announce)
 one_slow_call = Job("one-slow-call", map=split_words, reduce=count_with_one_slow_call)
+bad_emits = Job("bad-emits", map=split_words_with_bad_emits, reduce=count, combine=add)
+unencodable_state = Job("unencodable-state", map=split_words, reduce=count_storing_unencodable)
+big_records = Job("big-records", map=key_and_record, reduce=count_record_bytes)
 
 
 # -- for the Spark feeder ---------------------------------------------------------------------

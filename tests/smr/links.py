@@ -1,11 +1,14 @@
-"""Node links from plain functions, for tests that drive a NodeCore by hand."""
+"""Node links from plain functions, for tests that drive a NodeCore by hand, and a mapper
+transport whose nodes ack at once, for tests that drive an Emitter."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
-from ring.ids import NodeId
+from ring.ids import Epoch, NodeId
+from smr.protocol import Ack, Batch, decode, encode
 
 
 def _refuse(node: NodeId, frames: Sequence[bytes]) -> bool:
@@ -28,3 +31,39 @@ class CallbackLinks:
 
     def dropped(self, peers: Sequence[tuple[NodeId, str]]) -> list[NodeId]:
         return []
+
+
+class _AckingEnd:
+    """A channel end that acks every batch at once and keeps its bodies."""
+
+    def __init__(self, addr: str, bodies: list[tuple[int, bytes]]) -> None:
+        self.addr = addr
+        self._bodies = bodies
+        self._replies: list[list[bytes]] = []
+
+    def send(self, frames: Sequence[bytes]) -> bool:
+        message = decode(frames)
+        if isinstance(message, Batch):
+            self._bodies.append((message.n, message.body))
+            self._replies.append(encode(Ack(message.stream, message.chan, Epoch(1))))
+        return True
+
+    def receive(self) -> list[bytes] | None:
+        return self._replies.pop(0) if self._replies else None
+
+    def close(self) -> None:
+        pass
+
+
+@dataclass
+class AckingTransport:
+    """A :class:`smr.transport.MapperTransport` whose nodes ack every batch at once;
+    ``bodies`` holds ``(tuple count, body)`` of every batch sent, in order."""
+
+    bodies: list[tuple[int, bytes]] = field(default_factory=list)
+
+    def open(self, addr: str, send_queue_messages_max: int) -> _AckingEnd:
+        return _AckingEnd(addr, self.bodies)
+
+    def wait_any(self, ends: Sequence[Any], timeout_ms: int) -> list[Any]:
+        return [end for end in ends if end._replies]

@@ -1,6 +1,10 @@
-"""The emitter's mapper switching: seqs restart from a base, and only when drained."""
+"""The emitter: mapper switching (seqs restart from a base, only when drained), the check at
+emit, and batches cut by bytes."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -8,7 +12,10 @@ from checkpoint.ids import MapperId
 from ring.hashing import slot_of
 from ring.ids import NodeId, Token
 from ring.view import Member, Status, View
-from smr.emitter import SEQ_MAX, Emitter
+from smr.channels import encode_within
+from smr.emitter import BATCH_BYTES_DEFAULT, SEQ_MAX, Emitter
+from smr.values import EmitError
+from tests.smr.links import AckingTransport
 
 SLOT_BITS = 8
 
@@ -46,3 +53,42 @@ def test_begin_mapper_refuses_a_base_outside_the_seq_range(base: int) -> None:
 
 def test_every_emitter_has_its_own_stream() -> None:
     assert _emitter().stream_id != _emitter().stream_id
+
+
+def _acking_emitter(transport: AckingTransport, **options: Any) -> Emitter:
+    view = View([Member(NodeId("a"), 1, "tcp://127.0.0.1:1", Token(0), "", Status.UP, 1)])
+    return Emitter(view, SLOT_BITS, MapperId("m"), transport=transport, **options)
+
+
+@pytest.mark.parametrize("combine", [None, lambda a, b: a + b])
+def test_batches_are_cut_by_encoded_bytes_and_every_tuple_arrives(
+    combine: Callable[[Any, Any], Any] | None,
+) -> None:
+    transport = AckingTransport()
+    emitter = _acking_emitter(transport, combine=combine, batch_bytes=BATCH_BYTES_DEFAULT)
+    record = "x" * 100_000
+    for i in range(60):
+        emitter.emit(f"k{i}", record)
+    emitter.close()
+    assert emitter.tuples_acked == 60
+    assert len(transport.bodies) > 1
+    assert max(len(body) for _, body in transport.bodies) <= BATCH_BYTES_DEFAULT
+    assert sum(count for count, _ in transport.bodies) == 60
+
+
+def test_a_bad_emit_raises_before_anything_is_emitted() -> None:
+    transport = AckingTransport()
+    emitter = _acking_emitter(transport)
+    emitter.emit("w", 1)
+    for key, value in [((1, 2), 1), (None, 1), (True, 1), ("w", {1}), ("w", 2**64)]:
+        with pytest.raises(EmitError):
+            emitter.emit(key, value)
+    emitter.close()
+    assert emitter.tuples_emitted == emitter.tuples_acked == 1
+
+
+def test_rows_merged_by_a_reroute_are_split_into_bodies_within_twice_the_budget() -> None:
+    rows = [(0, i + 1, "k", "x" * 1000, 0.0) for i in range(100)]
+    parts = encode_within(rows, 10_000)
+    assert [row for part, _ in parts for row in part] == rows
+    assert all(len(body) <= 10_000 for _, body in parts)

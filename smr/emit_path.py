@@ -1,0 +1,190 @@
+"""The emit closures: the mapper's hot path (step 1 of :mod:`smr.emitter`).
+
+Each closure binds what it touches to locals once; the emitter mutates those very lists in
+place (``Emitter._set_view``), so they stay valid across view changes. A tuple joins the
+open batch of its slot's primary; a batch closes at ``batch_size`` tuples, and before a
+tuple that would take its estimated encoded size past ``batch_bytes``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Final
+
+from smr.values import (
+    HEADER_BYTES_MAX,
+    ROW_FIXED_BYTES,
+    SCALAR_BYTES_MAX,
+    row_bytes,
+)
+
+if TYPE_CHECKING:
+    from smr.emitter import Emitter
+
+
+EmitPair = tuple[Callable[[Any, Any], None], Callable[[Any, Any, int], None]]
+"""``(emit(key, value), emit_sized(key, value, size))``: ``emit`` checks the tuple
+(:func:`smr.values.row_bytes`; :class:`smr.values.EmitError` with nothing emitted if it
+cannot travel); ``emit_sized`` takes a tuple already checked, with the size the check gave."""
+
+
+# Keys of at most this many characters have their slot cached (Emitter._slot), so a key
+# found in the cache makes, with an int value, a row of at most FAST_ROW_BYTES_MAX bytes.
+CACHED_KEY_CHARS_MAX: Final = 64
+FAST_ROW_BYTES_MAX: Final = (
+    ROW_FIXED_BYTES + HEADER_BYTES_MAX + 4 * CACHED_KEY_CHARS_MAX + SCALAR_BYTES_MAX
+)
+
+
+def _byte_bounds(emitter: Emitter) -> tuple[int, int, bool]:
+    """``(small_row_bytes, big_rows_bytes_max, fast)``.
+
+    Rows of at most ``small_row_bytes`` are not added up: a full batch of them takes at most
+    half the budget. The others are, and a batch closes before they would pass the other
+    half; so a body stays within the budget plus one row (at most twice the budget, which
+    the encoder checks: ``smr.channels.encode_within``). ``fast``: a cached key with a
+    non-negative int value makes a small row (not so with a tiny budget per row).
+    """
+    small_row_bytes = emitter.batch_bytes // (2 * emitter.batch_size)
+    big_rows_bytes_max = emitter.batch_bytes - small_row_bytes * emitter.batch_size
+    return small_row_bytes, big_rows_bytes_max, small_row_bytes >= FAST_ROW_BYTES_MAX
+
+
+def make_emit(emitter: Emitter) -> EmitPair:
+    """The emit closures without combine: a tuple joins the open rows of its primary.
+
+    The common tuple (a key already in the slot cache, hence checked once and short, with a
+    non-negative int value under 2**63) is checked inline with a few type tests; any other
+    goes through :func:`smr.values.row_bytes`."""
+    slot_cache_get = emitter._slot_cache.get
+    find_slot = emitter._slot
+    seqs = emitter._seqs
+    dest_of_slot = emitter._dest_of_slot
+    open_rows = emitter._open_rows
+    open_bytes = emitter._open_bytes
+    batch_size = emitter.batch_size
+    batch_bytes = emitter.batch_bytes
+    small_row_bytes, big_rows_bytes_max, fast = _byte_bounds(emitter)
+    dispatch = emitter._dispatch_rows
+    now = time.time
+
+    def emit_sized(key: Any, value: Any, size: int) -> None:
+        slot = slot_cache_get(key)
+        if slot is None:
+            slot = find_slot(key)
+        dest = dest_of_slot[slot]
+        if size > small_row_bytes:
+            held = open_bytes[dest] + size
+            if held > big_rows_bytes_max:
+                dispatch(dest)  # close the batch before this row would take it over
+                held = size
+            open_bytes[dest] = held
+        seq = seqs[slot] + 1
+        seqs[slot] = seq
+        rows = open_rows[dest]
+        rows.append((slot, seq, key, value, now()))
+        if len(rows) >= batch_size:
+            dispatch(dest)
+
+    def emit(key: Any, value: Any) -> None:
+        # A cached key was checked when cached; the class test comes first, since an
+        # unhashable key cannot be looked up and True or 1.0 would find 1's entry.
+        if (
+            value.__class__ is int
+            and not value >> 63
+            and fast
+            and (key.__class__ is str or key.__class__ is int)
+        ):
+            slot = slot_cache_get(key)
+            if slot is not None:
+                dest = dest_of_slot[slot]
+                seq = seqs[slot] + 1
+                seqs[slot] = seq
+                rows = open_rows[dest]
+                rows.append((slot, seq, key, value, now()))
+                if len(rows) >= batch_size:
+                    dispatch(dest)
+                return
+        emit_sized(key, value, row_bytes(key, value, batch_bytes))
+
+    return emit, emit_sized
+
+
+def make_combining_emit(emitter: Emitter) -> EmitPair:
+    """The emit closures with combine: a key already open in its batch is folded into it
+    (only a new key adds a row, and only rows are added up by bytes)."""
+    slot_cache_get = emitter._slot_cache.get
+    find_slot = emitter._slot
+    dest_of_slot = emitter._dest_of_slot
+    open_combined = emitter._open_combined
+    open_bytes = emitter._open_bytes
+    batch_size = emitter.batch_size
+    batch_bytes = emitter.batch_bytes
+    small_row_bytes, big_rows_bytes_max, fast = _byte_bounds(emitter)
+    dispatch = emitter._dispatch_combined
+    combine = emitter._combine
+    assert combine is not None
+    now = time.time
+    counter = emitter
+
+    def emit_sized(key: Any, value: Any, size: int) -> None:
+        slot = slot_cache_get(key)
+        if slot is None:
+            slot = find_slot(key)
+        dest = dest_of_slot[slot]
+        combined = open_combined[dest]
+        entry = combined.get(key)
+        counter._combined_emits += 1
+        if entry is None:
+            if size > small_row_bytes:
+                held = open_bytes[dest] + size
+                if held > big_rows_bytes_max:
+                    dispatch(dest)
+                    held = size
+                open_bytes[dest] = held
+            combined[key] = [slot, value, now()]
+            if len(combined) >= batch_size:
+                dispatch(dest)
+        else:
+            entry[1] = combine(entry[1], value)
+
+    def emit(key: Any, value: Any) -> None:
+        if (
+            value.__class__ is int
+            and not value >> 63
+            and fast
+            and (key.__class__ is str or key.__class__ is int)
+            and slot_cache_get(key) is not None
+        ):
+            emit_sized(key, value, 0)
+        else:
+            emit_sized(key, value, row_bytes(key, value, batch_bytes))
+
+    return emit, emit_sized
+
+
+def make_emit_record(
+    emitter: Emitter, emit: Callable[[Any, Any], None]
+) -> Callable[[Sequence[tuple[Any, Any]]], None]:
+    """``emit_record(pairs)``: check every pair of one record, then ``emit`` them all; a bad
+    one raises :class:`smr.values.EmitError` before any is emitted, so a record's tuples go
+    out all or none. The common pair is checked inline as in ``emit``."""
+    slot_cache_get = emitter._slot_cache.get
+    batch_bytes = emitter.batch_bytes
+    fast = _byte_bounds(emitter)[2]
+
+    def emit_record(pairs: Sequence[tuple[Any, Any]]) -> None:
+        for key, value in pairs:
+            if not (
+                value.__class__ is int
+                and not value >> 63
+                and fast
+                and (key.__class__ is str or key.__class__ is int)
+                and slot_cache_get(key) is not None
+            ):
+                row_bytes(key, value, batch_bytes)
+        for key, value in pairs:
+            emit(key, value)
+
+    return emit_record

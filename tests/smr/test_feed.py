@@ -1,0 +1,84 @@
+"""``smr feed`` in-process: a record with a bad emit is dropped whole and counted like a map
+error; a line over the record bound is skipped without being read whole."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any
+
+from checkpoint.ids import MapperId
+from ring.ids import NodeId, Token
+from ring.view import Member, Status, View
+from smr.api import Job
+from smr.batch_body import decode_batch_body
+from smr.emitter import Emitter
+from smr.feed import _file_records, feed
+from tests.smr.links import AckingTransport
+
+SLOT_BITS = 6
+
+
+def _split_with_bad_emits(line: str, emit: Any) -> None:
+    for word in line.split():
+        if word == "TUPLEKEY":
+            emit((1, 2), 1)
+        elif word == "SETVALUE":
+            emit("w", {1})
+        elif word == "MAPFAIL":
+            raise RuntimeError("marker")
+        else:
+            emit(word, 1)
+
+
+def _run(tmp_path: Path, text: str, **options: Any) -> tuple[Any, list[str], list[Any]]:
+    path = tmp_path / "in.txt"
+    path.write_text(text)
+    transport = AckingTransport()
+    view = View([Member(NodeId("a"), 1, "tcp://a", Token(0), "", Status.UP, 1)])
+    emitter = Emitter(view, SLOT_BITS, MapperId("m"), transport=transport)
+    job = Job("bad", map=_split_with_bad_emits, reduce=lambda k, v, s, e: None)
+    reports: list[str] = []
+    result = feed(job, emitter, [str(path)], reports.append, **options)
+    keys = []
+    for count, body in transport.bodies:
+        keys.extend(decode_batch_body(body, count, 1 << SLOT_BITS).keys)
+    return result, reports, keys
+
+
+def test_a_record_with_a_bad_emit_is_dropped_whole_and_reported_with_its_line(
+    tmp_path: Path,
+) -> None:
+    result, reports, keys = _run(tmp_path, "a b\nc TUPLEKEY d\ne SETVALUE\nf MAPFAIL\ng\n")
+    assert sorted(keys) == ["a", "b", "g"]
+    assert (result.records, result.emit_failures, result.map_failures) == (5, 2, 1)
+    assert result.failed_records == 3
+    assert reports[0].startswith(f"bad emit at {tmp_path / 'in.txt'}:2: key (1, 2) is a tuple")
+    assert reports[1].startswith(f"bad emit at {tmp_path / 'in.txt'}:3: value {{1}}")
+
+
+def test_a_line_over_the_bound_is_skipped_and_counted(tmp_path: Path) -> None:
+    result, reports, keys = _run(tmp_path, "a\n" + "x" * 5000 + "\nb\n", max_record_bytes=100)
+    assert sorted(keys) == ["a", "b"]
+    assert (result.records, result.records_too_long) == (3, 1)
+    assert reports == [
+        f"record at {tmp_path / 'in.txt'}:2 is longer than 100 bytes (--max-record-bytes): skipped"
+    ]
+
+
+class _CountingReads(io.BytesIO):
+    def __init__(self, data: bytes) -> None:
+        super().__init__(data)
+        self.largest_read = 0
+
+    def readline(self, size: int | None = -1) -> bytes:
+        line = super().readline(size)
+        self.largest_read = max(self.largest_read, len(line))
+        return line
+
+
+def test_a_long_line_is_never_read_whole() -> None:
+    data = _CountingReads(b"a\n" + b"y" * 3_000_000 + b"\nb\r\nlast")
+    records = list(_file_records(data, 1000))
+    assert records == ["a\n", None, "b\r\n", "last"]
+    assert data.largest_read <= 1 << 16

@@ -1,0 +1,108 @@
+"""No user value and no handler error makes a node exit: a state that cannot be encoded is a
+reduce error, rolled back; dump and query of such a state answer ERROR; a handler that
+raises is counted; only a broken invariant stops the node."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from checkpoint.delta import encode_delta
+from ring.hashing import slot_of
+from ring.ids import Slot
+from ring.invariants import InvariantViolation
+from smr.api import Job
+from smr.node.reducer import Reducer
+from smr.protocol import (
+    Ack,
+    DumpRequest,
+    Error,
+    Ping,
+    Pong,
+    QueryReply,
+    QueryRequest,
+    RequestId,
+    StatusRequest,
+    encode,
+    pack_body,
+)
+from tests.smr.test_node_core import PEER, SLOT_BITS, Harness
+
+
+def _count_or_store_a_set(key: Any, value: Any, state: dict[str, Any], emit: Any) -> None:
+    if value == "set":
+        state["seen"] = {1, 2}
+    elif value == "big":
+        state["count"] = 2**64
+    else:
+        state["count"] = state.get("count", 0) + value
+
+
+@pytest.fixture
+def node(tmp_path: Path) -> Harness:
+    harness = Harness(tmp_path)
+    job = Job("sets", map=lambda record, emit: None, reduce=_count_or_store_a_set)
+    harness.core.reducer = Reducer(job, harness.core.reducer.output, harness.core.clock)
+    return harness
+
+
+def test_a_reduce_leaving_a_set_or_a_huge_int_fails_and_leaves_no_trace(node: Harness) -> None:
+    k = node.own_keys[0]
+    (reply,) = node.deliver(node.batch_frames(1, [(k, 1), (k, "set"), (k, "big"), (k, 2)]))
+    assert isinstance(reply, Ack)
+    assert node.state(k) == {"count": 3}
+    assert node.core.counters.tuples_failed == 2
+    # The checkpoint cycle goes on: nothing unencodable reached the store.
+    encode_delta(node.core.store.swap())
+
+
+def _request(node: Harness, frames: list[bytes]) -> Any:
+    node.replies.clear()
+    node.core.on_frames(PEER, frames)
+    ((_, reply),) = node.replies
+    return reply
+
+
+def test_dump_and_query_of_a_state_that_cannot_be_encoded_answer_error_naming_the_key(
+    node: Harness,
+) -> None:
+    good, bad = node.own_keys[0], node.own_keys[1]
+    node.deliver(node.batch_frames(1, [(good, 1)]))
+    # As if stored before states were checked.
+    node.core.store.commit(slot_of(bad, SLOT_BITS), bad, {}, {"seen": {1, 2}})
+    reply = _request(node, encode(DumpRequest(RequestId(1), Slot(0), 1000)))
+    assert isinstance(reply, Error) and repr(bad) in reply.message
+    reply = _request(node, encode(QueryRequest(RequestId(2), pack_body(bad))))
+    assert isinstance(reply, Error) and repr(bad) in reply.message
+    reply = _request(node, encode(QueryRequest(RequestId(3), pack_body(good))))
+    assert isinstance(reply, QueryReply)
+    assert node.core.counters.handler_errors == 0
+
+
+def test_a_handler_that_raises_is_counted_and_the_node_goes_on(
+    node: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(identity: bytes, message: Any) -> None:
+        raise KeyError("a bug in a handler")
+
+    monkeypatch.setattr(node.core.control, "on_status_request", broken)
+    for req in range(3):
+        node.core.on_frames(PEER, encode(StatusRequest(RequestId(req))))
+    assert node.core.counters.handler_errors == 3
+    assert isinstance(_request(node, encode(Ping(RequestId(9)))), Pong)
+    k = node.own_keys[0]
+    (reply,) = node.deliver(node.batch_frames(1, [(k, 1)]))
+    assert isinstance(reply, Ack)
+
+
+def test_a_broken_invariant_in_a_handler_still_stops_the_node(
+    node: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(identity: bytes, message: Any) -> None:
+        raise InvariantViolation("two owners")
+
+    monkeypatch.setattr(node.core.control, "on_status_request", broken)
+    with pytest.raises(InvariantViolation):
+        node.core.on_frames(PEER, encode(StatusRequest(RequestId(1))))
