@@ -8,7 +8,7 @@ and other launchers may write one too. The node never imports a launcher; it rea
 ``DIR/cluster.json`` (format 1)::
 
     {"format": 1, "slot_bits": 14, "replication": 1, "job": "examples.wordcount:job",
-     "checkpoint_interval_ms": 1000, "extra": {},
+     "checkpoint_interval_ms": 1000, "incarnation": "5f0c2a9e41d7b3c8", "extra": {},
      "nodes": [{"id": "n0", "token": 0, "pid": 1234,
                 "addr": "tcp://n0.smr:7000", "pub_addr": "tcp://n0.smr:7001",
                 "bind_addr": "tcp://0.0.0.0:7000", "pub_bind_addr": "tcp://0.0.0.0:7001",
@@ -30,6 +30,11 @@ the empty zone, and missing ``seeds`` are the nodes' advertised addresses. So a 
 before these fields existed (``id``, ``addr``, ``pub_addr``, ``token``, ``pid`` only) reads
 as it always did. :func:`write_spec` writes the optional fields only where they differ from
 these defaults, so a local cluster's file keeps exactly its old shape.
+
+``incarnation`` names one life of the cluster: ``smr cluster up`` writes a new one every time
+it starts nodes with empty state, so whatever was fed to an earlier life (a Spark checkpoint, a
+feed's mapper id) can tell it is not this one. A file without it (written before it existed)
+has none (``None``).
 
 ``seeds`` are the addresses a client (``smr feed``, ``smr status``) or a joining node contacts
 first to learn the live view; after that, the view's addresses are used. ``pid`` is the
@@ -125,6 +130,8 @@ class ClusterSpec:
     """Free-form settings for tools (read and written back untouched)."""
     seeds: list[str] = field(default_factory=list)
     """Advertised addresses a client or a joining node contacts first."""
+    incarnation: str | None = None
+    """This life of the cluster, new on every ``smr cluster up`` (None in older files)."""
 
     def __post_init__(self) -> None:
         if not self.seeds:
@@ -195,6 +202,7 @@ def spec_to_json(spec: ClusterSpec) -> dict[str, Any]:
         "replication": spec.replication,
         "job": spec.job,
         "checkpoint_interval_ms": spec.checkpoint_interval_ms,
+        **({"incarnation": spec.incarnation} if spec.incarnation is not None else {}),
         "nodes": nodes,
         "extra": spec.extra,
     }
@@ -242,6 +250,9 @@ def _parse(raw: object, source: str) -> ClusterSpec:
     if not nodes and not seeds:
         raise ValueError("lists no nodes and no seeds: give at least one")
     _check_unique(nodes)
+    incarnation = raw.get("incarnation")
+    if incarnation is not None and (not isinstance(incarnation, str) or not incarnation):
+        raise ValueError(f"incarnation must be a non-empty string, got {incarnation!r}")
     return ClusterSpec(
         slot_bits=slot_bits,
         replication=replication,
@@ -250,6 +261,7 @@ def _parse(raw: object, source: str) -> ClusterSpec:
         checkpoint_interval_ms=checkpoint_interval_ms,
         extra=dict(extra),
         seeds=list(seeds),
+        incarnation=incarnation,
     )
 
 
