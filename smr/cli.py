@@ -12,7 +12,6 @@ import json
 import signal
 import sys
 import time
-import uuid
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -20,11 +19,12 @@ import click
 
 from checkpoint.ids import MapperId
 from smr import cluster as local_cluster
+from smr import feed as smr_feed
 from smr.api import JobLoadError, load_job
 from smr.channels import DeliveryError
 from smr.client import Client, NodeUnreachable, cluster_view, fetch_view
-from smr.emitter import BATCH_SIZE_DEFAULT, WINDOW_BATCHES_DEFAULT, Emitter
-from smr.feed import InputError, check_inputs, feed, total_bytes
+from smr.emitter import BATCH_SIZE_DEFAULT, WINDOW_BATCHES_DEFAULT
+from smr.feed import InputError
 from smr.protocol import FrameError, Output, decode
 from smr.spark import MASTER_DEFAULT, MAX_FILES_PER_TRIGGER_DEFAULT, BatchReport, SparkFeedError
 from smr.spec import ClusterError, read_spec
@@ -126,6 +126,12 @@ def cluster_down(cluster_dir: Path, grace_s: float) -> None:
     help="Unacked batches per node before the feed waits.",
 )
 @click.option("--no-combine", is_flag=True, help="Do not apply the job's combine.")
+@click.option(
+    "--mapper-id",
+    help="The feed's identity [default: derived from the cluster's incarnation, the job and "
+    "the files (path, size, modification time), so that running the same feed again delivers "
+    "only what is missing; random for standard input, which cannot be resumed].",
+)
 @click.option("--progress/--no-progress", default=None, help="Progress bar (default: on a TTY).")
 @click.argument("files", nargs=-1, required=True)
 def feed_command(
@@ -134,48 +140,35 @@ def feed_command(
     batch_size: int,
     window: int,
     no_combine: bool,
+    mapper_id: str | None,
     progress: bool | None,
     files: tuple[str, ...],
 ) -> None:
-    """Stream FILES (or - for standard input) through the job's map into the ring."""
-    job = load_job(job_ref)
-    check_inputs(files)
-    spec = read_spec(cluster_dir)
-    view = fetch_view(spec.seeds)
-    mapper_id = MapperId(f"feed-{uuid.uuid4().hex[:12]}")
-    emitter = Emitter(
-        view,
-        spec.slot_bits,
-        mapper_id,
-        replication=spec.replication,
-        combine=None if no_combine else job.combine,
+    """Stream FILES (or - for standard input) through the job's map into the ring.
+
+    Resumable: a feed stopped part-way (interrupted, killed, a node unreachable) delivers
+    exactly the rest when run again with the same arguments, and a finished one nothing.
+    """
+    options = [*(["--mapper-id", mapper_id] if mapper_id else [])]
+    if batch_size != BATCH_SIZE_DEFAULT:
+        options += ["--batch-size", str(batch_size)]
+    if no_combine:
+        options.append("--no-combine")
+    code = smr_feed.run(
+        cluster_dir,
+        job_ref,
+        files,
+        options=options,
         batch_size=batch_size,
         window_batches=window,
+        combine=not no_combine,
+        mapper_id=MapperId(mapper_id) if mapper_id else None,
+        show_progress=sys.stderr.isatty() if progress is None else progress,
+        say=click.echo,
+        report=lambda line: click.echo(line, err=True),
     )
-    show_progress = sys.stderr.isatty() if progress is None else progress
-    total = total_bytes(files)
-
-    def report(line: str) -> None:
-        click.echo(line, err=True)
-
-    if show_progress:
-        from rich.progress import Progress
-
-        with Progress(transient=True) as bar:
-            task = bar.add_task("feeding", total=total)
-            result = feed(
-                job, emitter, files, report, lambda done: bar.update(task, completed=done)
-            )
-    else:
-        result = feed(job, emitter, files, report)
-    click.echo(
-        f"fed {result.tuples_emitted} tuples from {result.records} records "
-        f"({result.tuples_sent} sent after combine) in {result.elapsed_s:.2f} s: "
-        f"{result.tuples_per_s:,.0f} tuples/s"
-    )
-    if result.map_failures:
-        click.echo(f"smr: {result.map_failures} records failed in map", err=True)
-        sys.exit(1)
+    if code:
+        sys.exit(code)
 
 
 def _interrupt(signum: int, frame: Any) -> None:
