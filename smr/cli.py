@@ -20,6 +20,7 @@ import click
 from checkpoint.ids import MapperId
 from smr import cluster as local_cluster
 from smr import feed as smr_feed
+from smr import spark_checkpoint
 from smr.api import JobLoadError, load_job
 from smr.channels import DeliveryError
 from smr.client import Client, NodeUnreachable, cluster_view, fetch_view
@@ -32,6 +33,7 @@ from smr.transport import TransportError
 from smr.transport.zeromq import Subscriber
 
 USER_ERRORS = (
+    spark_checkpoint.StaleCheckpoint,
     SparkFeedError,
     ClusterError,
     JobLoadError,
@@ -194,6 +196,13 @@ def _interrupt(signum: int, frame: Any) -> None:
     "[default: CLUSTER/spark-checkpoints/QUERY].",
 )
 @click.option("--once", is_flag=True, help="Process the files there now, then exit.")
+@click.option(
+    "--from-start",
+    is_flag=True,
+    help="If the checkpoint fed an earlier life of the cluster (before 'smr cluster up' "
+    "started it again, empty), move it aside and feed everything again; without this flag "
+    "such a checkpoint is refused.",
+)
 @click.option("--query", "query_name", help="The query's name [default: smr-JOBNAME].")
 @click.option(
     "--max-files-per-trigger",
@@ -212,6 +221,7 @@ def spark_feed_command(
     input_ref: str,
     checkpoint_dir: Path | None,
     once: bool,
+    from_start: bool,
     query_name: str | None,
     max_files_per_trigger: int,
     trigger_ms: int | None,
@@ -234,7 +244,13 @@ def spark_feed_command(
     if socket_addr is None:
         smr_spark.check_input_dir(Path(input_ref))
     smr_spark.check_java()
-    fetch_view(read_spec(cluster_dir).seeds)
+    spec = read_spec(cluster_dir)
+    fetch_view(spec.seeds)
+    name = query_name or f"smr-{load_job(job_ref).name}"
+    checkpoint = checkpoint_dir or cluster_dir / "spark-checkpoints" / name
+    moved = spark_checkpoint.claim(checkpoint, spec.incarnation, cluster_dir, from_start)
+    if moved is not None:
+        click.echo(moved, err=True)
     started = time.monotonic()
     session = smr_spark.session(f"smr spark-feed {job_ref}", master)
     click.echo(f"Spark {session.version} started in {time.monotonic() - started:.1f} s", err=True)
@@ -255,8 +271,6 @@ def spark_feed_command(
             df = smr_spark.text_files(session, Path(input_ref), max_files_per_trigger)
         else:
             df = smr_spark.socket_lines(session, *socket_addr)
-        name = query_name or f"smr-{load_job(job_ref).name}"
-        checkpoint = checkpoint_dir or cluster_dir / "spark-checkpoints" / name
         query = smr_spark.emit(
             df,
             job_ref,
@@ -270,6 +284,7 @@ def spark_feed_command(
             window_batches=window,
             on_batch=report,
         )
+        spark_checkpoint.record(checkpoint, spec.incarnation)
         click.echo(f"query {name} running, checkpoint {checkpoint}", err=True)
         signal.signal(signal.SIGTERM, _interrupt)
         try:
