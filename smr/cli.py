@@ -14,7 +14,6 @@ import json
 import signal
 import sys
 import time
-import uuid
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -22,6 +21,7 @@ import click
 
 from checkpoint.ids import MapperId
 from smr import cluster as local_cluster
+from smr import feed_run, spark_checkpoint
 from smr.api import JobLoadError, load_job
 from smr.channels import DeliveryError
 from smr.client import Client, NodeRefused, NodeUnreachable, cluster_view, fetch_view
@@ -30,17 +30,19 @@ from smr.emitter import (
     BATCH_BYTES_MAX,
     BATCH_SIZE_DEFAULT,
     WINDOW_BATCHES_DEFAULT,
-    Emitter,
 )
-from smr.feed import MAX_RECORD_BYTES_DEFAULT, InputError, check_inputs, feed, total_bytes
+from smr.feed import MAX_RECORD_BYTES_DEFAULT, InputError, check_inputs
+from smr.feed_run import FeedNotResumable, FeedOptions
 from smr.protocol import FrameError, Output, decode
 from smr.spark import MASTER_DEFAULT, MAX_FILES_PER_TRIGGER_DEFAULT, BatchReport, SparkFeedError
-from smr.spec import ClusterError, ClusterSpec, read_spec
+from smr.spec import ClusterError, feeder_job, read_spec
 from smr.text_check import not_text_reason
 from smr.transport import TransportError
 from smr.transport.zeromq import Subscriber
 
 USER_ERRORS = (
+    spark_checkpoint.StaleCheckpoint,
+    FeedNotResumable,
     SparkFeedError,
     ClusterError,
     JobLoadError,
@@ -139,23 +141,6 @@ job_of_cluster_option = click.option(
 )
 
 
-def cluster_job(spec: ClusterSpec, cluster_dir: Path, job_ref: str | None) -> str:
-    """The job a feeder runs: the cluster's, which ``--job`` may only repeat.
-
-    A feeder with another job's ``map`` would send its tuples to nodes folding them with
-    this cluster's ``reduce``, mixing two jobs' state: refused, naming both.
-    """
-    if job_ref is None or job_ref == spec.job:
-        return spec.job
-    with contextlib.suppress(JobLoadError):
-        if load_job(job_ref) is load_job(spec.job):  # two names for one job
-            return spec.job
-    raise ClusterError(
-        f"--job {job_ref} is not the cluster's job {spec.job} (in {cluster_dir / 'cluster.json'}): "
-        f"its nodes run {spec.job}'s reduce; omit --job or pass --job {spec.job}"
-    )
-
-
 @main_group.command("feed")
 @cluster_dir_option
 @job_of_cluster_option
@@ -182,6 +167,12 @@ def cluster_job(spec: ClusterSpec, cluster_dir: Path, job_ref: str | None) -> st
     help="Unacked batches per node before the feed waits.",
 )
 @click.option("--no-combine", is_flag=True, help="Do not apply the job's combine.")
+@click.option(
+    "--mapper-id",
+    help="The feed's identity [default: derived from the cluster's incarnation, the job and "
+    "the files (path, size, modification time), so that running the same feed again delivers "
+    "only what is missing; random for standard input, which cannot be resumed].",
+)
 @click.option("--progress/--no-progress", default=None, help="Progress bar (default: on a TTY).")
 @click.argument("files", nargs=-1, required=True)
 def feed_command(
@@ -192,12 +183,18 @@ def feed_command(
     max_record_bytes: int,
     window: int,
     no_combine: bool,
+    mapper_id: str | None,
     progress: bool | None,
     files: tuple[str, ...],
 ) -> None:
-    """Stream FILES (or - for standard input) through the job's map into the ring."""
+    """Stream FILES (or - for standard input) through the job's map into the ring.
+
+    Resumable: a feed stopped part-way (interrupted, killed, a node unreachable) delivers
+    exactly the rest when run again with the same arguments, and a finished one nothing.
+    """
     spec = read_spec(cluster_dir)
-    job = load_job(cluster_job(spec, cluster_dir, job_ref))
+    job_ref = feeder_job(spec, cluster_dir, job_ref)
+    job = load_job(job_ref)
     check_inputs(files)
     for path in dict.fromkeys(files):
         reason = None if path == "-" else not_text_reason(path)
@@ -207,52 +204,33 @@ def feed_command(
                 "feeding it as lines of UTF-8 anyway",
                 err=True,
             )
-    view = fetch_view(spec.seeds)
-    mapper_id = MapperId(f"feed-{uuid.uuid4().hex[:12]}")
-    emitter = Emitter(
-        view,
-        spec.slot_bits,
-        mapper_id,
-        replication=spec.replication,
-        combine=None if no_combine else job.combine,
+    flags = [*(["--mapper-id", mapper_id] if mapper_id else [])]
+    if batch_size != BATCH_SIZE_DEFAULT:
+        flags += ["--batch-size", str(batch_size)]
+    if no_combine:
+        flags.append("--no-combine")
+    options = FeedOptions(
         batch_size=batch_size,
         batch_bytes=batch_bytes,
+        max_record_bytes=max_record_bytes,
         window_batches=window,
+        combine=not no_combine,
+        mapper_id=MapperId(mapper_id) if mapper_id else None,
+        show_progress=sys.stderr.isatty() if progress is None else progress,
+        flags=tuple(flags),
     )
-    show_progress = sys.stderr.isatty() if progress is None else progress
-    total = total_bytes(files)
-
-    def report(line: str) -> None:
-        click.echo(line, err=True)
-
-    if show_progress:
-        from rich.progress import Progress
-
-        with Progress(transient=True) as bar:
-            task = bar.add_task("feeding", total=total)
-            result = feed(
-                job,
-                emitter,
-                files,
-                report,
-                lambda done: bar.update(task, completed=done),
-                max_record_bytes,
-            )
-    else:
-        result = feed(job, emitter, files, report, max_record_bytes=max_record_bytes)
-    click.echo(
-        f"fed {result.tuples_emitted} tuples from {result.records} records "
-        f"({result.tuples_sent} sent after combine) in {result.elapsed_s:.2f} s: "
-        f"{result.tuples_per_s:,.0f} tuples/s"
+    code = feed_run.run(
+        cluster_dir,
+        spec,
+        job_ref,
+        job,
+        files,
+        options,
+        say=click.echo,
+        report=lambda line: click.echo(line, err=True),
     )
-    if result.failed_records:
-        click.echo(
-            f"smr: {result.failed_records} records failed and were skipped: "
-            f"{result.map_failures} in map, {result.emit_failures} with a bad emit, "
-            f"{result.records_too_long} longer than {max_record_bytes} bytes",
-            err=True,
-        )
-        sys.exit(1)
+    if code:
+        sys.exit(code)
 
 
 def _interrupt(signum: int, frame: Any) -> None:
@@ -278,6 +256,13 @@ def _interrupt(signum: int, frame: Any) -> None:
     "[default: CLUSTER/spark-checkpoints/QUERY].",
 )
 @click.option("--once", is_flag=True, help="Process the files there now, then exit.")
+@click.option(
+    "--from-start",
+    is_flag=True,
+    help="If the checkpoint fed an earlier life of the cluster (before 'smr cluster up' "
+    "started it again, empty), move it aside and feed everything again; without this flag "
+    "such a checkpoint is refused.",
+)
 @click.option("--query", "query_name", help="The query's name [default: smr-JOBNAME].")
 @click.option(
     "--max-files-per-trigger",
@@ -296,6 +281,7 @@ def spark_feed_command(
     input_ref: str,
     checkpoint_dir: Path | None,
     once: bool,
+    from_start: bool,
     query_name: str | None,
     max_files_per_trigger: int,
     trigger_ms: int | None,
@@ -314,13 +300,18 @@ def spark_feed_command(
 
     # User errors before Spark's start-up time: the job, the input, Java, the cluster.
     spec = read_spec(cluster_dir)
-    job_ref = cluster_job(spec, cluster_dir, job_ref)
+    job_ref = feeder_job(spec, cluster_dir, job_ref)
     load_job(job_ref)
     socket_addr = smr_spark.parse_socket_ref(input_ref)
     if socket_addr is None:
         smr_spark.check_input_dir(Path(input_ref))
     smr_spark.check_java()
     fetch_view(spec.seeds)
+    name = query_name or f"smr-{load_job(job_ref).name}"
+    checkpoint = checkpoint_dir or cluster_dir / "spark-checkpoints" / name
+    moved = spark_checkpoint.claim(checkpoint, spec.incarnation, cluster_dir, from_start)
+    if moved is not None:
+        click.echo(moved, err=True)
     started = time.monotonic()
     session = smr_spark.session(f"smr spark-feed {job_ref}", master)
     click.echo(f"Spark {session.version} started in {time.monotonic() - started:.1f} s", err=True)
@@ -343,8 +334,6 @@ def spark_feed_command(
             df = smr_spark.text_files(session, Path(input_ref), max_files_per_trigger)
         else:
             df = smr_spark.socket_lines(session, *socket_addr)
-        name = query_name or f"smr-{load_job(job_ref).name}"
-        checkpoint = checkpoint_dir or cluster_dir / "spark-checkpoints" / name
         query = smr_spark.emit(
             df,
             job_ref,
@@ -359,6 +348,7 @@ def spark_feed_command(
             on_batch=report,
         )
         running = True
+        spark_checkpoint.record(checkpoint, spec.incarnation)
         click.echo(f"query {name} running, checkpoint {checkpoint}", err=True)
         signal.signal(signal.SIGTERM, _interrupt)
         try:

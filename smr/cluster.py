@@ -21,6 +21,7 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 from typing import Final
 
@@ -202,7 +203,8 @@ def up(
     """Start a local cluster and return once every node answers a ping.
 
     1. Refuse if ``cluster_dir`` already has running nodes.
-    2. Plan ids, addresses and tokens; write ``cluster.json`` (nodes read it to start).
+    2. Plan ids, addresses and tokens and a new cluster incarnation (the nodes start empty:
+       this is a new life of the cluster); write ``cluster.json`` (nodes read it to start).
     3. Start each node process; record the PIDs in ``cluster.json``.
     4. Ping every node until it answers; if one does not within ``ready_timeout_s`` (or its
        process exits), stop them all and raise ClusterError quoting the node's log.
@@ -220,6 +222,7 @@ def up(
     cluster_dir.mkdir(parents=True, exist_ok=True)
     # 2.
     spec = plan_cluster(nodes, replication, job, slot_bits, checkpoint_interval_ms)
+    spec.incarnation = uuid.uuid4().hex[:16]
     write_spec(cluster_dir, spec)
     # 3.
     for node in spec.nodes:

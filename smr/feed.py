@@ -42,6 +42,15 @@ STDIN_LINGER_MS: Final = 100
 
 
 @dataclass
+class FeedPosition:
+    """How far a feed got: updated as it reads, reported when it stops early."""
+
+    path: str = ""
+    line: int = 0
+    records: int = 0
+
+
+@dataclass
 class FeedResult:
     """What a feed did."""
 
@@ -151,14 +160,17 @@ def feed(
     report: Callable[[str], None],
     progress: Callable[[int], None] | None = None,
     max_record_bytes: int = MAX_RECORD_BYTES_DEFAULT,
+    position: FeedPosition | None = None,
 ) -> FeedResult:
     """Run ``job.map`` over every line of ``paths`` and emit into ``emitter``, then wait
-    until every tuple is acked (``emitter.close``). ``progress`` gets bytes read so far.
+    until every tuple is acked (``emitter.close``). ``progress`` gets bytes read so far;
+    ``position``, if given, holds the file and line of the last record read.
 
     Per record: 1. read it (bounded); 2. run ``map``, collecting its emits; 3. only if
     ``map`` returned, hand them to the emitter, which checks them all before it emits any
     (``Emitter.emit_record``)."""
     started = time.monotonic()
+    position = position if position is not None else FeedPosition()
     records = 0
     counts = {"map": 0, "emit": 0, "long": 0}
     pairs: list[tuple[Any, Any]] = []
@@ -182,9 +194,12 @@ def feed(
             lines = _stdin_records(emitter.flush, max_record_bytes)
         else:
             lines, raw = _open_records(path, max_record_bytes)
+        position.path = path
         try:
             for number, line in enumerate(lines, 1):
                 records += 1
+                position.line = number
+                position.records = records
                 if line is None:
                     failed(
                         "long",

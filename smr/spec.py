@@ -8,7 +8,7 @@ and other launchers may write one too. The node never imports a launcher; it rea
 ``DIR/cluster.json`` (format 1)::
 
     {"format": 1, "slot_bits": 14, "replication": 1, "job": "examples.wordcount:job",
-     "checkpoint_interval_ms": 1000, "extra": {},
+     "checkpoint_interval_ms": 1000, "incarnation": "5f0c2a9e41d7b3c8", "extra": {},
      "nodes": [{"id": "n0", "token": 0, "pid": 1234,
                 "addr": "tcp://n0.smr:7000", "pub_addr": "tcp://n0.smr:7001",
                 "bind_addr": "tcp://0.0.0.0:7000", "pub_bind_addr": "tcp://0.0.0.0:7001",
@@ -31,6 +31,11 @@ before these fields existed (``id``, ``addr``, ``pub_addr``, ``token``, ``pid`` 
 as it always did. :func:`write_spec` writes the optional fields only where they differ from
 these defaults, so a local cluster's file keeps exactly its old shape.
 
+``incarnation`` names one life of the cluster: ``smr cluster up`` writes a new one every time
+it starts nodes with empty state, so whatever was fed to an earlier life (a Spark checkpoint, a
+feed's mapper id) can tell it is not this one. A file without it (written before it existed)
+has none (``None``).
+
 ``seeds`` are the addresses a client (``smr feed``, ``smr status``) or a joining node contacts
 first to learn the live view; after that, the view's addresses are used. ``pid`` is the
 process id the local launcher recorded (null elsewhere). The file holds the nodes as started;
@@ -39,6 +44,7 @@ the live view (after takeovers and moves) is asked of the nodes themselves.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from dataclasses import KW_ONLY, dataclass, field
@@ -48,6 +54,7 @@ from typing import Any, Final
 from ring.hashing import check_slot_bits
 from ring.ids import Incarnation, NodeId, Token
 from ring.view import Member, Status, View
+from smr.api import JobLoadError, load_job
 
 CLUSTER_FILE: Final = "cluster.json"
 """The spec's file name inside a cluster directory."""
@@ -125,6 +132,8 @@ class ClusterSpec:
     """Free-form settings for tools (read and written back untouched)."""
     seeds: list[str] = field(default_factory=list)
     """Advertised addresses a client or a joining node contacts first."""
+    incarnation: str | None = None
+    """This life of the cluster, new on every ``smr cluster up`` (None in older files)."""
 
     def __post_init__(self) -> None:
         if not self.seeds:
@@ -198,6 +207,7 @@ def spec_to_json(spec: ClusterSpec) -> dict[str, Any]:
         "replication": spec.replication,
         "job": spec.job,
         "checkpoint_interval_ms": spec.checkpoint_interval_ms,
+        **({"incarnation": spec.incarnation} if spec.incarnation is not None else {}),
         "nodes": nodes,
         "extra": spec.extra,
     }
@@ -245,6 +255,9 @@ def _parse(raw: object, source: str) -> ClusterSpec:
     if not nodes and not seeds:
         raise ValueError("lists no nodes and no seeds: give at least one")
     _check_unique(nodes)
+    incarnation = raw.get("incarnation")
+    if incarnation is not None and (not isinstance(incarnation, str) or not incarnation):
+        raise ValueError(f"incarnation must be a non-empty string, got {incarnation!r}")
     return ClusterSpec(
         slot_bits=slot_bits,
         replication=replication,
@@ -253,6 +266,7 @@ def _parse(raw: object, source: str) -> ClusterSpec:
         checkpoint_interval_ms=checkpoint_interval_ms,
         extra=dict(extra),
         seeds=list(seeds),
+        incarnation=incarnation,
     )
 
 
@@ -335,3 +349,20 @@ def _str(
     if not value and not empty_ok and default is _MISSING:
         raise ValueError(f"{where} must not be empty")
     return value
+
+
+def feeder_job(spec: ClusterSpec, cluster_dir: Path, job_ref: str | None) -> str:
+    """The job a feeder runs: the cluster's, which ``--job`` may only repeat.
+
+    A feeder with another job's ``map`` would send its tuples to nodes folding them with
+    this cluster's ``reduce``, mixing two jobs' state: refused, naming both.
+    """
+    if job_ref is None or job_ref == spec.job:
+        return spec.job
+    with contextlib.suppress(JobLoadError):
+        if load_job(job_ref) is load_job(spec.job):  # two names for one job
+            return spec.job
+    raise ClusterError(
+        f"--job {job_ref} is not the cluster's job {spec.job} (in {cluster_dir / 'cluster.json'}): "
+        f"its nodes run {spec.job}'s reduce; omit --job or pass --job {spec.job}"
+    )

@@ -192,6 +192,33 @@ def test_a_failed_query_still_says_what_it_fed_before_the_error(
     assert result.stderr.strip().splitlines()[-1].startswith("smr: error: ")
 
 
+def test_spark_feed_after_the_cluster_restarted_empty_refuses_or_feeds_all_from_start(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    paths = split_books(tmp_path / "input", files=4)
+    cluster.up(3, JOB, "--replication", "1")
+    spark_feed(cluster, tmp_path / "input")
+    cluster.smr("cluster", "down", "--dir", str(cluster.dir))
+    cluster.up(3, JOB, "--replication", "1")
+
+    refused = subprocess.run(
+        spark_feed_args(cluster, tmp_path / "input", JOB, "--once"),
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=SPARK_TIMEOUT_S,
+    )
+    assert refused.returncode == 2, refused.stderr
+    [line] = refused.stderr.strip().splitlines()
+    assert line.startswith("smr: error: checkpoint ")
+    assert "fed cluster incarnation" in line and "--from-start" in line
+    assert cluster.counts() == {}
+
+    result = spark_feed(cluster, tmp_path / "input", extra=("--from-start",))
+    assert "feeding from the start" in result.stderr
+    assert cluster.counts() == word_counts(paths)
+
+
 # -- errors a Spark user can act on (all found before Spark starts) ---------------------------
 
 

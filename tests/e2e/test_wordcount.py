@@ -50,10 +50,10 @@ def test_feed_reads_standard_input(cluster: Cluster) -> None:
     assert cluster.counts() == {"the": 3, "cat": 1, "dog": 1, "end": 1}
 
 
-def test_two_feeds_add_up(cluster: Cluster) -> None:
+def test_two_feeds_under_different_mapper_ids_add_up(cluster: Cluster) -> None:
     cluster.up(3)
-    cluster.feed(EXAMPLE_BOOKS[0])
-    cluster.feed(EXAMPLE_BOOKS[0])
+    cluster.feed(EXAMPLE_BOOKS[0], extra=["--mapper-id", "first"])
+    cluster.feed(EXAMPLE_BOOKS[0], extra=["--mapper-id", "second"])
     once = word_counts(EXAMPLE_BOOKS[:1])
     assert cluster.counts() == {word: 2 * n for word, n in once.items()}
 

@@ -53,6 +53,7 @@ NEW_FILE: dict[str, Any] = {
     "replication": 1,
     "job": "examples.wordcount:job",
     "checkpoint_interval_ms": 500,
+    "incarnation": "5f0c2a9e41d7b3c8",
     "nodes": [
         {
             "id": "a",
@@ -109,6 +110,21 @@ def test_old_file_without_checkpoint_interval_or_extra_takes_the_defaults(tmp_pa
     write_raw(tmp_path, raw)
     spec = read_spec(tmp_path)
     assert (spec.checkpoint_interval_ms, spec.extra) == (1000, {})
+
+
+def test_file_without_an_incarnation_reads_as_none_and_is_written_back_without_one(
+    tmp_path: Path,
+) -> None:
+    write_raw(tmp_path, OLD_FILE)
+    assert read_spec(tmp_path).incarnation is None
+    write_spec(tmp_path, read_spec(tmp_path))
+    assert "incarnation" not in json.loads((tmp_path / CLUSTER_FILE).read_text())
+
+
+def test_incarnation_round_trips(tmp_path: Path) -> None:
+    write_raw(tmp_path, NEW_FILE)
+    write_spec(tmp_path, read_spec(tmp_path))
+    assert read_spec(tmp_path).incarnation == "5f0c2a9e41d7b3c8"
 
 
 def test_new_file_reads_bind_and_advertised_addresses_zones_and_seeds(tmp_path: Path) -> None:
@@ -213,6 +229,7 @@ def without(raw: dict[str, Any], key: str) -> dict[str, Any]:
         ({**OLD_FILE, "replication": True}, "replication must be an integer, got True"),
         ({**OLD_FILE, "replication": -1}, "replication must be 0 or more"),
         ({**OLD_FILE, "checkpoint_interval_ms": 0}, "checkpoint_interval_ms must be positive"),
+        ({**OLD_FILE, "incarnation": 7}, "incarnation must be a non-empty string, got 7"),
         ({**OLD_FILE, "nodes": {}}, "nodes must be a list"),
         ({**OLD_FILE, "nodes": ["n0"]}, r"nodes\[0\] must be an object"),
         ({**OLD_FILE, "nodes": []}, "lists no nodes and no seeds"),
