@@ -63,7 +63,7 @@ from __future__ import annotations
 import random
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final, TypeAlias
+from typing import Any, ClassVar, Final, TypeAlias
 
 from ring.ids import NodeId
 
@@ -109,12 +109,13 @@ class Kill:
 
 
 @dataclass(frozen=True)
-class Pause:
-    """Pause ``node`` from ``at_ms`` for ``duration_ms`` (SIGSTOP, then SIGCONT)."""
+class _NodeSpan:
+    """A fault that holds one ``node`` from ``at_ms`` for ``duration_ms``."""
 
     node: NodeId
     at_ms: int
     duration_ms: int
+    VERB: ClassVar[str] = ""
 
     def __post_init__(self) -> None:
         _check_time("at_ms", self.at_ms)
@@ -122,37 +123,29 @@ class Pause:
 
     @property
     def end_ms(self) -> int:
-        """When the node resumes."""
+        """When it lets go of the node."""
         return self.at_ms + self.duration_ms
 
     def describe(self) -> str:
         """One line: when and what."""
-        return f"{self.at_ms:>7} ms  pause {self.node} for {self.duration_ms} ms"
+        return f"{self.at_ms:>7} ms  {self.VERB} {self.node} for {self.duration_ms} ms"
 
 
 @dataclass(frozen=True)
-class Stall:
+class Pause(_NodeSpan):
+    """Pause ``node`` from ``at_ms`` for ``duration_ms`` (SIGSTOP, then SIGCONT)."""
+
+    VERB: ClassVar[str] = "pause"
+
+
+@dataclass(frozen=True)
+class Stall(_NodeSpan):
     """Stall ``node``'s event loop from ``at_ms`` for ``duration_ms``: one reduce call that
     takes that long (a slow lookup, a GC pause). The node reads nothing and runs no timer
     meanwhile, but it is alive: its heartbeats go on from a thread of their own, so it must
     not be declared dead for being slow (DESIGN section 6, "slow is not dead")."""
 
-    node: NodeId
-    at_ms: int
-    duration_ms: int
-
-    def __post_init__(self) -> None:
-        _check_time("at_ms", self.at_ms)
-        _check_time("duration_ms", self.duration_ms, 1)
-
-    @property
-    def end_ms(self) -> int:
-        """When the slow call returns."""
-        return self.at_ms + self.duration_ms
-
-    def describe(self) -> str:
-        """One line: when and what."""
-        return f"{self.at_ms:>7} ms  stall {self.node} for {self.duration_ms} ms"
+    VERB: ClassVar[str] = "stall"
 
 
 @dataclass(frozen=True)
