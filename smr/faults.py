@@ -15,6 +15,8 @@ The faults:
 - :class:`Stall` ``node`` from ``at_ms`` for ``duration_ms``: one slow reduce call; its loop
   reads nothing and runs no timer, but its heartbeats go on from their own thread, so it is
   never a reason to declare the node dead (it is no silence window below).
+- :class:`Forge` a view at ``node`` that marks ``victim`` dead with no takeover: refused,
+  so it loses nobody (it is no silence window either).
 - :class:`Partition` between ``group_a`` and ``group_b`` from ``at_ms`` for
   ``duration_ms``: messages between the groups do not arrive until it ends (a cut that does
   not reset connections, so TCP delivers them late, in order); traffic inside each group and
@@ -71,6 +73,7 @@ __all__ = [
     "Delay",
     "Fault",
     "FaultSchedule",
+    "Forge",
     "Kill",
     "Partition",
     "Pause",
@@ -106,6 +109,29 @@ class Kill:
     def describe(self) -> str:
         """One line: when and what."""
         return f"{self.at_ms:>7} ms  kill {self.node}"
+
+
+@dataclass(frozen=True)
+class Forge:
+    """At ``at_ms``, hand ``node`` a forged view that marks ``victim`` dead with nobody
+    taking it over, as any local process could send one: the node must refuse it (it would
+    serve the victim's slots from empty state), so it loses nobody."""
+
+    node: NodeId
+    victim: NodeId
+    at_ms: int
+
+    def __post_init__(self) -> None:
+        _check_time("at_ms", self.at_ms)
+
+    @property
+    def end_ms(self) -> int:
+        """An instant."""
+        return self.at_ms
+
+    def describe(self) -> str:
+        """One line: when and what."""
+        return f"{self.at_ms:>7} ms  forge a view at {self.node} marking {self.victim} dead"
 
 
 @dataclass(frozen=True)
@@ -218,13 +244,14 @@ class Delay:
         )
 
 
-Fault: TypeAlias = Kill | Pause | Stall | Partition | Delay
+Fault: TypeAlias = Kill | Pause | Stall | Forge | Partition | Delay
 """Any one fault."""
 
 _KIND_NAMES: Final[dict[type[Any], str]] = {
     Kill: "kill",
     Pause: "pause",
     Stall: "stall",
+    Forge: "forge",
     Partition: "partition",
     Delay: "delay",
 }
@@ -509,12 +536,12 @@ def random_schedule(
     times, then skipped, so a schedule may hold fewer faults than ``faults_max``.
 
     The faults drawn: kills; stalls of 1-3 s (a slow reduce call; never a reason to be
-    declared dead); pauses either short (below ``tolerance.silence_safe_ms``: the
-    node must not be declared dead) or long (past ``tolerance.silence_lost_ms``: it is
-    declared dead, fenced and rejoins empty); short partitions between a random group and
-    the rest, or two random groups; long partitions between a random group and the rest
-    (within tolerance when the side without a majority holds no more than ``r`` adjacent
-    nodes); delays of up to a quarter of the safe silence.
+    declared dead); forged views (refused: nobody lost); pauses either short (below
+    ``tolerance.silence_safe_ms``: the node must not be declared dead) or long (past
+    ``tolerance.silence_lost_ms``: it is declared dead, fenced and rejoins empty); short
+    partitions between a random group and the rest, or two random groups; long partitions
+    between a random group and the rest (within tolerance when the side without a majority
+    holds no more than ``r`` adjacent nodes); delays of up to a quarter of the safe silence.
     """
     if duration_ms < 10:
         raise ValueError(f"duration_ms must be at least 10, got {duration_ms}")
@@ -535,11 +562,16 @@ def random_schedule(
     if rng.random() < STALL_SHARE:
         at_ms = rng.randint(0, duration_ms * 9 // 10)
         schedule = schedule.with_fault(Stall(rng.choice(nodes), at_ms, rng.randint(1000, 3000)))
+    if rng.random() < FORGE_SHARE:
+        at_ms = rng.randint(0, duration_ms * 9 // 10)
+        schedule = schedule.with_fault(Forge(rng.choice(nodes), rng.choice(nodes), at_ms))
     return schedule
 
 
 STALL_SHARE: Final = 1 / 3
 """The share of random schedules with one stall (a slow reduce call) in them."""
+FORGE_SHARE: Final = 1 / 4
+"""The share of random schedules with one forged view in them."""
 
 
 def _random_fault(

@@ -8,7 +8,8 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from ring.ids import NodeId
-from smr.faults import Delay, Fault, Kill, Partition, Pause, Stall
+from smr.faults import Delay, Fault, Forge, Kill, Partition, Pause, Stall
+from smr.protocol import RequestId, ViewReply, encode, pack_body
 from smr.sim.nodes import SimNode
 
 if TYPE_CHECKING:
@@ -46,6 +47,8 @@ def start_fault(sim: Simulation, fault: Fault) -> None:
     elif isinstance(fault, Pause):
         sim.nodes[fault.node].pauses_active += 1
         sim._schedule(fault.end_ms * 1000, resume, sim, sim.nodes[fault.node])
+    elif isinstance(fault, Forge):
+        forge(sim, fault)
     elif isinstance(fault, Stall):
         node = sim.nodes[fault.node]
         node.stalls_active += 1
@@ -57,6 +60,26 @@ def start_fault(sim: Simulation, fault: Fault) -> None:
     else:
         sim.network.delays.append(fault)
         sim._schedule(fault.end_ms * 1000, end_fault, sim, fault)
+
+
+def forge(sim: Simulation, fault: Forge) -> None:
+    """Hand ``fault.node`` a view marking ``fault.victim`` dead with no takeover, as a client
+    could push one (a VIEW message); a node not running now (killed, paused, stalled) reads
+    nothing, so the forgery is skipped."""
+    node = sim.nodes[fault.node]
+    if not node.running or node.core is None:
+        return
+    core = node.core
+    if core.view.get(fault.victim) is None:
+        return
+    forged = core.view.mark_dead(fault.victim)
+    push = encode(ViewReply(RequestId(0), forged.epoch, pack_body(forged.to_wire())))
+    sim._current = fault.node
+    try:
+        core.on_frames(b"forger", push)
+    finally:
+        sim._current = None
+    sim._schedule(sim.clock.now_us, sim._wake, node)
 
 
 def drop_seen(sim: Simulation, peer: SimNode, dead: NodeId) -> None:

@@ -22,7 +22,7 @@ from typing import Any, Final
 import psutil
 
 from smr.client import Client, NodeUnreachable
-from smr.faults import FaultSchedule, Kill, Pause, Stall
+from smr.faults import FaultSchedule, Forge, Kill, Pause, Stall
 from smr.scenarios import Scenario
 
 # A signal sent later than this after its time means the run did not follow the schedule
@@ -43,6 +43,8 @@ def why_the_local_backend_cannot_run(scenario: Scenario) -> str | None:
     for fault in scenario.schedule:
         if isinstance(fault, Stall):
             return "a stall is a slow reduce call: tests/e2e/test_slow_reducer.py runs one"
+        if isinstance(fault, Forge):
+            return "a forged view: tests/e2e/test_forged_view.py sends one to real processes"
         if not isinstance(fault, Kill | Pause):
             kind = type(fault).__name__.lower()
             return f"a {kind} needs the in-node network filter, which does not exist yet"
