@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: venv demo test lint bench clean
+.PHONY: venv demo test test-slow lint bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -25,6 +25,10 @@ lint: $(STAMP)
 
 test: lint
 	$(BIN)/python -m pytest -q
+
+# The tests marked slow (Spark sessions one after another); CI runs them after `make test`.
+test-slow: $(STAMP)
+	$(BIN)/python -m pytest -q -m slow
 
 # Each script also runs alone; results (JSON and PNG) go to bench/results/.
 bench: $(STAMP)

@@ -160,6 +160,7 @@ def test_a_driver_killed_mid_batch_resumes_from_its_checkpoint_exactly_once(
     assert cluster.counts() == word_counts(paths)
 
 
+@pytest.mark.slow  # Spark sessions one after another: `make test-slow`, run by CI
 def test_a_failed_query_still_says_what_it_fed_before_the_error(
     cluster: Cluster, tmp_path: Path
 ) -> None:
@@ -192,6 +193,7 @@ def test_a_failed_query_still_says_what_it_fed_before_the_error(
     assert result.stderr.strip().splitlines()[-1].startswith("smr: error: ")
 
 
+@pytest.mark.slow  # Spark sessions one after another: `make test-slow`, run by CI
 def test_spark_feed_after_the_cluster_restarted_empty_refuses_or_feeds_all_from_start(
     cluster: Cluster, tmp_path: Path
 ) -> None:
