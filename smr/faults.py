@@ -55,14 +55,13 @@ nobody dead meanwhile), and is within tolerance when rule 1 holds for it; a part
 two halves exposes neither side (nobody is declared dead; the ring stalls until it heals).
 With ``r = 0`` (no failure detection) nothing may be lost at all.
 
-:func:`random_schedule` draws schedules from a seeded ``random.Random`` and keeps only faults
-that leave the schedule within tolerance, so every schedule it returns is one the ring must
-survive with no acked tuple lost.
+:func:`smr.fault_draws.random_schedule` draws schedules from a seeded ``random.Random`` and
+keeps only faults that leave the schedule within tolerance, so every schedule it returns is one
+the ring must survive with no acked tuple lost.
 """
 
 from __future__ import annotations
 
-import random
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Final, TypeAlias
@@ -81,7 +80,6 @@ __all__ = [
     "Tolerance",
     "exposed_sides",
     "lost_nodes",
-    "random_schedule",
     "within_tolerance",
 ]
 
@@ -517,92 +515,3 @@ def within_tolerance(
             f"than the replication factor r={replication} tolerates"
         )
     return None
-
-
-def random_schedule(
-    rng: random.Random,
-    nodes: Sequence[NodeId],
-    replication: int,
-    duration_ms: int,
-    tolerance: Tolerance = Tolerance(),
-    faults_max: int = 3,
-) -> FaultSchedule:
-    """A seeded random schedule of up to ``faults_max`` faults starting in the first 90% of
-    ``duration_ms``, on a ring of ``nodes`` (in ring order).
-
-    Guarantees: pure (the same ``rng`` state gives the same schedule); the result is within
-    tolerance (:func:`within_tolerance` returns None for it). Each fault drawn is kept only
-    if the schedule stays within tolerance; a fault that does not fit is drawn again a few
-    times, then skipped, so a schedule may hold fewer faults than ``faults_max``.
-
-    The faults drawn: kills; stalls of 1-3 s (a slow reduce call; never a reason to be
-    declared dead); forged views (refused: nobody lost); pauses either short (below
-    ``tolerance.silence_safe_ms``: the node must not be declared dead) or long (past
-    ``tolerance.silence_lost_ms``: it is declared dead, fenced and rejoins empty); short
-    partitions between a random group and the rest, or two random groups; long partitions
-    between a random group and the rest (within tolerance when the side without a majority
-    holds no more than ``r`` adjacent nodes); delays of up to a quarter of the safe silence.
-    """
-    if duration_ms < 10:
-        raise ValueError(f"duration_ms must be at least 10, got {duration_ms}")
-    if not nodes:
-        raise ValueError("a schedule needs at least one node")
-    safe_ms = tolerance.silence_safe_ms
-    schedule = FaultSchedule()
-    count = rng.randint(0, faults_max)
-    for _ in range(count):
-        for _attempt in range(8):
-            fault = _random_fault(rng, nodes, duration_ms, tolerance, safe_ms)
-            candidate = schedule.with_fault(fault)
-            if within_tolerance(candidate, nodes, replication, tolerance) is None:
-                schedule = candidate
-                break
-    # Drawn last, so that the other faults of a seed stay what they were before stalls
-    # existed: a slow call of 1-3 s on a random node, in a third of the schedules.
-    if rng.random() < STALL_SHARE:
-        at_ms = rng.randint(0, duration_ms * 9 // 10)
-        schedule = schedule.with_fault(Stall(rng.choice(nodes), at_ms, rng.randint(1000, 3000)))
-    if rng.random() < FORGE_SHARE:
-        at_ms = rng.randint(0, duration_ms * 9 // 10)
-        schedule = schedule.with_fault(Forge(rng.choice(nodes), rng.choice(nodes), at_ms))
-    return schedule
-
-
-STALL_SHARE: Final = 1 / 3
-"""The share of random schedules with one stall (a slow reduce call) in them."""
-FORGE_SHARE: Final = 1 / 4
-"""The share of random schedules with one forged view in them."""
-
-
-def _random_fault(
-    rng: random.Random,
-    nodes: Sequence[NodeId],
-    duration_ms: int,
-    tolerance: Tolerance,
-    safe_ms: int,
-) -> Fault:
-    at_ms = rng.randint(0, duration_ms * 9 // 10)
-    node = rng.choice(nodes)
-    kind = rng.choices(("kill", "pause", "partition", "delay"), weights=(3, 3, 2, 2))[0]
-    if kind == "kill":
-        return Kill(node, at_ms)
-    if kind == "pause":
-        if rng.random() < 0.5:
-            return Pause(node, at_ms, rng.randint(5, safe_ms))
-        lost_ms = tolerance.silence_lost_ms
-        return Pause(node, at_ms, rng.randint(lost_ms + 100, lost_ms + 2000))
-    if kind == "partition" and len(nodes) >= 2:
-        shuffled = list(nodes)
-        rng.shuffle(shuffled)
-        cut = rng.randint(1, len(shuffled) - 1)
-        group_a, rest = shuffled[:cut], shuffled[cut:]
-        if rng.random() < 0.35:
-            # Long: the group against all the rest, past the time a watcher needs to
-            # declare a node dead; the side without a majority is taken over and fenced.
-            lost_ms = tolerance.silence_lost_ms
-            duration_ms = rng.randint(lost_ms + 100, lost_ms + 2000)
-            return Partition(tuple(group_a), tuple(rest), at_ms, duration_ms)
-        group_b = rest if rng.random() < 0.7 else rest[: rng.randint(1, len(rest))]
-        return Partition(tuple(group_a), tuple(group_b), at_ms, rng.randint(5, safe_ms))
-    extra_ms = rng.randint(1, max(1, safe_ms // 4))
-    return Delay(node, at_ms, rng.randint(20, 1000), extra_ms)

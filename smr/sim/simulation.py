@@ -18,10 +18,10 @@ from ring.hashing import even_tokens, slot_count
 from ring.ids import Incarnation, NodeId, Token
 from ring.view import Member, Status, View
 from smr.emitter import Emitter
+from smr.fault_draws import random_schedule
 from smr.faults import (
     FaultSchedule,
     Tolerance,
-    random_schedule,
     within_tolerance,
 )
 from smr.node import TICK_MS, NodeCore, NodeSettings, Timer

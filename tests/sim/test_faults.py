@@ -8,6 +8,7 @@ import random
 import pytest
 
 from ring.ids import NodeId
+from smr.fault_draws import random_schedule
 from smr.faults import (
     Delay,
     FaultSchedule,
@@ -17,7 +18,6 @@ from smr.faults import (
     Tolerance,
     exposed_sides,
     lost_nodes,
-    random_schedule,
     within_tolerance,
 )
 
