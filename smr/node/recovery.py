@@ -154,13 +154,14 @@ class Recovery:
         2. Gather, for the slots of ``dead``'s range only, the copies to promote: the replicas
            and backups of the nodes it had absorbed and was still re-replicating to us
            (older), then its own (newer).
-        3. Promote them (``checkpoint.promote``): replicas become primary state (field
-           values and hwm vectors, by reference), then their backed-up batches are replayed;
-           every tuple at or below the promoted hwm is skipped, so each tuple's effect is in
-           the state exactly once.
-        4. Slots of the range that no complete copy here covers (more adjacent failures than
-           ``r``) are marked lost (``checkpoint.loss``): their tuples are refused until an
-           operator accepts the loss. Never served empty in silence.
+        3. Slots of the range that no complete copy here covers (more adjacent failures than
+           ``r``) are lost: they are marked so (``checkpoint.loss``) and promote nothing, and
+           their tuples are refused until an operator accepts the loss (then they start
+           empty). Never served empty, or half full, in silence.
+        4. Promote the other slots (``checkpoint.promote``): replicas become primary state
+           (field values and hwm vectors, by reference), then their backed-up batches are
+           replayed; every tuple at or below the promoted hwm is skipped, so each tuple's
+           effect is in the state exactly once.
         5. Route by the new view (re-replicating to the secondaries) and gossip it.
         """
         node = self._node
@@ -181,14 +182,6 @@ class Recovery:
         backup = replication.backups.pop(dead, None)
         copies.append(Orphan(dead, replica or PeerReplica(), backup, covered))
         # 3.
-        reducer = node.reducer
-        outcome = promote_range(node.store, copies, slots, node.ring.slot_count, reducer.reduce_fn)
-        reducer.note_failures(outcome.failed, outcome.failures)
-        replayed = outcome.replayed
-        reducer.flush_emits()
-        node.counters.tuples_replayed += replayed
-        node.counters.takeovers += 1
-        # 4.
         lost = uncovered_slots(
             slots, [copy.covered.slots() for copy in copies if copy.covered is not None]
         )
@@ -204,6 +197,16 @@ class Recovery:
                 len(slots),
                 node.settings.replication,
             )
+        # 4.
+        reducer = node.reducer
+        outcome = promote_range(
+            node.store, copies, slots - lost, node.ring.slot_count, reducer.reduce_fn
+        )
+        reducer.note_failures(outcome.failed, outcome.failures)
+        replayed = outcome.replayed
+        reducer.flush_emits()
+        node.counters.tuples_replayed += replayed
+        node.counters.takeovers += 1
         self.offline = lost_slots(node.store)
         # 5.
         owners_before = [owner for owner in node.ring.owners if owner != dead]
