@@ -95,8 +95,11 @@ class Cluster:
             input_text=input_text,
         )
 
-    def feed_in_background(self, *files: str, extra: Sequence[str] = ()) -> subprocess.Popen[str]:
-        """Start ``smr feed`` (word count, no combine) without waiting for it."""
+    def feed_in_background(
+        self, *files: str, job: str = JOB, combine: bool = False, extra: Sequence[str] = ()
+    ) -> subprocess.Popen[str]:
+        """Start ``smr feed`` of ``job`` (the word count, without its combine unless asked)
+        without waiting for it."""
         return subprocess.Popen(
             [
                 sys.executable,
@@ -106,8 +109,8 @@ class Cluster:
                 "--cluster",
                 str(self.dir),
                 "--job",
-                JOB,
-                "--no-combine",
+                job,
+                *([] if combine else ["--no-combine"]),
                 *extra,
                 *files,
             ],

@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import time
 
 import pytest
 
 from smr.client import Client
-from tests.e2e.conftest import EXAMPLE_BOOKS, REPO, Cluster, word_counts
+from tests.e2e.conftest import EXAMPLE_BOOKS, Cluster, word_counts
 from tests.e2e.scenario_player import statuses
 
 pytestmark = pytest.mark.e2e
@@ -32,14 +30,7 @@ def test_feed_killed_midway_and_run_again_counts_every_word_exactly_once(
     cluster: Cluster,
 ) -> None:
     cluster.up(3, SLOW_JOB, "--replication", "1")
-    command = [sys.executable, "-m", "smr", "feed", "--cluster", str(cluster.dir)]
-    feed = subprocess.Popen(
-        [*command, "--job", SLOW_JOB, *EXAMPLE_BOOKS],
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    feed = cluster.feed_in_background(*EXAMPLE_BOOKS, job=SLOW_JOB, combine=True)
     try:
         deadline = time.monotonic() + 30
         while applied(cluster) < 20_000:
@@ -70,23 +61,7 @@ def test_finished_feed_run_again_adds_nothing_and_says_so(cluster: Cluster) -> N
 
 def test_feed_interrupted_says_where_it_stopped_and_how_to_resume(cluster: Cluster) -> None:
     cluster.up(2, SLOW_JOB)
-    feed = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "smr",
-            "feed",
-            "--cluster",
-            str(cluster.dir),
-            "--job",
-            SLOW_JOB,
-            EXAMPLE_BOOKS[0],
-        ],
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    feed = cluster.feed_in_background(EXAMPLE_BOOKS[0], job=SLOW_JOB, combine=True)
     try:
         deadline = time.monotonic() + 30
         while applied(cluster) == 0:

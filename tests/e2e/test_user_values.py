@@ -4,15 +4,13 @@ line each cost their own record (or tuple) only, never the feed, a node or a rer
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import psutil
 import pytest
 
-from tests.e2e.conftest import JOB, REPO, Cluster, word_counts
+from tests.e2e.conftest import Cluster, word_counts
 from tests.e2e.jobs import BAD_EMITS
 
 pytestmark = pytest.mark.e2e
@@ -91,23 +89,7 @@ def test_a_50_mb_line_is_a_failed_record_and_the_feeder_stays_small(
             out.write("x" * 1_000_000)
         out.write("\nthe end\n")
     cluster.up(2)
-    feed = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "smr",
-            "feed",
-            "--cluster",
-            str(cluster.dir),
-            "--job",
-            JOB,
-            str(text),
-        ],
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    feed = cluster.feed_in_background(str(text), combine=True)
     process = psutil.Process(feed.pid)
     rss_peak = 0
     try:
