@@ -7,14 +7,27 @@ order of nearness:
 1. Silence of at least ``failure_timeout_s`` (or an explicit suspicion, such as a dropped
    connection) starts a probe: the caller sends a direct probe, answered at once by a live node.
    With the probe, the caller also probes every other owner of its view (a contact check).
-2. No sign of life within ``probe_timeout_s`` of the probe: the node is declared dead, if
-   :func:`may_declare_dead` allows it (below). If not, the round starts over (the caller
-   probes again) and the node is not declared dead: the judging node is the one cut off.
+2. No sign of life within ``probe_timeout_s`` of the probe:
+
+   a. if its connection dropped, the node is declared dead (a crash; below);
+   b. otherwise, if :func:`may_declare_dead` does not allow a declaration (below), the round
+      starts over (the caller probes again): the judging node may be the one cut off;
+   c. otherwise the node becomes *suspected* (SWIM's suspicion, with Lifeguard's
+      refinements): the caller tells the suspect, which refutes at once if it is alive,
+      and asks every other owner to probe it on the judge's behalf (an indirect probe: a
+      helper that hears from the suspect vouches for it). The suspicion lasts
+      ``suspicion_timeout_s``, longer when the judge itself is unhealthy (its own loop was
+      late: :meth:`FailureDetector.note_late`) and twice as long when the suspect's last
+      heartbeat said it was busy.
+
+3. A suspicion that times out with no sign of life and no vouch: the node is declared dead
+   if :func:`may_declare_dead` still allows it, else the round starts over.
+
 Silence from a node never heard from since this detector started counts only after an extra
 ``first_contact_grace_s``: a cluster's processes start one after the other, and a node still
 importing its code is not dead. A dropped connection (``suspect``) is judged without grace.
 
-3. Only the nearest watched node that is not yet declared dead is judged at a time: a node
+4. Only the nearest watched node that is not yet declared dead is judged at a time: a node
    farther away is somebody else's to take over unless every node between is dead, which the
    caller learns by taking over the nearer one first (the walk of up to ``r`` hops).
 
@@ -40,6 +53,14 @@ last survivors of a ring (fewer than a majority) still take over crashed neighbo
 The price of the quorum: a ring whose majority is silent but not crashed (hung, or cut off)
 takes over nobody until it hears from a majority again; it stalls, and loses nothing.
 
+Why a suspicion on top of the quorum. The quorum tells a cut-off judge from a dead suspect,
+but not a suspect cut off from the judge alone (one bad link) or one that reads late: both
+are alive and reachable by others. Before a silent node is declared dead, the others are
+asked to reach it (SWIM's indirect probe) and it is told, so that it can refute. SWIM refutes
+by raising the suspect's incarnation, which orders gossiped suspicions; here one judge holds
+the suspicion and the refutation answers its request, which cannot be a stale message, and the
+incarnation stays what fences a node once a verdict was reached.
+
 The detector holds no clock and does no I/O: the caller passes ``now`` (seconds) and carries
 out the returned actions, so the same code runs under a simulated clock.
 """
@@ -49,8 +70,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import Final
 
 from ring.ids import NodeId
+
+LOCAL_HEALTH_MAX: Final = 8
+"""Lifeguard's bound on the local health multiplier: a very late judge waits at most nine
+suspicion timeouts."""
 
 
 class Verdict(Enum):
@@ -58,6 +84,9 @@ class Verdict(Enum):
 
     PROBE = "probe"
     """Probe the node (and check contact with the other owners)."""
+    SUSPECT = "suspect"
+    """The probe went unanswered: tell the node it is suspected (it refutes if alive) and
+    ask the other owners to probe it on the judge's behalf."""
     DEAD = "dead"
     """Declare the node dead and take it over."""
     NO_QUORUM = "no quorum"
@@ -89,8 +118,10 @@ class FailureDetector:
     """Silence timers and outstanding probes for the watched nodes.
 
     Guarantees: a node is declared dead only after at least ``failure_timeout_s`` of silence
-    (or a suspicion) followed by ``probe_timeout_s`` without any sign of life, and only when
-    :func:`may_declare_dead` allows it; any sign of life cancels its probe.
+    (or a dropped connection) followed by ``probe_timeout_s`` without any sign of life, and
+    only when :func:`may_declare_dead` allows it; on silence, only after a suspicion of at
+    least ``suspicion_timeout_s`` more that no sign of life and no vouch ended. Any sign of
+    life cancels its probe and its suspicion.
     """
 
     failure_timeout_s: float
@@ -105,15 +136,27 @@ class FailureDetector:
     probe_started_s: dict[NodeId, float] = field(default_factory=dict)
     # Suspects whose connection dropped, with no answer since to a probe sent after that.
     connection_dropped: set[NodeId] = field(default_factory=set)
+    # How long a suspicion lasts (step 2c); 0 declares at the probe timeout, as SWIM without
+    # suspicion does.
+    suspicion_timeout_s: float = 0.0
+    # When each suspicion under way times out.
+    suspicion_deadline_s: dict[NodeId, float] = field(default_factory=dict)
+    # Nodes whose last heartbeat said they were busy (their suspicions last twice as long).
+    busy: set[NodeId] = field(default_factory=set)
+    # Lifeguard's local health multiplier: 0 is healthy; each late read of the judge's own
+    # loop raises it (up to LOCAL_HEALTH_MAX), each second on time lowers it by one; a
+    # suspicion lasts (1 + local_health) times its timeout.
+    local_health: int = 0
+    _health_decayed_at_s: float = 0.0
 
     def watch(self, nodes: Sequence[NodeId], now: float) -> None:
         """Watch exactly ``nodes`` from now on; a newly watched node's silence counts from now."""
         for node in list(self.last_heard_s):
             if node not in nodes:
                 del self.last_heard_s[node]
-                self.probe_deadline_s.pop(node, None)
-                self.probe_started_s.pop(node, None)
+                self._end_round(node)
                 self.connection_dropped.discard(node)
+                self.busy.discard(node)
         for node in nodes:
             grace = 0.0 if node in self.heard_from else self.first_contact_grace_s
             self.last_heard_s.setdefault(node, now + grace)
@@ -128,8 +171,43 @@ class FailureDetector:
             # The first contact ends the grace; later ones only move the mark forward.
             last = self.last_heard_s[node]
             self.last_heard_s[node] = now if first_contact else max(last, now)
-            self.probe_deadline_s.pop(node, None)
-            self.probe_started_s.pop(node, None)
+            self._end_round(node)
+
+    def vouched(self, node: NodeId, now: float) -> None:
+        """Another owner heard from ``node`` when asked to (an indirect probe): reset its
+        silence and end its suspicion, as a sign of life would. It is no contact of the
+        judge's own: the quorum counts only what the judge heard itself."""
+        if node in self.last_heard_s:
+            self.last_heard_s[node] = max(self.last_heard_s[node], now)
+            self._end_round(node)
+
+    def note_busy(self, node: NodeId, busy: bool) -> None:
+        """``node``'s heartbeat said whether it is busy (its loop behind its work)."""
+        if busy:
+            self.busy.add(node)
+        else:
+            self.busy.discard(node)
+
+    def note_late(self, now: float) -> None:
+        """The judge's own loop read late (Lifeguard's local health): trust suspicions less."""
+        self.local_health = min(LOCAL_HEALTH_MAX, self.local_health + 1)
+        self._health_decayed_at_s = now
+
+    def note_on_time(self, now: float) -> None:
+        """The judge's loop read on time: local health recovers by one step per second."""
+        if self.local_health and now - self._health_decayed_at_s >= 1.0:
+            self.local_health -= 1
+            self._health_decayed_at_s = now
+
+    def suspicion_s(self, node: NodeId) -> float:
+        """How long a suspicion of ``node`` begun now would last (step 2c)."""
+        busy_factor = 2 if node in self.busy else 1
+        return self.suspicion_timeout_s * (1 + self.local_health) * busy_factor
+
+    def _end_round(self, node: NodeId) -> None:
+        self.probe_deadline_s.pop(node, None)
+        self.probe_started_s.pop(node, None)
+        self.suspicion_deadline_s.pop(node, None)
 
     def refuted(self, node: NodeId) -> None:
         """``node`` answered a probe sent after its connection dropped: it did not crash (a
@@ -152,6 +230,7 @@ class FailureDetector:
     def _start_round(self, node: NodeId, now: float) -> None:
         self.probe_started_s[node] = now
         self.probe_deadline_s[node] = now + self.probe_timeout_s
+        self.suspicion_deadline_s.pop(node, None)
 
     def in_contact(self, owners_besides_me: Sequence[NodeId], suspect: NodeId) -> int:
         """The judging node and the owners it heard from since ``suspect``'s probe round
@@ -170,7 +249,7 @@ class FailureDetector:
         *,
         owners_besides_me: Sequence[NodeId],
     ) -> tuple[Verdict, NodeId] | None:
-        """The action for the nearest watched node, if any is due (steps 1-3).
+        """The action for the nearest watched node, if any is due (steps 1-4).
 
         ``owners_besides_me``: every owner of the judging node's view but itself (the
         watched nodes included): the electorate of the quorum check.
@@ -178,16 +257,24 @@ class FailureDetector:
         for node in nearest_first:
             if node not in self.last_heard_s:
                 continue
-            deadline = self.probe_deadline_s.get(node)
+            deadline = self.suspicion_deadline_s.get(node, self.probe_deadline_s.get(node))
             if deadline is not None:
                 if now < deadline:
                     return None
+                # 2a.
+                if node in self.connection_dropped:
+                    return Verdict.DEAD, node
+                # 2b and 3.
                 owner_count = len(set(owners_besides_me) | {node}) + 1
                 in_contact = self.in_contact(owners_besides_me, node)
-                if may_declare_dead(owner_count, in_contact, node in self.connection_dropped):
+                if not may_declare_dead(owner_count, in_contact, connection_dropped=False):
+                    self._start_round(node, now)
+                    return Verdict.NO_QUORUM, node
+                if node in self.suspicion_deadline_s or self.suspicion_timeout_s <= 0:
                     return Verdict.DEAD, node
-                self._start_round(node, now)
-                return Verdict.NO_QUORUM, node
+                # 2c.
+                self.suspicion_deadline_s[node] = now + self.suspicion_s(node)
+                return Verdict.SUSPECT, node
             if now - self.last_heard_s[node] >= self.failure_timeout_s:
                 self._start_round(node, now)
                 return Verdict.PROBE, node

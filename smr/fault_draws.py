@@ -22,6 +22,7 @@ from smr.faults import (
     Partition,
     Pause,
     Stall,
+    Starve,
     Tolerance,
     within_tolerance,
 )
@@ -44,7 +45,8 @@ def random_schedule(
     times, then skipped, so a schedule may hold fewer faults than ``faults_max``.
 
     The faults drawn: kills; stalls of 1-3 s (a slow reduce call; never a reason to be
-    declared dead); forged views (refused: nobody lost); pauses either short (below
+    declared dead); forged views (refused: nobody lost); CPU starvation of 0.5-3 s in gaps
+    of up to half the safe silence (slow, not dead); pauses either short (below
     ``tolerance.silence_safe_ms``: the node must not be declared dead) or long (past
     ``tolerance.silence_lost_ms``: it is declared dead, fenced and rejoins empty); short
     partitions between a random group and the rest, or two random groups; long partitions
@@ -73,6 +75,13 @@ def random_schedule(
     if rng.random() < FORGE_SHARE:
         at_ms = rng.randint(0, duration_ms * 9 // 10)
         schedule = schedule.with_fault(Forge(rng.choice(nodes), rng.choice(nodes), at_ms))
+    if rng.random() < STARVE_SHARE:
+        at_ms = rng.randint(0, duration_ms * 9 // 10)
+        gap_ms = rng.randint(20, max(20, safe_ms // 2 - 10))
+        starve = Starve(rng.choice(nodes), at_ms, rng.randint(500, 3000), gap_ms)
+        candidate = schedule.with_fault(starve)
+        if within_tolerance(candidate, nodes, replication, tolerance) is None:
+            schedule = candidate
     return schedule
 
 
@@ -80,6 +89,8 @@ STALL_SHARE: Final = 1 / 3
 """The share of random schedules with one stall (a slow reduce call) in them."""
 FORGE_SHARE: Final = 1 / 4
 """The share of random schedules with one forged view in them."""
+STARVE_SHARE: Final = 1 / 4
+"""The share of random schedules with one node starved of CPU for 0.5-3 s in them."""
 
 
 def _random_fault(

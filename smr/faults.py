@@ -15,6 +15,8 @@ The faults:
 - :class:`Stall` ``node`` from ``at_ms`` for ``duration_ms``: one slow reduce call; its loop
   reads nothing and runs no timer, but its heartbeats go on from their own thread, so it is
   never a reason to declare the node dead (it is no silence window below).
+- :class:`Starve` ``node`` of CPU from ``at_ms`` for ``duration_ms``: the whole process runs
+  in turns, ``gap_ms`` without the CPU, then a tick with it; slow, not dead.
 - :class:`Forge` a view at ``node`` that marks ``victim`` dead with no takeover: refused,
   so it loses nobody (it is no silence window either).
 - :class:`Partition` between ``group_a`` and ``group_b`` from ``at_ms`` for
@@ -37,7 +39,8 @@ A node counts as *lost* when it is killed, or when it may be declared dead: its 
 (its clockwise neighbours) may hear nothing from it for as long as the failure detector
 needs, so it is fenced and rejoins empty, owning nothing. :class:`Tolerance` says how long a
 *silence window* of a node may last without that: a pause of the node, the onset of a delay
-of the node (``2 * extra_ms``, and as much added to any other window the delay overlaps),
+of the node (``2 * extra_ms``, and as much added to any other window the delay overlaps;
+a starved CPU counts as a delay of its gaps),
 and a partition with the node on an *exposed* side are silence windows; windows closer
 together than a heartbeat gap count as one.
 
@@ -77,6 +80,7 @@ __all__ = [
     "Partition",
     "Pause",
     "Stall",
+    "Starve",
     "Tolerance",
     "exposed_sides",
     "lost_nodes",
@@ -173,6 +177,30 @@ class Stall(_NodeSpan):
 
 
 @dataclass(frozen=True)
+class Starve(_NodeSpan):
+    """Starve ``node`` of CPU from ``at_ms`` for ``duration_ms``: the whole process (its loop
+    and its heartbeat thread) runs only in turns, ``gap_ms`` without the CPU, then one timer
+    tick with it, as on a machine loaded past its cores. Slow, not dead: every gap is far
+    shorter than the failure timeout, and after each the node beats and reads again."""
+
+    gap_ms: int = 100
+    VERB: ClassVar[str] = "starve"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _check_time("gap_ms", self.gap_ms, 1)
+
+    @property
+    def lateness_ms(self) -> int:
+        """How late the node may answer or beat, at most."""
+        return self.gap_ms
+
+    def describe(self) -> str:
+        """One line: when and what."""
+        return f"{super().describe()} (gaps of {self.gap_ms} ms)"
+
+
+@dataclass(frozen=True)
 class Partition:
     """Cut ``group_a`` off from ``group_b`` from ``at_ms`` for ``duration_ms``.
 
@@ -235,6 +263,11 @@ class Delay:
         """When messages stop being delayed (those already delayed still arrive late)."""
         return self.at_ms + self.duration_ms
 
+    @property
+    def lateness_ms(self) -> int:
+        """How much later than usual the node's messages arrive."""
+        return self.extra_ms
+
     def describe(self) -> str:
         """One line: when and what."""
         return (
@@ -242,13 +275,14 @@ class Delay:
         )
 
 
-Fault: TypeAlias = Kill | Pause | Stall | Forge | Partition | Delay
+Fault: TypeAlias = Kill | Pause | Stall | Starve | Forge | Partition | Delay
 """Any one fault."""
 
 _KIND_NAMES: Final[dict[type[Any], str]] = {
     Kill: "kill",
     Pause: "pause",
     Stall: "stall",
+    Starve: "starve",
     Forge: "forge",
     Partition: "partition",
     Delay: "delay",
@@ -333,12 +367,14 @@ class Tolerance:
 
     The defaults are DESIGN's (``smr.node.NodeSettings``) with the node's 50 ms timer tick.
     A watcher declares a node dead only after hearing nothing from it for at least
-    ``failure_timeout_ms + probe_timeout_ms``; a node sends a heartbeat to its watchers
-    every ``heartbeat_interval_ms`` (on a tick, so up to one tick late).
+    ``failure_timeout_ms + probe_timeout_ms`` (a dropped connection; on silence alone, a
+    suspicion of ``suspicion_timeout_ms`` more, or longer); a node sends a heartbeat to its
+    watchers every ``heartbeat_interval_ms`` (on a tick, so up to one tick late).
     """
 
     failure_timeout_ms: int = 500
     probe_timeout_ms: int = 200
+    suspicion_timeout_ms: int = 300
     heartbeat_interval_ms: int = 100
     tick_ms: int = 50
 
@@ -358,8 +394,14 @@ class Tolerance:
     @property
     def silence_lost_ms(self) -> int:
         """A silence window at least this long gets the node declared dead for sure (with
-        a healthy watcher): the failure timeout, the probe timeout and two ticks."""
-        return self.failure_timeout_ms + self.probe_timeout_ms + 2 * self.tick_ms
+        a healthy watcher that hears a majority, of a node not busy): the failure timeout,
+        the probe timeout, the suspicion and two ticks."""
+        return (
+            self.failure_timeout_ms
+            + self.probe_timeout_ms
+            + self.suspicion_timeout_ms
+            + 2 * self.tick_ms
+        )
 
 
 def _silence_windows(
@@ -371,21 +413,28 @@ def _silence_windows(
     """The merged silence windows ``(start_ms, end_ms)`` of ``node`` (see the module doc);
     ``exposed`` lists the partitions with their exposed side: one with ``node`` on that side
     is a silence window."""
-    windows: list[tuple[int, int]] = []
-    delays: list[Delay] = []
+    # Each window with the delay or starvation it comes from, if any.
+    windows: list[tuple[int, int, Delay | Starve | None]] = []
+    delays: list[Delay | Starve] = []
     for fault in schedule:
         if isinstance(fault, Pause) and fault.node == node:
-            windows.append((fault.at_ms, fault.end_ms))
-        elif isinstance(fault, Delay) and fault.node == node:
+            windows.append((fault.at_ms, fault.end_ms, None))
+        elif isinstance(fault, Delay | Starve) and fault.node == node:
             delays.append(fault)
-            windows.append((fault.at_ms, fault.at_ms + 2 * fault.extra_ms))
+            windows.append((fault.at_ms, fault.at_ms + 2 * fault.lateness_ms, fault))
     for partition, side in exposed:
         if node in side:
-            windows.append((partition.at_ms, partition.end_ms))
-    # A delay lengthens every window it overlaps by the round trip it adds.
+            windows.append((partition.at_ms, partition.end_ms, None))
+    # A delay (or a starved CPU) lengthens every other window it overlaps by the round trip
+    # it adds. (A delay's own window counts it again, as its onset may meet a late beat; a
+    # starved node beats after every gap, so its window is its gaps alone.)
     stretched = []
-    for start, end in windows:
-        extra = sum(2 * d.extra_ms for d in delays if d.at_ms <= end and start <= d.end_ms)
+    for start, end, source in windows:
+        extra = sum(
+            2 * d.lateness_ms
+            for d in delays
+            if d.at_ms <= end and start <= d.end_ms and not (d is source and isinstance(d, Starve))
+        )
         stretched.append((start, end + extra))
     merged: list[tuple[int, int]] = []
     for start, end in sorted(stretched):

@@ -45,7 +45,7 @@ import msgpack
 from checkpoint.ids import CheckpointNumber, MapperId
 from ring.ids import Epoch, Incarnation, NodeId, Slot
 
-PROTOCOL_VERSION: Final = 4
+PROTOCOL_VERSION: Final = 5
 
 StreamId = NewType("StreamId", str)
 """One emitter's channels to the nodes: batch numbers and acks are per (stream, node)."""
@@ -96,6 +96,8 @@ class Kind(IntEnum):
     SNAPSHOT_CHUNK = 47
     SNAPSHOT_END = 48
     CHECKPOINT_REQUEST = 49
+    SUSPECT = 50
+    VOUCH = 51
     OUTPUT = 30
 
 
@@ -312,10 +314,22 @@ class PeerMessage:
 
 @dataclass(frozen=True, slots=True)
 class Heartbeat(PeerMessage):
-    """A primary's sign of life to its secondaries; the body is its view (piggybacked
-    gossip, DESIGN section 3)."""
+    """A primary's sign of life to its secondaries, with its load; the body is its view
+    (piggybacked gossip, DESIGN section 3).
+
+    The load (DESIGN section 6, "slow is not dead"): ``busy``, its loop is behind its work
+    (tuples wait past one turn's budget, or a reduce call holds the loop: the beat then comes
+    from the node's heartbeat thread); ``stalled_ms``, how long the loop has not read
+    messages; ``stuck``, stalled past the node's stuck threshold; ``inbox_tuples``, tuples
+    accepted and not applied yet; ``applied_per_s``, its recent apply rate.
+    """
 
     kind: ClassVar[Kind] = Kind.HEARTBEAT
+    busy: bool
+    stuck: bool
+    stalled_ms: int
+    inbox_tuples: int
+    applied_per_s: int
     body: bytes
 
 
@@ -340,6 +354,29 @@ class ProbeAck(PeerMessage):
     """The answer to the :class:`Probe` numbered ``req``."""
 
     kind: ClassVar[Kind] = Kind.PROBE_ACK
+    req: RequestId
+
+
+@dataclass(frozen=True, slots=True)
+class Suspect(PeerMessage):
+    """The sender suspects ``subject`` (incarnation ``subject_incarnation``): it answered no
+    probe (``ring.failure``, step 2c). Sent to the subject, which refutes with a
+    :class:`ProbeAck` of ``req`` if it is alive, and to the other owners, which probe the
+    subject on the sender's behalf and send a :class:`Vouch` if it answers them."""
+
+    kind: ClassVar[Kind] = Kind.SUSPECT
+    subject: NodeId
+    subject_incarnation: Incarnation
+    req: RequestId
+
+
+@dataclass(frozen=True, slots=True)
+class Vouch(PeerMessage):
+    """The sender heard from ``subject`` when asked to by the :class:`Suspect` ``req``: the
+    suspicion is unfounded."""
+
+    kind: ClassVar[Kind] = Kind.VOUCH
+    subject: NodeId
     req: RequestId
 
 
@@ -409,6 +446,8 @@ PeerMessages: TypeAlias = (
     | Gossip
     | Probe
     | ProbeAck
+    | Suspect
+    | Vouch
     | Checkpoint
     | CheckpointRequest
     | SnapshotRequest
@@ -441,6 +480,8 @@ Message: TypeAlias = (
     | Gossip
     | Probe
     | ProbeAck
+    | Suspect
+    | Vouch
     | Checkpoint
     | CheckpointRequest
     | SnapshotRequest

@@ -34,6 +34,9 @@ What :class:`Expectation` adds, per scenario:
 - ``quorum_missed``: nodes that must suspect a live neighbour they cannot hear and, lacking
   a majority of the owners since their probe, not declare it dead (their ``quorum_missed``
   counter is at least 1): the cut-off side of a partition declares nobody dead.
+- ``vouched``: nodes that must suspect a live neighbour they cannot hear, and drop the
+  suspicion because another owner reached it for them (their ``suspicions_vouched`` counter
+  is at least 1): a cut link is not a dead node.
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ring.ids import NodeId
-from smr.faults import FaultSchedule, Kill, Partition, Pause, Stall
+from smr.faults import FaultSchedule, Kill, Partition, Pause, Stall, Starve
 
 __all__ = ["SCENARIOS", "Expectation", "Scenario", "Takeover"]
 
@@ -65,6 +68,7 @@ class Expectation:
     takeovers: tuple[Takeover, ...] = ()
     fenced: tuple[NodeId, ...] = ()
     quorum_missed: tuple[NodeId, ...] = ()
+    vouched: tuple[NodeId, ...] = ()
 
     def taken_over_by(self, absorber: str) -> list[NodeId]:
         """The nodes ``absorber`` takes over, in order (empty: it takes over none)."""
@@ -93,7 +97,7 @@ class Scenario:
         named = {t.absorber for t in self.expect.takeovers} | {
             t.dead for t in self.expect.takeovers
         }
-        named |= set(self.expect.fenced) | set(self.expect.quorum_missed)
+        named |= {*self.expect.fenced, *self.expect.quorum_missed, *self.expect.vouched}
         for fault in self.schedule:
             if isinstance(fault, Partition):
                 named |= {*fault.group_a, *fault.group_b}
@@ -184,6 +188,16 @@ SCENARIOS: tuple[Scenario, ...] = (
         expect=Expectation(takeovers=(Takeover(n1, n0),)),
     ),
     Scenario(
+        # n1 and its watcher n2 get the CPU in turns only (gaps of up to 140 ms, then a
+        # tick) for two seconds: both slow, neither dead.
+        "nodes_starved_of_cpu_are_slow_not_dead",
+        nodes=4,
+        replication=1,
+        schedule=FaultSchedule((Starve(n1, 300, 2000, 140), Starve(n2, 400, 2000, 120))),
+        expect=Expectation(),
+        feed_ms_min=2400,
+    ),
+    Scenario(
         "a_short_partition_causes_no_takeover",
         nodes=5,
         replication=1,
@@ -196,9 +210,9 @@ SCENARIOS: tuple[Scenario, ...] = (
         "a_node_cut_off_past_the_timeout_declares_nobody_dead_and_is_fenced",
         nodes=5,
         replication=1,
-        schedule=FaultSchedule((Partition((n2,), (n0, n1, n3, n4), 500, 800),)),
+        schedule=FaultSchedule((Partition((n2,), (n0, n1, n3, n4), 500, 1200),)),
         expect=Expectation(takeovers=(Takeover(n3, n2),), fenced=(n2,), quorum_missed=(n2,)),
-        feed_ms_min=1200,
+        feed_ms_min=1600,
     ),
     Scenario(
         # n2 and n3 (r=2) hear each other, but two of six owners are no majority: neither
@@ -206,11 +220,21 @@ SCENARIOS: tuple[Scenario, ...] = (
         "a_minority_cut_off_together_declares_nobody_dead_and_the_majority_takes_it_over",
         nodes=6,
         replication=2,
-        schedule=FaultSchedule((Partition((n2, n3), (n0, n1, n4, n5), 500, 1000),)),
+        schedule=FaultSchedule((Partition((n2, n3), (n0, n1, n4, n5), 500, 1800),)),
         expect=Expectation(
             takeovers=(Takeover(n4, n3), Takeover(n4, n2)), fenced=(n2, n3), quorum_missed=(n2,)
         ),
-        feed_ms_min=1200,
+        feed_ms_min=2400,
+    ),
+    Scenario(
+        # Only the link between n1 and its watcher n2 is cut: n2 suspects n1, the other
+        # owners reach n1 for it and vouch, and nobody is declared dead.
+        "a_link_cut_between_a_node_and_its_watcher_alone_is_no_death",
+        nodes=5,
+        replication=2,
+        schedule=FaultSchedule((Partition((n1,), (n2,), 500, 1500),)),
+        expect=Expectation(vouched=(n2,)),
+        feed_ms_min=2400,
     ),
 )
 """Every scenario, once; names are unique and read as what the scenario shows."""

@@ -63,6 +63,8 @@ _DISPLAY_ORDER: Final = (
     "under-\nreplicated",
 )
 _ALWAYS_SHOWN: Final = 2  # node and state
+# A peer's report of a node's heartbeat older than this says nothing about the node now.
+PEER_REPORT_FRESH_MS: Final = 1000
 _UNBOUNDED_WIDTH: Final = 10_000
 
 
@@ -85,7 +87,26 @@ def collect(spec: ClusterSpec, client: Client) -> list[Row]:
             )
         else:
             rows.append({"state": "up", **answer})
+    heard_through_peers(rows)
     return rows
+
+
+def heard_through_peers(rows: list[Row]) -> None:
+    """A node that does not answer but still beats (its loop held by a slow reduce call,
+    its heartbeat thread alive) is not unreachable: its state becomes what its freshest
+    heartbeat, as a peer reports it, says, ``stuck`` or ``busy``, with ``stalled_ms``."""
+    freshest: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        for peer, report in (row.get("peers") or {}).items():
+            if report["heard_ms_ago"] > PEER_REPORT_FRESH_MS:
+                continue
+            if peer not in freshest or report["heard_ms_ago"] < freshest[peer]["heard_ms_ago"]:
+                freshest[peer] = report
+    for row in rows:
+        report = freshest.get(row["node"])
+        if row["state"] == "unreachable" and report is not None:
+            row["state"] = "stuck" if report["stuck"] else "busy"
+            row["stalled_ms"] = report["stalled_ms"]
 
 
 def offline_line(rows: Sequence[Row]) -> str | None:
@@ -103,14 +124,24 @@ def offline_line(rows: Sequence[Row]) -> str | None:
 
 
 def unreachable_line(rows: Sequence[Row]) -> str | None:
-    """One line naming the nodes that did not answer, or None if all did."""
+    """One line naming the nodes that did not answer (and, for those that still beat, how
+    long their loop has been held), or None if all did."""
     missing = [row for row in rows if row["state"] != "up"]
     if not missing:
         return None
-    named = ", ".join(f"{row['node']} ({row['addr']})" for row in missing)
+    named = ", ".join(_why_silent(row) for row in missing)
     return (
         f"smr: {len(missing)} of {len(rows)} nodes unreachable: {named}; see their logs in "
         "CLUSTER/logs/, or 'smr status --json' for each reason"
+    )
+
+
+def _why_silent(row: Row) -> str:
+    if row["state"] == "unreachable":
+        return f"{row['node']} ({row['addr']})"
+    return (
+        f"{row['node']} ({row['state']}: it beats, but its loop has read nothing for "
+        f"{row['stalled_ms'] / 1000:.1f} s; a slow reduce call?)"
     )
 
 

@@ -145,6 +145,7 @@ class Control:
         node = self._node
         own_range = node.ring.range_of(node.node_id)
         member = node.view.get(node.node_id)
+        now = node.clock()
         return {
             "node": node.node_id,
             "pid": os.getpid(),
@@ -166,6 +167,14 @@ class Control:
             "snapshot_stall_ms_max": round(node.snapshots.stall_ms_max, 3),
             "takeover_records": list(node.recovery.takeover_records),
             "offline_slots": len(node.recovery.offline),
+            "busy": node.ingest.behind,
+            "inbox_tuples": node.ingest.inbox_tuples,
+            "local_health": node.recovery.detector.local_health,
+            # What the last heartbeat of each peer that beats to this node said of its load
+            # (a stalled peer's own status cannot answer: this shows it busy or stuck).
+            "peers": {
+                peer: load.report(now) for peer, load in node.membership.peer_load.items()
+            },
             **vars(node.counters),
         }
 

@@ -57,8 +57,10 @@ from smr.protocol import (
     SnapshotEnd,
     SnapshotRequest,
     StatusRequest,
+    Suspect,
     ViewReply,
     ViewRequest,
+    Vouch,
     decode,
     encode,
 )
@@ -263,6 +265,10 @@ class NodeCore:
                 self.recovery.on_probe(identity, message)
             case ProbeAck():
                 self.recovery.on_probe_ack(identity, message)
+            case Suspect():
+                self.recovery.on_suspect(identity, message)
+            case Vouch():
+                self.recovery.on_vouch(identity, message)
             case Checkpoint():
                 self.replication.on_checkpoint(identity, message)
             case CheckpointRequest():

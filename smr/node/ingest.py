@@ -85,6 +85,10 @@ class Ingest:
         self._node = node
         self.inbox: deque[Pending] = deque()
         self.inbox_peak = 0
+        # Tuples in the inbox's batches, and whether the last apply stopped with batches
+        # left (its budget spent): the load a heartbeat reports.
+        self.inbox_tuples = 0
+        self.behind = False
         self._expected: dict[StreamId, ChannelNumber] = {}
         # Channels owed a cumulative ack, and per stream the last batch number processed
         # (applied or backed up) in channel order: the only number an ack may carry.
@@ -99,6 +103,8 @@ class Ingest:
     def reset(self) -> None:
         """Forget every channel and pending batch (fencing: the mappers resend to the owners)."""
         self.inbox.clear()
+        self.inbox_tuples = 0
+        self.behind = False
         self._expected.clear()
         self._acks.clear()
         self._processed.clear()
@@ -174,6 +180,7 @@ class Ingest:
             return
         # 6. Accept.
         self.inbox.append(Pending(identity, stream, mapper, chan, batch))
+        self.inbox_tuples += len(batch)
         self.inbox_peak = max(self.inbox_peak, len(self.inbox))
         self._expected[stream] = ChannelNumber(chan + 1)
 
@@ -203,6 +210,7 @@ class Ingest:
             if batch is None:
                 continue
             budget -= len(batch)
+            self.inbox_tuples -= len(batch)
             outcome = node.store.apply_batch(
                 pending.mapper, batch.slots, batch.seqs, batch.keys, batch.values, reducer.reduce_fn
             )
@@ -212,6 +220,7 @@ class Ingest:
             if outcome.failed:
                 counters.tuples_failed += outcome.failed
                 reducer.note_failures(outcome.failed, outcome.failures)
+        self.behind = bool(self.inbox)
         reducer.flush_emits()
 
     def send_acks(self) -> None:

@@ -168,12 +168,14 @@ class StalledLoopBeats:
                 if stalled_s < 2 * self._interval_s:
                     stuck_reported = False
                     continue
-                for _peer, addr, frames in self._core.membership.stalled_beats():
+                stuck = stalled_s >= self._stuck_after_s
+                beats = self._core.membership.stalled_beats(round(stalled_s * 1000), stuck)
+                for _peer, addr, frames in beats:
                     outbox = outboxes.get(addr)
                     if outbox is None:
                         outbox = outboxes[addr] = Outbox(addr, immediate=False)
                     outbox.send(frames)
-                if stalled_s >= self._stuck_after_s and not stuck_reported:
+                if stuck and not stuck_reported:
                     stuck_reported = True
                     log.error(
                         "stuck: the loop has read no message for %.0f s (a reduce call that "

@@ -8,7 +8,8 @@ view that the owner of a range authorises.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from ring.ids import Epoch, NodeId
 from ring.placement import Ring, grown_clockwise
@@ -31,6 +32,30 @@ if TYPE_CHECKING:
 log = logging.getLogger("smr.node")
 
 
+@dataclass(frozen=True)
+class PeerLoad:
+    """What a peer's last heartbeat said of its load (``smr.protocol.Heartbeat``), and when
+    it arrived (this node's clock)."""
+
+    busy: bool
+    stuck: bool
+    stalled_ms: int
+    inbox_tuples: int
+    applied_per_s: int
+    heard_at: float
+
+    def report(self, now: float) -> dict[str, Any]:
+        """For ``status``: the fields, and how long ago the heartbeat arrived."""
+        return {
+            "busy": self.busy,
+            "stuck": self.stuck,
+            "stalled_ms": self.stalled_ms,
+            "inbox_tuples": self.inbox_tuples,
+            "applied_per_s": self.applied_per_s,
+            "heard_ms_ago": round((now - self.heard_at) * 1000),
+        }
+
+
 class Membership:
     """View repair and gossip for one node.
 
@@ -46,6 +71,8 @@ class Membership:
         self._view_body_cache: tuple[int, bytes] = (-1, b"")
         self._last_heartbeat = -1e9
         self._refusal_logged_at = -1e9
+        # The load each peer's last heartbeat reported.
+        self.peer_load: dict[NodeId, PeerLoad] = {}
 
     def merge_view(self, incoming: View) -> bool:
         """Merge a view heard from a peer or a client; True if it brought news."""
@@ -91,29 +118,50 @@ class Membership:
 
     def heartbeat(self, now: float) -> None:
         """Every heartbeat interval, a heartbeat to each secondary (they watch this node),
-        carrying this node's view: a secondary that missed a view change (its gossip was
-        lost) catches up within a heartbeat."""
+        carrying this node's load and view: a secondary that missed a view change (its
+        gossip was lost) catches up within a heartbeat."""
         node = self._node
         if now - self._last_heartbeat >= node.settings.heartbeat_interval_ms / 1000:
             self._last_heartbeat = now
-            body = self.view_body()
+            ingest = node.ingest
+            beat = Heartbeat(
+                *node.stamp,
+                busy=ingest.behind,
+                stuck=False,
+                stalled_ms=0,
+                inbox_tuples=ingest.inbox_tuples,
+                applied_per_s=round(node.tuples_per_s),
+                body=self.view_body(),
+            )
             for secondary in node.secondaries:
-                node.peer_send(secondary, Heartbeat(*node.stamp, body))
+                node.peer_send(secondary, beat)
 
-    def stalled_beats(self) -> list[tuple[NodeId, str, list[bytes]]]:
-        """The heartbeats a stalled node sends, as ``(node, address, frames)``: while the
-        node's loop is stalled in a slow reduce call, a thread of its own (or the
-        simulation) sends them, so that the node is never declared dead for being slow
-        (DESIGN section 6). They go to every live member, not only the secondaries: a
+    def stalled_beats(self, stalled_ms: int, stuck: bool) -> list[tuple[NodeId, str, list[bytes]]]:
+        """The heartbeats a node sends while its loop has been stalled for ``stalled_ms``
+        (``stuck`` past its threshold), as ``(node, address, frames)``: while the node's
+        loop is stalled in a slow reduce call, a thread of its own (or the simulation) sends
+        them, so that the node is never declared dead for being slow (DESIGN section 6);
+        they say it is busy. They go to every live member, not only the secondaries: a
         stalled node reads no view change, so it cannot know who watches it now (a
         predecessor that died meanwhile hands the watch to a node it never beat).
 
-        Reads only references the loop swaps whole (the view), so it may run on another
-        thread while the loop is stalled; it sends nothing itself.
+        Reads only references the loop swaps whole (the view) and plain counters, so it may
+        run on another thread while the loop is stalled; it sends nothing itself.
         """
         node = self._node
         view = node.view
-        frames = encode(Heartbeat(node.node_id, node.incarnation, view.epoch, self.view_body()))
+        beat = Heartbeat(
+            node.node_id,
+            node.incarnation,
+            view.epoch,
+            busy=True,
+            stuck=stuck,
+            stalled_ms=stalled_ms,
+            inbox_tuples=node.ingest.inbox_tuples,
+            applied_per_s=round(node.tuples_per_s),
+            body=self.view_body(),
+        )
+        frames = encode(beat)
         return [
             (member.node_id, member.addr, frames)
             for member in view.members.values()
@@ -163,7 +211,26 @@ class Membership:
         epochs differ; if ours is then still not the sender's, ours goes back."""
         node = self._node
         sender = self.from_live_peer(message, repair=False)
-        if sender is None or message.epoch == node.view.epoch:
+        if sender is None:
+            return
+        before = self.peer_load.get(sender)
+        self.peer_load[sender] = PeerLoad(
+            message.busy,
+            message.stuck,
+            message.stalled_ms,
+            message.inbox_tuples,
+            message.applied_per_s,
+            node.clock(),
+        )
+        node.recovery.detector.note_busy(sender, message.busy)
+        if message.stuck and (before is None or not before.stuck):
+            log.error(
+                "%s reports itself stuck: its loop has read nothing for %d ms (it is not "
+                "declared dead for it)",
+                sender,
+                message.stalled_ms,
+            )
+        if message.epoch == node.view.epoch:
             return
         if message.body:
             self.merge_view(_view_in(message, "heartbeat"))

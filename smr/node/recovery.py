@@ -8,7 +8,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Collection, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Final
 
 from checkpoint.backup import BackedUpBatch, PeerReplica
@@ -22,7 +22,7 @@ from ring.placement import Ring
 from ring.view import Status, successor_takes_over
 from smr.batch_body import BatchColumns, decode_batch_body
 from smr.node.replication import Orphan
-from smr.protocol import Probe, ProbeAck, RequestId
+from smr.protocol import Probe, ProbeAck, RequestId, Suspect, Vouch
 
 if TYPE_CHECKING:
     from smr.node.core import NodeCore
@@ -32,6 +32,20 @@ log = logging.getLogger("smr.node")
 # A loop that read no message for longer than this is itself late (see Recovery.judge):
 # two ticks (an idle loop reads after every tick), half the probe timeout.
 LATE_READ_S: Final = 0.1
+# Indirect probes a helper runs at once for suspecting judges (Recovery.on_suspect): a bound,
+# so that a flood of suspicions cannot grow the table.
+RELAYS_MAX: Final = 64
+
+
+@dataclass(frozen=True)
+class _Relay:
+    """An indirect probe under way: this node probed ``subject`` for ``judge``, whose
+    suspicion is ``judge_req``; an answer before ``until`` is vouched for."""
+
+    judge: NodeId
+    subject: NodeId
+    judge_req: RequestId
+    until: float
 
 
 class Recovery:
@@ -39,7 +53,8 @@ class Recovery:
 
     Guarantees: a predecessor is taken over only on a verdict of
     ``ring.failure.FailureDetector`` (a dropped connection and an unanswered probe, or
-    silence with a majority of owners in contact); a takeover promotes the replica and
+    silence with a majority of owners in contact and a suspicion that the suspect did not
+    refute and no other owner vouched against); a takeover promotes the replica and
     replays every backed-up tuple past its hwm, so each tuple counts exactly once; a fenced
     node serves nothing until it rejoins as a new incarnation.
     """
@@ -51,8 +66,13 @@ class Recovery:
             settings.failure_timeout_ms / 1000,
             settings.probe_timeout_ms / 1000,
             first_contact_grace_s=settings.first_contact_grace_ms / 1000,
+            suspicion_timeout_s=settings.suspicion_timeout_ms / 1000,
         )
         self._probe_ids = 0
+        # The request id of each suspicion this node holds (a vouch must name it), and the
+        # indirect probes it runs for others, by the id of its own probe.
+        self._suspicion_req: dict[NodeId, RequestId] = {}
+        self._relays: dict[RequestId, _Relay] = {}
         self._no_quorum_logged_at = -1e9
         # Per peer whose connection dropped: the id of the probe sent then (see suspect).
         self._drop_probe_req: dict[NodeId, RequestId] = {}
@@ -72,13 +92,90 @@ class Recovery:
     def on_probe_ack(self, identity: bytes, message: ProbeAck) -> None:
         """An answer to a probe: contact; and if it answers the probe sent after its
         connection dropped (or a later one), the drop was not a crash."""
-        sender = self._node.membership.from_live_peer(message)
+        node = self._node
+        sender = node.membership.from_live_peer(message)
         if sender is None:
             return
         req = self._drop_probe_req.get(sender)
         if req is not None and message.req >= req:
             del self._drop_probe_req[sender]
             self.detector.refuted(sender)
+        relay = self._relays.get(message.req)
+        if relay is not None and relay.subject == sender:
+            del self._relays[message.req]
+            if node.clock() <= relay.until:
+                node.peer_send(relay.judge, Vouch(*node.stamp, sender, relay.judge_req))
+                node.counters.vouches_sent += 1
+
+    def on_suspect(self, identity: bytes, message: Suspect) -> None:
+        """A judge suspects ``message.subject`` (``ring.failure``, step 2c).
+
+        1. If the subject is this incarnation, refute: answer the suspicion at once (a
+           ``ProbeAck`` of its id), and count it against this node's own health (a node
+           suspected is often the slow one: Lifeguard).
+        2. Otherwise, probe the subject on the judge's behalf; an answer within the probe
+           timeout is vouched for (``on_probe_ack``).
+        """
+        node = self._node
+        judge = node.membership.from_live_peer(message)
+        if judge is None:
+            return
+        now = node.clock()
+        # 1.
+        if message.subject == node.node_id:
+            if message.subject_incarnation == node.incarnation:
+                node.peer_send(judge, ProbeAck(*node.stamp, message.req))
+                node.counters.suspicions_refuted += 1
+                self.detector.note_late(now)
+                log.warning("%s suspected this node: refuted", judge)
+            return
+        # 2.
+        member = node.view.get(message.subject)
+        if member is None or member.incarnation != message.subject_incarnation:
+            return
+        for req in [req for req, relay in self._relays.items() if relay.until < now]:
+            del self._relays[req]
+        if len(self._relays) >= RELAYS_MAX:
+            return
+        self._probe_ids += 1
+        req = RequestId(self._probe_ids)
+        until = now + node.settings.probe_timeout_ms / 1000
+        self._relays[req] = _Relay(judge, message.subject, message.req, until)
+        node.peer_send(message.subject, Probe(*node.stamp, req))
+
+    def on_vouch(self, identity: bytes, message: Vouch) -> None:
+        """Another owner heard from a node this node suspects, when asked: end the
+        suspicion as a sign of life would (not counting as contact of this node's own)."""
+        node = self._node
+        helper = node.membership.from_live_peer(message)
+        if helper is None or self._suspicion_req.get(message.subject) != message.req:
+            return
+        del self._suspicion_req[message.subject]
+        self.detector.vouched(message.subject, node.clock())
+        node.counters.suspicions_vouched += 1
+        log.info("%s vouched for %s: suspicion ended", helper, message.subject)
+
+    def _suspect_round(self, suspect: NodeId, others: Sequence[NodeId]) -> None:
+        """Tell ``suspect`` it is suspected, and ask every other owner to probe it (step 2c
+        of ``ring.failure``)."""
+        node = self._node
+        member = node.view.get(suspect)
+        if member is None:
+            return
+        self._probe_ids += 1
+        req = RequestId(self._probe_ids)
+        self._suspicion_req[suspect] = req
+        node.counters.suspicions += 1
+        message = Suspect(*node.stamp, suspect, member.incarnation, req)
+        node.peer_send(suspect, message)
+        for other in others:
+            if other != suspect:
+                node.peer_send(other, message)
+        log.info(
+            "%s answers no probe: suspected for %.0f ms (asking the other owners to reach it)",
+            suspect,
+            self.detector.suspicion_s(suspect) * 1000,
+        )
 
     def _probe(self, suspect: NodeId, others: Sequence[NodeId]) -> None:
         """Probe ``suspect``, and every other owner for the contact check (their answers,
@@ -115,23 +212,28 @@ class Recovery:
             node.peer_send(peer, Probe(*node.stamp, RequestId(self._probe_ids)))
 
     def judge(self, now: float, read_at: float) -> None:
-        """Judge the nearest watched predecessor: silent past the timeout, probe it, and
-        probe every other owner too (the contact check); no answer to the probe, take it
-        over (and the next one is judged on the next tick: the walk of up to ``r`` hops
-        over consecutive failures), but only if ``ring.failure.may_declare_dead`` allows
-        it: on silence alone, this node must have heard from a strict majority of the
-        owners since the probe. Otherwise this node may be the one cut off: it declares
-        nobody dead, keeps serving, and probes again.
+        """Judge the nearest watched predecessor (the steps of ``ring.failure``): silent
+        past the timeout, probe it, and probe every other owner too (the contact check); no
+        answer to the probe after its connection dropped, take it over (and the next one is
+        judged on the next tick: the walk of up to ``r`` hops over consecutive failures); no
+        answer on silence alone, suspect it (it may refute, other owners may vouch for it),
+        and take it over when the suspicion times out. Either only if
+        ``ring.failure.may_declare_dead`` allows it: on silence alone, this node must have
+        heard from a strict majority of the owners since the probe. Otherwise this node
+        may be the one cut off: it declares nobody dead, keeps serving, and probes again.
 
         A node whose own loop is late (it last read its messages at ``read_at``, more than
         ``LATE_READ_S`` ago: a slow reduce call, CPU starvation) does not judge until it has
         read again: the heartbeats and probe answers that came meanwhile are still unread,
-        so the silence it would measure is its own, not its peers' (Lifeguard's local
-        health, in its simplest form). Conversely, a verdict is only reached having read
-        messages at least ``probe_timeout - LATE_READ_S`` after the probe went out.
+        so the silence it would measure is its own, not its peers'; and its suspicions
+        last longer for a while (Lifeguard's local health). Conversely, a verdict is only
+        reached having read messages at least ``probe_timeout - LATE_READ_S`` after the
+        probe went out.
         """
         if now - read_at > LATE_READ_S:
+            self.detector.note_late(now)
             return
+        self.detector.note_on_time(now)
         node = self._node
         others = [o for o in node.ring.owners if o != node.node_id]
         verdict = self.detector.judge(node.predecessors, now, owners_besides_me=others)
@@ -139,7 +241,11 @@ class Recovery:
             return
         action, suspect = verdict
         if action is Verdict.DEAD:
+            self._suspicion_req.pop(suspect, None)
             self.take_over(suspect)
+            return
+        if action is Verdict.SUSPECT:
+            self._suspect_round(suspect, others)
             return
         if action is Verdict.NO_QUORUM:
             self._no_quorum(suspect, others, now)

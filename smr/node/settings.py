@@ -14,6 +14,9 @@ class NodeSettings:
     heartbeat_interval_ms: int = 100
     failure_timeout_ms: int = 500
     probe_timeout_ms: int = 200
+    # How long a silent node that answered no probe stays suspected before it is declared
+    # dead (ring.failure, step 2c): it may refute, and other owners may vouch for it.
+    suspicion_timeout_ms: int = 300
     # Extra silence allowed from a node never heard from yet (it may still be starting).
     first_contact_grace_ms: int = 5000
     # Raw batch bytes held for all primaries together. From EARLY_CHECKPOINT_AT_FRACTION of
@@ -72,3 +75,9 @@ class NodeCounters:
     fenced: int = 0
     # Probe rounds that ended without an answer and without a quorum (see Recovery.judge).
     quorum_missed: int = 0
+    # As a judge: suspicions begun, and those a vouch of another owner ended. As a subject:
+    # suspicions of this node it refuted. As a helper: vouches sent for a suspect.
+    suspicions: int = 0
+    suspicions_vouched: int = 0
+    suspicions_refuted: int = 0
+    vouches_sent: int = 0

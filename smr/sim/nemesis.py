@@ -8,7 +8,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from ring.ids import NodeId
-from smr.faults import Delay, Fault, Forge, Kill, Partition, Pause, Stall
+from smr.faults import Delay, Fault, Forge, Kill, Partition, Pause, Stall, Starve
 from smr.protocol import RequestId, ViewReply, encode, pack_body
 from smr.sim.nodes import SimNode
 
@@ -49,6 +49,9 @@ def start_fault(sim: Simulation, fault: Fault) -> None:
         sim._schedule(fault.end_ms * 1000, resume, sim, sim.nodes[fault.node])
     elif isinstance(fault, Forge):
         forge(sim, fault)
+    elif isinstance(fault, Starve):
+        sim.nodes[fault.node].starves.add(fault)
+        starve_gap(sim, sim.nodes[fault.node], fault)
     elif isinstance(fault, Stall):
         node = sim.nodes[fault.node]
         node.stalls_active += 1
@@ -82,6 +85,28 @@ def forge(sim: Simulation, fault: Forge) -> None:
     sim._schedule(sim.clock.now_us, sim._wake, node)
 
 
+def starve_gap(sim: Simulation, node: SimNode, fault: Starve) -> None:
+    """One gap of a starved node: it runs nothing, timers and heartbeat thread included (a
+    pause of ``gap_ms``), then gets the CPU for one tick (``starve_turn``)."""
+    if fault not in node.starves or node.killed:
+        return
+    if sim.clock.now_us >= fault.end_ms * 1000 or node.starve_holding:
+        node.starves.discard(fault)
+        return
+    node.starve_holding = True
+    node.pauses_active += 1
+    sim._schedule(sim.clock.now_us + fault.gap_ms * 1000, starve_turn, sim, node, fault)
+
+
+def starve_turn(sim: Simulation, node: SimNode, fault: Starve) -> None:
+    """A starved node's turn with the CPU: it reads and fires its timers, for one tick."""
+    if not node.starve_holding:
+        return
+    node.starve_holding = False
+    resume(sim, node)
+    sim._schedule(sim.clock.now_us + sim._tick_ms * 1000, starve_gap, sim, node, fault)
+
+
 def drop_seen(sim: Simulation, peer: SimNode, dead: NodeId) -> None:
     if not peer.killed:
         peer.dropped_peers.append(dead)
@@ -102,7 +127,10 @@ def beat(sim: Simulation, node: SimNode) -> None:
         return
     if not node.pauses_active:
         assert node.links is not None
-        for peer, addr, frames in node.core.membership.stalled_beats():
+        core = node.core
+        stalled_ms = round((core.clock() - core.read_at) * 1000)
+        stuck = stalled_ms >= core.settings.stuck_after_ms
+        for peer, addr, frames in core.membership.stalled_beats(stalled_ms, stuck):
             node.links.send(peer, addr, frames)
     sim._schedule(sim.clock.now_us + sim.settings.heartbeat_interval_ms * 1000, beat, sim, node)
 
@@ -148,6 +176,8 @@ def heal(sim: Simulation) -> None:
         sim.network.settings, drop_probability=0.0, duplicate_probability=0.0
     )
     for node in sim.nodes.values():
+        node.starves.clear()
+        node.starve_holding = False
         while node.stalls_active:
             end_stall(sim, node)
         while node.pauses_active:

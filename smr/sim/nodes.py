@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from ring.ids import NodeId
 from smr.api import Job
+from smr.faults import Starve
 from smr.node import NodeCore
 from smr.output import OutputSink
 
@@ -61,6 +62,10 @@ class SimNode:
     # Slow reduce calls under way (smr.faults.Stall): the loop runs nothing, the heartbeat
     # thread still beats.
     stalls_active: int = 0
+    # CPU starvation under way (smr.faults.Starve), and whether one of its gaps holds the
+    # node now (as one of pauses_active).
+    starves: set[Starve] = field(default_factory=set)
+    starve_holding: bool = False
     # (deliver_at_us, sender, seq on its link, link) for every message waiting on a link to
     # this node: read in time order, and at one instant by sender name, so that the order in
     # which senders happened to send at one instant does not matter.

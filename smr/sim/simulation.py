@@ -120,6 +120,7 @@ class Simulation:
         self.tolerance = Tolerance(
             failure_timeout_ms=self.settings.failure_timeout_ms,
             probe_timeout_ms=self.settings.probe_timeout_ms,
+            suspicion_timeout_ms=self.settings.suspicion_timeout_ms,
             heartbeat_interval_ms=self.settings.heartbeat_interval_ms,
             tick_ms=self._tick_ms,
         )

@@ -22,12 +22,14 @@ from typing import Any, Final
 import psutil
 
 from smr.client import Client, NodeUnreachable
-from smr.faults import FaultSchedule, Forge, Kill, Pause, Stall
+from smr.faults import FaultSchedule, Forge, Kill, Pause, Stall, Starve
 from smr.scenarios import Scenario
 
 # A signal sent later than this after its time means the run did not follow the schedule
 # (a 250 ms pause must not become 400 ms): the test fails rather than check the wrong run.
 SIGNAL_LATE_MS_MAX: Final = 100
+# How long a starved process runs between two gaps (smr.faults.Starve): a node's timer tick.
+STARVE_TURN_MS: Final = 50
 # Polling the nodes' status: how often, and for how long at most.
 POLL_INTERVAL_S: Final = 0.02
 FEED_START_TIMEOUT_S: Final = 30.0
@@ -45,7 +47,7 @@ def why_the_local_backend_cannot_run(scenario: Scenario) -> str | None:
             return "a stall is a slow reduce call: tests/e2e/test_slow_reducer.py runs one"
         if isinstance(fault, Forge):
             return "a forged view: tests/e2e/test_forged_view.py sends one to real processes"
-        if not isinstance(fault, Kill | Pause):
+        if not isinstance(fault, Kill | Pause | Starve):
             kind = type(fault).__name__.lower()
             return f"a {kind} needs the in-node network filter, which does not exist yet"
     return None
@@ -66,6 +68,11 @@ def _signals(schedule: FaultSchedule) -> list[_Signal]:
         elif isinstance(fault, Pause):
             signals.append(_Signal(fault.at_ms, fault.node, signal.SIGSTOP))
             signals.append(_Signal(fault.end_ms, fault.node, signal.SIGCONT))
+        elif isinstance(fault, Starve):
+            # The process gets the CPU in turns: stopped for a gap, then run for a tick.
+            for gap_at in range(fault.at_ms, fault.end_ms, fault.gap_ms + STARVE_TURN_MS):
+                signals.append(_Signal(gap_at, fault.node, signal.SIGSTOP))
+                signals.append(_Signal(gap_at + fault.gap_ms, fault.node, signal.SIGCONT))
         else:
             raise ValueError(f"the local backend cannot carry out {fault.describe().strip()}")
     return sorted(signals, key=lambda s: s.at_ms)
@@ -168,6 +175,8 @@ def outcome_differences(
             differences.append(f"{node} was fenced {row['fenced']} times, not {fenced}")
         if node in expect.quorum_missed and row["quorum_missed"] < 1:
             differences.append(f"{node} never missed a quorum")
+        if node in expect.vouched and row["suspicions_vouched"] < 1:
+            differences.append(f"{node} never had a suspicion vouched against")
     for node in expect.fenced:
         row = rows[node]
         rejoined = (row["incarnation"], row["status_in_view"], row["range_share"], row["keys"])

@@ -216,3 +216,94 @@ def test_a_dropped_connection_needs_no_quorum_until_an_answer_refutes_it() -> No
     d3.refuted(A)
     assert d3.judge([A], 0.71, owners_besides_me=OWNERS) == (Verdict.PROBE, A)
     assert d3.judge([A], 0.91, owners_besides_me=OWNERS) == (Verdict.NO_QUORUM, A)
+
+
+# -- suspicion, refutation and vouches (step 2c) ---------------------------------------------
+
+
+def suspecting(suspicion_timeout_s: float = 0.3) -> _Judged:
+    d = FailureDetector(
+        failure_timeout_s=0.5, probe_timeout_s=0.2, suspicion_timeout_s=suspicion_timeout_s
+    )
+    d.watch([A, B], now=0.0)
+    return _Judged(d)
+
+
+def test_silence_becomes_a_suspicion_and_a_death_only_when_the_suspicion_times_out() -> None:
+    d = suspecting()
+    assert d.judge([A], 0.5) == (Verdict.PROBE, A)
+    assert d.judge([A], 0.7) == (Verdict.SUSPECT, A)
+    assert d.judge([A], 0.99) is None
+    assert d.judge([A], 1.0) == (Verdict.DEAD, A)
+
+
+def test_a_sign_of_life_during_the_suspicion_ends_it() -> None:
+    d = suspecting()
+    d.judge([A], 0.5)
+    assert d.judge([A], 0.7) == (Verdict.SUSPECT, A)
+    d.heard(A, 0.8)  # the suspect refuted
+    assert d.judge([A], 1.0) is None
+    assert d.judge([A], 1.29) is None  # its silence counts from the refutation
+    assert d.judge([A], 1.3) == (Verdict.PROBE, A)
+
+
+def test_a_vouch_ends_the_suspicion_but_is_no_contact_of_the_judge() -> None:
+    d = suspecting()
+    d.judge([A], 0.5)
+    assert d.judge([A], 0.7) == (Verdict.SUSPECT, A)
+    d.vouched(A, 0.8)
+    assert d.judge([A], 1.0) is None
+    assert A not in d.last_contact_s
+
+
+def test_a_busy_suspect_and_an_unhealthy_judge_get_longer_suspicions() -> None:
+    d = suspecting()
+    assert d.suspicion_s(A) == 0.3
+    d.note_busy(A, True)
+    assert d.suspicion_s(A) == 0.6
+    d.note_busy(A, False)
+    d.note_late(0.0)
+    d.note_late(0.0)
+    assert abs(d.suspicion_s(A) - 0.9) < 1e-9
+    d.note_on_time(0.5)  # recovers one step per second only
+    assert d.local_health == 2
+    d.note_on_time(1.0)
+    assert d.local_health == 1
+
+
+def test_a_dropped_connection_skips_the_suspicion() -> None:
+    d = suspecting()
+    assert d.suspect(A, 0.1)
+    assert d.judge([A], 0.31) == (Verdict.DEAD, A)
+
+
+@given(
+    heard_at=st.lists(st.floats(0.0, 5.0), max_size=6),
+    suspicion_timeout_s=st.floats(0.05, 1.0),
+    busy=st.booleans(),
+)
+def test_no_verdict_of_death_on_silence_before_probe_and_suspicion(
+    heard_at: list[float], suspicion_timeout_s: float, busy: bool
+) -> None:
+    # Whatever the signs of life, A is declared dead only after failure + probe + suspicion
+    # timeouts of silence since the last of them.
+    d = FailureDetector(
+        failure_timeout_s=0.5, probe_timeout_s=0.2, suspicion_timeout_s=suspicion_timeout_s
+    )
+    d.watch([A], 0.0)
+    d.note_busy(A, busy)
+    signs = sorted(heard_at)
+    last = 0.0
+    now = 0.0
+    while now < 8.0:
+        while signs and signs[0] <= now:
+            last = signs.pop(0)
+            d.heard(A, last)
+        for node in (C, D):
+            d.heard(node, now)
+        verdict = d.judge([A], now, owners_besides_me=OWNERS)
+        if verdict == (Verdict.DEAD, A):
+            assert now - last >= 0.5 + 0.2 + suspicion_timeout_s * (2 if busy else 1) - 1e-9
+            return
+        now = round(now + 0.01, 6)
+    raise AssertionError("a node silent for seconds was never declared dead")

@@ -182,6 +182,8 @@ def test_a_fault_scenario_ends_exactly_as_it_expects(scenario: Scenario, seed: i
         assert fenced.store.key_count() == 0
     for node_id in expect.quorum_missed:
         assert result.counters[node_id]["quorum_missed"] >= 1
+    for node_id in expect.vouched:
+        assert result.counters[node_id]["suspicions_vouched"] >= 1
     assert owners(simulation) == list(scenario.owners_at_end)
     if any(isinstance(fault, Partition) for fault in scenario.schedule):
         assert result.network["held_by_partition"] > 0

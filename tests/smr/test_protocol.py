@@ -20,6 +20,7 @@ from smr.protocol import (
     DumpReply,
     Error,
     FrameError,
+    Heartbeat,
     Kind,
     Message,
     Ping,
@@ -29,6 +30,8 @@ from smr.protocol import (
     SnapshotBegin,
     SnapshotNumber,
     StreamId,
+    Suspect,
+    Vouch,
     decode,
     encode,
     encode_raw,
@@ -98,6 +101,11 @@ RECORDS: list[Message] = [
     SnapshotBegin(*PEER, CheckpointNumber(3), SnapshotNumber(1), Slot(16), 32),
     RecoverRequest(RequestId(5)),
     RecoverReply(RequestId(5), 12),
+    Heartbeat(
+        *PEER, busy=True, stuck=False, stalled_ms=250, inbox_tuples=9, applied_per_s=7, body=b"view"
+    ),
+    Suspect(*PEER, NodeId("n0"), Incarnation(1), RequestId(6)),
+    Vouch(*PEER, NodeId("n0"), RequestId(6)),
 ]
 
 

@@ -63,3 +63,28 @@ def test_unreachable_line_names_each_node_that_did_not_answer() -> None:
     line = status_view.unreachable_line([UP, DOWN])
     assert line is not None
     assert "1 of 2 nodes unreachable" in line and "n1 (tcp://127.0.0.1:9)" in line
+
+
+def _report(stuck: bool, heard_ms_ago: int) -> dict[str, Any]:
+    return {
+        "busy": True,
+        "stuck": stuck,
+        "stalled_ms": 42_000,
+        "inbox_tuples": 0,
+        "applied_per_s": 0,
+        "heard_ms_ago": heard_ms_ago,
+    }
+
+
+def test_a_silent_node_that_still_beats_shows_as_stuck_not_unreachable() -> None:
+    rows = [{**UP, "peers": {"n1": _report(stuck=True, heard_ms_ago=90)}}, dict(DOWN)]
+    status_view.heard_through_peers(rows)
+    assert rows[1]["state"] == "stuck"
+    line = status_view.unreachable_line(rows)
+    assert line is not None and "n1 (stuck: it beats" in line and "42.0 s" in line
+
+
+def test_a_stale_heartbeat_report_leaves_a_silent_node_unreachable() -> None:
+    rows = [{**UP, "peers": {"n1": _report(stuck=True, heard_ms_ago=5000)}}, dict(DOWN)]
+    status_view.heard_through_peers(rows)
+    assert rows[1]["state"] == "unreachable"
