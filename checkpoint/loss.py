@@ -10,8 +10,9 @@ own, and a node refuses tuples for a lost slot until an operator accepts the los
 The mark's hwm says where the slot stands, and only ever rises, like any hwm:
 
 - ``LOST`` (1): the slot's state was lost; tuples for it are refused.
-- ``ACCEPTED`` (2): an operator accepted the loss (``smr recover --accept-loss``); the slot
-  serves again, from empty state.
+- ``ACCEPTED`` (2): the slot serves again: an operator accepted the loss (``smr recover
+  --accept-loss``) and it starts from empty state, or its state came back from the copy that
+  a node wrongly declared dead still held (:func:`restore_lost`).
 
 Pure logic: no I/O.
 """
@@ -21,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Final
 
+from checkpoint.delta import Delta
 from checkpoint.ids import MapperId, Seq, Slot
 from checkpoint.store import StateStore
 
@@ -66,3 +68,29 @@ def accept_loss(store: StateStore, slots: Iterable[Slot]) -> int:
             store.raise_hwm(LOSS_MARK, slot, ACCEPTED)
             accepted += 1
     return accepted
+
+
+def restore_lost(store: StateStore, copy: Delta, slots: Iterable[Slot]) -> set[Slot]:
+    """Bring back the lost ``slots`` of ``store`` from ``copy``, a snapshot of them taken
+    from the last primary that held them (a node declared dead while alive, which kept its
+    state when it was fenced). Returns the slots restored: those of ``slots`` marked lost in
+    ``store`` and not in ``copy`` (a copy marked lost itself holds nothing to restore).
+
+    Each restored slot gets the copy's state and hwm vector and serves again (``ACCEPTED``):
+    its tuples that the copy already holds are dropped as duplicates when resent.
+    """
+    lost = lost_slots(store)
+    restorable = {
+        slot for slot in slots if slot in lost and copy.hwms.get(slot, {}).get(LOSS_MARK) != LOST
+    }
+    if not restorable:
+        return set()
+    store.apply_delta(
+        Delta(
+            states={slot: keys for slot, keys in copy.states.items() if slot in restorable},
+            hwms={slot: vector for slot, vector in copy.hwms.items() if slot in restorable},
+        )
+    )
+    for slot in restorable:
+        store.raise_hwm(LOSS_MARK, slot, ACCEPTED)
+    return restorable

@@ -199,6 +199,20 @@ class FailureDetector:
             self.local_health -= 1
             self._health_decayed_at_s = now
 
+    def postpone(self, gap_s: float) -> None:
+        """The judge itself read nothing for ``gap_s`` (paused, stalled, starved of CPU):
+        the silence it would measure over that gap is its own, and the answers to its
+        probes are still unread. Every timer of the procedure moves back by the gap, so a
+        pause of the judge never counts against the nodes it watches."""
+        for table in (
+            self.last_heard_s,
+            self.probe_deadline_s,
+            self.probe_started_s,
+            self.suspicion_deadline_s,
+        ):
+            for node in table:
+                table[node] += gap_s
+
     def suspicion_s(self, node: NodeId) -> float:
         """How long a suspicion of ``node`` begun now would last (step 2c)."""
         busy_factor = 2 if node in self.busy else 1

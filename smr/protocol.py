@@ -98,6 +98,8 @@ class Kind(IntEnum):
     CHECKPOINT_REQUEST = 49
     SUSPECT = 50
     VOUCH = 51
+    STATE_REQUEST = 52
+    STATE_REPLY = 53
     OUTPUT = 30
 
 
@@ -381,6 +383,30 @@ class Vouch(PeerMessage):
 
 
 @dataclass(frozen=True, slots=True)
+class StateRequest(PeerMessage):
+    """The sender took over a range of the receiver's and found some of its slots with no
+    copy (lost beyond tolerance), but the receiver is back: it was declared dead while alive
+    and may still hold their state. The body is the list of slots asked for (msgpack)."""
+
+    kind: ClassVar[Kind] = Kind.STATE_REQUEST
+    req: RequestId
+    body: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class StateReply(PeerMessage):
+    """The answer to :class:`StateRequest` ``req``: the state the sender held as incarnation
+    ``copy_of`` when it was fenced. The body is a msgpack map: ``slots``, the slots answered
+    (a slot with no keys is answered too), and ``delta``, their snapshot (an encoded
+    ``checkpoint.delta.Delta``)."""
+
+    kind: ClassVar[Kind] = Kind.STATE_REPLY
+    req: RequestId
+    copy_of: Incarnation
+    body: bytes
+
+
+@dataclass(frozen=True, slots=True)
 class Checkpoint(PeerMessage):
     """A primary's checkpoint delta (the body) for a secondary to apply."""
 
@@ -448,6 +474,8 @@ PeerMessages: TypeAlias = (
     | ProbeAck
     | Suspect
     | Vouch
+    | StateRequest
+    | StateReply
     | Checkpoint
     | CheckpointRequest
     | SnapshotRequest
@@ -482,6 +510,8 @@ Message: TypeAlias = (
     | ProbeAck
     | Suspect
     | Vouch
+    | StateRequest
+    | StateReply
     | Checkpoint
     | CheckpointRequest
     | SnapshotRequest

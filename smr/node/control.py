@@ -172,9 +172,7 @@ class Control:
             "local_health": node.recovery.detector.local_health,
             # What the last heartbeat of each peer that beats to this node said of its load
             # (a stalled peer's own status cannot answer: this shows it busy or stuck).
-            "peers": {
-                peer: load.report(now) for peer, load in node.membership.peer_load.items()
-            },
+            "peers": {peer: load.report(now) for peer, load in node.membership.peer_load.items()},
             **vars(node.counters),
         }
 

@@ -28,6 +28,7 @@ from ring.placement import Ring
 from ring.view import Status, View
 from smr.api import Job
 from smr.node.control import Control
+from smr.node.handoff import Handoff
 from smr.node.ingest import Ingest
 from smr.node.membership import Membership
 from smr.node.recovery import Recovery
@@ -56,6 +57,8 @@ from smr.protocol import (
     SnapshotChunk,
     SnapshotEnd,
     SnapshotRequest,
+    StateReply,
+    StateRequest,
     StatusRequest,
     Suspect,
     ViewReply,
@@ -136,6 +139,7 @@ class NodeCore:
         self.snapshots = Snapshots(self)
         self.membership = Membership(self)
         self.recovery = Recovery(self)
+        self.handoff = Handoff(self)
         self.control = Control(self)
         self.set_view(view)
         self.replication.cover_initial_ranges()
@@ -269,6 +273,10 @@ class NodeCore:
                 self.recovery.on_suspect(identity, message)
             case Vouch():
                 self.recovery.on_vouch(identity, message)
+            case StateRequest():
+                self.handoff.on_request(identity, message)
+            case StateReply():
+                self.handoff.on_reply(identity, message)
             case Checkpoint():
                 self.replication.on_checkpoint(identity, message)
             case CheckpointRequest():
@@ -316,13 +324,18 @@ class NodeCore:
         runs another turn soon (after letting its timers run) without waiting for a message.
         """
         # 1.
+        self.recovery.note_turn_start(self.clock() - self.read_at)
         on_frames = self.on_frames
+        drained = False
         while not self.turn_is_full:
             received = receive()
             if received is None:
+                drained = True
                 break
             on_frames(*received)
         self.read_at = self.clock()
+        if drained:
+            self.recovery.note_drained()
         # 2.
         self.ingest.apply_inbox()
         # 3.
@@ -355,7 +368,8 @@ class NodeCore:
            after the silence timeout).
         2. A heartbeat to each secondary, every heartbeat interval (``Membership.heartbeat``).
         3. Ask again for snapshots not completed; judge the nearest watched predecessor
-           (``Recovery.judge``: probe, take over, or wait for a quorum).
+           (``Recovery.judge``: probe, take over, or wait for a quorum); ask a node back
+           after a false verdict for the state of slots lost here (``Handoff.ask``).
         4. The applied-tuples rate, and the output flushed.
         """
         now = self.clock()
@@ -375,6 +389,7 @@ class NodeCore:
         if replicated:
             self.snapshots.rerequest(now)
             self.recovery.judge(now, self.read_at)
+        self.handoff.ask(now)
         # 4.
         mark_time, mark_count = self._rate_mark
         if now - mark_time >= 1.0:

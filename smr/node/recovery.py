@@ -32,6 +32,9 @@ log = logging.getLogger("smr.node")
 # A loop that read no message for longer than this is itself late (see Recovery.judge):
 # two ticks (an idle loop reads after every tick), half the probe timeout.
 LATE_READ_S: Final = 0.1
+# After its own loop was late, a node judges nobody until it has read every message that
+# waited (its socket found empty once), or for this long at most.
+CATCH_UP_MAX_S: Final = 1.0
 # Indirect probes a helper runs at once for suspecting judges (Recovery.on_suspect): a bound,
 # so that a flood of suspicions cannot grow the table.
 RELAYS_MAX: Final = 64
@@ -73,6 +76,9 @@ class Recovery:
         # indirect probes it runs for others, by the id of its own probe.
         self._suspicion_req: dict[NodeId, RequestId] = {}
         self._relays: dict[RequestId, _Relay] = {}
+        # When this node's own loop last came back from a late read, while it has not read
+        # everything that waited since (see note_turn_start); None once caught up.
+        self._catching_up_since: float | None = None
         self._no_quorum_logged_at = -1e9
         # Per peer whose connection dropped: the id of the probe sent then (see suspect).
         self._drop_probe_req: dict[NodeId, RequestId] = {}
@@ -211,6 +217,22 @@ class Recovery:
             self._drop_probe_req[peer] = RequestId(self._probe_ids)
             node.peer_send(peer, Probe(*node.stamp, RequestId(self._probe_ids)))
 
+    def note_turn_start(self, since_read_s: float) -> None:
+        """A receive turn begins ``since_read_s`` after the last one read. Past
+        ``LATE_READ_S`` this node was late itself: its detector's timers move back by the
+        lateness (``FailureDetector.postpone``; by what exceeds ``LATE_READ_S`` only, so
+        that a node late turn after turn still judges, more slowly), and it judges nobody
+        until it has caught up with what waited (``note_drained``), or for
+        ``CATCH_UP_MAX_S`` at most."""
+        if since_read_s > LATE_READ_S:
+            self.detector.postpone(since_read_s - LATE_READ_S)
+            if self._catching_up_since is None:
+                self._catching_up_since = self._node.clock()
+
+    def note_drained(self) -> None:
+        """A receive turn found no message waiting: everything sent before was read."""
+        self._catching_up_since = None
+
     def judge(self, now: float, read_at: float) -> None:
         """Judge the nearest watched predecessor (the steps of ``ring.failure``): silent
         past the timeout, probe it, and probe every other owner too (the contact check); no
@@ -226,12 +248,16 @@ class Recovery:
         ``LATE_READ_S`` ago: a slow reduce call, CPU starvation) does not judge until it has
         read again: the heartbeats and probe answers that came meanwhile are still unread,
         so the silence it would measure is its own, not its peers'; and its suspicions
-        last longer for a while (Lifeguard's local health). Conversely, a verdict is only
-        reached having read messages at least ``probe_timeout - LATE_READ_S`` after the
-        probe went out.
+        last longer for a while (Lifeguard's local health). Once it reads again, its
+        detector's timers move back by the time it could not read, and it judges nobody
+        until it has read what waited (``note_turn_start``): a pause of the judge between a
+        probe and its deadline never turns an answer still unread into a verdict.
         """
         if now - read_at > LATE_READ_S:
             self.detector.note_late(now)
+            return
+        catching_up = self._catching_up_since
+        if catching_up is not None and now - catching_up < CATCH_UP_MAX_S:
             return
         self.detector.note_on_time(now)
         node = self._node
@@ -294,14 +320,19 @@ class Recovery:
         if lost:
             mark_lost(node.store, lost)
             node.counters.slots_lost += len(lost)
+            dead_member = node.view.get(dead)
+            if dead_member is not None:
+                node.handoff.note_lost(dead, dead_member.incarnation, lost)
             log.error(
                 "taking over %s: no copy of %d of its %d slots survived (more adjacent "
                 "failures than the replication factor %d); they stay offline, refusing "
-                "tuples, until an operator runs 'smr recover --accept-loss'",
+                "tuples, until %s comes back with their state (if it was alive) or an "
+                "operator runs 'smr recover --accept-loss'",
                 dead,
                 len(lost),
                 len(slots),
                 node.settings.replication,
+                dead,
             )
         # 4.
         reducer = node.reducer
@@ -340,13 +371,16 @@ class Recovery:
     def fence(self) -> None:
         """This incarnation was marked dead: stop serving and rejoin empty.
 
-        1. Drop all state, replicas, backups, channels and pending work.
+        1. Keep the state served as a fenced copy (``smr.node.handoff``: a taker that found
+           slots of this range lost asks for it); drop replicas, backups, channels and
+           pending work.
         2. Rejoin as the next incarnation on standby (owning nothing) and gossip it.
         """
         node = self._node
         log.error("marked dead in the view: fencing incarnation %d", node.incarnation)
         node.counters.fenced += 1
         # 1.
+        node.handoff.keep(node.store, node.incarnation)
         node.store = StateStore()
         self.offline = set()
         node.replication.reset()

@@ -66,6 +66,8 @@ class NodeCounters:
     slots_lost: int = 0
     # Lost slots an operator brought back empty (smr recover --accept-loss).
     slots_loss_accepted: int = 0
+    # Lost slots brought back with their state, from a node declared dead while alive.
+    slots_restored: int = 0
     # Batches refused because a slot of theirs is offline (lost, not accepted yet).
     batches_refused_offline: int = 0
     # Views refused because applying them would serve a live node's slots with no takeover.

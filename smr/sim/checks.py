@@ -42,6 +42,8 @@ def not_converged(sim: Simulation) -> str | None:
             return f"{node.node_id} has {len(core.ingest.inbox)} batches to apply"
         if core.snapshots.has_work:
             return f"{node.node_id} has snapshot work pending"
+        if awaited := core.handoff.awaited():
+            return f"{node.node_id} waits for the state of lost slots from {sorted(awaited)}"
         # With r or fewer owners left, r copies elsewhere cannot exist: then it is enough
         # that every other owner holds a complete replica (checked below).
         if len(core.ring.owners) > sim.config.replication and (core.under_replicated_slots()):

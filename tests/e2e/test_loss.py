@@ -60,3 +60,29 @@ def test_slots_lost_beyond_the_replication_factor_refuse_tuples_until_the_loss_i
     first, second = word_counts(EXAMPLE_BOOKS[:1]), word_counts(EXAMPLE_BOOKS[1:2])
     assert all(counts.get(word, 0) >= count for word, count in second.items())
     assert any(counts.get(word, 0) < first[word] + second.get(word, 0) for word in first)
+
+
+def test_slots_lost_to_a_node_paused_past_the_timeout_come_back_with_its_state(
+    cluster: Cluster,
+) -> None:
+    cluster.up(4, JOB, "--replication", "1")
+    cluster.feed(EXAMPLE_BOOKS[0])
+    pids = {node["id"]: node["pid"] for node in cluster.spec()["nodes"]}
+    # n1 paused and its only backup n2 killed: n3 takes both over and finds no copy of n1's
+    # range. But n1 is alive: once resumed and fenced, it hands its state to n3.
+    os.kill(pids["n1"], signal.SIGSTOP)
+    try:
+        os.kill(pids["n2"], signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while (found := offline_slots(cluster))[0] == 0 and time.monotonic() < deadline:
+            time.sleep(0.3)
+        assert found[0] > 0, "no slot went offline with n1 paused and n2 killed at r = 1"
+    finally:
+        os.kill(pids["n1"], signal.SIGCONT)
+    deadline = time.monotonic() + 30
+    while offline_slots(cluster)[0] > 0 and time.monotonic() < deadline:
+        time.sleep(0.3)
+    status = cluster.status()
+    assert offline_slots(cluster)[0] == 0, "the lost slots did not come back from n1"
+    assert status["n1"]["fenced"] == 1 and status["n3"]["slots_restored"] > 0
+    assert cluster.counts() == word_counts(EXAMPLE_BOOKS[:1])

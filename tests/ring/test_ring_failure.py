@@ -307,3 +307,16 @@ def test_no_verdict_of_death_on_silence_before_probe_and_suspicion(
             return
         now = round(now + 0.01, 6)
     raise AssertionError("a node silent for seconds was never declared dead")
+
+
+def test_a_pause_of_the_judge_does_not_count_against_the_suspect() -> None:
+    # The judge probes, then is paused for a second before the probe's deadline: on resume
+    # the deadline lies as far ahead as it did when the pause began, so the answer that
+    # waits in its socket is read before any verdict.
+    d = suspecting()
+    assert d.judge([A], 0.5) == (Verdict.PROBE, A)
+    d.postpone(1.0)  # the judge read nothing from 0.6 to 1.6
+    assert d.judge([A], 1.65) is None
+    d.heard(A, 1.66)
+    assert d.judge([A], 1.7) is None
+    assert d.judge([A], 2.15) is None  # silence counts from 1.66

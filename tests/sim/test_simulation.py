@@ -121,6 +121,19 @@ def test_loss_beyond_tolerance_is_refused_loudly_never_folded_into_empty_state()
     assert offline and sum(lost.values()) >= sum(len(slots) for slots in offline.values())
 
 
+def test_slots_lost_to_a_false_verdict_come_back_with_their_state() -> None:
+    # n1 paused past the timeout and n2 killed at once, with r=1: n3 takes over both and
+    # holds no copy of n1's range. But n1 was alive: fenced on resume, it keeps the state it
+    # served and hands it to n3, so nothing is lost (the feed ended before the faults).
+    schedule = FaultSchedule((Pause(n("n1"), 1200, 2000), Kill(n("n2"), 1200)))
+    simulation = Simulation(5, nodes=5, replication=1, schedule=schedule, check_tolerance=False)
+    result = simulation.run()
+    assert result.counters["n3"]["slots_lost"] > 0
+    assert result.counters["n3"]["slots_restored"] == result.counters["n3"]["slots_lost"]
+    assert result.counters["n1"]["fenced"] == 1
+    assert not any(core.recovery.offline for core in simulation.live_cores().values())
+
+
 def test_the_same_seed_gives_the_same_run_twice() -> None:
     first, second = run_seed(42), run_seed(42)
     assert first.fingerprint() == second.fingerprint()
