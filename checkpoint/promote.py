@@ -124,7 +124,10 @@ def promote(
        the higher hwm of the two.
     2. Replay: for each copy with a backup, in order, for each batch of ``replay_plan(backup,
        slots)`` in arrival order, ``decode`` it, keep the tuples of ``slots`` and
-       ``into.apply_batch`` them: every tuple at or below the hwm is skipped.
+       ``into.apply_batch`` them: every tuple at or below the hwm is skipped. When more than
+       one copy has batches to replay, their tuples are applied together in seq order per
+       ``(mapper, slot)`` instead (``_replay_merged``: arrival order is seq order within one
+       backup only).
     3. Report the counts and the reducer failures.
 
     Guarantee: if each replica is complete (``PeerReplica.is_complete``) and its backup was
@@ -151,27 +154,99 @@ def promote(
             into.apply_delta(replica_store.snapshot(held))
     # 2.
     outcome = PromoteOutcome()
-    for copy in copies:
-        if copy.backup is None:
-            continue
-        for batch in replay_plan(copy.backup, wanted):
-            columns = decode(batch)
-            batch_slots, seqs = columns.slots, columns.seqs
-            keys, values = columns.keys, columns.values
-            if not batch.last_seq_by_slot.keys() <= wanted:
-                # The batch straddles the range: keep the tuples of the promoted slots only.
-                rows = [row for row, slot in enumerate(batch_slots) if slot in wanted]
-                outcome.outside += len(batch_slots) - len(rows)
-                batch_slots = [batch_slots[row] for row in rows]
-                seqs = [seqs[row] for row in rows]
-                keys = [keys[row] for row in rows]
-                values = [values[row] for row in rows]
-            applied = into.apply_batch(batch.mapper, batch_slots, seqs, keys, values, reduce_fn)
-            # 3.
-            outcome.batches += 1
-            outcome.replayed += applied.applied
-            outcome.duplicates += applied.duplicates
-            outcome.failed += applied.failed
-            room = FAILURE_EXAMPLES_MAX - len(outcome.failures)
-            outcome.failures.extend(applied.failures[:room])
+    backups = [copy.backup for copy in copies if copy.backup is not None]
+    plans = [replay_plan(backup, wanted) for backup in backups]
+    if sum(1 for plan in plans if plan) > 1:
+        _replay_merged(into, plans, wanted, decode, reduce_fn, outcome)
+        return outcome
+    for plan in plans:
+        for batch in plan:
+            mapper, batch_slots, seqs, keys, values = _rows_of(batch, wanted, decode, outcome)
+            _apply(into, mapper, batch_slots, seqs, keys, values, reduce_fn, outcome)
     return outcome
+
+
+Rows: TypeAlias = tuple[Any, list[int], list[int], list[Key], list[Any]]
+
+
+def _rows_of(
+    batch: BackedUpBatch, wanted: AbstractSet[Slot], decode: DecodeFn, outcome: PromoteOutcome
+) -> Rows:
+    """The tuples of ``batch`` in the promoted slots, as ``(mapper, slots, seqs, keys,
+    values)``; the others are counted as ``outside``."""
+    columns = decode(batch)
+    batch_slots, seqs = list(columns.slots), list(columns.seqs)
+    keys, values = list(columns.keys), list(columns.values)
+    if not batch.last_seq_by_slot.keys() <= wanted:
+        # The batch straddles the range: keep the tuples of the promoted slots only.
+        rows = [row for row, slot in enumerate(batch_slots) if slot in wanted]
+        outcome.outside += len(batch_slots) - len(rows)
+        batch_slots = [batch_slots[row] for row in rows]
+        seqs = [seqs[row] for row in rows]
+        keys = [keys[row] for row in rows]
+        values = [values[row] for row in rows]
+    return batch.mapper, batch_slots, seqs, keys, values
+
+
+def _apply(
+    into: StateStore,
+    mapper: Any,
+    batch_slots: list[int],
+    seqs: list[int],
+    keys: list[Key],
+    values: list[Any],
+    reduce_fn: ReduceFn,
+    outcome: PromoteOutcome,
+) -> None:
+    applied = into.apply_batch(mapper, batch_slots, seqs, keys, values, reduce_fn)
+    # 3.
+    outcome.batches += 1
+    outcome.replayed += applied.applied
+    outcome.duplicates += applied.duplicates
+    outcome.failed += applied.failed
+    room = FAILURE_EXAMPLES_MAX - len(outcome.failures)
+    outcome.failures.extend(applied.failures[:room])
+
+
+def _replay_merged(
+    into: StateStore,
+    plans: Sequence[Sequence[BackedUpBatch]],
+    wanted: AbstractSet[Slot],
+    decode: DecodeFn,
+    reduce_fn: ReduceFn,
+    outcome: PromoteOutcome,
+) -> None:
+    """Replay the batches of several copies in seq order per ``(mapper, slot)``.
+
+    Arrival order is seq order within one backup, not across backups: a batch that straddled
+    two ranges may sit in an older copy's backup with seqs above those of batches the newer
+    copy holds for the same slot (the secondary filed it under the primary its view named).
+    Replayed copy after copy, that tuple would raise the slot's hwm first and the older tuples
+    would be skipped as duplicates: lost. So the tuples of all copies are applied together,
+    each mapper's sorted by slot and seq (a tuple held twice applies once: the hwm skips the
+    second).
+    """
+    by_mapper: dict[Any, list[tuple[int, int, int, Key, Any]]] = {}
+    order = 0
+    batches = 0
+    for plan in plans:
+        for batch in plan:
+            batches += 1
+            mapper, batch_slots, seqs, keys, values = _rows_of(batch, wanted, decode, outcome)
+            rows = by_mapper.setdefault(mapper, [])
+            for slot, seq, key, value in zip(batch_slots, seqs, keys, values, strict=True):
+                rows.append((slot, seq, order, key, value))
+                order += 1
+    for mapper, rows in by_mapper.items():
+        rows.sort(key=lambda row: row[:3])
+        _apply(
+            into,
+            mapper,
+            [row[0] for row in rows],
+            [row[1] for row in rows],
+            [row[3] for row in rows],
+            [row[4] for row in rows],
+            reduce_fn,
+            outcome,
+        )
+    outcome.batches = batches

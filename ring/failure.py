@@ -6,7 +6,9 @@ order of nearness:
 
 1. Silence of at least ``failure_timeout_s`` (or an explicit suspicion, such as a dropped
    connection) starts a probe: the caller sends a direct probe, answered at once by a live node.
-   With the probe, the caller also probes every other owner of its view (a contact check).
+   With the probe, the caller also probes every other owner of its view (a contact check), and
+   reports the probe's request id (:meth:`FailureDetector.probe_sent`) and every answer to it
+   (:meth:`FailureDetector.answered`).
 2. No sign of life within ``probe_timeout_s`` of the probe:
 
    a. if its connection dropped, the node is declared dead (a crash; below);
@@ -18,7 +20,10 @@ order of nearness:
       helper that hears from the suspect vouches for it). The suspicion lasts
       ``suspicion_timeout_s``, longer when the judge itself is unhealthy (its own loop was
       late: :meth:`FailureDetector.note_late`) and twice as long when the suspect's last
-      heartbeat said it was busy.
+      heartbeat said it was busy. The message to the other owners is this round's new
+      contact probe (the caller reports it with :meth:`FailureDetector.probe_sent`): the
+      verdict counts only owners that answered since the suspicion began, not answers that
+      may predate a cut.
 
 3. A suspicion that times out with no sign of life and no vouch: the node is declared dead
    if :func:`may_declare_dead` still allows it, else the round starts over.
@@ -37,9 +42,13 @@ it would declare its healthy predecessor dead and take its range over, while the
 ring, hearing nothing from it, declares it dead and gives its range to its successor. On heal
 both dead marks win the merge: the healthy predecessor is fenced and its range falls back on
 a node that holds no copy of it, and acked tuples are lost. So a declaration on silence needs
-the judging node to be in contact (a sign of life since the probe round began) with a strict
-majority of the owners of its view, itself included and the suspect excluded from the
-contacts. Two sides of a partition cannot both hold a strict majority, so at most one side
+the judging node to be in contact with a strict majority of the owners of its view, itself
+included and the suspect excluded from the contacts. A contact is an owner that *answered a
+probe of this round* (the caller probes them all with the suspect and reports each answer
+with :meth:`FailureDetector.answered`): any other message proves nothing about now, since a
+message sent before a cut may arrive long after it began (buffered, then released when
+another cut between the same nodes heals), and counting it would let both sides of a cut
+find a majority. Two sides of a partition cannot both hold a strict majority, so at most one side
 declares nodes of the other dead; a node cut off alone (or with too few others) declares
 nobody dead and waits: it keeps serving until it hears it was marked dead, and is then fenced
 (fencing itself instead would hand its range to its counter-clockwise neighbour, which holds
@@ -98,8 +107,8 @@ def may_declare_dead(owner_count: int, in_contact: int, connection_dropped: bool
     """Whether a node may declare an unanswering suspect dead (see the module doc).
 
     ``owner_count``: the owners of the judging node's view, itself and the suspect included.
-    ``in_contact``: how many of them it heard from since the probe round began, itself
-    included, the suspect not. ``connection_dropped``: the suspect's connection dropped and
+    ``in_contact``: how many of them answered the probe round's probe, itself included,
+    the suspect not. ``connection_dropped``: the suspect's connection dropped and
     it has not answered a probe sent since.
 
     Guarantees: True when the connection dropped; otherwise True exactly when ``in_contact``
@@ -130,10 +139,11 @@ class FailureDetector:
     last_heard_s: dict[NodeId, float] = field(default_factory=dict)
     probe_deadline_s: dict[NodeId, float] = field(default_factory=dict)
     heard_from: set[NodeId] = field(default_factory=set)
-    # Any node's last sign of life (watched or not): the contacts of the quorum check.
-    last_contact_s: dict[NodeId, float] = field(default_factory=dict)
-    # When the current probe round of each suspect began.
-    probe_started_s: dict[NodeId, float] = field(default_factory=dict)
+    # Per suspect, the request id of the current probe round's probe (probe_sent); per
+    # node, the highest probe request id it answered (answered): the contacts of a round are
+    # the nodes that answered its probe or a later one.
+    round_req: dict[NodeId, int] = field(default_factory=dict)
+    answered_req: dict[NodeId, int] = field(default_factory=dict)
     # Suspects whose connection dropped, with no answer since to a probe sent after that.
     connection_dropped: set[NodeId] = field(default_factory=set)
     # How long a suspicion lasts (step 2c); 0 declares at the probe timeout, as SWIM without
@@ -162,21 +172,31 @@ class FailureDetector:
             self.last_heard_s.setdefault(node, now + grace)
 
     def heard(self, node: NodeId, now: float) -> None:
-        """A sign of life from ``node`` (any node): reset its silence, cancel its probe, and
-        count it as a contact."""
+        """A sign of life from ``node`` (any node): reset its silence and cancel its probe
+        (a contact of the quorum check is an answer to a probe: :meth:`answered`)."""
         first_contact = node not in self.heard_from
         self.heard_from.add(node)
-        self.last_contact_s[node] = max(self.last_contact_s.get(node, now), now)
         if node in self.last_heard_s:
             # The first contact ends the grace; later ones only move the mark forward.
             last = self.last_heard_s[node]
             self.last_heard_s[node] = now if first_contact else max(last, now)
             self._end_round(node)
 
+    def probe_sent(self, suspect: NodeId, req: int) -> None:
+        """The caller sent the probe of ``suspect``'s current round, numbered ``req``, to
+        the suspect and to every other owner (request ids only grow)."""
+        self.round_req[suspect] = req
+
+    def answered(self, node: NodeId, req: int) -> None:
+        """``node`` answered the probe numbered ``req``: it is in contact for every round
+        whose probe is numbered ``req`` or less."""
+        if req > self.answered_req.get(node, -1):
+            self.answered_req[node] = req
+
     def vouched(self, node: NodeId, now: float) -> None:
         """Another owner heard from ``node`` when asked to (an indirect probe): reset its
         silence and end its suspicion, as a sign of life would. It is no contact of the
-        judge's own: the quorum counts only what the judge heard itself."""
+        judge's own: the quorum counts only answers to the judge's own probes."""
         if node in self.last_heard_s:
             self.last_heard_s[node] = max(self.last_heard_s[node], now)
             self._end_round(node)
@@ -204,12 +224,7 @@ class FailureDetector:
         the silence it would measure over that gap is its own, and the answers to its
         probes are still unread. Every timer of the procedure moves back by the gap, so a
         pause of the judge never counts against the nodes it watches."""
-        for table in (
-            self.last_heard_s,
-            self.probe_deadline_s,
-            self.probe_started_s,
-            self.suspicion_deadline_s,
-        ):
+        for table in (self.last_heard_s, self.probe_deadline_s, self.suspicion_deadline_s):
             for node in table:
                 table[node] += gap_s
 
@@ -220,7 +235,7 @@ class FailureDetector:
 
     def _end_round(self, node: NodeId) -> None:
         self.probe_deadline_s.pop(node, None)
-        self.probe_started_s.pop(node, None)
+        self.round_req.pop(node, None)
         self.suspicion_deadline_s.pop(node, None)
 
     def refuted(self, node: NodeId) -> None:
@@ -242,18 +257,20 @@ class FailureDetector:
         return True
 
     def _start_round(self, node: NodeId, now: float) -> None:
-        self.probe_started_s[node] = now
+        # The round's probe is numbered by the caller (probe_sent); until then no answer
+        # counts for it.
+        self.round_req[node] = 1 << 62
         self.probe_deadline_s[node] = now + self.probe_timeout_s
         self.suspicion_deadline_s.pop(node, None)
 
     def in_contact(self, owners_besides_me: Sequence[NodeId], suspect: NodeId) -> int:
-        """The judging node and the owners it heard from since ``suspect``'s probe round
-        began (the suspect not counted)."""
-        since = self.probe_started_s.get(suspect, float("inf"))
+        """The judging node and the owners that answered ``suspect``'s current probe round
+        (or a later probe), the suspect not counted."""
+        round_req = self.round_req.get(suspect, 1 << 62)
         return 1 + sum(
             1
             for node in set(owners_besides_me)
-            if node != suspect and self.last_contact_s.get(node, -float("inf")) >= since
+            if node != suspect and self.answered_req.get(node, -1) >= round_req
         )
 
     def judge(

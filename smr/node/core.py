@@ -122,6 +122,8 @@ class NodeCore:
         self.view = View()
         self.ring = Ring(self.view, slot_bits)
         self.roles = bytearray()
+        # The primary of each slot in this view (None while nobody owns slots).
+        self.primary_of_slot: list[NodeId | None] = []
         self.predecessors: tuple[NodeId, ...] = ()
         self.secondaries: tuple[NodeId, ...] = ()
         self.tuples_per_s = 0.0
@@ -172,6 +174,7 @@ class NodeCore:
             raise InvariantViolation(f"two owners share a token in view {view!r}")
         r = self.settings.replication
         self.roles = self.ring.roles_of(self.node_id, r)
+        self.primary_of_slot = _primaries(self.ring)
         self.predecessors = self.ring.predecessors(self.node_id, r)
         self.recovery.detector.watch(self.predecessors, self.clock())
         secondaries = (
@@ -412,3 +415,14 @@ class NodeCore:
     def status(self) -> dict[str, Any]:
         """A snapshot of the node for ``smr status`` (see ``Control.status``)."""
         return self.control.status()
+
+
+def _primaries(ring: Ring) -> list[NodeId | None]:
+    """The primary of every slot of ``ring``, by slot (one pass over the owners' ranges)."""
+    primaries: list[NodeId | None] = [None] * ring.slot_count
+    for owner in ring.owners:
+        own = ring.range_of(owner)
+        if own is not None:
+            for slot in own.slots():
+                primaries[slot] = owner
+    return primaries

@@ -12,8 +12,12 @@ batch's mapper id is the tuples' identity for dedup, the stream names the channe
    and not accepted (the mapper stops with that message instead of resending forever).
 5. If any of its slots is not this node's as primary, the whole batch is refused with
    ``NOT_OWNER`` and the node's view, and the channel does not advance: the mapper re-routes.
-   A batch whose slots are all backed up here goes to the tuple backup
-   (:meth:`smr.node.replication.Replication.back_up`) and is acked in channel order.
+   A batch whose slots are all backed up here, for one primary, goes to the tuple backup
+   (:meth:`smr.node.replication.Replication.back_up`) and is acked in channel order; one
+   whose slots belong to two primaries in this node's view is refused the same way (the
+   mapper's view and ours differ; a backup filed under one primary would hold the other's
+   tuples where no checkpoint of the first ever evicts them, nor a takeover of the second
+   replays them).
    A batch with a slot whose state was lost beyond tolerance and not accepted yet
    (``checkpoint.loss``) is refused with ``ERROR``: the mapper stops and says why.
 6. Otherwise the batch joins the bounded inbox and the channel advances. When the inbox is
@@ -153,8 +157,11 @@ class Ingest:
             node.bad_frame(identity, f"batch {chan} from {mapper} on {stream}: {error}")
             node.reply(identity, encode(Error(None, str(error))))
             return
-        # 5. Ownership: primary of every slot, or secondary of every slot, or refuse.
-        if slot_roles == {Role.SECONDARY}:
+        # 5. Ownership: primary of every slot, or secondary of every slot under one primary
+        #    (the backup is filed and evicted by that primary's checkpoints: a batch that
+        #    straddled two primaries would never be evicted whole), or refuse.
+        primary_of = node.primary_of_slot
+        if slot_roles == {Role.SECONDARY} and len({primary_of[slot] for slot in slot_set}) == 1:
             if node.replication.back_up(mapper, message.body, slots, seqs):
                 self._expected[stream] = ChannelNumber(chan + 1)
                 # Acked in channel order, after any primary batch of this channel still queued.

@@ -102,6 +102,7 @@ class Recovery:
         sender = node.membership.from_live_peer(message)
         if sender is None:
             return
+        self.detector.answered(sender, message.req)
         req = self._drop_probe_req.get(sender)
         if req is not None and message.req >= req:
             del self._drop_probe_req[sender]
@@ -119,8 +120,10 @@ class Recovery:
         1. If the subject is this incarnation, refute: answer the suspicion at once (a
            ``ProbeAck`` of its id), and count it against this node's own health (a node
            suspected is often the slow one: Lifeguard).
-        2. Otherwise, probe the subject on the judge's behalf; an answer within the probe
-           timeout is vouched for (``on_probe_ack``).
+        2. Otherwise, answer the judge at once (a contact of its quorum check: the verdict
+           counts only owners that answered since the suspicion began), and probe the subject
+           on the judge's behalf; an answer within the probe timeout is vouched for
+           (``on_probe_ack``).
         """
         node = self._node
         judge = node.membership.from_live_peer(message)
@@ -136,6 +139,7 @@ class Recovery:
                 log.warning("%s suspected this node: refuted", judge)
             return
         # 2.
+        node.peer_send(judge, ProbeAck(*node.stamp, message.req))
         member = node.view.get(message.subject)
         if member is None or member.incarnation != message.subject_incarnation:
             return
@@ -171,6 +175,9 @@ class Recovery:
         self._probe_ids += 1
         req = RequestId(self._probe_ids)
         self._suspicion_req[suspect] = req
+        # The verdict's quorum counts the owners that answer this message (fresh contacts:
+        # answers to the probe that began the round may predate a cut).
+        self.detector.probe_sent(suspect, req)
         node.counters.suspicions += 1
         message = Suspect(*node.stamp, suspect, member.incarnation, req)
         node.peer_send(suspect, message)
@@ -189,6 +196,7 @@ class Recovery:
         self._probe_ids += 1
         node = self._node
         probe = Probe(*node.stamp, RequestId(self._probe_ids))
+        self.detector.probe_sent(suspect, self._probe_ids)
         node.peer_send(suspect, probe)
         for other in others:
             if other != suspect:
@@ -212,8 +220,10 @@ class Recovery:
         Only an answer to this probe (or a later one) shows the drop was not a crash."""
         node = self._node
         if node.settings.replication > 0:
-            self.detector.suspect(peer, node.clock())
+            started = self.detector.suspect(peer, node.clock())
             self._probe_ids += 1
+            if started:
+                self.detector.probe_sent(peer, self._probe_ids)
             self._drop_probe_req[peer] = RequestId(self._probe_ids)
             node.peer_send(peer, Probe(*node.stamp, RequestId(self._probe_ids)))
 

@@ -121,18 +121,27 @@ def end_fault(sim: Simulation, fault: Partition | Delay) -> None:
 
 
 def beat(sim: Simulation, node: SimNode) -> None:
-    """While ``node``'s loop is stalled, its heartbeat thread beats (``StalledLoopBeats``);
-    a paused or killed process runs no thread at all."""
+    """While ``node``'s loop is stalled, its heartbeat thread beats (``StalledLoopBeats``)
+    every heartbeat interval. A paused or killed process runs no thread at all: a beat that
+    comes due during a pause is sent when the pause ends (``resume``), as a thread's timer
+    fires late when the process gets the CPU back."""
     if not node.stalls_active or node.killed or node.core is None:
         return
-    if not node.pauses_active:
-        assert node.links is not None
-        core = node.core
-        stalled_ms = round((core.clock() - core.read_at) * 1000)
-        stuck = stalled_ms >= core.settings.stuck_after_ms
-        for peer, addr, frames in core.membership.stalled_beats(stalled_ms, stuck):
-            node.links.send(peer, addr, frames)
+    if node.pauses_active:
+        node.beat_due = True
+    else:
+        _send_stalled_beats(node)
     sim._schedule(sim.clock.now_us + sim.settings.heartbeat_interval_ms * 1000, beat, sim, node)
+
+
+def _send_stalled_beats(node: SimNode) -> None:
+    assert node.links is not None and node.core is not None
+    node.beat_due = False
+    core = node.core
+    stalled_ms = round((core.clock() - core.read_at) * 1000)
+    stuck = stalled_ms >= core.settings.stuck_after_ms
+    for peer, addr, frames in core.membership.stalled_beats(stalled_ms, stuck):
+        node.links.send(peer, addr, frames)
 
 
 def end_stall(sim: Simulation, node: SimNode) -> None:
@@ -147,6 +156,8 @@ def resume(sim: Simulation, node: SimNode) -> None:
     if node.pauses_active == 0:
         return
     node.pauses_active -= 1
+    if node.beat_due and not node.pauses_active and node.stalls_active and not node.killed:
+        _send_stalled_beats(node)
     _carry_on(sim, node)
 
 

@@ -66,6 +66,8 @@ class SimNode:
     # node now (as one of pauses_active).
     starves: set[Starve] = field(default_factory=set)
     starve_holding: bool = False
+    # A heartbeat of the stalled loop's thread came due while the process was paused.
+    beat_due: bool = False
     # (deliver_at_us, sender, seq on its link, link) for every message waiting on a link to
     # this node: read in time order, and at one instant by sender name, so that the order in
     # which senders happened to send at one instant does not matter.

@@ -310,3 +310,30 @@ def test_an_error_from_decode_propagates() -> None:
 
     with pytest.raises(ValueError, match="truncated body"):
         promote(StateStore(), [PrimaryCopy(replica, backup)], [S0], broken, count_words)
+
+
+def test_a_later_seq_in_an_older_copy_does_not_shadow_earlier_seqs_in_a_newer_copy() -> None:
+    """A batch that straddled two ranges was filed under the older copy's primary, with seq 3
+    of slot 0, while the newer copy holds seqs 1 and 2 of slot 0: replayed copy after copy,
+    seq 3 would raise the hwm first and seqs 1 and 2 would be skipped (found by the seed
+    sweep). Every tuple must count once."""
+    empty = replica_of(Delta(states={}, hwms={}))
+    older_backup = TupleBackup()
+    older_backup.add(make_batch(M1, [(1, 7, "b", 1), (0, 3, "a", 1)]), empty.hwm)
+    newer = replica_of(Delta(states={}, hwms={}))
+    newer_backup = TupleBackup()
+    newer_backup.add(make_batch(M1, [(0, 1, "a", 1), (0, 2, "a", 1)]), newer.hwm)
+    newer_backup.add(make_batch(M1, [(0, 3, "a", 1)]), newer.hwm)  # the same tuple, resent
+    into = StateStore()
+    outcome = promote(
+        into,
+        [PrimaryCopy(empty, older_backup), PrimaryCopy(newer, newer_backup)],
+        [S0, S1],
+        decode,
+        count_words,
+    )
+    assert (outcome.batches, outcome.replayed, outcome.duplicates) == (3, 4, 1)
+    assert state_of(into, [S0, S1]) == (
+        {(S0, "a"): {"count": 3}, (S1, "b"): {"count": 1}},
+        {S0: {M1: 3}, S1: {M1: 7}},
+    )

@@ -17,18 +17,24 @@ OWNERS = [A, B, C, D]
 
 
 class _Judged:
-    """``FailureDetector.judge`` with c and d heard from just before each call."""
+    """``FailureDetector.judge`` driven as a node drives it: each probe round's probe gets a
+    request id (``probe_sent``), and c and d answer the latest probe just before each call."""
 
     def __init__(self, detector: FailureDetector) -> None:
         self.detector = detector
+        self.req = 0
 
     def __getattr__(self, name: str) -> object:
         return getattr(self.detector, name)
 
     def judge(self, nearest: list[NodeId], now: float) -> tuple[Verdict, NodeId] | None:
         for node in (C, D):
-            self.detector.heard(node, now)
-        return self.detector.judge(nearest, now, owners_besides_me=OWNERS)
+            self.detector.answered(node, self.req)
+        verdict = self.detector.judge(nearest, now, owners_besides_me=OWNERS)
+        if verdict is not None and verdict[0] in (Verdict.PROBE, Verdict.NO_QUORUM):
+            self.req += 1
+            self.detector.probe_sent(verdict[1], self.req)
+        return verdict
 
 
 def detector() -> _Judged:
@@ -170,9 +176,10 @@ def test_the_detector_declares_on_silence_only_with_a_majority_in_contact(
     d = FailureDetector(failure_timeout_s=0.5, probe_timeout_s=0.2)
     d.watch([suspect], 0.0)
     assert d.judge([suspect], 0.5, owners_besides_me=owners) == (Verdict.PROBE, suspect)
+    d.probe_sent(suspect, 1)
     contacts = {owners[i] for i in heard if 0 < i < len(owners)}
     for node in sorted(contacts):
-        d.heard(node, 0.6)
+        d.answered(node, 1)
     verdict = d.judge([suspect], 0.7, owners_besides_me=owners)
     if 2 * (1 + len(contacts)) > owner_count:
         assert verdict == (Verdict.DEAD, suspect)
@@ -182,15 +189,20 @@ def test_the_detector_declares_on_silence_only_with_a_majority_in_contact(
         assert d.judge([suspect], 0.85, owners_besides_me=owners) is None
 
 
-def test_contacts_heard_before_the_probe_round_do_not_count() -> None:
+def test_only_answers_to_the_rounds_probe_count_as_contacts() -> None:
     d = FailureDetector(failure_timeout_s=0.5, probe_timeout_s=0.2)
     d.watch([A], 0.0)
     for node in (B, C, D):
-        d.heard(node, 0.4)  # before the round begins at 0.5
+        d.answered(node, 1)  # answers to an earlier probe
     assert d.judge([A], 0.5, owners_besides_me=OWNERS) == (Verdict.PROBE, A)
+    d.probe_sent(A, 2)
+    # Messages read now, whenever they were sent, are no contacts: only answers are.
+    for node in (B, C, D):
+        d.heard(node, 0.6)
     assert d.judge([A], 0.7, owners_besides_me=OWNERS) == (Verdict.NO_QUORUM, A)
+    d.probe_sent(A, 3)
     for node in (B, C):
-        d.heard(node, 0.75)
+        d.answered(node, 3)
     assert d.judge([A], 0.9, owners_besides_me=OWNERS) == (Verdict.DEAD, A)
 
 
@@ -253,7 +265,7 @@ def test_a_vouch_ends_the_suspicion_but_is_no_contact_of_the_judge() -> None:
     assert d.judge([A], 0.7) == (Verdict.SUSPECT, A)
     d.vouched(A, 0.8)
     assert d.judge([A], 1.0) is None
-    assert A not in d.last_contact_s
+    assert A not in d.answered_req
 
 
 def test_a_busy_suspect_and_an_unhealthy_judge_get_longer_suspicions() -> None:
@@ -292,6 +304,7 @@ def test_no_verdict_of_death_on_silence_before_probe_and_suspicion(
     )
     d.watch([A], 0.0)
     d.note_busy(A, busy)
+    judged = _Judged(d)
     signs = sorted(heard_at)
     last = 0.0
     now = 0.0
@@ -299,9 +312,7 @@ def test_no_verdict_of_death_on_silence_before_probe_and_suspicion(
         while signs and signs[0] <= now:
             last = signs.pop(0)
             d.heard(A, last)
-        for node in (C, D):
-            d.heard(node, now)
-        verdict = d.judge([A], now, owners_besides_me=OWNERS)
+        verdict = judged.judge([A], now)
         if verdict == (Verdict.DEAD, A):
             assert now - last >= 0.5 + 0.2 + suspicion_timeout_s * (2 if busy else 1) - 1e-9
             return
