@@ -64,7 +64,7 @@ _DISPLAY_ORDER: Final = (
 )
 _ALWAYS_SHOWN: Final = 2  # node and state
 # A peer's report of a node's heartbeat older than this says nothing about the node now.
-PEER_REPORT_FRESH_MS: Final = 1000
+PEER_REPORT_FRESH_MS: Final = 500
 _UNBOUNDED_WIDTH: Final = 10_000
 
 
@@ -94,11 +94,13 @@ def collect(spec: ClusterSpec, client: Client) -> list[Row]:
 def heard_through_peers(rows: list[Row]) -> None:
     """A node that does not answer but still beats (its loop held by a slow reduce call,
     its heartbeat thread alive) is not unreachable: its state becomes what its freshest
-    heartbeat, as a peer reports it, says, ``stuck`` or ``busy``, with ``stalled_ms``."""
+    heartbeat, as a peer reports it, says, ``stuck`` or ``busy``, with ``stalled_ms``. Only
+    a fresh beat of the heartbeat thread counts (``stalled_ms`` above 0): a node killed a
+    moment ago left ordinary heartbeats behind, and is unreachable."""
     freshest: dict[str, dict[str, Any]] = {}
     for row in rows:
         for peer, report in (row.get("peers") or {}).items():
-            if report["heard_ms_ago"] > PEER_REPORT_FRESH_MS:
+            if report["heard_ms_ago"] > PEER_REPORT_FRESH_MS or report["stalled_ms"] <= 0:
                 continue
             if peer not in freshest or report["heard_ms_ago"] < freshest[peer]["heard_ms_ago"]:
                 freshest[peer] = report

@@ -88,3 +88,10 @@ def test_a_stale_heartbeat_report_leaves_a_silent_node_unreachable() -> None:
     rows = [{**UP, "peers": {"n1": _report(stuck=True, heard_ms_ago=5000)}}, dict(DOWN)]
     status_view.heard_through_peers(rows)
     assert rows[1]["state"] == "unreachable"
+
+
+def test_an_ordinary_heartbeat_left_by_a_node_killed_a_moment_ago_is_no_sign_of_life() -> None:
+    report = {**_report(stuck=False, heard_ms_ago=40), "stalled_ms": 0}
+    rows = [{**UP, "peers": {"n1": report}}, dict(DOWN)]
+    status_view.heard_through_peers(rows)
+    assert rows[1]["state"] == "unreachable"
