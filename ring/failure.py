@@ -11,7 +11,11 @@ order of nearness:
    (:meth:`FailureDetector.answered`).
 2. No sign of life within ``probe_timeout_s`` of the probe:
 
-   a. if its connection dropped, the node is declared dead (a crash; below);
+   a. if its connection dropped, the node is declared dead (a crash; below); the probe
+      sent after a dropped connection waits less than one sent on silence:
+      ``DROP_PROBE_RTT_FACTOR`` times the longest recent probe round trip, between
+      ``DROP_PROBE_MIN_S`` and ``probe_timeout_s`` (a live node answers in a round trip, a
+      crashed one never: the drop is already the evidence);
    b. otherwise, if :func:`may_declare_dead` does not allow a declaration (below), the round
       starts over (the caller probes again): the judging node may be the one cut off;
    c. otherwise the node becomes *suspected* (SWIM's suspicion, with Lifeguard's
@@ -76,12 +80,19 @@ out the returned actions, so the same code runs under a simulated clock.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Final
 
 from ring.ids import NodeId
+
+DROP_PROBE_RTT_FACTOR: Final = 4
+DROP_PROBE_MIN_S: Final = 0.05
+"""The probe after a dropped connection waits this many times the longest recent round trip
+(``FailureDetector.note_rtt``), and no less than this (step 2a)."""
+RTT_SAMPLES_MAX: Final = 32
 
 LOCAL_HEALTH_MAX: Final = 8
 """Lifeguard's bound on the local health multiplier: a very late judge waits at most nine
@@ -127,7 +138,8 @@ class FailureDetector:
     """Silence timers and outstanding probes for the watched nodes.
 
     Guarantees: a node is declared dead only after at least ``failure_timeout_s`` of silence
-    (or a dropped connection) followed by ``probe_timeout_s`` without any sign of life, and
+    followed by ``probe_timeout_s`` without any sign of life (after a dropped connection:
+    ``drop_probe_timeout_s``, at least ``DROP_PROBE_MIN_S``), and
     only when :func:`may_declare_dead` allows it; on silence, only after a suspicion of at
     least ``suspicion_timeout_s`` more that no sign of life and no vouch ended. Any sign of
     life cancels its probe and its suspicion.
@@ -158,6 +170,8 @@ class FailureDetector:
     # suspicion lasts (1 + local_health) times its timeout.
     local_health: int = 0
     _health_decayed_at_s: float = 0.0
+    # Round trips of recent probes, in seconds (the probe timeout after a dropped connection).
+    rtt_samples_s: deque[float] = field(default_factory=lambda: deque(maxlen=RTT_SAMPLES_MAX))
 
     def watch(self, nodes: Sequence[NodeId], now: float) -> None:
         """Watch exactly ``nodes`` from now on; a newly watched node's silence counts from now."""
@@ -253,14 +267,27 @@ class FailureDetector:
         self.connection_dropped.add(node)
         if node in self.probe_deadline_s:
             return False
-        self._start_round(node, now)
+        self._start_round(node, now, self.drop_probe_timeout_s())
         return True
 
-    def _start_round(self, node: NodeId, now: float) -> None:
+    def note_rtt(self, rtt_s: float) -> None:
+        """A probe was answered ``rtt_s`` after it was sent."""
+        self.rtt_samples_s.append(rtt_s)
+
+    def drop_probe_timeout_s(self) -> float:
+        """How long the probe after a dropped connection waits (step 2a): the probe timeout
+        until a round trip has been seen."""
+        if not self.rtt_samples_s:
+            return self.probe_timeout_s
+        adaptive = DROP_PROBE_RTT_FACTOR * max(self.rtt_samples_s)
+        return min(self.probe_timeout_s, max(DROP_PROBE_MIN_S, adaptive))
+
+    def _start_round(self, node: NodeId, now: float, timeout_s: float | None = None) -> None:
         # The round's probe is numbered by the caller (probe_sent); until then no answer
         # counts for it.
         self.round_req[node] = 1 << 62
-        self.probe_deadline_s[node] = now + self.probe_timeout_s
+        wait_s = self.probe_timeout_s if timeout_s is None else timeout_s
+        self.probe_deadline_s[node] = now + wait_s
         self.suspicion_deadline_s.pop(node, None)
 
     def in_contact(self, owners_besides_me: Sequence[NodeId], suspect: NodeId) -> int:

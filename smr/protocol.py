@@ -323,7 +323,8 @@ class Heartbeat(PeerMessage):
     (tuples wait past one turn's budget, or a reduce call holds the loop: the beat then comes
     from the node's heartbeat thread); ``stalled_ms``, how long the loop has not read
     messages; ``stuck``, stalled past the node's stuck threshold; ``inbox_tuples``, tuples
-    accepted and not applied yet; ``applied_per_s``, its recent apply rate.
+    accepted and not applied yet; ``applied_per_s``, its recent apply rate; ``cpu_percent``,
+    its process's CPU share (100 per core).
     """
 
     kind: ClassVar[Kind] = Kind.HEARTBEAT
@@ -332,6 +333,7 @@ class Heartbeat(PeerMessage):
     stalled_ms: int
     inbox_tuples: int
     applied_per_s: int
+    cpu_percent: int
     body: bytes
 
 

@@ -47,6 +47,7 @@ COLUMNS_BY_PRIORITY: Final = (
     Column("applied", lambda row: f"{row['tuples_applied']:,}"),
     Column("range", lambda row: f"{row['range_share']:.1%}"),
     Column("token", lambda row: "-" if row["token"] is None else str(row["token"])),
+    Column("cpu%", lambda row: f"{row.get('load', {}).get('cpu_percent', 0):.0f}"),
 )
 # The order the kept columns are shown in.
 _DISPLAY_ORDER: Final = (
@@ -57,6 +58,7 @@ _DISPLAY_ORDER: Final = (
     "keys",
     "offline\nslots",
     "tuples/s",
+    "cpu%",
     "applied",
     "reduce\nerrors",
     "bad\nframes",

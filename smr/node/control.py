@@ -168,6 +168,7 @@ class Control:
             "takeover_records": list(node.recovery.takeover_records),
             "offline_slots": len(node.recovery.offline),
             "busy": node.ingest.behind,
+            "load": node.load.report(own_range),
             "inbox_tuples": node.ingest.inbox_tuples,
             "local_health": node.recovery.detector.local_health,
             # What the last heartbeat of each peer that beats to this node said of its load

@@ -30,6 +30,7 @@ from smr.api import Job
 from smr.node.control import Control
 from smr.node.handoff import Handoff
 from smr.node.ingest import Ingest
+from smr.node.load import LoadMeter
 from smr.node.membership import Membership
 from smr.node.recovery import Recovery
 from smr.node.reducer import Reducer
@@ -127,6 +128,7 @@ class NodeCore:
         self.predecessors: tuple[NodeId, ...] = ()
         self.secondaries: tuple[NodeId, ...] = ()
         self.tuples_per_s = 0.0
+        self.load = LoadMeter(clock)
         # When this node last finished reading its messages (clock time): what it knows of
         # its peers is as of then. A loop that stalled (a slow reduce call) has not read what
         # arrived meanwhile: its failure detector waits to read again before it judges, and
@@ -373,7 +375,7 @@ class NodeCore:
         3. Ask again for snapshots not completed; judge the nearest watched predecessor
            (``Recovery.judge``: probe, take over, or wait for a quorum); ask a node back
            after a false verdict for the state of slots lost here (``Handoff.ask``).
-        4. The applied-tuples rate, and the output flushed.
+        4. The applied-tuples rate and the load (``LoadMeter.fold``), and the output flushed.
         """
         now = self.clock()
         replicated = self.settings.replication > 0
@@ -398,6 +400,7 @@ class NodeCore:
         if now - mark_time >= 1.0:
             self.tuples_per_s = (self.counters.tuples_applied - mark_count) / (now - mark_time)
             self._rate_mark = (now, self.counters.tuples_applied)
+            self.load.fold(now)
         self.reducer.output.flush()
 
     # -- reports ------------------------------------------------------------------------------

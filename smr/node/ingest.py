@@ -201,7 +201,10 @@ class Ingest:
         reducer = node.reducer
         budget = tuples_max
         clock = node.clock
-        stop_at = clock() + APPLY_SECONDS_PER_TURN
+        started = clock()
+        stop_at = started + APPLY_SECONDS_PER_TURN
+        load = node.load
+        applied = 0
         while self.inbox and budget > 0 and clock() < stop_at:
             pending = self.inbox.popleft()
             if pending.chan <= self._processed.get(pending.stream, -1):
@@ -223,11 +226,15 @@ class Ingest:
             )
             counters.batches += 1
             counters.tuples_applied += outcome.applied
+            applied += len(batch)
+            load.note_batch(batch.slots)
             counters.tuples_duplicate += outcome.duplicates
             if outcome.failed:
                 counters.tuples_failed += outcome.failed
                 reducer.note_failures(outcome.failed, outcome.failures)
         self.behind = bool(self.inbox)
+        if applied:
+            load.note_apply(applied, clock() - started)
         reducer.flush_emits()
 
     def send_acks(self) -> None:

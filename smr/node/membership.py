@@ -42,6 +42,7 @@ class PeerLoad:
     stalled_ms: int
     inbox_tuples: int
     applied_per_s: int
+    cpu_percent: int
     heard_at: float
 
     def report(self, now: float) -> dict[str, Any]:
@@ -52,6 +53,7 @@ class PeerLoad:
             "stalled_ms": self.stalled_ms,
             "inbox_tuples": self.inbox_tuples,
             "applied_per_s": self.applied_per_s,
+            "cpu_percent": self.cpu_percent,
             "heard_ms_ago": round((now - self.heard_at) * 1000),
         }
 
@@ -131,6 +133,7 @@ class Membership:
                 stalled_ms=0,
                 inbox_tuples=ingest.inbox_tuples,
                 applied_per_s=round(node.tuples_per_s),
+                cpu_percent=round(node.load.cpu_percent),
                 body=self.view_body(),
             )
             for secondary in node.secondaries:
@@ -159,6 +162,7 @@ class Membership:
             stalled_ms=stalled_ms,
             inbox_tuples=node.ingest.inbox_tuples,
             applied_per_s=round(node.tuples_per_s),
+            cpu_percent=round(node.load.cpu_percent),
             body=self.view_body(),
         )
         frames = encode(beat)
@@ -220,6 +224,7 @@ class Membership:
             message.stalled_ms,
             message.inbox_tuples,
             message.applied_per_s,
+            message.cpu_percent,
             node.clock(),
         )
         node.recovery.detector.note_busy(sender, message.busy)

@@ -35,6 +35,10 @@ LATE_READ_S: Final = 0.1
 # After its own loop was late, a node judges nobody until it has read every message that
 # waited (its socket found empty once), or for this long at most.
 CATCH_UP_MAX_S: Final = 1.0
+# How often a node probes its predecessors to measure round trips (the probe timeout after a
+# dropped connection adapts to them), and how long a probe's send time is kept.
+RTT_PROBE_INTERVAL_S: Final = 1.0
+PROBE_SENT_KEEP_S: Final = 2.0
 # Indirect probes a helper runs at once for suspecting judges (Recovery.on_suspect): a bound,
 # so that a flood of suspicions cannot grow the table.
 RELAYS_MAX: Final = 64
@@ -79,6 +83,9 @@ class Recovery:
         # When this node's own loop last came back from a late read, while it has not read
         # everything that waited since (see note_turn_start); None once caught up.
         self._catching_up_since: float | None = None
+        # When each probe of this node's went out, by request id (for round trips).
+        self._probe_sent_at: dict[int, float] = {}
+        self._rtt_probed_at = -1e9
         self._no_quorum_logged_at = -1e9
         # Per peer whose connection dropped: the id of the probe sent then (see suspect).
         self._drop_probe_req: dict[NodeId, RequestId] = {}
@@ -103,6 +110,9 @@ class Recovery:
         if sender is None:
             return
         self.detector.answered(sender, message.req)
+        sent_at = self._probe_sent_at.pop(message.req, None)
+        if sent_at is not None:
+            self.detector.note_rtt(node.clock() - sent_at)
         req = self._drop_probe_req.get(sender)
         if req is not None and message.req >= req:
             del self._drop_probe_req[sender]
@@ -190,17 +200,27 @@ class Recovery:
             self.detector.suspicion_s(suspect) * 1000,
         )
 
-    def _probe(self, suspect: NodeId, others: Sequence[NodeId]) -> None:
-        """Probe ``suspect``, and every other owner for the contact check (their answers,
-        like any message from them, count as contact)."""
-        self._probe_ids += 1
+    def _send_probe(self, peers: Sequence[NodeId]) -> RequestId:
+        """Send one probe, numbered anew, to each of ``peers``; its send time is kept for
+        the round trip of its answers."""
         node = self._node
-        probe = Probe(*node.stamp, RequestId(self._probe_ids))
-        self.detector.probe_sent(suspect, self._probe_ids)
-        node.peer_send(suspect, probe)
-        for other in others:
-            if other != suspect:
-                node.peer_send(other, probe)
+        self._probe_ids += 1
+        req = RequestId(self._probe_ids)
+        now = node.clock()
+        if len(self._probe_sent_at) > 256:
+            for old in [r for r, at in self._probe_sent_at.items() if now - at > PROBE_SENT_KEEP_S]:
+                del self._probe_sent_at[old]
+        self._probe_sent_at[req] = now
+        probe = Probe(*node.stamp, req)
+        for peer in peers:
+            node.peer_send(peer, probe)
+        return req
+
+    def _probe(self, suspect: NodeId, others: Sequence[NodeId]) -> None:
+        """Probe ``suspect``, and every other owner for the contact check (their answers to
+        this probe, and only those, count as contacts of the round)."""
+        req = self._send_probe([suspect, *(other for other in others if other != suspect)])
+        self.detector.probe_sent(suspect, req)
 
     def _no_quorum(self, suspect: NodeId, others: Sequence[NodeId], now: float) -> None:
         self._node.counters.quorum_missed += 1
@@ -221,11 +241,10 @@ class Recovery:
         node = self._node
         if node.settings.replication > 0:
             started = self.detector.suspect(peer, node.clock())
-            self._probe_ids += 1
+            req = self._send_probe([peer])
             if started:
-                self.detector.probe_sent(peer, self._probe_ids)
-            self._drop_probe_req[peer] = RequestId(self._probe_ids)
-            node.peer_send(peer, Probe(*node.stamp, RequestId(self._probe_ids)))
+                self.detector.probe_sent(peer, req)
+            self._drop_probe_req[peer] = req
 
     def note_turn_start(self, since_read_s: float) -> None:
         """A receive turn begins ``since_read_s`` after the last one read. Past
@@ -271,6 +290,11 @@ class Recovery:
             return
         self.detector.note_on_time(now)
         node = self._node
+        if now - self._rtt_probed_at >= RTT_PROBE_INTERVAL_S and node.predecessors:
+            # Round trips for the probe timeout after a dropped connection (any answer
+            # also counts as a sign of life).
+            self._rtt_probed_at = now
+            self._send_probe(node.predecessors)
         others = [o for o in node.ring.owners if o != node.node_id]
         verdict = self.detector.judge(node.predecessors, now, owners_besides_me=others)
         if verdict is None:

@@ -331,3 +331,16 @@ def test_a_pause_of_the_judge_does_not_count_against_the_suspect() -> None:
     d.heard(A, 1.66)
     assert d.judge([A], 1.7) is None
     assert d.judge([A], 2.15) is None  # silence counts from 1.66
+
+
+def test_the_probe_after_a_dropped_connection_waits_a_few_round_trips() -> None:
+    d = FailureDetector(failure_timeout_s=0.5, probe_timeout_s=0.2)
+    d.watch([A], 0.0)
+    assert d.drop_probe_timeout_s() == 0.2  # no round trip seen yet
+    d.note_rtt(0.002)
+    assert d.drop_probe_timeout_s() == 0.05  # 4 x 2 ms, but never below 50 ms
+    assert d.suspect(A, 0.1)
+    assert d.judge([A], 0.149, owners_besides_me=OWNERS) is None
+    assert d.judge([A], 0.151, owners_besides_me=OWNERS) == (Verdict.DEAD, A)
+    d.note_rtt(0.09)  # one slow round trip: the longest recent one rules
+    assert d.drop_probe_timeout_s() == 0.2

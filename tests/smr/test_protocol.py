@@ -102,7 +102,14 @@ RECORDS: list[Message] = [
     RecoverRequest(RequestId(5)),
     RecoverReply(RequestId(5), 12),
     Heartbeat(
-        *PEER, busy=True, stuck=False, stalled_ms=250, inbox_tuples=9, applied_per_s=7, body=b"view"
+        *PEER,
+        busy=True,
+        stuck=False,
+        stalled_ms=250,
+        inbox_tuples=9,
+        applied_per_s=7,
+        cpu_percent=55,
+        body=b"view",
     ),
     Suspect(*PEER, NodeId("n0"), Incarnation(1), RequestId(6)),
     Vouch(*PEER, NodeId("n0"), RequestId(6)),
