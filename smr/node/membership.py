@@ -75,6 +75,7 @@ class Membership:
         self._refusal_logged_at = -1e9
         # The load each peer's last heartbeat reported.
         self.peer_load: dict[NodeId, PeerLoad] = {}
+        self._standby_turn = 0
 
     def merge_view(self, incoming: View) -> bool:
         """Merge a view heard from a peer or a client; True if it brought news."""
@@ -138,6 +139,23 @@ class Membership:
             )
             for secondary in node.secondaries:
                 node.peer_send(secondary, beat)
+            if node.ring.range_of(node.node_id) is None:
+                self._standby_gossip()
+
+    def _standby_gossip(self) -> None:
+        """A node that owns nothing (standby, fenced) has no secondaries to beat to and
+        watches nobody, so nothing it sends would make a peer repair its view: each
+        heartbeat interval it gossips its view to one live member, in turn. A change it
+        missed (a later view marking it dead, say) comes back with the answer."""
+        node = self._node
+        peers = sorted(
+            member.node_id
+            for member in node.view.members.values()
+            if member.node_id != node.node_id and member.status is not Status.DEAD
+        )
+        if peers:
+            self._standby_turn = (self._standby_turn + 1) % len(peers)
+            node.peer_send(peers[self._standby_turn], Gossip(*node.stamp, self.view_body()))
 
     def stalled_beats(self, stalled_ms: int, stuck: bool) -> list[tuple[NodeId, str, list[bytes]]]:
         """The heartbeats a node sends while its loop has been stalled for ``stalled_ms``

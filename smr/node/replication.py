@@ -37,13 +37,20 @@ EARLY_CHECKPOINT_GAP_S: Final = 0.01
 @dataclass(frozen=True)
 class Orphan:
     """A copy of a dead node's state and tuples: kept until ``absorber``, which took over its
-    range, has re-replicated that range to us, and promoted if ``absorber`` dies first."""
+    range, has re-replicated that range to us, and promoted if ``absorber`` dies first.
+
+    Once ``absorber``'s snapshot to us has ended, the copy is *superseded*: its replica is
+    dropped, but its backed-up batches stay until ``absorber``'s checkpoints cover them
+    (``Replication.evict_covered``). Until this node learned of the takeover, it filed the
+    batches the mappers sent for ``absorber`` under the dead node; the snapshot may have
+    been read before their tuples were applied, and then only this backup holds them."""
 
     absorber: NodeId
     replica: PeerReplica
     backup: TupleBackup | None
     covered: SlotRange | None
     """The range the replica's last complete snapshot copied (None: none completed)."""
+    superseded: bool = False
 
 
 class Replication:
@@ -176,10 +183,20 @@ class Replication:
             self.evict_covered(sender)
 
     def evict_covered(self, primary: NodeId) -> None:
-        """Drop the batches backed up for ``primary`` that its replica's hwm covers."""
+        """Drop the batches backed up for ``primary`` that its replica's hwm covers, in its
+        own backup and in the superseded orphan copies it absorbed (an orphan left with no
+        batch is forgotten)."""
+        hwm = self.replicas[primary].hwm
         backup = self.backups.get(primary)
         if backup is not None:
-            backup.evict_covered(self.replicas[primary].hwm)
+            backup.evict_covered(hwm)
+        for name, orphan in list(self.orphans.items()):
+            if orphan.absorber != primary or not orphan.superseded:
+                continue
+            if orphan.backup is not None:
+                orphan.backup.evict_covered(hwm)
+            if orphan.backup is None or not orphan.backup.batches():
+                del self.orphans[name]
 
     def forget_former_predecessors(self, view: View) -> None:
         """After a view change: forget replicas and backups of nodes that are no longer
@@ -203,10 +220,16 @@ class Replication:
                 del self.orphans[name]
 
     def forget_orphans_of(self, absorber: NodeId) -> None:
-        """``absorber``'s snapshot to us is complete: the orphan copies it re-replicated are
-        no longer the only copies we hold."""
-        for name in [n for n, orphan in self.orphans.items() if orphan.absorber == absorber]:
-            del self.orphans[name]
+        """``absorber``'s snapshot to us is complete: the state of the orphan copies it
+        re-replicated is no longer the only copy we hold. Their replicas go; their backups
+        stay, superseded, until ``absorber``'s checkpoints cover them (see ``Orphan``)."""
+        for name, orphan in list(self.orphans.items()):
+            if orphan.absorber != absorber:
+                continue
+            if orphan.backup is None or not orphan.backup.batches():
+                del self.orphans[name]
+            else:
+                self.orphans[name] = Orphan(absorber, PeerReplica(), orphan.backup, None, True)
 
     # -- primary: the checkpoint cycle -------------------------------------------------------
 

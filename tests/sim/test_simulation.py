@@ -98,6 +98,10 @@ SWEEP_FINDINGS = {
     6978: "a later seq in an older copy's backup shadowed earlier acked tuples at a takeover",
     7154: "a backup filed a batch straddling two primaries, never evicted: the feed stalled",
     7965: "a later seq in an older copy's backup shadowed earlier acked tuples at a takeover",
+    30356: "a standby marked dead by a forged view never heard of it: views never converged",
+    31094: "a standby marked dead by a forged view never heard of it: views never converged",
+    40450: "an orphan's backup was dropped when the absorber's snapshot ended, with a tuple "
+    "filed under the dead node that the snapshot did not hold",
 }
 
 
