@@ -16,7 +16,9 @@ kinds that carry one; the record's docstring and fields say what the message mea
 ints non-negative) and returns the record; :func:`encode` turns a record back into the frame.
 :data:`Message` is the union of all records: handlers ``match`` on the record type and read
 attributes, never header keys. Messages between nodes (:class:`PeerMessage`) all start with
-the sender, its incarnation and its view's epoch.
+the sender, its incarnation and its view's epoch; they are defined in
+:mod:`smr.peer_messages`, and the version, the kinds and the id types in :mod:`smr.wire`
+(every name is importable from here).
 
 A tuple batch keeps the channel fields (stream id, channel batch number, view epoch) and
 the mapper id in the header and the tuples in the body, so the body is encoded once and the
@@ -37,74 +39,95 @@ import types
 import typing
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from enum import IntEnum
-from typing import Any, ClassVar, Final, NewType, TypeAlias
+from typing import Any, ClassVar, Final, TypeAlias
 
 import msgpack
 
-from checkpoint.ids import CheckpointNumber, MapperId
-from ring.ids import Epoch, Incarnation, NodeId, Slot
+from checkpoint.ids import MapperId
+from ring.ids import Epoch, NodeId, Slot
+from smr.peer_messages import (
+    Checkpoint,
+    CheckpointRequest,
+    Gossip,
+    Heartbeat,
+    PeerMessage,
+    PeerMessages,
+    Probe,
+    ProbeAck,
+    SnapshotBegin,
+    SnapshotChunk,
+    SnapshotEnd,
+    SnapshotRequest,
+    StateReply,
+    StateRequest,
+    Suspect,
+    Vouch,
+)
+from smr.wire import (
+    FRAME_BYTES_MAX_DEFAULT,
+    PROTOCOL_VERSION,
+    ChannelNumber,
+    FrameError,
+    Kind,
+    RequestId,
+    SnapshotNumber,
+    StreamId,
+)
 
-PROTOCOL_VERSION: Final = 5
-
-StreamId = NewType("StreamId", str)
-"""One emitter's channels to the nodes: batch numbers and acks are per (stream, node)."""
-
-ChannelNumber = NewType("ChannelNumber", int)
-"""A batch's number on its (stream, node) channel, from 1; acks and nacks name these."""
-
-RequestId = NewType("RequestId", int)
-"""The id of a request, echoed by its reply, so that a client matches replies to requests."""
-
-SnapshotNumber = NewType("SnapshotNumber", int)
-"""A snapshot's number, per sending incarnation, from 1; its chunks and its end repeat it."""
-
-# A frame larger than this is refused before decoding: 1000-tuple batches of word counts are
-# about 30 KiB, a dump page of 10 000 small states about 400 KiB; 16 MiB leaves room for big
-# values without letting one peer make a node allocate without bound.
-FRAME_BYTES_MAX_DEFAULT: Final = 16 * 1024 * 1024
-
-
-class Kind(IntEnum):
-    """The message kinds; a reply is usually its request's kind plus one."""
-
-    BATCH = 1
-    ACK = 2
-    NACK = 3
-    NOT_OWNER = 4
-    ERROR = 5
-    PING = 10
-    PONG = 11
-    VIEW_REQUEST = 12
-    VIEW = 13
-    STATUS_REQUEST = 14
-    STATUS = 15
-    DUMP_REQUEST = 16
-    DUMP = 17
-    QUERY_REQUEST = 18
-    QUERY = 19
-    RECOVER_REQUEST = 20
-    RECOVER = 21
-    # Between nodes; every peer message names its sender and the sender's incarnation.
-    HEARTBEAT = 40
-    GOSSIP = 41
-    PROBE = 42
-    PROBE_ACK = 43
-    CHECKPOINT = 44
-    SNAPSHOT_REQUEST = 45
-    SNAPSHOT_BEGIN = 46
-    SNAPSHOT_CHUNK = 47
-    SNAPSHOT_END = 48
-    CHECKPOINT_REQUEST = 49
-    SUSPECT = 50
-    VOUCH = 51
-    STATE_REQUEST = 52
-    STATE_REPLY = 53
-    OUTPUT = 30
-
-
-class FrameError(ValueError):
-    """A message that is malformed, oversize, of an unknown kind or of another version."""
+# The records of every kind and the codec's vocabulary, importable from here (the peer
+# records and the wire's fixed parts are defined by role in smr.peer_messages and smr.wire).
+__all__ = [
+    "FRAME_BYTES_MAX_DEFAULT",
+    "PROTOCOL_VERSION",
+    "Ack",
+    "Batch",
+    "ChannelNumber",
+    "Checkpoint",
+    "CheckpointRequest",
+    "DumpReply",
+    "DumpRequest",
+    "Error",
+    "FrameError",
+    "Gossip",
+    "Heartbeat",
+    "Kind",
+    "Message",
+    "Nack",
+    "NotOwner",
+    "Output",
+    "PeerMessage",
+    "PeerMessages",
+    "Ping",
+    "Pong",
+    "Probe",
+    "ProbeAck",
+    "QueryReply",
+    "QueryRequest",
+    "RecoverReply",
+    "RecoverRequest",
+    "RequestId",
+    "SnapshotBegin",
+    "SnapshotChunk",
+    "SnapshotEnd",
+    "SnapshotNumber",
+    "SnapshotRequest",
+    "StateReply",
+    "StateRequest",
+    "StatusReply",
+    "StatusRequest",
+    "StreamId",
+    "Suspect",
+    "ViewReply",
+    "ViewRequest",
+    "Vouch",
+    "decode",
+    "encode",
+    "encode_raw",
+    "header_of",
+    "pack_body",
+    "unpack_body",
+    "unpack_msgpack",
+]
 
 
 # -- between emitters and nodes ---------------------------------------------------------------
@@ -299,194 +322,6 @@ class Output:
     body: bytes
 
 
-# -- between nodes --------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class PeerMessage:
-    """What every message between nodes starts with: its sender, the sender's incarnation,
-    and the epoch of its view, so that any message between nodes shows which of the two
-    holds the older view (the node with the newer one sends it over: view repair works both
-    ways, whatever the message)."""
-
-    sender: NodeId = field(metadata={"wire": "from"})
-    incarnation: Incarnation = field(metadata={"wire": "inc"})
-    epoch: Epoch
-
-
-@dataclass(frozen=True, slots=True)
-class Heartbeat(PeerMessage):
-    """A primary's sign of life to its secondaries, with its load; the body is its view
-    (piggybacked gossip, DESIGN section 3).
-
-    The load (DESIGN section 6, "slow is not dead"): ``busy``, its loop is behind its work
-    (tuples wait past one turn's budget, or a reduce call holds the loop: the beat then comes
-    from the node's heartbeat thread); ``stalled_ms``, how long the loop has not read
-    messages; ``stuck``, stalled past the node's stuck threshold; ``inbox_tuples``, tuples
-    accepted and not applied yet; ``applied_per_s``, its recent apply rate; ``cpu_percent``,
-    its process's CPU share (100 per core).
-    """
-
-    kind: ClassVar[Kind] = Kind.HEARTBEAT
-    busy: bool
-    stuck: bool
-    stalled_ms: int
-    inbox_tuples: int
-    applied_per_s: int
-    cpu_percent: int
-    body: bytes
-
-
-@dataclass(frozen=True, slots=True)
-class Gossip(PeerMessage):
-    """The sender's view (the body), to be merged."""
-
-    kind: ClassVar[Kind] = Kind.GOSSIP
-    body: bytes
-
-
-@dataclass(frozen=True, slots=True)
-class Probe(PeerMessage):
-    """Are you alive? Answered at once by a :class:`ProbeAck` with the same ``req``."""
-
-    kind: ClassVar[Kind] = Kind.PROBE
-    req: RequestId
-
-
-@dataclass(frozen=True, slots=True)
-class ProbeAck(PeerMessage):
-    """The answer to the :class:`Probe` numbered ``req``."""
-
-    kind: ClassVar[Kind] = Kind.PROBE_ACK
-    req: RequestId
-
-
-@dataclass(frozen=True, slots=True)
-class Suspect(PeerMessage):
-    """The sender suspects ``subject`` (incarnation ``subject_incarnation``): it answered no
-    probe (``ring.failure``, step 2c). Sent to the subject, which refutes with a
-    :class:`ProbeAck` of ``req`` if it is alive, and to the other owners, which probe the
-    subject on the sender's behalf and send a :class:`Vouch` if it answers them."""
-
-    kind: ClassVar[Kind] = Kind.SUSPECT
-    subject: NodeId
-    subject_incarnation: Incarnation
-    req: RequestId
-
-
-@dataclass(frozen=True, slots=True)
-class Vouch(PeerMessage):
-    """The sender heard from ``subject`` when asked to by the :class:`Suspect` ``req``: the
-    suspicion is unfounded."""
-
-    kind: ClassVar[Kind] = Kind.VOUCH
-    subject: NodeId
-    req: RequestId
-
-
-@dataclass(frozen=True, slots=True)
-class StateRequest(PeerMessage):
-    """The sender took over a range of the receiver's and found some of its slots with no
-    copy (lost beyond tolerance), but the receiver is back: it was declared dead while alive
-    and may still hold their state. The body is the list of slots asked for (msgpack)."""
-
-    kind: ClassVar[Kind] = Kind.STATE_REQUEST
-    req: RequestId
-    body: bytes
-
-
-@dataclass(frozen=True, slots=True)
-class StateReply(PeerMessage):
-    """The answer to :class:`StateRequest` ``req``: the state the sender held as incarnation
-    ``copy_of`` when it was fenced. The body is a msgpack map: ``slots``, the slots answered
-    (a slot with no keys is answered too), and ``delta``, their snapshot (an encoded
-    ``checkpoint.delta.Delta``)."""
-
-    kind: ClassVar[Kind] = Kind.STATE_REPLY
-    req: RequestId
-    copy_of: Incarnation
-    body: bytes
-
-
-@dataclass(frozen=True, slots=True)
-class Checkpoint(PeerMessage):
-    """A primary's checkpoint delta (the body) for a secondary to apply."""
-
-    kind: ClassVar[Kind] = Kind.CHECKPOINT
-    number: CheckpointNumber
-    """The primary's checkpoint counter (per incarnation), so gaps show."""
-    body: bytes
-
-
-@dataclass(frozen=True, slots=True)
-class CheckpointRequest(PeerMessage):
-    """A secondary whose tuple backup nears its bound asks the primary to checkpoint now."""
-
-    kind: ClassVar[Kind] = Kind.CHECKPOINT_REQUEST
-
-
-@dataclass(frozen=True, slots=True)
-class SnapshotRequest(PeerMessage):
-    """A secondary asks its primary for a full snapshot of the primary's range."""
-
-    kind: ClassVar[Kind] = Kind.SNAPSHOT_REQUEST
-
-
-@dataclass(frozen=True, slots=True)
-class SnapshotBegin(PeerMessage):
-    """A snapshot starts; its chunks follow, then its :class:`SnapshotEnd`."""
-
-    kind: ClassVar[Kind] = Kind.SNAPSHOT_BEGIN
-    as_of: CheckpointNumber
-    """The last checkpoint number swapped before the snapshot was read."""
-    snap: SnapshotNumber
-    """The snapshot's number, which its chunks and end repeat."""
-    range_start: Slot
-    """The first slot of the range the snapshot copies (the sender's range when it began)."""
-    range_length: int
-    """How many slots that range has (0: none). A receiver whose snapshot ends holds a copy
-    of every slot of it, including the slots with no state, which no chunk names."""
-
-
-@dataclass(frozen=True, slots=True)
-class SnapshotChunk(PeerMessage):
-    """Chunk ``index`` (from 0) of snapshot ``snap``: full states and hwms of whole slots
-    (the body, a delta). A receiver that misses a chunk sees an index skipped."""
-
-    kind: ClassVar[Kind] = Kind.SNAPSHOT_CHUNK
-    snap: SnapshotNumber
-    index: int
-    body: bytes
-
-
-@dataclass(frozen=True, slots=True)
-class SnapshotEnd(PeerMessage):
-    """Snapshot ``snap`` is complete after ``chunks`` chunks (a receiver that counted fewer
-    missed one)."""
-
-    kind: ClassVar[Kind] = Kind.SNAPSHOT_END
-    snap: SnapshotNumber
-    chunks: int
-
-
-PeerMessages: TypeAlias = (
-    Heartbeat
-    | Gossip
-    | Probe
-    | ProbeAck
-    | Suspect
-    | Vouch
-    | StateRequest
-    | StateReply
-    | Checkpoint
-    | CheckpointRequest
-    | SnapshotRequest
-    | SnapshotBegin
-    | SnapshotChunk
-    | SnapshotEnd
-)
-"""Every message between nodes: the records built on :class:`PeerMessage`."""
-
 Message: TypeAlias = (
     Batch
     | Ack
@@ -506,20 +341,7 @@ Message: TypeAlias = (
     | RecoverRequest
     | RecoverReply
     | Output
-    | Heartbeat
-    | Gossip
-    | Probe
-    | ProbeAck
-    | Suspect
-    | Vouch
-    | StateRequest
-    | StateReply
-    | Checkpoint
-    | CheckpointRequest
-    | SnapshotRequest
-    | SnapshotBegin
-    | SnapshotChunk
-    | SnapshotEnd
+    | PeerMessages
 )
 """One decoded, validated message: a record of one of the kinds."""
 

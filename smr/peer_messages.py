@@ -1,0 +1,198 @@
+"""The messages between nodes (DESIGN section 9): each a record built on :class:`PeerMessage`,
+which names the sender, its incarnation and its view's epoch. Encoded and decoded by
+:mod:`smr.protocol`, like every message."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import ClassVar, TypeAlias
+
+from checkpoint.ids import CheckpointNumber
+from ring.ids import Epoch, Incarnation, NodeId, Slot
+from smr.wire import Kind, RequestId, SnapshotNumber
+
+
+@dataclass(frozen=True, slots=True)
+class PeerMessage:
+    """What every message between nodes starts with: its sender, the sender's incarnation,
+    and the epoch of its view, so that any message between nodes shows which of the two
+    holds the older view (the node with the newer one sends it over: view repair works both
+    ways, whatever the message)."""
+
+    sender: NodeId = field(metadata={"wire": "from"})
+    incarnation: Incarnation = field(metadata={"wire": "inc"})
+    epoch: Epoch
+
+
+@dataclass(frozen=True, slots=True)
+class Heartbeat(PeerMessage):
+    """A primary's sign of life to its secondaries, with its load; the body is its view
+    (piggybacked gossip, DESIGN section 3).
+
+    The load (DESIGN section 6, "slow is not dead"): ``busy``, its loop is behind its work
+    (tuples wait past one turn's budget, or a reduce call holds the loop: the beat then comes
+    from the node's heartbeat thread); ``stalled_ms``, how long the loop has not read
+    messages; ``stuck``, stalled past the node's stuck threshold; ``inbox_tuples``, tuples
+    accepted and not applied yet; ``applied_per_s``, its recent apply rate; ``cpu_percent``,
+    its process's CPU share (100 per core).
+    """
+
+    kind: ClassVar[Kind] = Kind.HEARTBEAT
+    busy: bool
+    stuck: bool
+    stalled_ms: int
+    inbox_tuples: int
+    applied_per_s: int
+    cpu_percent: int
+    body: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Gossip(PeerMessage):
+    """The sender's view (the body), to be merged."""
+
+    kind: ClassVar[Kind] = Kind.GOSSIP
+    body: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Probe(PeerMessage):
+    """Are you alive? Answered at once by a :class:`ProbeAck` with the same ``req``."""
+
+    kind: ClassVar[Kind] = Kind.PROBE
+    req: RequestId
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeAck(PeerMessage):
+    """The answer to the :class:`Probe` numbered ``req``."""
+
+    kind: ClassVar[Kind] = Kind.PROBE_ACK
+    req: RequestId
+
+
+@dataclass(frozen=True, slots=True)
+class Suspect(PeerMessage):
+    """The sender suspects ``subject`` (incarnation ``subject_incarnation``): it answered no
+    probe (``ring.failure``, step 2c). Sent to the subject, which refutes with a
+    :class:`ProbeAck` of ``req`` if it is alive, and to the other owners, which probe the
+    subject on the sender's behalf and send a :class:`Vouch` if it answers them."""
+
+    kind: ClassVar[Kind] = Kind.SUSPECT
+    subject: NodeId
+    subject_incarnation: Incarnation
+    req: RequestId
+
+
+@dataclass(frozen=True, slots=True)
+class Vouch(PeerMessage):
+    """The sender heard from ``subject`` when asked to by the :class:`Suspect` ``req``: the
+    suspicion is unfounded."""
+
+    kind: ClassVar[Kind] = Kind.VOUCH
+    subject: NodeId
+    req: RequestId
+
+
+@dataclass(frozen=True, slots=True)
+class StateRequest(PeerMessage):
+    """The sender took over a range of the receiver's and found some of its slots with no
+    copy (lost beyond tolerance), but the receiver is back: it was declared dead while alive
+    and may still hold their state. The body is the list of slots asked for (msgpack)."""
+
+    kind: ClassVar[Kind] = Kind.STATE_REQUEST
+    req: RequestId
+    body: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class StateReply(PeerMessage):
+    """The answer to :class:`StateRequest` ``req``: the state the sender held as incarnation
+    ``copy_of`` when it was fenced. The body is a msgpack map: ``slots``, the slots answered
+    (a slot with no keys is answered too), and ``delta``, their snapshot (an encoded
+    ``checkpoint.delta.Delta``)."""
+
+    kind: ClassVar[Kind] = Kind.STATE_REPLY
+    req: RequestId
+    copy_of: Incarnation
+    body: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint(PeerMessage):
+    """A primary's checkpoint delta (the body) for a secondary to apply."""
+
+    kind: ClassVar[Kind] = Kind.CHECKPOINT
+    number: CheckpointNumber
+    """The primary's checkpoint counter (per incarnation), so gaps show."""
+    body: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointRequest(PeerMessage):
+    """A secondary whose tuple backup nears its bound asks the primary to checkpoint now."""
+
+    kind: ClassVar[Kind] = Kind.CHECKPOINT_REQUEST
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotRequest(PeerMessage):
+    """A secondary asks its primary for a full snapshot of the primary's range."""
+
+    kind: ClassVar[Kind] = Kind.SNAPSHOT_REQUEST
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotBegin(PeerMessage):
+    """A snapshot starts; its chunks follow, then its :class:`SnapshotEnd`."""
+
+    kind: ClassVar[Kind] = Kind.SNAPSHOT_BEGIN
+    as_of: CheckpointNumber
+    """The last checkpoint number swapped before the snapshot was read."""
+    snap: SnapshotNumber
+    """The snapshot's number, which its chunks and end repeat."""
+    range_start: Slot
+    """The first slot of the range the snapshot copies (the sender's range when it began)."""
+    range_length: int
+    """How many slots that range has (0: none). A receiver whose snapshot ends holds a copy
+    of every slot of it, including the slots with no state, which no chunk names."""
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotChunk(PeerMessage):
+    """Chunk ``index`` (from 0) of snapshot ``snap``: full states and hwms of whole slots
+    (the body, a delta). A receiver that misses a chunk sees an index skipped."""
+
+    kind: ClassVar[Kind] = Kind.SNAPSHOT_CHUNK
+    snap: SnapshotNumber
+    index: int
+    body: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotEnd(PeerMessage):
+    """Snapshot ``snap`` is complete after ``chunks`` chunks (a receiver that counted fewer
+    missed one)."""
+
+    kind: ClassVar[Kind] = Kind.SNAPSHOT_END
+    snap: SnapshotNumber
+    chunks: int
+
+
+PeerMessages: TypeAlias = (
+    Heartbeat
+    | Gossip
+    | Probe
+    | ProbeAck
+    | Suspect
+    | Vouch
+    | StateRequest
+    | StateReply
+    | Checkpoint
+    | CheckpointRequest
+    | SnapshotRequest
+    | SnapshotBegin
+    | SnapshotChunk
+    | SnapshotEnd
+)
+"""Every message between nodes: the records built on :class:`PeerMessage`."""
