@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from ring.ids import Epoch, NodeId
 from ring.placement import Ring, grown_clockwise
@@ -32,30 +32,30 @@ if TYPE_CHECKING:
 log = logging.getLogger("smr.node")
 
 
+# The heartbeat fields that report the sender's load (see Heartbeat).
+LOAD_FIELDS: Final = (
+    "busy",
+    "stuck",
+    "stalled_ms",
+    "inbox_tuples",
+    "applied_per_s",
+    "cpu_percent",
+)
+
+
 @dataclass(frozen=True)
 class PeerLoad:
-    """What a peer's last heartbeat said of its load (``smr.protocol.Heartbeat``), and when
-    it arrived (this node's clock)."""
+    """A peer's last heartbeat (``smr.protocol.Heartbeat``, its load fields) and when it
+    arrived (this node's clock)."""
 
-    busy: bool
-    stuck: bool
-    stalled_ms: int
-    inbox_tuples: int
-    applied_per_s: int
-    cpu_percent: int
+    beat: Heartbeat
     heard_at: float
 
     def report(self, now: float) -> dict[str, Any]:
-        """For ``status``: the fields, and how long ago the heartbeat arrived."""
-        return {
-            "busy": self.busy,
-            "stuck": self.stuck,
-            "stalled_ms": self.stalled_ms,
-            "inbox_tuples": self.inbox_tuples,
-            "applied_per_s": self.applied_per_s,
-            "cpu_percent": self.cpu_percent,
-            "heard_ms_ago": round((now - self.heard_at) * 1000),
-        }
+        """For ``status``: the load fields, and how long ago the heartbeat arrived."""
+        report: dict[str, Any] = {name: getattr(self.beat, name) for name in LOAD_FIELDS}
+        report["heard_ms_ago"] = round((now - self.heard_at) * 1000)
+        return report
 
 
 class Membership:
@@ -236,17 +236,9 @@ class Membership:
         if sender is None:
             return
         before = self.peer_load.get(sender)
-        self.peer_load[sender] = PeerLoad(
-            message.busy,
-            message.stuck,
-            message.stalled_ms,
-            message.inbox_tuples,
-            message.applied_per_s,
-            message.cpu_percent,
-            node.clock(),
-        )
+        self.peer_load[sender] = PeerLoad(message, node.clock())
         node.recovery.detector.note_busy(sender, message.busy)
-        if message.stuck and (before is None or not before.stuck):
+        if message.stuck and (before is None or not before.beat.stuck):
             log.error(
                 "%s reports itself stuck: its loop has read nothing for %d ms (it is not "
                 "declared dead for it)",
