@@ -49,6 +49,10 @@ class Snapshots:
         # being received here with the index of the next chunk expected.
         self._snapshot_ids = SnapshotNumber(0)
         self._receiving: dict[NodeId, tuple[SnapshotNumber, int]] = {}
+        # Per primary, the number of the last snapshot whose begin arrived here, and of the
+        # last one found to have lost its begin (asked again once).
+        self._begun: dict[NodeId, SnapshotNumber] = {}
+        self._begin_missed: dict[NodeId, SnapshotNumber] = {}
         # Per primary, the range the snapshot being received copies (see on_end).
         self._receiving_range: dict[NodeId, SlotRange] = {}
         self._asked_at: dict[NodeId, float] = {}
@@ -63,6 +67,8 @@ class Snapshots:
         self._jobs.clear()
         self._receiving.clear()
         self._receiving_range.clear()
+        self._begun.clear()
+        self._begin_missed.clear()
 
     @property
     def sending(self) -> int:
@@ -73,6 +79,8 @@ class Snapshots:
         """Stop receiving the snapshot from ``primary`` (no longer a predecessor, or taken over)."""
         self._receiving.pop(primary, None)
         self._receiving_range.pop(primary, None)
+        self._begun.pop(primary, None)
+        self._begin_missed.pop(primary, None)
 
     def follow_secondaries(self, secondaries: tuple[NodeId, ...], changed_range: bool) -> None:
         """After a view change: send each secondary a snapshot of this node's range if the
@@ -203,6 +211,7 @@ class Snapshots:
                 # checkpoint or a backed-up batch: the coverage holds.)
                 node.replication.covered.pop(sender, None)
             replica.begin_snapshot(message.as_of)
+            self._begun[sender] = max(message.snap, self._begun.get(sender, SnapshotNumber(0)))
             self._receiving[sender] = (message.snap, 0)
             self._receiving_range[sender] = copied
             self._asked_at[sender] = node.clock()
@@ -259,8 +268,24 @@ class Snapshots:
             return None
         receiving = self._receiving.get(sender)
         if receiving is None or receiving[0] != message.snap:
+            self._check_begin_missed(sender, message.snap)
             return None
         return sender, replica, receiving
+
+    def _check_begin_missed(self, sender: NodeId, snap: SnapshotNumber) -> None:
+        """A part of snapshot ``snap`` arrived that this node never saw begin. An older one
+        (aborted, superseded) is ignored; a newer one lost its begin on the way: this
+        replica is no copy of the primary's range as it is now (a range that grew in a
+        takeover, say), so ask for a new snapshot, once per snapshot lost."""
+        if snap <= self._begun.get(sender, SnapshotNumber(0)):
+            return
+        if self._begin_missed.get(sender) == snap:
+            return
+        node = self._node
+        self._begin_missed[sender] = snap
+        node.counters.snapshot_chunks_missing += 1
+        self._asked_at[sender] = node.clock()
+        node.peer_send(sender, SnapshotRequest(*node.stamp))
 
     def _lost_a_part(self, sender: NodeId, replica: PeerReplica) -> None:
         """A chunk of the snapshot from ``sender`` never arrived: abort it (the replica must

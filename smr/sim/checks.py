@@ -93,9 +93,15 @@ def check_replicas(sim: Simulation) -> None:
 
 def promoted_copy(holder: NodeCore, owner: NodeId, slots: list[Slot]) -> StateStore:
     """What ``holder`` would promote for ``owner``'s ``slots`` if it took over now (by
-    copy: the holder's replica is left as it is)."""
+    copy: the holder's replica is left as it is): as ``Recovery.take_over`` does, the orphan
+    copies of the nodes ``owner`` absorbed first, then its own."""
     store = StateStore()
     replication = holder.replication
+    orphans = [
+        replication.orphans[name]
+        for name in sorted(replication.orphans)
+        if replication.orphans[name].absorber == owner
+    ]
     copy = PrimaryCopy(
         replication.replicas.get(owner) or PeerReplica(), replication.backups.get(owner)
     )
@@ -104,7 +110,9 @@ def promoted_copy(holder: NodeCore, owner: NodeId, slots: list[Slot]) -> StateSt
     def reduce_fn(key: Any, value: Any, state: dict[str, Any]) -> None:
         reduce(key, value, state, lambda key, value: None)
 
-    promote_range(store, [copy], slots, holder.ring.slot_count, reduce_fn, by_reference=False)
+    promote_range(
+        store, [*orphans, copy], slots, holder.ring.slot_count, reduce_fn, by_reference=False
+    )
     return store
 
 

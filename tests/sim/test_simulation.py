@@ -110,6 +110,26 @@ def test_seeds_that_once_failed_the_bigger_ring_sweep_pass(seed: int) -> None:
     run_seed(seed, BIG)
 
 
+# The same, for the bigger rings on a lossy network (1% of messages dropped, 1% duplicated).
+LOSSY = SweepOptions(
+    nodes=(4, 8),
+    replication=(1, 3),
+    faults_max=5,
+    drop_probability=0.01,
+    duplicate_probability=0.01,
+)
+LOSSY_SWEEP_FINDINGS = {
+    80256: "a snapshot whose begin was lost: its chunks were ignored, the replica kept "
+    "covering only the primary's old range and never asked again",
+    81942: "a snapshot whose begin was lost (the same)",
+}
+
+
+@pytest.mark.parametrize("seed", sorted(LOSSY_SWEEP_FINDINGS), ids=lambda seed: f"seed{seed}")
+def test_seeds_that_once_failed_the_lossy_sweep_pass(seed: int) -> None:
+    run_seed(seed, LOSSY)
+
+
 def test_a_failing_run_names_its_seed_and_schedule() -> None:
     # Beyond tolerance on purpose (two adjacent kills with r=1): the run must fail, and say
     # how to replay it.
