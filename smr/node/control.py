@@ -167,6 +167,9 @@ class Control:
             "snapshot_stall_ms_max": round(node.snapshots.stall_ms_max, 3),
             "takeover_records": list(node.recovery.takeover_records),
             "offline_slots": len(node.recovery.offline),
+            # The state this node served before it was fenced, kept for a taker that found
+            # slots of it lost (smr.node.handoff).
+            "holds_fenced_copy": node.handoff.holds_copy,
             "busy": node.ingest.behind,
             "load": node.load.report(own_range),
             "inbox_tuples": node.ingest.inbox_tuples,
