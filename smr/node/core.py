@@ -37,6 +37,7 @@ from smr.node.reducer import Reducer
 from smr.node.replication import Replication
 from smr.node.settings import NodeCounters, NodeSettings
 from smr.node.snapshots import Snapshots
+from smr.node.throttle import Throttle
 from smr.output import OutputSink
 from smr.protocol import (
     FRAME_BYTES_MAX_DEFAULT,
@@ -123,8 +124,6 @@ class NodeCore:
         self.view = View()
         self.ring = Ring(self.view, slot_bits)
         self.roles = bytearray()
-        # The primary of each slot in this view (None while nobody owns slots).
-        self.primary_of_slot: list[NodeId | None] = []
         self.predecessors: tuple[NodeId, ...] = ()
         self.secondaries: tuple[NodeId, ...] = ()
         self.tuples_per_s = 0.0
@@ -136,7 +135,7 @@ class NodeCore:
         self.read_at = clock()
         self._rate_mark = (clock(), 0)
         self._bad_frame_logged_at: dict[bytes, float] = {}
-        self._handler_error_logged_at = -1e9
+        self._handler_error_log = Throttle()
         self.reducer = Reducer(job, output, clock)
         self.ingest = Ingest(self)
         self.replication = Replication(self)
@@ -176,7 +175,6 @@ class NodeCore:
             raise InvariantViolation(f"two owners share a token in view {view!r}")
         r = self.settings.replication
         self.roles = self.ring.roles_of(self.node_id, r)
-        self.primary_of_slot = _primaries(self.ring)
         self.predecessors = self.ring.predecessors(self.node_id, r)
         self.recovery.detector.watch(self.predecessors, self.clock())
         secondaries = (
@@ -237,9 +235,7 @@ class NodeCore:
             raise
         except Exception:
             self.counters.handler_errors += 1
-            now = self.clock()
-            if now - self._handler_error_logged_at >= 1.0:
-                self._handler_error_logged_at = now
+            if self._handler_error_log.due(self.clock()):
                 log.exception(
                     "handling %s from peer %s failed (%d handler errors so far)",
                     message.kind.name,
@@ -418,14 +414,3 @@ class NodeCore:
     def status(self) -> dict[str, Any]:
         """A snapshot of the node for ``smr status`` (see ``Control.status``)."""
         return self.control.status()
-
-
-def _primaries(ring: Ring) -> list[NodeId | None]:
-    """The primary of every slot of ``ring``, by slot (one pass over the owners' ranges)."""
-    primaries: list[NodeId | None] = [None] * ring.slot_count
-    for owner in ring.owners:
-        own = ring.range_of(owner)
-        if own is not None:
-            for slot in own.slots():
-                primaries[slot] = owner
-    return primaries

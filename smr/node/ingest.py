@@ -160,7 +160,7 @@ class Ingest:
         # 5. Ownership: primary of every slot, or secondary of every slot under one primary
         #    (the backup is filed and evicted by that primary's checkpoints: a batch that
         #    straddled two primaries would never be evicted whole), or refuse.
-        primary_of = node.primary_of_slot
+        primary_of = node.ring.primary_index_by_slot
         if slot_roles == {Role.SECONDARY} and len({primary_of[slot] for slot in slot_set}) == 1:
             if node.replication.back_up(mapper, message.body, slots, seqs):
                 self._expected[stream] = ChannelNumber(chan + 1)

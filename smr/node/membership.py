@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Final
 from ring.ids import Epoch, NodeId
 from ring.placement import Ring, grown_clockwise
 from ring.view import Status, View
+from smr.node.throttle import Throttle
 from smr.protocol import (
     FrameError,
     Gossip,
@@ -72,7 +73,7 @@ class Membership:
         self._view_sent_at: dict[NodeId, tuple[Epoch, float]] = {}
         self._view_body_cache: tuple[int, bytes] = (-1, b"")
         self._last_heartbeat = -1e9
-        self._refusal_logged_at = -1e9
+        self._refusal_log = Throttle()
         # The load each peer's last heartbeat reported.
         self.peer_load: dict[NodeId, PeerLoad] = {}
         self._standby_turn = 0
@@ -88,9 +89,7 @@ class Membership:
         grown = grown_clockwise(node.ring, Ring(merged, node.slot_bits))
         if grown:
             node.counters.views_refused += 1
-            now = node.clock()
-            if now - self._refusal_logged_at >= 1.0:
-                self._refusal_logged_at = now
+            if self._refusal_log.due(node.clock()):
                 log.warning(
                     "refused a view that gives %s slots of a live neighbour with no takeover "
                     "(forged or corrupt): %r",

@@ -22,6 +22,7 @@ from ring.placement import Ring
 from ring.view import Status, successor_takes_over
 from smr.batch_body import BatchColumns, decode_batch_body
 from smr.node.replication import Orphan
+from smr.node.throttle import Throttle
 from smr.protocol import Probe, ProbeAck, RequestId, Suspect, Vouch
 
 if TYPE_CHECKING:
@@ -86,7 +87,7 @@ class Recovery:
         # When each probe of this node's went out, by request id (for round trips).
         self._probe_sent_at: dict[int, float] = {}
         self._rtt_probed_at = -1e9
-        self._no_quorum_logged_at = -1e9
+        self._no_quorum_log = Throttle()
         # Per peer whose connection dropped: the id of the probe sent then (see suspect).
         self._drop_probe_req: dict[NodeId, RequestId] = {}
         # Slots this node holds whose state was lost beyond tolerance and not accepted yet
@@ -157,11 +158,9 @@ class Recovery:
             del self._relays[req]
         if len(self._relays) >= RELAYS_MAX:
             return
-        self._probe_ids += 1
-        req = RequestId(self._probe_ids)
+        req = self._send_probe([message.subject])
         until = now + node.settings.probe_timeout_ms / 1000
         self._relays[req] = _Relay(judge, message.subject, message.req, until)
-        node.peer_send(message.subject, Probe(*node.stamp, req))
 
     def on_vouch(self, identity: bytes, message: Vouch) -> None:
         """Another owner heard from a node this node suspects, when asked: end the
@@ -224,8 +223,7 @@ class Recovery:
 
     def _no_quorum(self, suspect: NodeId, others: Sequence[NodeId], now: float) -> None:
         self._node.counters.quorum_missed += 1
-        if now - self._no_quorum_logged_at >= 1.0:
-            self._no_quorum_logged_at = now
+        if self._no_quorum_log.due(now):
             in_contact = self.detector.in_contact(others, suspect)
             log.warning(
                 "%s does not answer, but only %d of %d owners are in contact: not declaring "
