@@ -29,7 +29,7 @@ Pure logic: no I/O, nothing from ``smr``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Container, Mapping
+from collections.abc import Callable, Container, Iterable, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from types import MappingProxyType, MethodType
@@ -74,9 +74,12 @@ class BackedUpBatch:
 
     ``body`` is the batch body exactly as received (decoded only on takeover). ``tuple_count``
     is the number of tuples in it, ``last_seq_by_slot`` the highest seq of each slot present in
-    it (one entry per slot, so ``len(last_seq_by_slot) <= tuple_count``). All tuples come from
-    ``mapper``. The summary is trusted, not checked against the body: the node computes it
-    when it builds the batch. Do not mutate ``last_seq_by_slot`` once the batch is built.
+    it (one entry per slot, so ``len(last_seq_by_slot) <= tuple_count``), or of those of one
+    range only once the backup was split by range (``TupleBackup.split_off``): the body may
+    then hold tuples of slots the summary does not name, which are another primary's. All
+    tuples come from ``mapper``. The summary is trusted, not checked against the body: the
+    node computes it when it builds the batch. Do not mutate ``last_seq_by_slot`` once the
+    batch is built.
     """
 
     mapper: MapperId
@@ -253,30 +256,45 @@ class TupleBackup:
         self._tuple_count -= evicted_tuples
         return evicted
 
-    def drop_slots(self, slots: Container[int]) -> None:
-        """Forget the batches all of whose slots are in ``slots`` (a range moved away).
+    def split_off(self, slots: AbstractSet[int]) -> TupleBackup:
+        """Move ``slots`` out of this backup into a new one (a range that moved to another
+        primary, whose checkpoints will cover it from now on).
 
-        A batch with at least one slot outside ``slots`` stays whole: its other tuples are
-        still this primary's. Linear in the summaries held; range changes are rare.
+        The new backup holds every batch with a tuple of ``slots``, its summary cut to those
+        slots; this one keeps every batch with a tuple of another slot, its summary cut to
+        those (a batch with both is in each: the body is shared, and each replays only its
+        own slots). So each backup is evicted by the checkpoints of the one primary its
+        slots belong to, and arrival order is kept in both. Unbounded, like a backup held
+        for a dead primary.
         """
-        if isinstance(slots, AbstractSet):
-            # Set inclusion runs in C, which matters for thousands of batches.
-            def inside(batch: BackedUpBatch) -> bool:
-                return batch.last_seq_by_slot.keys() <= slots
-        else:
-
-            def inside(batch: BackedUpBatch) -> bool:
-                return all(slot in slots for slot in batch.last_seq_by_slot)
-
+        moved = TupleBackup()
         kept: list[_Held] = []
+        self._bytes_held = self._tuple_count = 0
         for held in self._held:
             batch = held.batch
-            if inside(batch):
-                self._bytes_held -= batch.size_bytes
-                self._tuple_count -= batch.tuple_count
-            else:
+            summary = batch.last_seq_by_slot
+            if slots.isdisjoint(summary):
                 kept.append(held)
+                self._bytes_held += batch.size_bytes
+                self._tuple_count += batch.tuple_count
+                continue
+            inside = {slot: seq for slot, seq in summary.items() if slot in slots}
+            moved._hold(_cut(batch, inside))
+            if len(inside) < len(summary):
+                outside = {slot: seq for slot, seq in summary.items() if slot not in slots}
+                self._held_append(_cut(batch, outside), kept)
         self._held = kept
+        return moved
+
+    def _hold(self, batch: BackedUpBatch) -> None:
+        self._held_append(batch, self._held)
+
+    def _held_append(self, batch: BackedUpBatch, held: list[_Held]) -> None:
+        # Any (slot, seq) of the summary will do as the blocker: eviction rechecks it.
+        slot, seq = next(iter(batch.last_seq_by_slot.items()))
+        held.append(_Held(batch, slot, seq))
+        self._bytes_held += batch.size_bytes
+        self._tuple_count += batch.tuple_count
 
     def batches(self) -> list[BackedUpBatch]:
         """The held batches in arrival order (per mapper and slot, seq order); a new list."""
@@ -287,6 +305,12 @@ class TupleBackup:
         self._held = []
         self._bytes_held = 0
         self._tuple_count = 0
+
+
+def _cut(batch: BackedUpBatch, summary: Mapping[Slot, Seq]) -> BackedUpBatch:
+    """``batch`` with its summary cut to ``summary`` (some of its slots). Its tuple count
+    stays the body's: a count only, used for sizes and replay accounting."""
+    return BackedUpBatch(batch.mapper, batch.body, batch.tuple_count, summary)
 
 
 def _first_uncovered(
@@ -495,6 +519,24 @@ class PeerReplica:
         self._snapshot_in_progress = False
         self.needs_snapshot = False
         self._is_complete = True
+
+    def split_off(self, slots: Iterable[Slot]) -> PeerReplica:
+        """Move ``slots`` out of this replica into a new one (a range that moved to another
+        primary): their state and hwms move by reference, and the new replica is complete
+        exactly when this one is. It takes no checkpoints: it is a copy kept as it is, until
+        the new primary re-replicates the range (``smr.node.replication.Orphan``)."""
+        wanted = set(slots) & self.store.slots()
+        copy = PeerReplica()
+        copy.store.adopt(self.store, wanted)
+        self._drop_slots(wanted)
+        for slot in wanted:
+            vector = copy.store.hwm_vector(slot)
+            for mapper, seq in vector.items():
+                copy._hwms_by_mapper.setdefault(mapper, {})[slot] = seq
+        copy.last_checkpoint = self.last_checkpoint
+        copy.needs_snapshot = False
+        copy._is_complete = self._is_complete
+        return copy
 
     def _apply(self, delta: Delta) -> None:
         """``store.apply_delta(delta)``, and the same hwm rule (keep the larger) on the copy."""

@@ -15,6 +15,7 @@ Decoding never trusts its input: anything malformed raises ``DeltaError``.
 
 from __future__ import annotations
 
+from collections.abc import Container
 from dataclasses import dataclass
 from typing import Any, Final, final
 
@@ -384,3 +385,12 @@ def merge_into(master: Fragment, fragment: Fragment, may_hold_tombstones: bool =
                 del master_keys[key]
         if not master_keys:
             del master[slot]
+
+
+def restrict_delta(delta: Delta, slots: Container[int]) -> Delta:
+    """The part of ``delta`` about ``slots``: what a copy of only those slots applies (the
+    copy a move's copy holder keeps of the moving slots, fed by the giver's checkpoints)."""
+    return Delta(
+        states={slot: keys for slot, keys in delta.states.items() if slot in slots},
+        hwms={slot: vector for slot, vector in delta.hwms.items() if slot in slots},
+    )

@@ -177,9 +177,11 @@ def _rows_of(
     columns = decode(batch)
     batch_slots, seqs = list(columns.slots), list(columns.seqs)
     keys, values = list(columns.keys), list(columns.values)
-    if not batch.last_seq_by_slot.keys() <= wanted:
+    # Filtered by the body's own slots, not by the summary: a summary cut to one range
+    # (``TupleBackup.split_off``) no longer names every slot of the body.
+    rows = [row for row, slot in enumerate(batch_slots) if slot in wanted]
+    if len(rows) < len(batch_slots):
         # The batch straddles the range: keep the tuples of the promoted slots only.
-        rows = [row for row, slot in enumerate(batch_slots) if slot in wanted]
         outcome.outside += len(batch_slots) - len(rows)
         batch_slots = [batch_slots[row] for row in rows]
         seqs = [seqs[row] for row in rows]

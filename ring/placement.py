@@ -70,6 +70,11 @@ class SlotRange:
         """Whether `slot` is one of the range's slots (False for a slot off the ring)."""
         return 0 <= slot < self.slot_count and (slot - self.start) % self.slot_count < self.length
 
+    def covers(self, inner: SlotRange) -> bool:
+        """Whether every slot of `inner` is a slot of this range (same ring)."""
+        offset = (inner.start - self.start) % self.slot_count
+        return inner.length <= self.length and offset + inner.length <= self.length
+
     def slots(self) -> Iterator[Slot]:
         """The range's slots in clockwise order, from `start`."""
         for offset in range(self.length):
@@ -306,47 +311,51 @@ def grown_clockwise(old: Ring, new: Ring) -> list[NodeId]:
         before, after = old.range_of(node_id), new.range_of(node_id)
         if before is None or after is None or after.end == before.end:
             continue
-        if not _within(after, before):
+        if not before.covers(after):
             grown.append(node_id)
     return grown
 
 
-def _within(inner: SlotRange, outer: SlotRange) -> bool:
-    """Whether every slot of ``inner`` is a slot of ``outer`` (same ring)."""
-    offset = (inner.start - outer.start) % outer.slot_count
-    return inner.length <= outer.length and offset + inner.length <= outer.length
-
-
 def split_at_load_median(rng: SlotRange, load: Mapping[Slot, float]) -> Slot:
     """Where to split `rng` so that each part carries about half its load (DESIGN
-    section 7): the smallest slot `s` after ``rng.start`` such that ``[start, s)`` carries at
-    least half of the range's total load, moved back by one if that would leave the upper
-    part empty.
+    section 7): `split_at_load_share` with a lower part of one half."""
+    return split_at_load_share(rng, load, 0.5)
+
+
+def split_at_load_share(rng: SlotRange, load: Mapping[Slot, float], keep: float) -> Slot:
+    """Where to split `rng` so that the lower part ``[start, s)`` carries about `keep` of
+    its load and the upper part (the part a move hands over) the rest: the smallest slot `s`
+    after ``rng.start`` such that ``[start, s)`` carries at least `keep` of the range's total
+    load, moved back by one if that would leave the upper part empty.
 
     `load` maps slots to non-negative loads (tuples per second, say); slots missing from it
-    carry no load, and slots outside `rng` are ignored. With no load at all, the midpoint.
+    carry no load, and slots outside `rng` are ignored. With no load at all, the split is at
+    `keep` of the range's length.
 
     Guarantees: both parts ``[start, s)`` and ``[s, end)`` are non-empty, so `s` is never
-    `start`; each part's load is at most half the total plus the largest single slot's load.
-    Raises `ValueError` if the range has fewer than two slots or a load is negative or not
-    finite.
+    `start`; the lower part's load is at most `keep` of the total plus the largest single
+    slot's load. Raises `ValueError` if the range has fewer than two slots, `keep` is not
+    strictly between 0 and 1, or a load is negative or not finite.
     """
     if rng.length < 2:
         raise ValueError(f"a range of {rng.length} slot(s) cannot be split in two non-empty parts")
+    if not 0.0 < keep < 1.0:
+        raise ValueError(f"the share kept must be strictly between 0 and 1, got {keep}")
     loads = [float(load.get(slot, 0.0)) for slot in rng.slots()]
     for slot, value in zip(rng.slots(), loads, strict=True):
         if not (math.isfinite(value) and value >= 0.0):
             raise ValueError(f"slot {slot} has load {value}; loads must be finite and >= 0")
     total = math.fsum(loads)
     if total == 0.0:
-        return Slot((rng.start + rng.length // 2) % rng.slot_count)
-    half = total / 2.0
+        offset = min(max(1, int(rng.length * keep)), rng.length - 1)
+        return Slot((rng.start + offset) % rng.slot_count)
+    wanted = total * keep
     cumulative = 0.0
     # The upper part must keep at least one slot: the last candidate offset is length - 1.
     offset = rng.length - 1
     for index, value in enumerate(loads[:-1]):
         cumulative += value
-        if cumulative >= half:
+        if cumulative >= wanted:
             offset = index + 1
             break
     return Slot((rng.start + offset) % rng.slot_count)

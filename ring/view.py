@@ -439,3 +439,33 @@ def grant_range(view: View, owner: NodeId, split: Token) -> View:
     return view.with_member(
         dataclasses.replace(neighbour, token=split, version=neighbour.version + 1)
     )
+
+
+def hand_over_all(view: View, owner: NodeId) -> View:
+    """The view after `owner` hands its whole range to its clockwise neighbour and leaves
+    the ring (a leave, DESIGN section 7): the neighbour moves its token down to `owner`'s
+    and raises its version; `owner`'s entry becomes `standby` at ``version + 1`` (it owns
+    nothing and may join again later).
+
+    Both entries change in one view, written by the neighbour, which is what makes a leave
+    atomic: no view holds two owners on one token, or a range with no owner. The leaving
+    node writes nothing of its own meanwhile (it waits for this view).
+
+    Guarantees: exactly `owner`'s slots change primary, all to the neighbour; every other
+    slot keeps its primary. Raises `ValueError` if `owner` owns no range or is the only
+    owner.
+    """
+    member = view.get(owner)
+    if member is None or member.status not in OWNING_STATUSES:
+        raise ValueError(f"{owner!r} owns no range to hand over (entry: {member!r})")
+    neighbour = _clockwise_neighbour(view.owners(), member)
+    if neighbour is None:
+        raise ValueError(f"{owner!r} is the only owner: there is no neighbour to hand over to")
+    return view.merge(
+        View(
+            (
+                dataclasses.replace(member, status=Status.STANDBY, version=member.version + 1),
+                dataclasses.replace(neighbour, token=member.token, version=neighbour.version + 1),
+            )
+        )
+    )

@@ -383,17 +383,27 @@ class Emitter:
         2. If the node's view is older than ours, it refused by a stale view: send it ours,
            on this channel, so it arrives before the batch is sent again. That is no
            progress: the give-up timer keeps running, so two parties that cannot agree end
-           in a ``DeliveryError`` instead of re-routing to each other forever. Otherwise the
+           in a ``DeliveryError`` instead of re-routing to each other forever. If both views
+           are the same, the node is handing the batch's slots over in a move: re-route
+           nothing yet (the node sends the outcome; see ``smr.node.moves``). Otherwise the
            node taught us something: progress.
         3. Re-route the refused batch and the later ones of the channel.
         """
         # 1.
+        epoch_before = self.view.epoch
         self._on_view(view)
         # 2.
         if node_epoch < self.view.epoch:
             push = ViewReply(RequestId(0), self.view.epoch, pack_body(self.view.to_wire()))
             channel.outbox.send(encode(push))
             self.views_pushed += 1
+        elif self.view.epoch == epoch_before:
+            # The same view on both sides: the node is handing these slots over (a move).
+            # Sending again by this view would be refused again: wait, asking the other
+            # nodes for news; the node sends the new view (or a NACK, if the move is
+            # called off) when it ends, and a stall past the resend time resends anyway.
+            self._ask_view([c for c in self._live_channels() if c is not channel])
+            return
         else:
             channel.progress_at = self._clock()
         # 3. The node does not advance the channel past a refused batch, so the later ones
@@ -420,7 +430,30 @@ class Emitter:
                 or ring.replica_set_of(primaries.pop(), self.replication) != batch.replica_set
             ):
                 moved.append(batch)
-        self._reroute(moved)
+        self._reroute(self._with_later_batches(moved))
+
+    def _with_later_batches(self, moved: list[OutBatch]) -> list[OutBatch]:
+        """``moved`` and every batch after one of them on a channel, to a fixpoint.
+
+        A batch sent after a re-routed one on the same channel may hold tuples of the same
+        slots (a range that moved splits a primary's batches: some of their slots changed
+        hands, others did not). Left on the channel it would reach the node before the
+        re-routed tuples, whose lower seqs the node's hwm would then drop as duplicates.
+        Re-routed together, their rows go out again sorted by slot and seq.
+        """
+        chosen = {id(batch): batch for batch in moved}
+        changed = bool(chosen)
+        while changed:
+            changed = False
+            for channel in self._channels.values():
+                after_moved = False
+                for held in channel.unacked.values():
+                    if id(held) in chosen:
+                        after_moved = True
+                    elif after_moved and not held.rerouted:
+                        chosen[id(held)] = held
+                        changed = True
+        return list(chosen.values())
 
     def _in_flight(self) -> list[OutBatch]:
         seen: dict[int, OutBatch] = {}

@@ -19,6 +19,7 @@ from smr.faults import (
     FaultSchedule,
     Forge,
     Kill,
+    Move,
     Partition,
     Pause,
     Stall,
@@ -51,7 +52,9 @@ def random_schedule(
     ``tolerance.silence_lost_ms``: it is declared dead, fenced and rejoins empty); short
     partitions between a random group and the rest, or two random groups; long partitions
     between a random group and the rest (within tolerance when the side without a majority
-    holds no more than ``r`` adjacent nodes); delays of up to a quarter of the safe silence.
+    holds no more than ``r`` adjacent nodes); delays of up to a quarter of the safe silence;
+    and, in half the schedules, one to three moves of 10-90% of a node's load to its
+    clockwise neighbour, a quarter of them leaves.
     """
     if duration_ms < 10:
         raise ValueError(f"duration_ms must be at least 10, got {duration_ms}")
@@ -82,6 +85,14 @@ def random_schedule(
         candidate = schedule.with_fault(starve)
         if within_tolerance(candidate, nodes, replication, tolerance) is None:
             schedule = candidate
+    if rng.random() < MOVE_SHARE:
+        for _ in range(rng.randint(1, 3)):
+            at_ms = rng.randint(0, duration_ms * 9 // 10)
+            leave = rng.random() < LEAVE_SHARE
+            fraction_ppm = rng.randint(100_000, 900_000)
+            candidate = schedule.with_fault(Move(rng.choice(nodes), at_ms, fraction_ppm, leave))
+            if within_tolerance(candidate, nodes, replication, tolerance) is None:
+                schedule = candidate
     return schedule
 
 
@@ -91,6 +102,10 @@ FORGE_SHARE: Final = 1 / 4
 """The share of random schedules with one forged view in them."""
 STARVE_SHARE: Final = 1 / 4
 """The share of random schedules with one node starved of CPU for 0.5-3 s in them."""
+MOVE_SHARE: Final = 1 / 2
+"""The share of random schedules with one to three moves (operator commands) in them."""
+LEAVE_SHARE: Final = 1 / 4
+"""The share of those moves that are leaves (the whole range, and the node owns nothing)."""
 
 
 def _random_fault(

@@ -25,6 +25,9 @@ The faults:
   to or from anyone outside both groups (mappers, other nodes) is unaffected.
 - :class:`Delay` of every message to or from ``node`` by ``extra_ms`` more, from ``at_ms``
   for ``duration_ms`` (order on each connection is kept).
+- :class:`Move`: not a fault but an operator's command played at ``at_ms``: ``node`` moves
+  the top ``fraction_ppm`` millionths of its range's load to its clockwise neighbour, or
+  leaves the ring (``leave``); a leaver counts as lost below (the ring closes over it).
 
 Tolerance (DESIGN section 6, made precise for schedules): :func:`within_tolerance` accepts a
 schedule only if
@@ -67,7 +70,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Final, TypeAlias
+from typing import Any, ClassVar, Final, TypeAlias, TypeGuard
 
 from ring.ids import NodeId
 
@@ -77,6 +80,7 @@ __all__ = [
     "FaultSchedule",
     "Forge",
     "Kill",
+    "Move",
     "Partition",
     "Pause",
     "Stall",
@@ -111,6 +115,35 @@ class Kill:
     def describe(self) -> str:
         """One line: when and what."""
         return f"{self.at_ms:>7} ms  kill {self.node}"
+
+
+@dataclass(frozen=True)
+class Move:
+    """At ``at_ms``, ask ``node`` to move the top of its range to its clockwise neighbour,
+    about ``fraction_ppm`` millionths of its load, or all of it (``leave``: the node then
+    owns nothing). A move the node cannot make now is refused, which is no failure."""
+
+    node: NodeId
+    at_ms: int
+    fraction_ppm: int = 500_000
+    leave: bool = False
+
+    def __post_init__(self) -> None:
+        _check_time("at_ms", self.at_ms)
+        if not 0 < self.fraction_ppm < 1_000_000:
+            raise ValueError(f"fraction_ppm must be in (0, 1000000), got {self.fraction_ppm!r}")
+
+    @property
+    def end_ms(self) -> int:
+        """An instant (the move itself takes what it takes)."""
+        return self.at_ms
+
+    def describe(self) -> str:
+        """One line: when and what."""
+        if self.leave:
+            return f"{self.at_ms:>7} ms  {self.node} leaves the ring"
+        share = self.fraction_ppm / 10_000
+        return f"{self.at_ms:>7} ms  {self.node} moves {share:g}% of its load clockwise"
 
 
 @dataclass(frozen=True)
@@ -275,7 +308,7 @@ class Delay:
         )
 
 
-Fault: TypeAlias = Kill | Pause | Stall | Starve | Forge | Partition | Delay
+Fault: TypeAlias = Kill | Pause | Stall | Starve | Forge | Partition | Delay | Move
 """Any one fault."""
 
 _KIND_NAMES: Final[dict[type[Any], str]] = {
@@ -286,6 +319,7 @@ _KIND_NAMES: Final[dict[type[Any], str]] = {
     Forge: "forge",
     Partition: "partition",
     Delay: "delay",
+    Move: "move",
 }
 
 
@@ -470,6 +504,11 @@ def exposed_sides(
     return sides
 
 
+def _leaves_the_ring(fault: Fault) -> TypeGuard[Kill | Move]:
+    """A kill, or a leave: the node owns nothing afterwards, and the ring closes over it."""
+    return isinstance(fault, Kill) or (isinstance(fault, Move) and fault.leave)
+
+
 def _lost_with(
     schedule: FaultSchedule,
     nodes: Sequence[NodeId],
@@ -477,7 +516,7 @@ def _lost_with(
     exposed: Sequence[tuple[Partition, tuple[NodeId, ...]]],
 ) -> set[str]:
     """The killed nodes, and those with a silence window longer than the safe silence."""
-    lost: set[str] = {fault.node for fault in schedule if isinstance(fault, Kill)}
+    lost: set[str] = {fault.node for fault in schedule if _leaves_the_ring(fault)}
     for node in nodes:
         windows = _silence_windows(schedule, node, tolerance, exposed)
         if any(end - start > tolerance.silence_safe_ms for start, end in windows):
@@ -511,7 +550,7 @@ def lost_nodes(
         for index, partition in enumerate(partitions):
             others = [(p, side) for i, p, side in exposed if i != index]
             owners_min = len(nodes) - len(_lost_with(schedule, nodes, tolerance, others))
-            gone = [f.node for f in schedule if isinstance(f, Kill) and f.at_ms <= partition.at_ms]
+            gone = [f.node for f in schedule if _leaves_the_ring(f) and f.at_ms <= partition.at_ms]
             for side in exposed_sides(partition, nodes, owners_min, gone):
                 now_exposed.append((index, partition, side))
         # 3.

@@ -9,7 +9,7 @@ from typing import ClassVar, TypeAlias
 
 from checkpoint.ids import CheckpointNumber
 from ring.ids import Epoch, Incarnation, NodeId, Slot
-from smr.wire import Kind, RequestId, SnapshotNumber
+from smr.wire import Kind, MoveNumber, RequestId, SnapshotNumber
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,6 +179,72 @@ class SnapshotEnd(PeerMessage):
     chunks: int
 
 
+@dataclass(frozen=True, slots=True)
+class MovePropose(PeerMessage):
+    """Step 1 of a move (``smr.node.moves``): the sender, the giver, proposes to move the
+    ``range_length`` slots from ``range_start`` (the top of its range; all of it when
+    ``leave``) to ``receiver``, its clockwise neighbour, with ``copy_holder`` getting a copy
+    first. Sent to the receiver (accept or refuse) and to the copy holder (get ready)."""
+
+    kind: ClassVar[Kind] = Kind.MOVE_PROPOSE
+    move: MoveNumber
+    range_start: Slot
+    range_length: int
+    leave: bool
+    receiver: NodeId
+    copy_holder: NodeId
+
+
+@dataclass(frozen=True, slots=True)
+class MoveAnswer(PeerMessage):
+    """Step 2: the receiver or the copy holder accepts move ``move``, or refuses it
+    (``reason`` says why)."""
+
+    kind: ClassVar[Kind] = Kind.MOVE_ANSWER
+    move: MoveNumber
+    accepted: bool
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class MoveCopied(PeerMessage):
+    """The copy holder holds a complete copy of the moving slots, through the giver's
+    checkpoint ``through`` (sent when its copy completes, and after each checkpoint
+    applied to it while the move lasts)."""
+
+    kind: ClassVar[Kind] = Kind.MOVE_COPIED
+    move: MoveNumber
+    through: CheckpointNumber
+
+
+@dataclass(frozen=True, slots=True)
+class MoveCommit(PeerMessage):
+    """The giver stopped applying the moving slots (``range_start``, ``range_length``); its
+    checkpoint ``final`` holds their last changes: the receiver may promote them and switch
+    (to the copy holder: its copy counts once it holds ``final``). From the receiver to its
+    secondaries, after it switched: confirm you see the new view (answered by
+    :class:`MoveDone`)."""
+
+    kind: ClassVar[Kind] = Kind.MOVE_COMMIT
+    move: MoveNumber
+    final: CheckpointNumber
+    range_start: Slot
+    range_length: int
+
+
+@dataclass(frozen=True, slots=True)
+class MoveDone(PeerMessage):
+    """The end of move ``move``: ``switched``, the receiver serves the slots now (its view
+    says so); otherwise the move was called off (``reason``) and the giver serves them
+    still. From the giver to the copy holder, the same news; from a receiver's secondary to
+    the receiver, ``switched`` confirms it sees the receiver's new view."""
+
+    kind: ClassVar[Kind] = Kind.MOVE_DONE
+    move: MoveNumber
+    switched: bool
+    reason: str
+
+
 PeerMessages: TypeAlias = (
     Heartbeat
     | Gossip
@@ -194,5 +260,10 @@ PeerMessages: TypeAlias = (
     | SnapshotBegin
     | SnapshotChunk
     | SnapshotEnd
+    | MovePropose
+    | MoveAnswer
+    | MoveCopied
+    | MoveCommit
+    | MoveDone
 )
 """Every message between nodes: the records built on :class:`PeerMessage`."""

@@ -50,6 +50,11 @@ from smr.peer_messages import (
     CheckpointRequest,
     Gossip,
     Heartbeat,
+    MoveAnswer,
+    MoveCommit,
+    MoveCopied,
+    MoveDone,
+    MovePropose,
     PeerMessage,
     PeerMessages,
     Probe,
@@ -69,6 +74,7 @@ from smr.wire import (
     ChannelNumber,
     FrameError,
     Kind,
+    MoveNumber,
     RequestId,
     SnapshotNumber,
     StreamId,
@@ -92,6 +98,14 @@ __all__ = [
     "Heartbeat",
     "Kind",
     "Message",
+    "MoveAnswer",
+    "MoveCommit",
+    "MoveCopied",
+    "MoveDone",
+    "MoveNumber",
+    "MovePropose",
+    "MoveReply",
+    "MoveRequest",
     "Nack",
     "NotOwner",
     "Output",
@@ -273,6 +287,29 @@ class RecoverReply:
 
 
 @dataclass(frozen=True, slots=True)
+class MoveRequest:
+    """An operator asks this node to move the top ``fraction_ppm`` millionths of its range
+    (by load: the split is at that share of its range's load) to its clockwise neighbour,
+    or its whole range when ``leave`` (``smr move``, ``smr scale in``); answered at once by
+    :class:`MoveReply`, before the move ends (``smr status`` shows it)."""
+
+    kind: ClassVar[Kind] = Kind.MOVE_REQUEST
+    req: RequestId
+    fraction_ppm: int
+    leave: bool
+
+
+@dataclass(frozen=True, slots=True)
+class MoveReply:
+    """Whether the move asked for started (``started``), and what it moves or why not."""
+
+    kind: ClassVar[Kind] = Kind.MOVE
+    req: RequestId
+    started: bool
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
 class DumpRequest:
     """Asks for a page of the states a node is primary of, from slot ``start`` on, of about
     ``max_keys`` keys; answered by :class:`DumpReply`."""
@@ -340,6 +377,8 @@ Message: TypeAlias = (
     | QueryReply
     | RecoverRequest
     | RecoverReply
+    | MoveRequest
+    | MoveReply
     | Output
     | PeerMessages
 )

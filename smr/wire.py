@@ -8,7 +8,7 @@ from __future__ import annotations
 from enum import IntEnum
 from typing import Final, NewType
 
-PROTOCOL_VERSION: Final = 5
+PROTOCOL_VERSION: Final = 6
 
 StreamId = NewType("StreamId", str)
 """One emitter's channels to the nodes: batch numbers and acks are per (stream, node)."""
@@ -18,6 +18,9 @@ ChannelNumber = NewType("ChannelNumber", int)
 
 RequestId = NewType("RequestId", int)
 """The id of a request, echoed by its reply, so that a client matches replies to requests."""
+
+MoveNumber = NewType("MoveNumber", int)
+"""A move's number, per giving incarnation, from 1: every message of one move repeats it."""
 
 SnapshotNumber = NewType("SnapshotNumber", int)
 """A snapshot's number, per sending incarnation, from 1; its chunks and its end repeat it."""
@@ -48,6 +51,8 @@ class Kind(IntEnum):
     QUERY = 19
     RECOVER_REQUEST = 20
     RECOVER = 21
+    MOVE_REQUEST = 22
+    MOVE = 23
     # Between nodes; every peer message names its sender and the sender's incarnation.
     HEARTBEAT = 40
     GOSSIP = 41
@@ -63,6 +68,11 @@ class Kind(IntEnum):
     VOUCH = 51
     STATE_REQUEST = 52
     STATE_REPLY = 53
+    MOVE_PROPOSE = 54
+    MOVE_ANSWER = 55
+    MOVE_COPIED = 56
+    MOVE_COMMIT = 57
+    MOVE_DONE = 58
     OUTPUT = 30
 
 

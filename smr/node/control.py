@@ -15,12 +15,15 @@ import psutil
 from checkpoint.loss import accept_loss, lost_slots
 from ring.hashing import slot_of
 from ring.ids import Slot
+from ring.moves import MoveRefused
 from ring.placement import Role
 from smr.protocol import (
     DumpReply,
     DumpRequest,
     Error,
     FrameError,
+    MoveReply,
+    MoveRequest,
     Ping,
     Pong,
     QueryReply,
@@ -107,6 +110,25 @@ class Control:
             )
         node.reply(identity, encode(RecoverReply(message.req, accepted)))
 
+    def on_move_request(self, identity: bytes, message: MoveRequest) -> None:
+        """An operator asks this node to move part of its range to its clockwise neighbour,
+        or all of it (a leave): start the move (``smr.node.moves``) and say what moves, or
+        why it cannot."""
+        node = self._node
+        keep_share: float | None = None
+        if not message.leave:
+            if not 0 < message.fraction_ppm < 1_000_000:
+                text = f"the fraction to move must be in (0, 1), got {message.fraction_ppm / 1e6}"
+                node.reply(identity, encode(MoveReply(message.req, False, text)))
+                return
+            keep_share = 1.0 - message.fraction_ppm / 1_000_000
+        try:
+            text = node.moves.start(keep_share)
+        except MoveRefused as refused:
+            node.reply(identity, encode(MoveReply(message.req, False, str(refused))))
+            return
+        node.reply(identity, encode(MoveReply(message.req, True, text)))
+
     def on_query_request(self, identity: bytes, message: QueryRequest) -> None:
         """The state of one key, if this node is its primary (``owner`` says whether)."""
         node = self._node
@@ -171,6 +193,7 @@ class Control:
             # slots of it lost (smr.node.handoff).
             "holds_fenced_copy": node.handoff.holds_copy,
             "busy": node.ingest.behind,
+            "moves": node.moves.report(),
             "load": node.load.report(own_range),
             "inbox_tuples": node.ingest.inbox_tuples,
             "local_health": node.recovery.detector.local_health,

@@ -32,6 +32,7 @@ from smr.node.handoff import Handoff
 from smr.node.ingest import Ingest
 from smr.node.load import LoadMeter
 from smr.node.membership import Membership
+from smr.node.moves import Moves
 from smr.node.recovery import Recovery
 from smr.node.reducer import Reducer
 from smr.node.replication import Replication
@@ -49,6 +50,12 @@ from smr.protocol import (
     Gossip,
     Heartbeat,
     Message,
+    MoveAnswer,
+    MoveCommit,
+    MoveCopied,
+    MoveDone,
+    MovePropose,
+    MoveRequest,
     PeerMessages,
     Ping,
     Probe,
@@ -143,6 +150,7 @@ class NodeCore:
         self.membership = Membership(self)
         self.recovery = Recovery(self)
         self.handoff = Handoff(self)
+        self.moves = Moves(self)
         self.control = Control(self)
         self.set_view(view)
         self.replication.cover_initial_ranges()
@@ -154,11 +162,14 @@ class NodeCore:
 
         1. If it marks this incarnation dead, fence (stop serving, rejoin empty).
         2. Recompute roles, predecessors (watched, backed up) and secondaries.
-        3. Forget replicas and backups of nodes that are no longer predecessors.
+        3. Split the slots a live predecessor no longer owns (a move) off its replica and
+           backup; forget replicas and backups of nodes that are no longer predecessors.
         4. If the secondaries or this node's range changed, send each secondary a snapshot
            of the range (re-replication), then increments as usual.
+        5. Settle the moves the view settles (``Moves.follow_view``).
         """
-        old_range = self.ring.range_of(self.node_id)
+        old_ring = self.ring
+        old_range = old_ring.range_of(self.node_id)
         # 1.
         me = view.get(self.node_id)
         if me is not None and me.status is Status.DEAD and me.incarnation == self.incarnation:
@@ -183,11 +194,14 @@ class NodeCore:
             else ()
         )
         # 3.
+        self.replication.split_moved(old_ring, view)
         self.replication.forget_former_predecessors(view)
         # 4.
         changed_range = self.ring.range_of(self.node_id) != old_range
         self.snapshots.follow_secondaries(secondaries, changed_range)
         self.secondaries = secondaries
+        # 5.
+        self.moves.follow_view()
 
     # -- sending ------------------------------------------------------------------------------
 
@@ -260,6 +274,8 @@ class NodeCore:
                 self.control.on_query_request(identity, message)
             case RecoverRequest():
                 self.control.on_recover_request(identity, message)
+            case MoveRequest():
+                self.control.on_move_request(identity, message)
             case Heartbeat():
                 self.membership.on_heartbeat(identity, message)
             case Gossip():
@@ -278,6 +294,16 @@ class NodeCore:
                 self.handoff.on_request(identity, message)
             case StateReply():
                 self.handoff.on_reply(identity, message)
+            case MovePropose():
+                self.moves.on_propose(identity, message)
+            case MoveAnswer():
+                self.moves.on_answer(identity, message)
+            case MoveCopied():
+                self.moves.on_copied(identity, message)
+            case MoveCommit():
+                self.moves.on_commit(identity, message)
+            case MoveDone():
+                self.moves.on_done(identity, message)
             case Checkpoint():
                 self.replication.on_checkpoint(identity, message)
             case CheckpointRequest():
@@ -316,7 +342,8 @@ class NodeCore:
         ``(sender identity, frames)``, or None when none waits.
 
         1. Read and handle messages until none waits or the turn is full.
-        2. Apply accepted batches (a bounded number of tuples).
+        2. Apply accepted batches (a bounded number of tuples); a move being given takes
+           its next step if that waited for them (``Moves.advance``).
         3. Send one cumulative ack per channel that advanced.
         4. End the turn: the next may read messages again.
         5. Send one chunk of each snapshot being sent.
@@ -339,6 +366,8 @@ class NodeCore:
             self.recovery.note_drained()
         # 2.
         self.ingest.apply_inbox()
+        if self.moves.giving is not None:
+            self.moves.advance()
         # 3.
         self.ingest.send_acks()
         # 4.
@@ -370,7 +399,8 @@ class NodeCore:
         2. A heartbeat to each secondary, every heartbeat interval (``Membership.heartbeat``).
         3. Ask again for snapshots not completed; judge the nearest watched predecessor
            (``Recovery.judge``: probe, take over, or wait for a quorum); ask a node back
-           after a false verdict for the state of slots lost here (``Handoff.ask``).
+           after a false verdict for the state of slots lost here (``Handoff.ask``); the
+           timeouts of moves (``Moves.tick``).
         4. The applied-tuples rate and the load (``LoadMeter.fold``), and the output flushed.
         """
         now = self.clock()
@@ -391,6 +421,7 @@ class NodeCore:
             self.snapshots.rerequest(now)
             self.recovery.judge(now, self.read_at)
         self.handoff.ask(now)
+        self.moves.tick(now)
         # 4.
         mark_time, mark_count = self._rate_mark
         if now - mark_time >= 1.0:

@@ -10,8 +10,10 @@ batch's mapper id is the tuples' identity for dedup, the stream names the channe
 3. A batch numbered above it means a gap: answer ``NACK expect=k`` (resend from ``k``).
 4. The expected batch is decoded and validated; a malformed body is answered with ``ERROR``
    and not accepted (the mapper stops with that message instead of resending forever).
-5. If any of its slots is not this node's as primary, the whole batch is refused with
-   ``NOT_OWNER`` and the node's view, and the channel does not advance: the mapper re-routes.
+5. If any of its slots is not this node's as primary, or is being handed over in a move
+   (``smr.node.moves``, step 4), the whole batch is refused with ``NOT_OWNER`` and the node's
+   view, and the channel does not advance: the mapper re-routes (or, when the view brings it
+   nothing new, waits for the move to end).
    A batch whose slots are all backed up here, for one primary, goes to the tuple backup
    (:meth:`smr.node.replication.Replication.back_up`) and is acked in channel order; one
    whose slots belong to two primaries in this node's view is refused the same way (the
@@ -113,6 +115,10 @@ class Ingest:
         self._acks.clear()
         self._processed.clear()
 
+    def expected(self, stream: StreamId) -> ChannelNumber:
+        """The number of the next batch this node expects on ``stream``'s channel."""
+        return self._expected.get(stream, ChannelNumber(0))
+
     def on_batch(self, identity: bytes, message: Batch) -> None:
         """Steps 1-6 of the module doc for one received batch."""
         node = self._node
@@ -167,8 +173,15 @@ class Ingest:
                 # Acked in channel order, after any primary batch of this channel still queued.
                 self.inbox.append(Pending(identity, stream, mapper, chan, None))
             return
-        if batch is None:
-            node.counters.not_owner += 1
+        frozen = node.moves.frozen
+        if batch is None or (frozen and not frozen.isdisjoint(slot_set)):
+            if batch is None:
+                node.counters.not_owner += 1
+            else:
+                # A slot of the range this node is handing over (smr.node.moves, step 4):
+                # the mapper keeps the batch until the move ends either way.
+                node.counters.batches_refused_moving += 1
+                node.moves.refused_frozen(identity, stream)
             refusal = NotOwner(stream, chan, node.view.epoch, pack_body(node.view.to_wire()))
             node.reply(identity, encode(refusal))
             return

@@ -85,8 +85,19 @@ class Membership:
         if merged.epoch == node.view.epoch:
             return False
         # A view that would hand an owner slots of a clockwise neighbour without a takeover
-        # is refused: applied, it would serve those slots from empty state.
-        grown = grown_clockwise(node.ring, Ring(merged, node.slot_bits))
+        # is refused: applied, it would serve those slots from empty state. Unless it shows
+        # this node taken over (marked dead, a successor on its token): then it fences,
+        # serving nothing, whatever else it shows. (A node that switched a move on its own
+        # view just before learning of that takeover sees its switch undone by the mark,
+        # and the giver serves the slots again: see smr.node.move_taking.)
+        me = merged.get(node.node_id)
+        taken_over = (
+            me is not None
+            and me.status is Status.DEAD
+            and me.incarnation == node.incarnation
+            and any(owner.token == me.token for owner in merged.owners())
+        )
+        grown = [] if taken_over else grown_clockwise(node.ring, Ring(merged, node.slot_bits))
         if grown:
             node.counters.views_refused += 1
             if self._refusal_log.due(node.clock()):

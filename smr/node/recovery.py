@@ -367,14 +367,7 @@ class Recovery:
                 dead,
             )
         # 4.
-        reducer = node.reducer
-        outcome = promote_range(
-            node.store, copies, slots - lost, node.ring.slot_count, reducer.reduce_fn
-        )
-        reducer.note_failures(outcome.failed, outcome.failures)
-        replayed = outcome.replayed
-        reducer.flush_emits()
-        node.counters.tuples_replayed += replayed
+        replayed = self.promote_slots(copies, slots - lost)
         node.counters.takeovers += 1
         self.offline = lost_slots(node.store)
         # 5.
@@ -400,6 +393,18 @@ class Recovery:
             node.view.members[node.node_id].token,
         )
 
+    def promote_slots(self, copies: Sequence[Copy], slots: Collection[Slot]) -> int:
+        """Make ``slots`` primary state here from ``copies`` (oldest first), replaying their
+        backed-up tuples past the hwm (``checkpoint.promote``): the one promotion of a
+        takeover and of a move. Returns the tuples replayed."""
+        node = self._node
+        reducer = node.reducer
+        outcome = promote_range(node.store, copies, slots, node.ring.slot_count, reducer.reduce_fn)
+        reducer.note_failures(outcome.failed, outcome.failures)
+        reducer.flush_emits()
+        node.counters.tuples_replayed += outcome.replayed
+        return outcome.replayed
+
     def fence(self) -> None:
         """This incarnation was marked dead: stop serving and rejoin empty.
 
@@ -418,6 +423,7 @@ class Recovery:
         node.replication.reset()
         node.snapshots.reset()
         node.ingest.reset()
+        node.moves.reset()
         # 2.
         old = node.view.members[node.node_id]
         node.incarnation = Incarnation(old.incarnation + 1)

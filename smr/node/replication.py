@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 from checkpoint.backup import BackedUpBatch, CheckpointGap, PeerReplica, TupleBackup
-from checkpoint.delta import DeltaError, decode_delta, encode_delta
+from checkpoint.delta import DeltaError, decode_delta, encode_delta, restrict_delta
 from checkpoint.ids import CheckpointNumber, MapperId
 from ring.ids import NodeId, Slot
-from ring.placement import SlotRange
+from ring.placement import Ring, SlotRange
 from ring.view import Status, View
 from smr.protocol import Checkpoint, CheckpointRequest, FrameError, SnapshotRequest
 
@@ -53,6 +53,18 @@ class Orphan:
     superseded: bool = False
 
 
+@dataclass
+class IncomingCopy:
+    """A copy of the moving slots of ``giver``'s range, held for a move (``smr.node.moves``,
+    step 3): a snapshot of them, then the giver's checkpoints cut to them. It counts as a
+    copy of the moved slots only if it applied the move's final checkpoint (``final``,
+    known from the commit)."""
+
+    moving: SlotRange
+    replica: PeerReplica
+    final: CheckpointNumber | None = None
+
+
 class Replication:
     """A node's replicas and tuple backups of its predecessors, and its checkpoint cycle.
 
@@ -71,8 +83,11 @@ class Replication:
         # it (with state or not) has a copy here. What a takeover finds outside it is lost.
         self.covered: dict[NodeId, SlotRange] = {}
         # Copies of dead predecessors whose ranges a live predecessor absorbed and is still
-        # re-replicating to us (see forget_former_predecessors).
+        # re-replicating to us (see forget_former_predecessors), and of ranges that moved to
+        # a predecessor (split_moved, copy_to_orphan), by a name of their own.
         self.orphans: dict[NodeId, Orphan] = {}
+        # As a move's copy holder: the copy of the moving slots, by giver.
+        self.incoming: dict[NodeId, IncomingCopy] = {}
         # As a primary: the checkpoint counter.
         self.checkpoint_number = CheckpointNumber(0)
         # Early checkpoints: when each primary was last asked for one, and (as a primary)
@@ -98,6 +113,7 @@ class Replication:
         self.backups.clear()
         self.covered.clear()
         self.orphans.clear()
+        self.incoming.clear()
 
     @property
     def backup_bytes(self) -> int:
@@ -154,6 +170,14 @@ class Replication:
             node.counters.checkpoints_requested += 1
             node.peer_send(primary, CheckpointRequest(*node.stamp))
 
+    def replica_of(self, sender: NodeId) -> PeerReplica | None:
+        """The replica snapshots from ``sender`` go to: of a predecessor, or the copy held
+        for a move of ``sender``'s; None if neither."""
+        replica = self.replicas.get(sender)
+        if replica is None and sender in self.incoming:
+            return self.incoming[sender].replica
+        return replica
+
     def replica(self, primary: NodeId) -> PeerReplica:
         """The replica of ``primary`` kept here; a new one asks it for a snapshot."""
         replica = self.replicas.get(primary)
@@ -166,7 +190,11 @@ class Replication:
         """A secondary applies a primary's checkpoint, then evicts what it covers."""
         node = self._node
         sender = node.membership.from_live_peer(message)
-        if sender is None or sender not in node.predecessors:
+        if sender is None:
+            return
+        if sender not in node.predecessors:
+            if sender in self.incoming:
+                self._apply_to_copy(sender, message)
             return
         try:
             delta = decode_delta(message.body)
@@ -181,6 +209,99 @@ class Replication:
         if applied:
             node.counters.checkpoints_applied += 1
             self.evict_covered(sender)
+
+    def _apply_to_copy(self, giver: NodeId, message: Checkpoint) -> None:
+        """A checkpoint of a move's giver, for the copy held here: its part about the moving
+        slots is applied; the giver hears how far the copy is (``Moves.copied``)."""
+        node = self._node
+        incoming = self.incoming[giver]
+        try:
+            delta = decode_delta(message.body)
+        except DeltaError as error:
+            raise FrameError(f"checkpoint from {giver}: {error}") from None
+        moving = incoming.moving
+        try:
+            applied = incoming.replica.apply_checkpoint(
+                message.number, restrict_delta(delta, _SlotsOf(moving))
+            )
+        except CheckpointGap as gap:
+            node.moves.copy_failed(giver, f"the copy missed a checkpoint ({gap})")
+            return
+        if applied and incoming.replica.is_complete:
+            node.moves.copied(giver, incoming.replica.last_checkpoint)
+
+    def expect_copy(self, giver: NodeId, moving: SlotRange) -> None:
+        """Hold a copy of ``moving`` for a move of ``giver``'s (its snapshot comes next)."""
+        self.incoming[giver] = IncomingCopy(moving, PeerReplica())
+
+    def note_final(self, giver: NodeId, final: CheckpointNumber) -> None:
+        """The move's commit names its final checkpoint (see ``IncomingCopy``)."""
+        incoming = self.incoming.get(giver)
+        if incoming is not None:
+            incoming.final = final
+
+    def drop_copy(self, giver: NodeId) -> None:
+        """Forget the copy held for a move of ``giver``'s that was called off."""
+        if self.incoming.pop(giver, None) is not None:
+            self._node.snapshots.forget_receiving(giver)
+
+    def copy_to_orphan(self, giver: NodeId, receiver: NodeId) -> None:
+        """The move is done: the copy held becomes an orphan copy absorbed by ``receiver``
+        (kept until the receiver's snapshot reaches this node, promoted if it dies first). It
+        covers the moved slots only if it holds the move's final checkpoint."""
+        incoming = self.incoming.pop(giver, None)
+        if incoming is None:
+            return
+        self._node.snapshots.forget_receiving(giver)
+        replica = incoming.replica
+        final = incoming.final
+        complete = (
+            final is not None
+            and replica.is_complete
+            and not replica.needs_snapshot
+            and replica.last_checkpoint >= final
+        )
+        covered = incoming.moving if complete else None
+        name = _moved_name(giver, receiver, incoming.moving)
+        self.orphans[name] = Orphan(receiver, replica, None, covered)
+
+    def split_moved(self, old_ring: Ring, view: View) -> None:
+        """After a view change: of each live predecessor whose range shrank (a move, a leave),
+        split the slots it no longer owns off its replica and backup. If their new primary is
+        another predecessor of this node, the split-off part is kept as an orphan copy
+        absorbed by it (until its snapshot reaches this node): the moved slots keep ``r + 1``
+        copies while it re-replicates. If it is this node, the promotion already took them;
+        otherwise this node holds no copy of them any more."""
+        node = self._node
+        ring = node.ring
+        for name in list(self.replicas):
+            member = view.get(name)
+            before = old_ring.range_of(name)
+            if member is None or member.status is Status.DEAD or before is None:
+                continue
+            after = ring.range_of(name)
+            kept = 0 if after is None else after.length
+            if kept >= before.length or (after is not None and after.start != before.start):
+                continue
+            moved = SlotRange(
+                Slot((before.start + kept) % before.slot_count),
+                before.length - kept,
+                before.slot_count,
+            )
+            slots = set(moved.slots())
+            replica = self.replicas[name].split_off(slots)
+            backup = self.backups.get(name)
+            moved_backup = backup.split_off(slots) if backup is not None else None
+            if not ring.owners:
+                continue
+            absorber = ring.primary(moved.start)
+            if absorber == node.node_id or absorber not in node.predecessors:
+                continue
+            covered_before = self.covered.get(name)
+            covered = moved if covered_before is not None and covered_before.covers(moved) else None
+            self.orphans[_moved_name(name, absorber, moved)] = Orphan(
+                absorber, replica, moved_backup, covered
+            )
 
     def evict_covered(self, primary: NodeId) -> None:
         """Drop the batches backed up for ``primary`` that its replica's hwm covers, in its
@@ -260,11 +381,29 @@ class Replication:
         # 1.
         delta = node.store.swap()
         self.checkpoint_number = CheckpointNumber(self.checkpoint_number + 1)
-        # 2.
-        if node.secondaries:
+        # 2. (A move's copy holder gets them too: smr.node.moves, step 3.)
+        targets = (*node.secondaries, *node.moves.copy_target())
+        if targets:
             body = encode_delta(delta)
-            for secondary in node.secondaries:
-                node.peer_send(secondary, Checkpoint(*node.stamp, self.checkpoint_number, body))
+            for target in targets:
+                node.peer_send(target, Checkpoint(*node.stamp, self.checkpoint_number, body))
         # 3.
         node.store.merge_inactive()
         node.counters.checkpoints += 1
+
+
+def _moved_name(giver: NodeId, receiver: NodeId, moved: SlotRange) -> NodeId:
+    """The name an orphan copy of a moved range is kept under (never a node's own id)."""
+    return NodeId(f"{giver}>{receiver}@{moved.start}+{moved.length}")
+
+
+class _SlotsOf:
+    """A slot range as a container (``slot in _SlotsOf(range)``)."""
+
+    __slots__ = ("_range",)
+
+    def __init__(self, slot_range: SlotRange) -> None:
+        self._range = slot_range
+
+    def __contains__(self, slot: object) -> bool:
+        return isinstance(slot, int) and self._range.contains(slot)

@@ -73,6 +73,12 @@ class NodeCounters:
     # Views refused because applying them would serve a live node's slots with no takeover.
     views_refused: int = 0
     tuples_replayed: int = 0
+    # Moves (smr.node.moves): given and done, received (promoted here), called off as the
+    # giver; batches refused because a slot of theirs was being handed over.
+    moves_given: int = 0
+    moves_received: int = 0
+    moves_called_off: int = 0
+    batches_refused_moving: int = 0
     peer_messages_dropped: int = 0
     fenced: int = 0
     # Probe rounds that ended without an answer and without a quorum (see Recovery.judge).

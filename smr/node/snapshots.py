@@ -56,6 +56,9 @@ class Snapshots:
         # Per primary, the range the snapshot being received copies (see on_end).
         self._receiving_range: dict[NodeId, SlotRange] = {}
         self._asked_at: dict[NodeId, float] = {}
+        # The copy holder of the move this node gives, and the range it copies (a snapshot
+        # job to a node that is no secondary: smr.node.moves, step 3).
+        self._copy: tuple[NodeId, SlotRange] | None = None
         # The longest a snapshot chunk held the event loop, in ms of wall time: a step of a
         # snapshot being sent (choosing, reading, encoding and sending one chunk), or
         # decoding and applying a received one. Wall time even under a simulated clock: it
@@ -65,6 +68,7 @@ class Snapshots:
     def reset(self) -> None:
         """Drop every snapshot being sent or received (fencing)."""
         self._jobs.clear()
+        self._copy = None
         self._receiving.clear()
         self._receiving_range.clear()
         self._begun.clear()
@@ -90,9 +94,22 @@ class Snapshots:
         for secondary in secondaries:
             if changed_range or secondary not in node.secondaries:
                 self._jobs[secondary] = self._steps(secondary)
+        copy_holder = self._copy[0] if self._copy is not None else None
         for secondary in list(self._jobs):
-            if secondary not in secondaries:
+            if secondary not in secondaries and secondary != copy_holder:
                 del self._jobs[secondary]
+
+    def start_copy(self, holder: NodeId, moving: SlotRange) -> None:
+        """Send a move's copy holder a snapshot of the moving slots (``smr.node.moves``)."""
+        self._copy = (holder, moving)
+        self._jobs[holder] = self._steps(holder, moving)
+
+    def stop_copy(self, holder: NodeId) -> None:
+        """The move is over: stop sending its copy (if still under way)."""
+        if self._copy is not None and self._copy[0] == holder:
+            self._copy = None
+            if holder not in self._node.secondaries:
+                self._jobs.pop(holder, None)
 
     # -- sending, as a primary ------------------------------------------------------------
 
@@ -102,9 +119,12 @@ class Snapshots:
         sender = node.membership.from_live_peer(message)
         if sender is not None and sender in node.secondaries:
             self._jobs[sender] = self._steps(sender)
+        elif sender is not None and self._copy is not None and self._copy[0] == sender:
+            self._jobs[sender] = self._steps(sender, self._copy[1])
 
-    def _steps(self, secondary: NodeId) -> Iterator[None]:
-        """Send ``secondary`` a full snapshot of this node's range, one chunk per step.
+    def _steps(self, secondary: NodeId, only: SlotRange | None = None) -> Iterator[None]:
+        """Send ``secondary`` a full snapshot of this node's range (or of the part ``only``
+        of it, a move's copy), one chunk per step.
 
         1. SNAPSHOT_BEGIN with ``as_of``, the last checkpoint number already swapped,
            ``snap``, this snapshot's number, and this node's range: once the snapshot ends,
@@ -127,14 +147,21 @@ class Snapshots:
         while not node.peer_send(
             secondary,
             SnapshotBegin(
-                *node.stamp, node.replication.checkpoint_number, snap, *self._own_range()
+                *node.stamp,
+                node.replication.checkpoint_number,
+                snap,
+                *(self._own_range() if only is None else (only.start, only.length)),
             ),
         ):
             yield
         yield
         # 2.
         roles = node.roles
-        owned = sorted(s for s in node.store.slots() if roles[s] == Role.PRIMARY)
+        owned = sorted(
+            s
+            for s in node.store.slots()
+            if roles[s] == Role.PRIMARY and (only is None or only.contains(s))
+        )
         chunk: list[Slot] = []
         keys = 0
         for slot in owned:
@@ -197,12 +224,18 @@ class Snapshots:
         """Receiving a snapshot: 1. begin it, expecting chunk 0 of snapshot ``snap``."""
         node = self._node
         sender = node.membership.from_live_peer(message)
-        if sender is not None and sender in node.predecessors:
+        if sender is None:
+            return
+        incoming = node.replication.incoming.get(sender)
+        if sender in node.predecessors or incoming is not None:
             try:
                 copied = SlotRange(message.range_start, message.range_length, node.ring.slot_count)
             except ValueError as error:
                 raise FrameError(f"snapshot from {sender}: {error}") from None
-            replica = node.replication.replicas.setdefault(sender, PeerReplica())
+            if incoming is not None:
+                replica = incoming.replica
+            else:
+                replica = node.replication.replicas.setdefault(sender, PeerReplica())
             if not replica.is_complete and message.as_of > replica.last_checkpoint:
                 # The snapshot skips checkpoints this replica never applied, and from now on
                 # later ones apply and evict backed-up batches while chunks are still
@@ -250,8 +283,12 @@ class Snapshots:
         del self._receiving[sender]
         replica.end_snapshot()
         node = self._node
-        node.replication.covered[sender] = self._receiving_range.pop(sender)
+        copied = self._receiving_range.pop(sender)
         node.counters.snapshots_received += 1
+        if sender in node.replication.incoming:
+            node.moves.copied(sender, replica.last_checkpoint)
+            return
+        node.replication.covered[sender] = copied
         node.replication.forget_orphans_of(sender)
         node.replication.evict_covered(sender)
 
@@ -263,7 +300,7 @@ class Snapshots:
         part of another, older or aborted, snapshot is ignored)."""
         node = self._node
         sender = node.membership.from_live_peer(message)
-        replica = node.replication.replicas.get(sender) if sender is not None else None
+        replica = node.replication.replica_of(sender) if sender is not None else None
         if replica is None or sender is None:
             return None
         receiving = self._receiving.get(sender)
@@ -304,7 +341,11 @@ class Snapshots:
         been lost with a broken connection) once ``SNAPSHOT_RETRY_S`` passed without a
         request or any part of a snapshot from that primary."""
         node = self._node
-        for primary, replica in node.replication.replicas.items():
+        replicas = [
+            *node.replication.replicas.items(),
+            *((giver, copy.replica) for giver, copy in node.replication.incoming.items()),
+        ]
+        for primary, replica in replicas:
             if replica.is_complete and not replica.needs_snapshot:
                 continue
             if now - self._asked_at.get(primary, -1e9) >= SNAPSHOT_RETRY_S:

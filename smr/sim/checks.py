@@ -42,6 +42,10 @@ def not_converged(sim: Simulation) -> str | None:
             return f"{node.node_id} has {len(core.ingest.inbox)} batches to apply"
         if core.snapshots.has_work:
             return f"{node.node_id} has snapshot work pending"
+        if core.moves.giving is not None:
+            return f"{node.node_id} is giving a move ({core.moves.giving.step.value})"
+        if core.moves.taking.settling is not None:
+            return f"{node.node_id} is settling a move it received"
         if awaited := core.handoff.awaited():
             return f"{node.node_id} waits for the state of lost slots from {sorted(awaited)}"
         # With r or fewer owners left, r copies elsewhere cannot exist: then it is enough

@@ -8,7 +8,8 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from ring.ids import NodeId
-from smr.faults import Delay, Fault, Forge, Kill, Partition, Pause, Stall, Starve
+from ring.moves import MoveRefused
+from smr.faults import Delay, Fault, Forge, Kill, Move, Partition, Pause, Stall, Starve
 from smr.protocol import RequestId, ViewReply, encode, pack_body
 from smr.sim.nodes import SimNode
 
@@ -49,6 +50,8 @@ def start_fault(sim: Simulation, fault: Fault) -> None:
         sim._schedule(fault.end_ms * 1000, resume, sim, sim.nodes[fault.node])
     elif isinstance(fault, Forge):
         forge(sim, fault)
+    elif isinstance(fault, Move):
+        move(sim, fault)
     elif isinstance(fault, Starve):
         sim.nodes[fault.node].starves.add(fault)
         starve_gap(sim, sim.nodes[fault.node], fault)
@@ -80,6 +83,26 @@ def forge(sim: Simulation, fault: Forge) -> None:
     sim._current = fault.node
     try:
         core.on_frames(b"forger", push)
+    finally:
+        sim._current = None
+    sim._schedule(sim.clock.now_us, sim._wake, node)
+
+
+def move(sim: Simulation, fault: Move) -> None:
+    """Ask ``fault.node`` to move (or leave), as ``smr move`` would; a node not running now
+    reads no command, and a move it cannot make now is refused (both noted, neither a
+    failure)."""
+    node = sim.nodes[fault.node]
+    if not node.running or node.core is None:
+        sim._note(f"move skipped: {fault.node} is not running")
+        return
+    keep = None if fault.leave else 1.0 - fault.fraction_ppm / 1_000_000
+    sim._current = fault.node
+    try:
+        what = node.core.moves.start(keep)
+        sim._note(f"move started: {what}")
+    except MoveRefused as refused:
+        sim._note(f"move refused: {refused}")
     finally:
         sim._current = None
     sim._schedule(sim.clock.now_us, sim._wake, node)

@@ -26,6 +26,7 @@ from checkpoint.backup import (
     TupleBackup,
     replay_plan,
 )
+from checkpoint.ids import CheckpointNumber
 from ring.ids import Slot
 from tests.checkpoint.replication import (
     M1,
@@ -207,36 +208,58 @@ def test_eviction_is_exact_whatever_the_hwm_did_before(
 
 
 @settings(max_examples=100, deadline=None)
-@given(
-    specs=batch_specs,
-    dropped=st.sets(st.integers(0, SLOT_COUNT - 1).map(Slot)),
-    as_set=st.booleans(),
-)
-def test_drop_slots_forgets_exactly_the_batches_entirely_inside_the_dropped_slots(
-    specs: list[tuple[int, list[int]]], dropped: set[Slot], as_set: bool
+@given(specs=batch_specs, moved=st.sets(st.integers(0, SLOT_COUNT - 1).map(Slot)))
+def test_split_off_puts_each_slot_of_each_batch_on_exactly_one_side(
+    specs: list[tuple[int, list[int]]], moved: set[Slot]
 ) -> None:
     backup = TupleBackup()
     batches = build_batches(specs)
     for batch in batches:
         backup.add(batch, hwm_from({}))
-    slots: Container[Slot] = dropped if as_set else sorted(dropped)
-    backup.drop_slots(slots)
-    assert backup.batches() == [
-        batch for batch in batches if not set(batch.last_seq_by_slot) <= dropped
-    ]
+    split = backup.split_off(moved)
+
+    def cut(keep: Callable[[Slot], bool]) -> list[tuple[bytes, dict[Slot, Seq]]]:
+        return [
+            (batch.body, {s: q for s, q in batch.last_seq_by_slot.items() if keep(s)})
+            for batch in batches
+            if any(keep(s) for s in batch.last_seq_by_slot)
+        ]
+
+    def held(side: TupleBackup) -> list[tuple[bytes, dict[Slot, Seq]]]:
+        return [(batch.body, dict(batch.last_seq_by_slot)) for batch in side.batches()]
+
+    assert held(split) == cut(lambda slot: slot in moved)
+    assert held(backup) == cut(lambda slot: slot not in moved)
     assert_totals_match(backup)
+    assert_totals_match(split)
 
 
-def test_drop_slots_keeps_a_batch_that_still_has_a_slot_outside_the_dropped_set() -> None:
+def test_a_split_off_batch_is_evicted_by_the_hwm_of_its_own_slots_only() -> None:
     backup = TupleBackup()
-    inside = summary_batch(M1, {S0: Seq(1), S1: Seq(1)})
     straddling = summary_batch(M1, {S1: Seq(2), S2: Seq(1)})
-    outside = summary_batch(M2, {S3: Seq(1)})
-    for batch in (inside, straddling, outside):
-        backup.add(batch, hwm_from({}))
-    backup.drop_slots(range(0, 2))
-    assert backup.batches() == [straddling, outside]
-    assert_totals_match(backup)
+    backup.add(straddling, hwm_from({}))
+    moved = backup.split_off({S2})
+    # The new primary of slot 2 covers it: its side goes, this side stays for slot 1.
+    assert moved.evict_covered(hwm_from({(M1, S2): Seq(1)})) == 1
+    assert backup.evict_covered(hwm_from({(M1, S2): Seq(9)})) == 0
+    assert backup.evict_covered(hwm_from({(M1, S1): Seq(2)})) == 1
+
+
+def test_a_replica_split_off_carries_its_slots_state_and_hwms_and_completeness() -> None:
+    replica = PeerReplica()
+    replica.begin_snapshot(as_of=CheckpointNumber(3))
+    replica.apply_snapshot_chunk(
+        Delta(
+            states={S0: {"a": {"count": 1}}, S1: {"b": {"count": 2}}},
+            hwms={S0: {M1: Seq(4)}, S1: {M1: Seq(5)}},
+        )
+    )
+    replica.end_snapshot()
+    part = replica.split_off([S1])
+    assert part.is_complete and part.last_checkpoint == 3
+    assert (part.hwm(M1, S1), part.hwm(M1, S0)) == (5, 0)
+    assert (replica.hwm(M1, S1), replica.hwm(M1, S0)) == (0, 4)
+    assert part.store.slots() == {S1} and replica.store.slots() == {S0}
 
 
 @settings(max_examples=100, deadline=None)

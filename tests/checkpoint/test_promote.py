@@ -337,3 +337,26 @@ def test_a_later_seq_in_an_older_copy_does_not_shadow_earlier_seqs_in_a_newer_co
         {(S0, "a"): {"count": 3}, (S1, "b"): {"count": 1}},
         {S0: {M1: 3}, S1: {M1: 7}},
     )
+
+
+def test_a_range_split_off_a_copy_promotes_only_its_own_slots_from_the_shared_bodies() -> None:
+    """A move splits a secondary's copy by range (``split_off``): a batch with tuples on
+    both sides is in both backups with its summary cut, and promoting one side applies only
+    that side's tuples, read from the body, not from the cut summary."""
+    replica = replica_of(
+        Delta(
+            states={S0: {"a": {"count": 1}}, S1: {"b": {"count": 1}}},
+            hwms={S0: {M1: Seq(1)}, S1: {M1: Seq(1)}},
+        )
+    )
+    backup = TupleBackup()
+    backup.add(make_batch(M1, [(0, 2, "a", 1), (1, 2, "b", 1)]), replica.hwm)
+    moved = PrimaryCopy(replica.split_off([S1]), backup.split_off({S1}))
+    into = StateStore()
+    outcome = promote(into, [moved], {S1}, decode, count_words)
+    assert (outcome.replayed, outcome.outside) == (1, 1)
+    assert state_of(into, [S0, S1]) == ({(S1, "b"): {"count": 2}}, {S1: {M1: 2}})
+    # What stays is the other side, whole: promoting it gives slot 0 alone.
+    rest = StateStore()
+    promote(rest, [PrimaryCopy(replica, backup)], {S0}, decode, count_words)
+    assert state_of(rest, [S0, S1]) == ({(S0, "a"): {"count": 2}}, {S0: {M1: 2}})

@@ -190,7 +190,7 @@ def test_random_schedules_draw_every_kind_of_fault() -> None:
     for seed in range(200):
         for fault in random_schedule(random.Random(seed), NODES, 2, 2000):
             kinds.add(type(fault).__name__)
-    assert kinds == {"Kill", "Pause", "Stall", "Starve", "Forge", "Partition", "Delay"}
+    assert kinds == {"Kill", "Pause", "Stall", "Starve", "Forge", "Partition", "Delay", "Move"}
 
 
 def test_random_schedules_draw_long_partitions_that_cut_off_a_minority() -> None:

@@ -1,0 +1,360 @@
+"""The taking side of a move (``smr.node.moves``): the receiver R, which promotes the moving
+slots and switches, and the copy holder H, whose copy becomes an orphan copy absorbed by R.
+
+R's switch, steps 6-7 of the protocol in ``smr.node.moves``:
+
+6a. On the giver's commit, check that R's replica of G holds checkpoint ``final`` and the
+    plan still holds in R's view; if not, answer not switched (and every repeat of the
+    commit gets that answer).
+6b. Promote the moving slots from the replica, replaying the backed-up tuples past their
+    hwm; move R's token (``ring.moves.moved_view``), route by that view and gossip it.
+6c. Settle: the moved slots stay refused here (``Moves.frozen``) until each of R's
+    secondaries confirms it sees the new view (R sends each the commit; each answers
+    ``MoveDone`` once its view has R at the split, resent until it does). Only R's
+    secondaries watch R, so only they could declare it dead; once each of them sees the
+    switch, any mark of R's death carries the new token, and no view can hand the moved
+    slots back to the giver after it dropped them. A secondary that marked R dead on the
+    old entry first wins the merge instead: R is fenced, the giver sees R gone with its
+    token elsewhere and serves the slots again, and R never applied a tuple of them.
+6d. Settled: serve the moved slots (the mappers R refused meanwhile get a ``NACK`` and
+    resend) and answer the giver: switched.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Final
+
+from checkpoint.ids import CheckpointNumber
+from checkpoint.promote import PrimaryCopy
+from ring.ids import Incarnation, NodeId
+from ring.moves import MovePlan, MoveRefused, move_done_in, moved_view, plan_move
+from ring.placement import SlotRange
+from ring.view import Status
+from smr.protocol import MoveCommit, MoveDone, MoveNumber, MovePropose, Nack, StreamId, encode
+
+if TYPE_CHECKING:
+    from smr.node.core import NodeCore
+    from smr.node.moves import Moves
+
+log = logging.getLogger("smr.node")
+
+# Answers to commits kept for repeats (bounded).
+ANSWERS_KEPT: Final = 64
+# Step 6c: the commit is sent again to the secondaries that have not confirmed this often.
+CONFIRM_RESEND_S: Final = 0.5
+
+
+@dataclass
+class Agreed:
+    """A move this node agreed to take part in, as receiver or as copy holder."""
+
+    giver: NodeId
+    incarnation: Incarnation
+    number: MoveNumber
+    plan: MovePlan
+    since: float
+    final: CheckpointNumber | None = None
+
+
+@dataclass
+class Settling:
+    """Step 6c at the receiver: switched, waiting for its secondaries to see it."""
+
+    agreed: Agreed
+    final: CheckpointNumber
+    waiting: set[NodeId]
+    sent_at: float
+    switched_at: float
+    replayed: int
+    refused: set[tuple[bytes, StreamId]] = field(default_factory=set)
+
+
+class MoveTaking:
+    """The receiver's and the copy holder's part of moves (the module doc)."""
+
+    def __init__(self, node: NodeCore, moves: Moves) -> None:
+        self._node = node
+        self._moves = moves
+        self.receiving: Agreed | None = None
+        self.holding: Agreed | None = None
+        self.settling: Settling | None = None
+        self._answers: OrderedDict[tuple[NodeId, Incarnation, MoveNumber], tuple[bool, str]] = (
+            OrderedDict()
+        )
+
+    def reset(self) -> None:
+        """Forget every move (fencing)."""
+        self.receiving = None
+        self.holding = None
+        self.settling = None
+
+    # -- 2. agreeing ------------------------------------------------------------------------
+
+    def agree(self, giver: NodeId, message: MovePropose, plan: MovePlan) -> None:
+        """Record an accepted proposal, as the receiver or the copy holder."""
+        node = self._node
+        agreed = Agreed(giver, message.incarnation, message.move, plan, node.clock())
+        if plan.receiver == node.node_id:
+            self.receiving = agreed
+        else:
+            self.holding = agreed
+            node.replication.expect_copy(giver, plan.moving)
+
+    # -- 6. the commit ----------------------------------------------------------------------
+
+    def on_commit(self, sender: NodeId, message: MoveCommit) -> None:
+        """A commit: from the giver to this receiver (6a-6c), from the giver to this copy
+        holder (it notes ``final``), or from a receiver to this secondary (confirm, 6c)."""
+        node = self._node
+        holding = self.holding
+        if (
+            holding is not None
+            and holding.number == message.move
+            and sender in (holding.giver, holding.plan.receiver)
+        ):
+            holding.final = message.final
+            node.replication.note_final(holding.giver, message.final)
+            self.follow_view()
+        key = (sender, message.incarnation, message.move)
+        answer = self._answers.get(key)
+        receiving = self.receiving
+        if answer is not None:
+            self._answer(sender, message.move, answer)
+        elif receiving is not None and (receiving.giver, receiving.number) == (
+            sender,
+            message.move,
+        ):
+            answer = self._promote(receiving, message)
+            if answer is not None:
+                self._keep_answer(key, answer)
+                self._answer(sender, message.move, answer)
+        elif sender in node.predecessors:
+            # 6c, at a secondary of the receiver: confirm once this node's view shows it.
+            member = node.view.get(sender)
+            if member is not None and int(member.token) == int(message.range_start):
+                node.peer_send(sender, MoveDone(*node.stamp, message.move, True, ""))
+
+    def _keep_answer(
+        self, key: tuple[NodeId, Incarnation, MoveNumber], answer: tuple[bool, str]
+    ) -> None:
+        self._answers[key] = answer
+        while len(self._answers) > ANSWERS_KEPT:
+            self._answers.popitem(last=False)
+
+    def _answer(self, giver: NodeId, move: MoveNumber, answer: tuple[bool, str]) -> None:
+        node = self._node
+        node.peer_send(giver, MoveDone(*node.stamp, move, answer[0], answer[1]))
+
+    def _promote(self, agreed: Agreed, message: MoveCommit) -> tuple[bool, str] | None:
+        """6a and 6b: promote and switch (then None: the answer waits for 6c), or say why
+        not."""
+        node = self._node
+        giver = agreed.giver
+        self.receiving = None
+        plan = agreed.plan
+        try:
+            again = plan_move(
+                node.ring, giver, node.settings.replication, None if plan.leave else plan.split
+            )
+        except MoveRefused as refused:
+            return False, f"the ring changed: {refused}"
+        if again != plan:
+            return False, "the ring changed since the proposal"
+        replication = node.replication
+        replica = replication.replicas.get(giver)
+        if replica is None or not replica.is_complete or replica.last_checkpoint < message.final:
+            return False, f"{node.node_id}'s replica of {giver} lacks checkpoint {message.final}"
+        # 6b.
+        started = node.clock()
+        slots = set(plan.moving.slots())
+        backup = replication.backups.get(giver)
+        moved = PrimaryCopy(replica.split_off(slots), backup.split_off(slots) if backup else None)
+        replayed = node.recovery.promote_slots([moved], slots)
+        self._moves.frozen = frozenset(slots)
+        node.set_view(moved_view(node.view, plan))
+        node.membership.gossip()
+        # 6c.
+        waiting = set(node.secondaries)
+        self.settling = Settling(agreed, message.final, waiting, -1e9, started, replayed)
+        log.warning(
+            "move %d from %s: promoted %d slots (%d tuples replayed) in %.1f ms; at token %s, "
+            "settling with %s",
+            agreed.number,
+            giver,
+            plan.moving.length,
+            replayed,
+            (node.clock() - started) * 1000,
+            plan.split,
+            sorted(waiting),
+        )
+        self._confirm_round()
+        return None
+
+    def _confirm_round(self) -> None:
+        """6c: ask the secondaries that have not confirmed yet (and drop those that are no
+        secondaries any more); settle when none is left."""
+        node = self._node
+        settling = self.settling
+        if settling is None:
+            return
+        settling.waiting &= set(node.secondaries)
+        if not settling.waiting:
+            self._settled()
+            return
+        settling.sent_at = node.clock()
+        plan = settling.agreed.plan
+        confirm = MoveCommit(
+            *node.stamp,
+            settling.agreed.number,
+            settling.final,
+            plan.moving.start,
+            plan.moving.length,
+        )
+        for secondary in settling.waiting:
+            node.peer_send(secondary, confirm)
+
+    def on_confirmed(self, secondary: NodeId, move: MoveNumber) -> bool:
+        """A secondary confirms it sees the switch; True if it was one awaited."""
+        settling = self.settling
+        if settling is None or settling.agreed.number != move:
+            return False
+        if secondary not in settling.waiting:
+            return True
+        settling.waiting.discard(secondary)
+        if not settling.waiting:
+            self._settled()
+        return True
+
+    def refused_frozen(self, identity: bytes, stream: StreamId) -> None:
+        """Ingest refused a batch of a moved slot while settling (6c)."""
+        if self.settling is not None:
+            self.settling.refused.add((identity, stream))
+
+    def _settled(self) -> None:
+        """6d: serve the moved slots and answer the giver."""
+        node = self._node
+        settling = self.settling
+        if settling is None:
+            return
+        self.settling = None
+        self._moves.frozen = frozenset()
+        for identity, stream in settling.refused:
+            node.reply(identity, encode(Nack(stream, node.ingest.expected(stream))))
+        agreed = settling.agreed
+        answer = (True, "")
+        self._keep_answer((agreed.giver, agreed.incarnation, agreed.number), answer)
+        self._answer(agreed.giver, agreed.number, answer)
+        node.counters.moves_received += 1
+        took_ms = (node.clock() - settling.switched_at) * 1000
+        self._moves.records.append(
+            {
+                "role": "receiver",
+                "giver": agreed.giver,
+                "move": agreed.number,
+                "slots": agreed.plan.moving.length,
+                "leave": agreed.plan.leave,
+                "promote_to_serving_ms": round(took_ms, 1),
+                "tuples_replayed": settling.replayed,
+                "mappers_refused": len(settling.refused),
+                "at_unix_s": time.time(),
+            }
+        )
+        log.warning(
+            "move %d from %s settled: serving its %d slots (%.0f ms after the promotion)",
+            agreed.number,
+            agreed.giver,
+            agreed.plan.moving.length,
+            took_ms,
+        )
+
+    # -- the copy holder, and the view ------------------------------------------------------
+
+    def called_off(self, giver: NodeId, move: MoveNumber, reason: str) -> None:
+        """The giver called the move off: forget what this node agreed to."""
+        receiving = self.receiving
+        if receiving is not None and (receiving.giver, receiving.number) == (giver, move):
+            self.receiving = None
+        holding = self.holding
+        if holding is not None and (holding.giver, holding.number) == (giver, move):
+            self._drop_holding(f"called off by {giver}: {reason}")
+
+    def follow_view(self) -> None:
+        """After a view change (or the final checkpoint's number arriving): the copy held
+        becomes an orphan copy once the view shows the move done and the copy holds
+        ``final``; what the view makes impossible is forgotten."""
+        node = self._node
+        view = node.view
+        settling = self.settling
+        if settling is not None:
+            me = view.get(node.node_id)
+            if me is None or me.status is Status.DEAD:
+                self.settling = None
+            else:
+                self._confirm_round()
+        for agreed in (self.receiving, self.holding):
+            if agreed is None:
+                continue
+            giver = view.get(agreed.giver)
+            receiver = view.get(agreed.plan.receiver)
+            if move_done_in(view, agreed.plan):
+                if agreed is self.holding and agreed.final is not None:
+                    node.replication.copy_to_orphan(agreed.giver, agreed.plan.receiver)
+                    self.holding = None
+            elif (
+                giver is None
+                or giver.status is Status.DEAD
+                or giver.incarnation != agreed.incarnation
+                or receiver is None
+                or receiver.status is Status.DEAD
+            ):
+                if agreed is self.holding:
+                    self._drop_holding(f"{agreed.giver} or {agreed.plan.receiver} is gone")
+                else:
+                    self.receiving = None
+
+    def _drop_holding(self, reason: str) -> None:
+        holding = self.holding
+        if holding is None:
+            return
+        self.holding = None
+        self._node.replication.drop_copy(holding.giver)
+        log.info(
+            "dropped the copy held for move %d of %s: %s", holding.number, holding.giver, reason
+        )
+
+    def tick(self, now: float, keep_s: float) -> None:
+        """Resend the confirmations awaited (6c); forget agreements never committed."""
+        settling = self.settling
+        if settling is not None and now - settling.sent_at >= CONFIRM_RESEND_S:
+            self._confirm_round()
+        if self.receiving is not None and now - self.receiving.since > keep_s:
+            self.receiving = None
+        if self.holding is not None and now - self.holding.since > keep_s:
+            self._drop_holding("no commit came")
+
+    def under_way(self, now: float) -> list[dict[str, object]]:
+        """For ``status``: the moves this node takes part in as receiver or copy holder."""
+        rows: list[dict[str, object]] = []
+        for role, agreed in (("receiver", self.receiving), ("copy holder", self.holding)):
+            if agreed is not None:
+                rows.append(_row(role, agreed, now))
+        if self.settling is not None:
+            row = _row("receiver", self.settling.agreed, now)
+            row["step"] = f"settling (awaiting {sorted(self.settling.waiting)})"
+            rows.append(row)
+        return rows
+
+
+def _row(role: str, agreed: Agreed, now: float) -> dict[str, object]:
+    moving: SlotRange = agreed.plan.moving
+    return {
+        "role": role,
+        "giver": agreed.giver,
+        "move": agreed.number,
+        "slots": [moving.start, moving.length],
+        "for_ms": round((now - agreed.since) * 1000),
+    }

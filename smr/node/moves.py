@@ -1,0 +1,540 @@
+"""Moves: the top of a range (or all of it: a leave) handed to the clockwise neighbour by
+promotion, not transfer (DESIGN section 7).
+
+Three nodes take part (``ring.moves.plan_move``): the giver G; the receiver R, G's clockwise
+neighbour, which already holds a replica of G's range and a backup of its tuples; and the
+copy holder H, the ``r + 1``-th owner clockwise of G, the one node of the moving slots'
+replica set after the move that holds no copy of them before it. The protocol:
+
+1. Propose (G): plan the move and send ``MovePropose`` to R and H.
+2. Answer (R, H): R accepts if the plan is the same in its view, G is its nearest
+   predecessor, its replica of G is complete and covers the moving slots, and it takes part
+   in no other move; H accepts if the plan is the same in its view and it takes part in no
+   other move. Either refuses otherwise, saying why.
+3. Copy (G to H): a snapshot of the moving slots, then G's checkpoints while the move lasts
+   (H keeps their part about the moving slots). H answers ``MoveCopied(through)`` when its
+   copy completes and after each checkpoint it applies.
+4. Freeze (G): once H's copy is complete, G refuses batches with a moving slot (``NOT_OWNER``
+   with its view: the mappers keep them), waits until no accepted batch with a moving slot
+   is left to apply, and checkpoints: that checkpoint, ``final``, holds the moving slots'
+   last changes; it goes to R and H like any other.
+5. Commit (G): once H reports ``through >= final``, send ``MoveCommit(final)`` to R (and
+   to H, which notes ``final``). From here on only R decides; G resends the commit until
+   R answers.
+6. Promote and switch (R, ``smr.node.move_taking``): if its replica of G has applied
+   ``final`` and the plan still holds in its view, promote the moving slots from it,
+   replay the backed-up tuples past their hwm, move its token (``ring.moves.moved_view``),
+   route by that view and gossip it; keep the moved slots refused until each of R's
+   secondaries confirms it sees the new view (they alone watch R, so no view can then undo
+   the switch); then serve them and answer ``MoveDone(switched)``. If it cannot switch it
+   answers not switched. Every repeat of a commit gets the same answer.
+7. Switch (every node, on the view): G, once R answered switched (or R is gone with its
+   token at the split), drops the moved slots (a leaver all its state: it is on standby)
+   and sends the new view to every mapper it refused during the freeze; H's copy, and the
+   copies G's other secondaries hold, become orphan copies absorbed by R, kept until R's
+   own snapshot reaches them (``Replication.split_moved``): the moved slots keep ``r + 1``
+   copies throughout.
+8. Call off: before the commit, a refusal, a timeout or a change of the ring calls the move
+   off: G unfreezes, tells R and H (``MoveDone``, not switched), and sends a ``NACK`` to
+   every mapper it refused, which resends. After the commit, G waits for R's answer or for
+   a view that settles it: R gone with its token at the split (done), or elsewhere (called
+   off).
+
+Slots that do not move are never refused. Every tuple of a moving slot is applied exactly
+once: before ``final`` by G (and in R's replica, H's copy), after it by R (from its backup,
+or resent by the mappers by the new view); the hwm drops whatever comes twice.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any, Final
+
+from checkpoint.ids import CheckpointNumber
+from ring.ids import NodeId, Slot
+from ring.moves import MovePlan, MoveRefused, move_done_in, plan_move
+from ring.placement import SlotRange, split_at_load_share
+from ring.view import OWNING_STATUSES
+from smr.node.move_taking import MoveTaking
+from smr.protocol import (
+    FrameError,
+    MoveAnswer,
+    MoveCommit,
+    MoveCopied,
+    MoveDone,
+    MoveNumber,
+    MovePropose,
+    Nack,
+    RequestId,
+    StreamId,
+    ViewReply,
+    encode,
+)
+
+if TYPE_CHECKING:
+    from smr.node.core import NodeCore
+
+log = logging.getLogger("smr.node")
+
+# Step 2: both answers within this long, or the move is called off.
+ANSWER_TIMEOUT_S: Final = 2.0
+# Step 3: the copy holder's copy complete within this long (a big range takes a while).
+COPY_TIMEOUT_S: Final = 120.0
+# Steps 4-5: from the freeze to the commit at most this long; the moving slots' batches are
+# refused meanwhile, so a slow copy holder calls the move off rather than hold them up.
+FREEZE_TIMEOUT_S: Final = 2.0
+# Step 5: the commit is sent again this often until the receiver answers.
+COMMIT_RESEND_S: Final = 0.5
+# A receiver or copy holder forgets a move it agreed to that never committed after this long.
+AGREED_KEEP_S: Final = COPY_TIMEOUT_S + 10.0
+
+
+class Step(StrEnum):
+    """Where the move a node gives stands (the protocol's steps)."""
+
+    PROPOSED = "proposed"
+    COPYING = "copying"
+    DRAINING = "draining"
+    FINAL = "final"
+    COMMITTED = "committed"
+
+
+@dataclass
+class Giving:
+    """The move this node gives (at most one at a time)."""
+
+    number: MoveNumber
+    plan: MovePlan
+    step: Step
+    started_at: float
+    step_at: float
+    accepted: set[NodeId] = field(default_factory=set)
+    copied_through: int = -1
+    final: CheckpointNumber | None = None
+    frozen_at: float | None = None
+    commit_sent_at: float = -1e9
+    # The mappers' channels refused during the freeze: told the outcome (step 7 or 8).
+    refused: set[tuple[bytes, StreamId]] = field(default_factory=set)
+
+
+class Moves:
+    """The moves a node gives, and its entry points for those it takes part in (the
+    protocol in the module doc; the receiver's and copy holder's side is
+    ``smr.node.move_taking``).
+
+    Guarantees: a node takes part in at most one move at a time; the receiver switches
+    only on a commit whose final checkpoint its replica applied; the giver unfreezes only
+    when the move is called off before its commit, or when R's answer or the view settles
+    it; slots outside the moving range are never refused.
+    """
+
+    def __init__(self, node: NodeCore) -> None:
+        self._node = node
+        self._numbers = 0
+        self.giving: Giving | None = None
+        # The slots refused now: the moving slots at a frozen giver, the moved slots at a
+        # receiver that is settling.
+        self.frozen: frozenset[Slot] = frozenset()
+        self.taking = MoveTaking(node, self)
+        # One record per move given or received here, for status and the benchmark.
+        self.records: deque[dict[str, Any]] = deque(maxlen=64)
+
+    @property
+    def busy(self) -> bool:
+        """True while this node takes part in a move."""
+        taking = self.taking
+        return (
+            self.giving is not None
+            or taking.receiving is not None
+            or taking.holding is not None
+            or taking.settling is not None
+        )
+
+    def reset(self) -> None:
+        """Forget every move (fencing): a fenced node serves nothing, so nothing is frozen."""
+        self.giving = None
+        self.frozen = frozenset()
+        self.taking.reset()
+
+    # -- 1. propose (giver) ---------------------------------------------------------------
+
+    def start(self, keep_share: float | None) -> str:
+        """Start moving the top of this node's range, split so that about ``keep_share`` of
+        its load stays here; with None, all of it (a leave). Returns what moves; raises
+        ``MoveRefused`` saying why not."""
+        node = self._node
+        if self.busy:
+            raise MoveRefused(f"{node.node_id} already takes part in a move")
+        own = node.ring.range_of(node.node_id)
+        if own is None:
+            raise MoveRefused(f"{node.node_id} owns no range")
+        split: Slot | None = None
+        if keep_share is not None:
+            if own.length < 2:
+                raise MoveRefused(f"{node.node_id}'s range has one slot: it cannot be split")
+            split = split_at_load_share(own, node.load.slot_rates, keep_share)
+        plan = plan_move(node.ring, node.node_id, node.settings.replication, split)
+        self._numbers += 1
+        now = node.clock()
+        giving = Giving(MoveNumber(self._numbers), plan, Step.PROPOSED, now, now)
+        self.giving = giving
+        propose = MovePropose(
+            *node.stamp,
+            giving.number,
+            plan.moving.start,
+            plan.moving.length,
+            plan.leave,
+            plan.receiver,
+            plan.copy_holder,
+        )
+        node.peer_send(plan.receiver, propose)
+        node.peer_send(plan.copy_holder, propose)
+        what = describe(plan)
+        log.warning("move %d proposed: %s", giving.number, what)
+        return what
+
+    # -- 2. answer (receiver, copy holder) --------------------------------------------------
+
+    def on_propose(self, identity: bytes, message: MovePropose) -> None:
+        """Step 2: accept or refuse, as the receiver or the copy holder of the plan."""
+        node = self._node
+        giver = node.membership.from_live_peer(message)
+        if giver is None:
+            return
+        try:
+            moving = SlotRange(message.range_start, message.range_length, node.ring.slot_count)
+        except ValueError as error:
+            raise FrameError(f"move proposal from {giver}: {error}") from None
+        reason = self._refusal(giver, message, moving)
+        if reason is None:
+            split = None if message.leave else moving.start
+            plan = plan_move(node.ring, giver, node.settings.replication, split)
+            self.taking.agree(giver, message, plan)
+        node.peer_send(giver, MoveAnswer(*node.stamp, message.move, reason is None, reason or ""))
+
+    def _refusal(self, giver: NodeId, message: MovePropose, moving: SlotRange) -> str | None:
+        """Why this node refuses the proposal, or None to accept."""
+        node = self._node
+        me = node.node_id
+        if me not in (message.receiver, message.copy_holder):
+            return f"{me} is neither the receiver nor the copy holder named"
+        if self.busy:
+            return f"{me} already takes part in a move"
+        split = None if message.leave else moving.start
+        try:
+            plan = plan_move(node.ring, giver, node.settings.replication, split)
+        except MoveRefused as refused:
+            return f"in {me}'s view: {refused}"
+        if (plan.receiver, plan.copy_holder, plan.moving) != (
+            message.receiver,
+            message.copy_holder,
+            moving,
+        ):
+            return f"{me}'s view places the move otherwise (views differ; retry)"
+        if plan.receiver != me:
+            return None
+        replica = node.replication.replicas.get(giver)
+        covered = node.replication.covered.get(giver)
+        if replica is None or not replica.is_complete or replica.snapshot_in_progress:
+            return f"{me}'s replica of {giver} is not complete yet"
+        if covered is None or not covered.covers(moving):
+            return f"{me}'s replica of {giver} does not cover the moving slots"
+        if node.ingest.inbox_full:
+            return f"{me} is overloaded (its inbox is full)"
+        return None
+
+    def on_answer(self, identity: bytes, message: MoveAnswer) -> None:
+        """Step 2 at the giver: once both accepted, start the copy (step 3); a refusal
+        before the commit calls the move off."""
+        node = self._node
+        sender = node.membership.from_live_peer(message)
+        giving = self.giving
+        if sender is None or giving is None or message.move != giving.number:
+            return
+        plan = giving.plan
+        if sender not in (plan.receiver, plan.copy_holder):
+            return
+        if not message.accepted:
+            if giving.step is not Step.COMMITTED:
+                self.call_off(f"{sender} refused: {message.reason}")
+            return
+        giving.accepted.add(sender)
+        if giving.step is Step.PROPOSED and giving.accepted >= {plan.receiver, plan.copy_holder}:
+            # 3.
+            self._to(Step.COPYING)
+            node.snapshots.start_copy(plan.copy_holder, plan.moving)
+
+    # -- 3. copy (copy holder) ------------------------------------------------------------
+
+    def copied(self, giver: NodeId, through: CheckpointNumber) -> None:
+        """The copy held for ``giver`` is complete through its checkpoint ``through``: say so."""
+        node = self._node
+        holding = self.taking.holding
+        if holding is not None and holding.giver == giver:
+            node.peer_send(giver, MoveCopied(*node.stamp, holding.number, through))
+
+    def copy_failed(self, giver: NodeId, reason: str) -> None:
+        """The copy held for ``giver`` missed a checkpoint: tell the giver (before its
+        commit, the move is called off; after it, the copy is already through ``final``)."""
+        node = self._node
+        holding = self.taking.holding
+        if holding is not None and holding.giver == giver:
+            node.peer_send(giver, MoveAnswer(*node.stamp, holding.number, False, reason))
+
+    def on_copied(self, identity: bytes, message: MoveCopied) -> None:
+        """Steps 3-5 at the giver: the copy is complete: freeze; through ``final``: commit."""
+        node = self._node
+        sender = node.membership.from_live_peer(message)
+        giving = self.giving
+        if sender is None or giving is None or message.move != giving.number:
+            return
+        if sender != giving.plan.copy_holder:
+            return
+        giving.copied_through = max(giving.copied_through, message.through)
+        if giving.step is Step.COPYING:
+            # 4.
+            self.frozen = frozenset(giving.plan.moving.slots())
+            giving.frozen_at = node.clock()
+            self._to(Step.DRAINING)
+        self.advance()
+
+    # -- 4-5. freeze and commit (giver) -----------------------------------------------------
+
+    def copy_target(self) -> tuple[NodeId, ...]:
+        """The copy holder of the move this node gives, while it copies (it gets this node's
+        checkpoints, step 3), else nothing."""
+        giving = self.giving
+        if giving is None or giving.step is Step.PROPOSED:
+            return ()
+        return (giving.plan.copy_holder,)
+
+    def refused_frozen(self, identity: bytes, stream: StreamId) -> None:
+        """Ingest refused a batch of this channel because it holds a frozen slot."""
+        if self.giving is not None:
+            self.giving.refused.add((identity, stream))
+        else:
+            self.taking.refused_frozen(identity, stream)
+
+    def advance(self) -> None:
+        """Steps 4-5, run after every apply turn while frozen: checkpoint once no accepted
+        batch with a moving slot waits; commit once the copy holder has that checkpoint."""
+        giving = self.giving
+        if giving is None:
+            return
+        node = self._node
+        if giving.step is Step.DRAINING:
+            frozen = self.frozen
+            for pending in node.ingest.inbox:
+                if pending.batch is not None and not frozen.isdisjoint(pending.batch.slots):
+                    return
+            # 4. The final increment.
+            node.replication.checkpoint()
+            giving.final = node.replication.checkpoint_number
+            self._to(Step.FINAL)
+        final = giving.final
+        if giving.step is Step.FINAL and final is not None and giving.copied_through >= final:
+            # 5.
+            self._to(Step.COMMITTED)
+            self._send_commit(to_copy_holder=True)
+
+    def _send_commit(self, to_copy_holder: bool = False) -> None:
+        node = self._node
+        giving = self.giving
+        if giving is None or giving.final is None:
+            return
+        giving.commit_sent_at = node.clock()
+        moving = giving.plan.moving
+        commit = MoveCommit(*node.stamp, giving.number, giving.final, moving.start, moving.length)
+        node.peer_send(giving.plan.receiver, commit)
+        if to_copy_holder:
+            node.peer_send(giving.plan.copy_holder, commit)
+
+    # -- 6. the taking side ---------------------------------------------------------------
+
+    def on_commit(self, identity: bytes, message: MoveCommit) -> None:
+        """Step 6 (``smr.node.move_taking``)."""
+        sender = self._node.membership.from_live_peer(message)
+        if sender is not None:
+            self.taking.on_commit(sender, message)
+
+    # -- 7-8. switch or call off ----------------------------------------------------------
+
+    def on_done(self, identity: bytes, message: MoveDone) -> None:
+        """The receiver's answer (at the giver), a secondary's confirmation (at a settling
+        receiver), or the giver's calling off (at the receiver and the copy holder)."""
+        node = self._node
+        sender = node.membership.from_live_peer(message)
+        if sender is None:
+            return
+        if message.switched and self.taking.on_confirmed(sender, message.move):
+            return
+        giving = self.giving
+        if giving is None or message.move != giving.number or sender != giving.plan.receiver:
+            if not message.switched:
+                self.taking.called_off(sender, message.move, message.reason)
+            return
+        if message.switched:
+            self._finish()
+        else:
+            self.call_off(f"{sender} did not switch: {message.reason}", tell=False)
+
+    def follow_view(self) -> None:
+        """After every view change: settle what the view settles (steps 7 and 8)."""
+        node = self._node
+        view = node.view
+        giving = self.giving
+        if giving is not None:
+            plan = giving.plan
+            receiver = view.get(plan.receiver)
+            if receiver is None or receiver.status not in OWNING_STATUSES:
+                if move_done_in(view, plan):
+                    # The receiver switched and died: its taker serves the slots now.
+                    self._finish()
+                elif giving.step is not Step.COMMITTED:
+                    self.call_off(f"{plan.receiver} left the ring")
+                elif _holds(node, plan.moving):
+                    self.call_off(f"{plan.receiver} is gone and never switched", tell=False)
+            elif giving.step is not Step.COMMITTED:
+                holder = view.get(plan.copy_holder)
+                if holder is None or holder.status not in OWNING_STATUSES:
+                    self.call_off(f"{plan.copy_holder} left the ring")
+                elif not _holds(node, plan.moving):
+                    self.call_off("the ring changed under the move")
+        self.taking.follow_view()
+
+    def _finish(self) -> None:
+        """Step 7 at the giver: the receiver serves the moved slots."""
+        node = self._node
+        giving = self.giving
+        if giving is None:
+            return
+        plan = giving.plan
+        now = node.clock()
+        self.giving = None
+        self.frozen = frozenset()
+        if plan.leave:
+            node.store.drop_slots(node.store.slots())
+        else:
+            node.store.drop_slots(plan.moving.slots())
+        for slot in plan.moving.slots():
+            node.load.slot_rates.pop(slot, None)
+        push = ViewReply(RequestId(0), node.view.epoch, node.membership.view_body())
+        for identity, _stream in giving.refused:
+            node.reply(identity, encode(push))
+        node.counters.moves_given += 1
+        frozen_ms = (now - giving.frozen_at) * 1000 if giving.frozen_at is not None else 0.0
+        record = {
+            "role": "giver",
+            "receiver": plan.receiver,
+            "copy_holder": plan.copy_holder,
+            "move": giving.number,
+            "slots": plan.moving.length,
+            "leave": plan.leave,
+            "outcome": "done",
+            "total_ms": round((now - giving.started_at) * 1000, 1),
+            "frozen_ms": round(frozen_ms, 1),
+            "mappers_refused": len(giving.refused),
+            "at_unix_s": time.time(),
+        }
+        self.records.append(record)
+        log.warning(
+            "move %d done: %s (%.0f ms in all, slots frozen for %.0f ms)",
+            giving.number,
+            describe(plan),
+            record["total_ms"],
+            frozen_ms,
+        )
+
+    def call_off(self, reason: str, tell: bool = True) -> None:
+        """Step 8 at the giver: unfreeze, tell the others (unless ``tell`` is False: the
+        receiver is the one that said so), and have the refused mappers resend."""
+        node = self._node
+        giving = self.giving
+        if giving is None:
+            return
+        plan = giving.plan
+        self.giving = None
+        self.frozen = frozenset()
+        node.snapshots.stop_copy(plan.copy_holder)
+        done = MoveDone(*node.stamp, giving.number, False, reason)
+        if tell:
+            node.peer_send(plan.receiver, done)
+        node.peer_send(plan.copy_holder, done)
+        for identity, stream in giving.refused:
+            node.reply(identity, encode(Nack(stream, node.ingest.expected(stream))))
+        node.counters.moves_called_off += 1
+        self.records.append(
+            {
+                "role": "giver",
+                "receiver": plan.receiver,
+                "move": giving.number,
+                "slots": plan.moving.length,
+                "leave": plan.leave,
+                "outcome": f"called off at {giving.step.value}: {reason}",
+                "at_unix_s": time.time(),
+            }
+        )
+        log.warning("move %d called off at %s: %s", giving.number, giving.step.value, reason)
+
+    def _to(self, step: Step) -> None:
+        giving = self.giving
+        if giving is not None:
+            giving.step = step
+            giving.step_at = self._node.clock()
+
+    # -- timers -----------------------------------------------------------------------------
+
+    def tick(self, now: float) -> None:
+        """Timeouts (step 8) and resends (steps 5 and 6)."""
+        giving = self.giving
+        if giving is not None:
+            waited = now - giving.step_at
+            step = giving.step
+            if step is Step.PROPOSED and waited > ANSWER_TIMEOUT_S:
+                self.call_off("no answer to the proposal")
+            elif step is Step.COPYING and waited > COPY_TIMEOUT_S:
+                self.call_off("the copy did not complete in time")
+            elif step in (Step.DRAINING, Step.FINAL) and waited > FREEZE_TIMEOUT_S:
+                self.call_off(f"stuck at {step.value} for {waited:.1f} s")
+            elif step is Step.COMMITTED and now - giving.commit_sent_at >= COMMIT_RESEND_S:
+                self._send_commit()
+        self.taking.tick(now, AGREED_KEEP_S)
+
+    # -- reports ------------------------------------------------------------------------------
+
+    def report(self) -> dict[str, Any]:
+        """For ``status``: the moves under way here, and the last few done."""
+        now = self._node.clock()
+        under_way: list[dict[str, Any]] = []
+        giving = self.giving
+        if giving is not None:
+            under_way.append(
+                {
+                    "role": "giver",
+                    "move": giving.number,
+                    "what": describe(giving.plan),
+                    "step": giving.step.value,
+                    "for_ms": round((now - giving.started_at) * 1000),
+                }
+            )
+        under_way.extend(self.taking.under_way(now))
+        return {"under_way": under_way, "recent": list(self.records)[-8:]}
+
+
+def describe(plan: MovePlan) -> str:
+    """A move in words, for logs and status."""
+    moving = plan.moving
+    what = "its whole range" if plan.leave else f"slots [{moving.start}, {moving.end})"
+    return (
+        f"{plan.giver} gives {what} ({moving.length} slots) to {plan.receiver}, "
+        f"{plan.copy_holder} holding a copy"
+    )
+
+
+def _holds(node: NodeCore, moving: SlotRange) -> bool:
+    own = node.ring.range_of(node.node_id)
+    return own is not None and own.covers(moving)
