@@ -24,6 +24,8 @@ from smr import cluster as local_cluster
 from smr import feed_run, spark_checkpoint
 from smr.api import JobLoadError, load_job
 from smr.channels import DeliveryError
+from smr.cli_options import cluster_dir_option
+from smr.cli_ring import move_command, scale_group
 from smr.client import Client, NodeRefused, NodeUnreachable, cluster_view, fetch_view
 from smr.emitter import (
     BATCH_BYTES_DEFAULT,
@@ -53,14 +55,6 @@ USER_ERRORS = (
     InputError,
     OSError,
     ValueError,
-)
-
-cluster_dir_option = click.option(
-    "--cluster",
-    "cluster_dir",
-    required=True,
-    type=click.Path(file_okay=False, path_type=Path),
-    help="The cluster's directory (holds cluster.json).",
 )
 
 
@@ -449,6 +443,9 @@ def status_command(cluster_dir: Path, as_json: bool) -> None:
         click.echo(json.dumps({"nodes": rows}, indent=2))
     else:
         status_view.print_table(rows, f"smr cluster {cluster_dir}")
+        moves = status_view.moves_line(rows)
+        if moves is not None:
+            click.echo(moves)
     problems = [
         (status_view.offline_line(rows), "red"),
         (status_view.unreachable_line(rows), None),
@@ -521,6 +518,10 @@ def tail_command(cluster_dir: Path, count: int, timeout_s: float) -> None:
                     break
     finally:
         subscriber.close()
+
+
+main_group.add_command(move_command)
+main_group.add_command(scale_group)
 
 
 # -- faults --------------------------------------------------------------------------------

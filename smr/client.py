@@ -21,6 +21,8 @@ from smr.protocol import (
     Error,
     FrameError,
     Message,
+    MoveReply,
+    MoveRequest,
     Ping,
     Pong,
     QueryReply,
@@ -47,9 +49,20 @@ REQUEST_TIMEOUT_MS_DEFAULT: Final = 2000
 CONNECT_TIMEOUT_MS: Final = 500
 DUMP_PAGE_KEYS: Final = 10_000
 
-Reply = TypeVar("Reply", Pong, ViewReply, StatusReply, DumpReply, QueryReply, RecoverReply)
+Reply = TypeVar(
+    "Reply", Pong, ViewReply, StatusReply, DumpReply, QueryReply, RecoverReply, MoveReply
+)
 # The messages that answer a request (they echo its id).
-_REPLIES: Final = (Error, Pong, ViewReply, StatusReply, DumpReply, QueryReply, RecoverReply)
+_REPLIES: Final = (
+    Error,
+    Pong,
+    ViewReply,
+    StatusReply,
+    DumpReply,
+    QueryReply,
+    RecoverReply,
+    MoveReply,
+)
 
 
 class NodeUnreachable(Exception):
@@ -157,6 +170,13 @@ class Client:
         """Accept the loss of the offline slots of the node at ``addr``; how many it brought
         back (empty)."""
         return self.request(addr, RecoverRequest, RecoverReply).accepted
+
+    def move(self, addr: str, fraction: float | None) -> MoveReply:
+        """Ask the node at ``addr`` to move the top ``fraction`` of its range's load to its
+        clockwise neighbour, or (None) to leave the ring; whether the move started, and
+        what moves or why not. The move goes on after the answer (its status shows it)."""
+        ppm = 0 if fraction is None else round(fraction * 1_000_000)
+        return self.request(addr, lambda req: MoveRequest(req, ppm, fraction is None), MoveReply)
 
     def status_each(self, addrs: Sequence[str]) -> dict[str, dict[str, Any] | NodeUnreachable]:
         """The status map of every node at ``addrs``, asked at once, or why it is missing."""

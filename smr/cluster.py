@@ -22,6 +22,7 @@ import subprocess
 import sys
 import time
 import uuid
+from dataclasses import replace
 from pathlib import Path
 from typing import Final
 
@@ -259,6 +260,17 @@ def up(
 def down(cluster_dir: Path, grace_s: float = 5.0) -> list[str]:
     """Stop the cluster in ``cluster_dir``; returns the ids of the nodes that were running."""
     return stop_nodes(read_spec(cluster_dir), grace_s)
+
+
+def remove_node(cluster_dir: Path, node_id: str, grace_s: float = 5.0) -> None:
+    """Stop node ``node_id`` (it left the ring: it owns nothing) and drop it from the
+    cluster's spec, so that ``status``, ``feed`` and ``down`` no longer look for it."""
+    spec = read_spec(cluster_dir)
+    node = spec.node(node_id)
+    stop_nodes(replace(spec, nodes=[node]), grace_s)
+    spec.nodes = [other for other in spec.nodes if other.id != node_id]
+    spec.seeds = [seed for seed in spec.seeds if seed != node.addr]
+    write_spec(cluster_dir, spec)
 
 
 def _last_log_line(cluster_dir: Path, node_id: str) -> str:

@@ -127,6 +127,18 @@ def offline_line(rows: Sequence[Row]) -> str | None:
     )
 
 
+def moves_line(rows: Sequence[Row]) -> str | None:
+    """One line naming the moves under way (as their givers report them, with their step),
+    or None if there are none."""
+    moves = [
+        f"{move['what']} ({move['step']}, {move['for_ms']} ms)"
+        for row in rows
+        for move in (row.get("moves") or {}).get("under_way", [])
+        if move["role"] == "giver"
+    ]
+    return "moves under way: " + "; ".join(moves) if moves else None
+
+
 def unreachable_line(rows: Sequence[Row]) -> str | None:
     """One line naming the nodes that did not answer (and, for those that still beat, how
     long their loop has been held), or None if all did."""

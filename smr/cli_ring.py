@@ -1,0 +1,118 @@
+"""The ``smr`` commands that change the ring: ``smr move`` (an operator-driven move of part of
+a node's range to its clockwise neighbour) and ``smr scale in`` (a node leaves: its whole
+range moves, then it stops). Registered on the main group by :mod:`smr.cli`.
+
+Each asks the node to start, then follows the move in the node's status until it ends:
+exit 0 when the move is done, 1 when it was refused or called off (the reason is printed),
+2 for a usage error (an unknown node, a fraction out of range, no cluster).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Any, NoReturn
+
+import click
+
+from smr import cluster as local_cluster
+from smr.cli_options import cluster_dir_option
+from smr.client import Client, NodeUnreachable
+from smr.spec import read_spec
+
+# How often a move in progress is looked at.
+POLL_S = 0.1
+
+wait_option = click.option(
+    "--wait-s",
+    default=60.0,
+    show_default=True,
+    type=click.FloatRange(0.1),
+    help="How long to follow the move before giving up waiting (it goes on).",
+)
+
+
+@click.command("move")
+@cluster_dir_option
+@click.argument("node_id")
+@click.option(
+    "--fraction",
+    default=0.5,
+    show_default=True,
+    type=click.FloatRange(0.0, 1.0, min_open=True, max_open=True),
+    help="The share of the node's load (its applied tuples per slot) to move.",
+)
+@wait_option
+def move_command(cluster_dir: Path, node_id: str, fraction: float, wait_s: float) -> None:
+    """Move the top of NODE_ID's range, about FRACTION of its load, to its clockwise
+    neighbour (which already holds a copy: a promotion, not a transfer)."""
+    outcome = _run_move(cluster_dir, node_id, fraction, wait_s)
+    click.echo(outcome)
+
+
+@click.group("scale")
+def scale_group() -> None:
+    """Change the number of nodes that own slots."""
+
+
+@scale_group.command("in")
+@cluster_dir_option
+@click.argument("node_id")
+@click.option(
+    "--keep-running",
+    is_flag=True,
+    help="Leave the node running on standby (owning nothing) instead of stopping it.",
+)
+@wait_option
+def scale_in_command(cluster_dir: Path, node_id: str, keep_running: bool, wait_s: float) -> None:
+    """NODE_ID leaves the ring: its whole range moves to its clockwise neighbour (with
+    r + 1 copies throughout), then the node stops."""
+    outcome = _run_move(cluster_dir, node_id, None, wait_s)
+    click.echo(outcome)
+    if not keep_running:
+        local_cluster.remove_node(cluster_dir, node_id)
+        click.echo(f"{node_id} stopped and removed from {cluster_dir}")
+
+
+def _run_move(cluster_dir: Path, node_id: str, fraction: float | None, wait_s: float) -> str:
+    """Start the move at ``node_id`` and follow it to its end; the outcome in words. Exits
+    1 (after printing why) if it is refused, called off, or still under way at ``wait_s``."""
+    spec = read_spec(cluster_dir)
+    addr = spec.node(node_id).addr
+    client = Client(timeout_ms=2000)
+    try:
+        reply = client.move(addr, fraction)
+        if not reply.started:
+            _fail(f"{node_id} refused: {reply.text}")
+        click.echo(f"started: {reply.text}")
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            time.sleep(POLL_S)
+            try:
+                moves = client.status(addr)["moves"]
+            except NodeUnreachable as error:
+                _fail(f"{node_id} stopped answering during the move: {error}")
+            if not any(row["role"] == "giver" for row in moves["under_way"]):
+                return _outcome(moves["recent"])
+        _fail(f"the move is still under way after {wait_s:g} s ('smr status' follows it)")
+    finally:
+        client.close()
+
+
+def _outcome(recent: list[dict[str, Any]]) -> str:
+    given = [record for record in recent if record["role"] == "giver"]
+    if not given:
+        _fail("the move ended but left no record")
+    last = given[-1]
+    if last["outcome"] != "done":
+        _fail(f"move {last['move']} {last['outcome']}")
+    return (
+        f"done: {last['slots']} slots now served by {last['receiver']} "
+        f"({last['total_ms']:.0f} ms in all, slots frozen for {last['frozen_ms']:.0f} ms)"
+    )
+
+
+def _fail(message: str) -> NoReturn:
+    click.secho(f"smr: {message}", err=True, fg="red")
+    sys.exit(1)

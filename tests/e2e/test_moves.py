@@ -1,0 +1,113 @@
+"""Moves and leaves over real node processes while a feed runs: ``smr move`` hands the top
+of a range to the clockwise neighbour, ``smr scale in`` makes a node leave, a node is killed
+in the middle of a move; every dump equals plain Python's counts, key by key."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import psutil
+import pytest
+
+from smr.client import Client
+from tests.e2e.conftest import EXAMPLE_BOOKS, SHARED_TEXT, Cluster, word_counts
+
+pytestmark = pytest.mark.e2e
+
+FEED_FLAGS = ["--batch-size", "200", "--window", "8"]
+
+
+def books() -> list[str]:
+    """Enough text for a feed that is still running while the moves happen."""
+    shared = [SHARED_TEXT / "pg2701_moby_dick.txt", SHARED_TEXT / "pg1342_pride_and_prejudice.txt"]
+    if all(p.is_file() for p in shared):
+        return [str(p) for p in shared]
+    return EXAMPLE_BOOKS
+
+
+def move(cluster: Cluster, *args: str, attempts: int = 20) -> str:
+    """Run ``smr move`` (or ``smr scale in``) until it is done; a refusal because a replica
+    is still being rebuilt after the previous move is retried (the reason says so)."""
+    for _ in range(attempts):
+        result = cluster.smr(*args, "--cluster", str(cluster.dir), check=False)
+        if result.returncode == 0:
+            return result.stdout
+        assert result.returncode == 1, result.stderr
+        retryable = ("not complete yet", "already takes part", "views differ")
+        assert any(reason in result.stderr for reason in retryable), result.stderr
+        time.sleep(0.3)
+    raise AssertionError(f"smr {' '.join(args)} never got done")
+
+
+def settle(cluster: Cluster, timeout_s: float = 20) -> dict[str, dict[str, Any]]:
+    """Wait until no move is under way and every slot has its copies; the status rows."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        rows = {n: r for n, r in cluster.status().items() if r["state"] == "up"}
+        if all(
+            not r["moves"]["under_way"] and r["under_replicated_slots"] == 0 for r in rows.values()
+        ):
+            return rows
+        assert time.monotonic() < deadline, f"not settled: {rows}"
+        time.sleep(0.2)
+
+
+def test_moves_around_the_ring_during_a_feed_lose_nothing(cluster: Cluster) -> None:
+    cluster.up(3, "examples.wordcount:job", "--replication", "1")
+    paths = books()
+    feed = cluster.feed_in_background(*paths, extra=FEED_FLAGS)
+    try:
+        for node in ("n0", "n1", "n2", "n0"):
+            out = move(cluster, "move", node, "--fraction", "0.4")
+            assert out.startswith("started:") and "done:" in out, out
+    finally:
+        cluster.wait_feed(feed)
+    rows = settle(cluster)
+    assert sum(r["moves_given"] for r in rows.values()) == 4
+    assert sum(r["moves_received"] for r in rows.values()) == 4
+    assert sum(r["takeovers"] for r in rows.values()) == 0
+    assert cluster.counts() == word_counts(paths)
+
+
+def test_a_node_that_leaves_during_a_feed_hands_its_range_over_and_stops(
+    cluster: Cluster,
+) -> None:
+    cluster.up(4, "examples.wordcount:job", "--replication", "1")
+    leaver_pid = next(n["pid"] for n in cluster.spec()["nodes"] if n["id"] == "n1")
+    paths = books()
+    feed = cluster.feed_in_background(*paths, extra=FEED_FLAGS)
+    try:
+        out = move(cluster, "scale", "in", "n1")
+        assert "n1 stopped and removed" in out, out
+    finally:
+        cluster.wait_feed(feed)
+    assert [n["id"] for n in cluster.spec()["nodes"]] == ["n0", "n2", "n3"]
+    assert not psutil.pid_exists(leaver_pid) or psutil.Process(leaver_pid).status() == "zombie"
+    rows = settle(cluster)
+    assert set(rows) == {"n0", "n2", "n3"}
+    assert sum(r["range_share"] for r in rows.values()) == pytest.approx(1.0)
+    assert cluster.counts() == word_counts(paths)
+
+
+@pytest.mark.parametrize("victim", ["giver", "receiver"])
+def test_a_node_killed_during_a_move_loses_nothing(cluster: Cluster, victim: str) -> None:
+    cluster.up(4, "examples.wordcount:job", "--replication", "1")
+    nodes = {n["id"]: n for n in cluster.spec()["nodes"]}
+    paths = books()
+    feed = cluster.feed_in_background(*paths, extra=FEED_FLAGS)
+    client = Client()
+    try:
+        time.sleep(1.0)  # the feed is under way
+        reply = client.move(nodes["n1"]["addr"], 0.5)
+        assert reply.started, reply.text
+        killed = "n1" if victim == "giver" else "n2"
+        # Soon enough to land in the middle of the move (it takes a few to tens of ms).
+        time.sleep(0.005)
+        cluster.smr("fault", "kill", killed, "--cluster", str(cluster.dir))
+    finally:
+        client.close()
+        cluster.wait_feed(feed)
+    rows = settle(cluster)
+    assert sum(r["takeovers"] for r in rows.values()) == 1
+    assert cluster.counts() == word_counts(paths)
