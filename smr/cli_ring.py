@@ -67,9 +67,13 @@ def scale_group() -> None:
 @wait_option
 def scale_in_command(cluster_dir: Path, node_id: str, keep_running: bool, wait_s: float) -> None:
     """NODE_ID leaves the ring: its whole range moves to its clockwise neighbour (with
-    r + 1 copies throughout), then the node stops."""
+    r + 1 copies throughout); once every range it backed up has its copies again, the
+    node stops."""
     outcome = _run_move(cluster_dir, node_id, None, wait_s)
     click.echo(outcome)
+    # The leaver was a secondary of the ranges before its own: their new secondaries get a
+    # snapshot now. Until every node reports none under-replicated, say so and wait.
+    _wait_replicated(cluster_dir, wait_s)
     if not keep_running:
         local_cluster.remove_node(cluster_dir, node_id)
         click.echo(f"{node_id} stopped and removed from {cluster_dir}")
@@ -96,6 +100,26 @@ def _run_move(cluster_dir: Path, node_id: str, fraction: float | None, wait_s: f
             if not any(row["role"] == "giver" for row in moves["under_way"]):
                 return _outcome(moves["recent"])
         _fail(f"the move is still under way after {wait_s:g} s ('smr status' follows it)")
+    finally:
+        client.close()
+
+
+def _wait_replicated(cluster_dir: Path, wait_s: float) -> None:
+    """Wait until no node reports under-replicated slots; exit 1 if that takes ``wait_s``."""
+    spec = read_spec(cluster_dir)
+    client = Client(timeout_ms=2000)
+    try:
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            statuses = client.status_each([node.addr for node in spec.nodes])
+            rows = [row for row in statuses.values() if not isinstance(row, NodeUnreachable)]
+            if len(rows) == len(spec.nodes) and not any(
+                row["under_replicated_slots"] for row in rows
+            ):
+                click.echo("every range has its copies again")
+                return
+            time.sleep(POLL_S)
+        _fail(f"some ranges are still under-replicated after {wait_s:g} s ('smr status')")
     finally:
         client.close()
 

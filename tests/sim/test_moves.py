@@ -89,7 +89,8 @@ MOVE_SWEEP_FINDINGS = {
     "receiver held stray state of the giver's slots and shadowed a later takeover",
     600354: "a receiver fenced after switching refused the view that took it over",
     600593: "a batch left on its channel after an earlier one was re-routed overtook it",
-    600956: "a node accepted a forged view marking itself dead (no takeover) and fenced",
+    600956: "a forged view marks a node itself dead: a first version of the rule above let "
+    "it fence with nobody taking it over, and the ring lost its range",
     601076: "a receiver paused through the commit switched on its own, stale view",
 }
 
