@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from ring.ids import NodeId, Slot, Token
 from ring.placement import Ring, SlotRange
-from ring.view import View, grant_range, hand_over_all
+from ring.view import Status, View, grant_range, hand_over_all, join_view
 
 
 class MoveRefused(ValueError):
@@ -31,7 +31,8 @@ class MovePlan:
     Guarantees (from `plan_move`): ``giver``, ``receiver`` and ``copy_holder`` are three
     distinct owners; ``receiver`` is the giver's clockwise neighbour and ``copy_holder``
     the ``r + 1``-th owner clockwise of the giver; ``moving`` is a non-empty part of the
-    giver's range that ends where it ends (all of it when ``leave``).
+    giver's range that ends where it ends (all of it when ``leave``). From `plan_join`:
+    the receiver is the joiner, and its own copy holder.
     """
 
     giver: NodeId
@@ -39,6 +40,9 @@ class MovePlan:
     copy_holder: NodeId
     moving: SlotRange
     leave: bool
+    join: bool = False
+    """A join: the receiver is a joining node (an extra secondary of the giver, see
+    ``ring.placement``), which is its own copy holder."""
 
     @property
     def split(self) -> Slot:
@@ -60,6 +64,10 @@ def plan_move(ring: Ring, giver: NodeId, r: int, split: Slot | None) -> MovePlan
             "a move needs replication r >= 1: it promotes the receiver's copy of the range"
         )
     owners = ring.owners
+    if ring.joiners:
+        raise MoveRefused(
+            f"{', '.join(ring.joiners)} is joining the ring: moves wait until it has joined"
+        )
     own = ring.range_of(giver)
     if own is None:
         raise MoveRefused(f"{giver} owns no range")
@@ -84,9 +92,34 @@ def plan_move(ring: Ring, giver: NodeId, r: int, split: Slot | None) -> MovePlan
     return MovePlan(giver, receiver, copy_holder, moving, split is None)
 
 
+def plan_join(ring: Ring, joiner: NodeId, r: int) -> MovePlan:
+    """The move that ends the join of `joiner`, a joining member at token ``t``: the owner
+    whose range holds ``t`` gives ``[t, end)`` of it to the joiner.
+
+    Raises `MoveRefused` if ``r`` is 0 (the joiner would hold no copy), `joiner` is not a
+    joining member of the ring, or its token is its owner's token (nothing to split).
+    """
+    if r < 1:
+        raise MoveRefused("a join needs replication r >= 1: the joiner catches up as a replica")
+    member = ring.view.get(joiner)
+    if member is None or joiner not in ring.joiners:
+        raise MoveRefused(f"{joiner} is not joining the ring")
+    giver = ring.primary(Slot(member.token))
+    own = ring.range_of(giver)
+    assert own is not None
+    offset = (member.token - own.start) % ring.slot_count
+    if not 0 < offset < own.length:
+        raise MoveRefused(f"{joiner}'s token {member.token} does not split {giver}'s range")
+    moving = SlotRange(Slot(member.token), own.length - offset, ring.slot_count)
+    return MovePlan(giver, joiner, joiner, moving, False, True)
+
+
 def moved_view(view: View, plan: MovePlan) -> View:
     """The view once `plan` is done: the receiver's token at the split (and, for a leave,
-    the giver on standby). Written by the receiver, which alone raises its entry's version."""
+    the giver on standby; for a join, the joiner up at its token). Written by the receiver,
+    which alone raises its entry's version."""
+    if plan.join:
+        return join_view(view, plan.receiver)
     if plan.leave:
         return hand_over_all(view, plan.giver)
     return grant_range(view, plan.giver, Token(plan.split))
@@ -98,4 +131,6 @@ def move_done_in(view: View, plan: MovePlan) -> bool:
     giver's range by the receiver puts it there too, which for the copies held is the
     same). A receiver marked dead keeps the token it had: dead or alive, it tells."""
     receiver = view.get(plan.receiver)
-    return receiver is not None and int(receiver.token) == int(plan.split)
+    if receiver is None or int(receiver.token) != int(plan.split):
+        return False
+    return not plan.join or receiver.status is not Status.JOINING

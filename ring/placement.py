@@ -6,7 +6,12 @@ once per view and then only read. The rules (DESIGN section 1):
 - the primary of a slot is the owner with the greatest token ``<=`` slot, wrapping to the
   owner with the greatest token (the paper's "nearest counter-clockwise");
 - the secondaries are the next `r` distinct owners clockwise of the primary;
-- a node's range is ``[own token, next owner's token)``.
+- a node's range is ``[own token, next owner's token)``;
+- a *joiner* (a member with status ``joining``) at token ``t`` owns nothing yet, but is an
+  extra secondary of every owner whose replica set will hold it once it owns ``[t, ...)``:
+  the owner ``P`` whose range holds ``t`` and the ``r - 1`` owners before ``P``. So it
+  receives their tuples, snapshots and checkpoints while it catches up (DESIGN section 7),
+  and when it becomes an owner, every replica set it enters already has its copy.
 
 `split_at_load_median` decides where an overloaded owner splits its range (DESIGN section 7).
 """
@@ -20,7 +25,7 @@ from enum import IntEnum
 
 from ring.hashing import slot_count as count_slots
 from ring.ids import NodeId, Slot, Token
-from ring.view import View
+from ring.view import Status, View
 
 
 class Role(IntEnum):
@@ -98,8 +103,10 @@ class Ring:
 
     __slots__ = (
         "_index_by_owner",
+        "_joiners_by_owner_index",
         "_ranges",
         "_replica_sets",
+        "joiners",
         "owners",
         "primary_index_by_slot",
         "slot_bits",
@@ -117,6 +124,9 @@ class Ring:
     """The owners' ids in ring order, ``(token, node_id)``."""
     primary_index_by_slot: list[int]
     """Per slot, the index into `owners` of its primary (empty if there are no owners)."""
+    joiners: tuple[NodeId, ...]
+    """The joining members, in ``(token, node_id)`` order (none when there is no owner to
+    join beside)."""
 
     def __init__(self, view: View, slot_bits: int) -> None:
         count = count_slots(slot_bits)
@@ -136,6 +146,16 @@ class Ring:
         self.primary_index_by_slot = _primary_index_by_slot(tokens, count)
         self._ranges = _ranges(tokens, count)
         self._replica_sets: dict[tuple[NodeId, int], tuple[NodeId, ...]] = {}
+        # Each joiner hangs off the owner whose range holds its token.
+        joining = sorted(
+            (m for m in view.members.values() if m.status is Status.JOINING and m.token < count),
+            key=lambda member: (member.token, member.node_id),
+        )
+        self.joiners = tuple(m.node_id for m in joining) if members else ()
+        self._joiners_by_owner_index: dict[int, list[NodeId]] = {}
+        for member in joining if members else ():
+            owner_index = self.primary_index_by_slot[member.token]
+            self._joiners_by_owner_index.setdefault(owner_index, []).append(member.node_id)
 
     def primary(self, slot: Slot) -> NodeId:
         """The primary of `slot`: the owner with the greatest token ``<= slot``, wrapping.
@@ -168,21 +188,47 @@ class Ring:
         n = len(self.owners)
         # Owners are distinct node ids, so the next min(r, n - 1) of them are distinct.
         replica_set = tuple(self.owners[(index + step) % n] for step in range(min(r, n - 1) + 1))
+        # The joiners whose future replica sets take this owner's range in: those hanging
+        # off this owner or off one of the r - 1 owners after it.
+        joiners = self._joiners_by_owner_index
+        if joiners and r > 0:
+            extra = [
+                joiner
+                for step in range(min(r, n))
+                for joiner in joiners.get((index + step) % n, ())
+            ]
+            replica_set = (*replica_set, *extra)
         self._replica_sets[key] = replica_set
         return replica_set
+
+    def joined_owners(self, joiner: NodeId, r: int) -> tuple[NodeId, ...]:
+        """The owners whose replica sets hold ``joiner`` (a joining member), nearest first:
+        the owner whose range holds its token, then up to ``r - 1`` before it. Empty for a
+        node that is not joining (or with ``r == 0``)."""
+        n = len(self.owners)
+        for owner_index, joiners in self._joiners_by_owner_index.items():
+            if joiner in joiners and r > 0:
+                return tuple(
+                    dict.fromkeys(
+                        self.owners[(owner_index - step) % n] for step in range(min(r, n))
+                    )
+                )
+        return ()
 
     def predecessors(self, node_id: NodeId, r: int) -> tuple[NodeId, ...]:
         """The owners whose secondaries include `node_id`: the next ``min(r, n - 1)`` owners
         counter-clockwise of it, nearest first. These are the nodes whose tuples and state
-        `node_id` backs up, and so the ones it watches for failure (DESIGN section 6).
+        `node_id` backs up, and so the ones it watches for failure (DESIGN section 6); for a
+        joiner, the owners it is an extra secondary of (`joined_owners`), which it backs up
+        but does not watch.
 
-        Empty if `node_id` is not an owner. Raises `ValueError` if ``r < 0``.
+        Empty if `node_id` is neither an owner nor a joiner. Raises `ValueError` if ``r < 0``.
         """
         if r < 0:
             raise ValueError(f"the replication factor r must be >= 0, got {r}")
         index = self._index_by_owner.get(node_id)
         if index is None:
-            return ()
+            return self.joined_owners(node_id, r)
         n = len(self.owners)
         return tuple(self.owners[(index - step) % n] for step in range(1, min(r, n - 1) + 1))
 
@@ -234,6 +280,10 @@ class Ring:
             raise ValueError(f"the replication factor r must be >= 0, got {r}")
         table = bytearray(self.slot_count)
         if node_id not in self._index_by_owner:
+            for owner in self.joined_owners(node_id, r):
+                slot_range = self.range_of(owner)
+                if slot_range is not None:
+                    _fill(table, slot_range, Role.SECONDARY)
             return table
         for index, owner in enumerate(self.owners):
             slot_range = self._ranges.get(index)
@@ -311,7 +361,10 @@ def grown_clockwise(old: Ring, new: Ring) -> list[NodeId]:
         before, after = old.range_of(node_id), new.range_of(node_id)
         if before is None or after is None or after.end == before.end:
             continue
-        if not before.covers(after):
+        # Reaching past the old end means holding the first slot after it (the range is
+        # contiguous). A range whose start moved back (a takeover) while its end moved back
+        # too (its top moved on) has grown counter-clockwise only.
+        if after.contains(before.end):
             grown.append(node_id)
     return grown
 

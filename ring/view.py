@@ -469,3 +469,38 @@ def hand_over_all(view: View, owner: NodeId) -> View:
             )
         )
     )
+
+
+def joining_at(view: View, joiner: NodeId, token: Token) -> View:
+    """The view after `joiner`, on standby, starts joining at `token` (written by the
+    joiner: its own entry becomes ``joining`` at `token`, ``version + 1``). Placement then
+    makes it an extra secondary of the owners it will back up (``ring.placement``). Raises
+    `ValueError` if `joiner` is not on standby."""
+    member = view.get(joiner)
+    if member is None or member.status is not Status.STANDBY:
+        raise ValueError(f"only a standby node can join, not {member!r}")
+    return view.with_member(
+        dataclasses.replace(member, status=Status.JOINING, token=token, version=member.version + 1)
+    )
+
+
+def join_view(view: View, joiner: NodeId) -> View:
+    """The view once `joiner` has joined: its entry ``up`` at its token, ``version + 1``
+    (written by the joiner). Raises `ValueError` if it is not joining."""
+    member = view.get(joiner)
+    if member is None or member.status is not Status.JOINING:
+        raise ValueError(f"{joiner!r} is not joining (entry: {member!r})")
+    return view.with_member(
+        dataclasses.replace(member, status=Status.UP, version=member.version + 1)
+    )
+
+
+def back_to_standby(view: View, joiner: NodeId) -> View:
+    """The view after a join is called off at the joiner: its entry on standby again
+    (``version + 1``)."""
+    member = view.get(joiner)
+    if member is None or member.status is not Status.JOINING:
+        return view
+    return view.with_member(
+        dataclasses.replace(member, status=Status.STANDBY, version=member.version + 1)
+    )

@@ -18,6 +18,7 @@ from smr.faults import (
     Fault,
     FaultSchedule,
     Forge,
+    Join,
     Kill,
     Move,
     Partition,
@@ -36,6 +37,7 @@ def random_schedule(
     duration_ms: int,
     tolerance: Tolerance = Tolerance(),
     faults_max: int = 3,
+    standby: Sequence[NodeId] = (),
 ) -> FaultSchedule:
     """A seeded random schedule of up to ``faults_max`` faults starting in the first 90% of
     ``duration_ms``, on a ring of ``nodes`` (in ring order).
@@ -93,6 +95,14 @@ def random_schedule(
             candidate = schedule.with_fault(Move(rng.choice(nodes), at_ms, fraction_ppm, leave))
             if within_tolerance(candidate, nodes, replication, tolerance) is None:
                 schedule = candidate
+    # Joins of the standby nodes, where no partition is drawn: a joiner counts for the
+    # quorum on both sides of a cut, which the partition rules (on the initial ring) do not
+    # know of.
+    if standby and not any(isinstance(fault, Partition) for fault in schedule):
+        for joiner in standby:
+            if rng.random() < JOIN_SHARE:
+                at_ms = rng.randint(0, duration_ms * 9 // 10)
+                schedule = schedule.with_fault(Join(joiner, rng.choice(nodes), at_ms))
     return schedule
 
 
@@ -104,6 +114,8 @@ STARVE_SHARE: Final = 1 / 4
 """The share of random schedules with one node starved of CPU for 0.5-3 s in them."""
 MOVE_SHARE: Final = 1 / 2
 """The share of random schedules with one to three moves (operator commands) in them."""
+JOIN_SHARE: Final = 3 / 4
+"""The share of standby nodes asked to join, in schedules without partitions."""
 LEAVE_SHARE: Final = 1 / 4
 """The share of those moves that are leaves (the whole range, and the node owns nothing)."""
 

@@ -28,6 +28,9 @@ The faults:
 - :class:`Move`: not a fault but an operator's command played at ``at_ms``: ``node`` moves
   the top ``fraction_ppm`` millionths of its range's load to its clockwise neighbour, or
   leaves the ring (``leave``); a leaver counts as lost below (the ring closes over it).
+- :class:`Join`: the command that makes the standby ``node`` (not one of the ring's nodes)
+  join beside ``beside``. A joiner between two nodes only makes them less adjacent, so the
+  rules below, which look at the initial ring, stay conservative.
 
 Tolerance (DESIGN section 6, made precise for schedules): :func:`within_tolerance` accepts a
 schedule only if
@@ -79,6 +82,7 @@ __all__ = [
     "Fault",
     "FaultSchedule",
     "Forge",
+    "Join",
     "Kill",
     "Move",
     "Partition",
@@ -144,6 +148,28 @@ class Move:
             return f"{self.at_ms:>7} ms  {self.node} leaves the ring"
         share = self.fraction_ppm / 10_000
         return f"{self.at_ms:>7} ms  {self.node} moves {share:g}% of its load clockwise"
+
+
+@dataclass(frozen=True)
+class Join:
+    """At ``at_ms``, ask the standby ``node`` to join the ring beside ``beside`` (taking the
+    top of its range once caught up). A join the nodes cannot make now is refused."""
+
+    node: NodeId
+    beside: NodeId
+    at_ms: int
+
+    def __post_init__(self) -> None:
+        _check_time("at_ms", self.at_ms)
+
+    @property
+    def end_ms(self) -> int:
+        """An instant (the join itself takes what it takes)."""
+        return self.at_ms
+
+    def describe(self) -> str:
+        """One line: when and what."""
+        return f"{self.at_ms:>7} ms  {self.node} joins beside {self.beside}"
 
 
 @dataclass(frozen=True)
@@ -308,7 +334,7 @@ class Delay:
         )
 
 
-Fault: TypeAlias = Kill | Pause | Stall | Starve | Forge | Partition | Delay | Move
+Fault: TypeAlias = Kill | Pause | Stall | Starve | Forge | Partition | Delay | Move | Join
 """Any one fault."""
 
 _KIND_NAMES: Final[dict[type[Any], str]] = {
@@ -320,6 +346,7 @@ _KIND_NAMES: Final[dict[type[Any], str]] = {
     Partition: "partition",
     Delay: "delay",
     Move: "move",
+    Join: "join",
 }
 
 
@@ -574,9 +601,12 @@ def within_tolerance(
     """
     known = set(nodes)
     for fault in schedule:
-        targets = (
-            (*fault.group_a, *fault.group_b) if isinstance(fault, Partition) else (fault.node,)
-        )
+        if isinstance(fault, Partition):
+            targets: tuple[str, ...] = (*fault.group_a, *fault.group_b)
+        elif isinstance(fault, Join):
+            targets = (fault.beside,)  # the joiner is a standby node, not in the ring
+        else:
+            targets = (fault.node,)
         unknown = sorted(set(targets) - known)
         if unknown:
             return f"{fault.describe().strip()} names nodes not in the ring: {unknown}"

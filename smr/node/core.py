@@ -187,7 +187,10 @@ class NodeCore:
         r = self.settings.replication
         self.roles = self.ring.roles_of(self.node_id, r)
         self.predecessors = self.ring.predecessors(self.node_id, r)
-        self.recovery.detector.watch(self.predecessors, self.clock())
+        # A joiner backs up the owners it joins beside but judges none of them: only the
+        # owners' own secondaries take over.
+        owner = self.node_id in self.ring.owners
+        self.recovery.detector.watch(self.predecessors if owner else (), self.clock())
         secondaries = (
             self.ring.replica_set_of(self.node_id, r)[1:]
             if self.node_id in self.ring.owners
@@ -407,13 +410,19 @@ class NodeCore:
         replicated = self.settings.replication > 0
         # 1.
         if replicated:
+            giving = self.moves.giving
+            joiner = giving.plan.receiver if giving is not None and giving.plan.join else None
+            owner = self.node_id in self.ring.owners
             watched = [
                 (peer, member.addr)
-                for peer in self.predecessors
+                for peer in (*(self.predecessors if owner else ()), *filter(None, [joiner]))
                 if (member := self.view.get(peer)) is not None
             ]
             for peer in self._links.dropped(watched):
-                self.recovery.suspect(peer)
+                if peer == joiner:
+                    self.moves.joins.joiner_dropped(peer)
+                else:
+                    self.recovery.suspect(peer)
         # 2.
         self.membership.heartbeat(now)
         # 3.

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Final
 from checkpoint.ids import CheckpointNumber
 from checkpoint.promote import PrimaryCopy
 from ring.ids import Incarnation, NodeId
-from ring.moves import MovePlan, MoveRefused, move_done_in, moved_view, plan_move
+from ring.moves import MovePlan, MoveRefused, move_done_in, moved_view, plan_join, plan_move
 from ring.placement import SlotRange
 from ring.view import Status
 from smr.protocol import MoveCommit, MoveDone, MoveNumber, MovePropose, Nack, StreamId, encode
@@ -156,18 +156,13 @@ class MoveTaking:
         giver = agreed.giver
         self.receiving = None
         plan = agreed.plan
-        try:
-            again = plan_move(
-                node.ring, giver, node.settings.replication, None if plan.leave else plan.split
-            )
-        except MoveRefused as refused:
-            return False, f"the ring changed: {refused}"
-        if again != plan:
-            return False, "the ring changed since the proposal"
+        refusal = self._cannot_promote(agreed, message)
+        if refusal is not None:
+            if plan.join:
+                self._moves.joins.go_back_to_standby(refusal)
+            return False, refusal
         replication = node.replication
-        replica = replication.replicas.get(giver)
-        if replica is None or not replica.is_complete or replica.last_checkpoint < message.final:
-            return False, f"{node.node_id}'s replica of {giver} lacks checkpoint {message.final}"
+        replica = replication.replicas[giver]
         # 6b.
         started = node.clock()
         slots = set(plan.moving.slots())
@@ -192,6 +187,25 @@ class MoveTaking:
             sorted(waiting),
         )
         self._confirm_round()
+        return None
+
+    def _cannot_promote(self, agreed: Agreed, message: MoveCommit) -> str | None:
+        """Why this receiver cannot switch on ``message`` (6a), or None."""
+        node = self._node
+        plan = agreed.plan
+        r = node.settings.replication
+        try:
+            if plan.join:
+                again = plan_join(node.ring, node.node_id, r)
+            else:
+                again = plan_move(node.ring, agreed.giver, r, None if plan.leave else plan.split)
+        except MoveRefused as refused:
+            return f"the ring changed: {refused}"
+        if again != plan:
+            return "the ring changed since the proposal"
+        replica = node.replication.replicas.get(agreed.giver)
+        if replica is None or not replica.is_complete or replica.last_checkpoint < message.final:
+            return f"{node.node_id}'s replica of {agreed.giver} lacks checkpoint {message.final}"
         return None
 
     def _confirm_round(self) -> None:
@@ -278,6 +292,8 @@ class MoveTaking:
         receiving = self.receiving
         if receiving is not None and (receiving.giver, receiving.number) == (giver, move):
             self.receiving = None
+            if receiving.plan.join:
+                self._moves.joins.go_back_to_standby(f"called off by {giver}: {reason}")
         holding = self.holding
         if holding is not None and (holding.giver, holding.number) == (giver, move):
             self._drop_holding(f"called off by {giver}: {reason}")
@@ -304,6 +320,8 @@ class MoveTaking:
                 if agreed is self.holding and agreed.final is not None:
                     node.replication.copy_to_orphan(agreed.giver, agreed.plan.receiver)
                     self.holding = None
+            elif agreed.plan.join:
+                continue  # smr.node.joins follows the join
             elif (
                 giver is None
                 or giver.status is Status.DEAD
@@ -332,6 +350,8 @@ class MoveTaking:
         if settling is not None and now - settling.sent_at >= CONFIRM_RESEND_S:
             self._confirm_round()
         if self.receiving is not None and now - self.receiving.since > keep_s:
+            if self.receiving.plan.join:
+                self._moves.joins.go_back_to_standby("no commit came")
             self.receiving = None
         if self.holding is not None and now - self.holding.since > keep_s:
             self._drop_holding("no commit came")

@@ -58,7 +58,8 @@ from checkpoint.ids import CheckpointNumber
 from ring.ids import NodeId, Slot
 from ring.moves import MovePlan, MoveRefused, move_done_in, plan_move
 from ring.placement import SlotRange, split_at_load_share
-from ring.view import OWNING_STATUSES
+from ring.view import OWNING_STATUSES, Status
+from smr.node.joins import Joins
 from smr.node.move_taking import MoveTaking
 from smr.protocol import (
     FrameError,
@@ -140,6 +141,7 @@ class Moves:
         # receiver that is settling.
         self.frozen: frozenset[Slot] = frozenset()
         self.taking = MoveTaking(node, self)
+        self.joins = Joins(node, self)
         # One record per move given or received here, for status and the benchmark.
         self.records: deque[dict[str, Any]] = deque(maxlen=64)
 
@@ -152,6 +154,7 @@ class Moves:
             or taking.receiving is not None
             or taking.holding is not None
             or taking.settling is not None
+            or self.joins.asked is not None
         )
 
     def reset(self) -> None:
@@ -159,6 +162,7 @@ class Moves:
         self.giving = None
         self.frozen = frozenset()
         self.taking.reset()
+        self.joins.reset()
 
     # -- 1. propose (giver) ---------------------------------------------------------------
 
@@ -178,10 +182,7 @@ class Moves:
                 raise MoveRefused(f"{node.node_id}'s range has one slot: it cannot be split")
             split = split_at_load_share(own, node.load.slot_rates, keep_share)
         plan = plan_move(node.ring, node.node_id, node.settings.replication, split)
-        self._numbers += 1
-        now = node.clock()
-        giving = Giving(MoveNumber(self._numbers), plan, Step.PROPOSED, now, now)
-        self.giving = giving
+        giving = self.begin_giving(plan)
         propose = MovePropose(
             *node.stamp,
             giving.number,
@@ -197,6 +198,18 @@ class Moves:
         log.warning("move %d proposed: %s", giving.number, what)
         return what
 
+    def begin_giving(self, plan: MovePlan) -> Giving:
+        """Start giving ``plan`` (step 1): a new move number, and the move on record."""
+        self._numbers += 1
+        now = self._node.clock()
+        self.giving = Giving(MoveNumber(self._numbers), plan, Step.PROPOSED, now, now)
+        return self.giving
+
+    @property
+    def committed(self) -> bool:
+        """True while the move this node gives has been committed (step 5)."""
+        return self.giving is not None and self.giving.step is Step.COMMITTED
+
     # -- 2. answer (receiver, copy holder) --------------------------------------------------
 
     def on_propose(self, identity: bytes, message: MovePropose) -> None:
@@ -205,10 +218,17 @@ class Moves:
         giver = node.membership.from_live_peer(message)
         if giver is None:
             return
+        if message.receiver == giver == message.copy_holder:
+            # A standby node asks to join beside this one (smr.node.joins).
+            self.joins.on_request(giver, message)
+            return
         try:
             moving = SlotRange(message.range_start, message.range_length, node.ring.slot_count)
         except ValueError as error:
             raise FrameError(f"move proposal from {giver}: {error}") from None
+        if message.receiver == node.node_id == message.copy_holder:
+            self.joins.on_offer(giver, message, moving)
+            return
         reason = self._refusal(giver, message, moving)
         if reason is None:
             split = None if message.leave else moving.start
@@ -264,9 +284,10 @@ class Moves:
             return
         giving.accepted.add(sender)
         if giving.step is Step.PROPOSED and giving.accepted >= {plan.receiver, plan.copy_holder}:
-            # 3.
+            # 3. (A joiner needs no copy of its own: it is a secondary already.)
             self._to(Step.COPYING)
-            node.snapshots.start_copy(plan.copy_holder, plan.moving)
+            if not plan.join:
+                node.snapshots.start_copy(plan.copy_holder, plan.moving)
 
     # -- 3. copy (copy holder) ------------------------------------------------------------
 
@@ -308,7 +329,7 @@ class Moves:
         """The copy holder of the move this node gives, while it copies (it gets this node's
         checkpoints, step 3), else nothing."""
         giving = self.giving
-        if giving is None or giving.step is Step.PROPOSED:
+        if giving is None or giving.step is Step.PROPOSED or giving.plan.join:
             return ()
         return (giving.plan.copy_holder,)
 
@@ -350,7 +371,7 @@ class Moves:
         moving = giving.plan.moving
         commit = MoveCommit(*node.stamp, giving.number, giving.final, moving.start, moving.length)
         node.peer_send(giving.plan.receiver, commit)
-        if to_copy_holder:
+        if to_copy_holder and giving.plan.copy_holder != giving.plan.receiver:
             node.peer_send(giving.plan.copy_holder, commit)
 
     # -- 6. the taking side ---------------------------------------------------------------
@@ -390,7 +411,12 @@ class Moves:
         if giving is not None:
             plan = giving.plan
             receiver = view.get(plan.receiver)
-            if receiver is None or receiver.status not in OWNING_STATUSES:
+            if plan.join and receiver is not None and receiver.status is Status.JOINING:
+                pass  # the joiner catches up
+            elif plan.join and receiver is not None and receiver.status is Status.STANDBY:
+                if giving.step is not Step.PROPOSED:
+                    self.call_off(f"{plan.receiver} gave up joining", tell=False)
+            elif receiver is None or receiver.status not in OWNING_STATUSES:
                 if move_done_in(view, plan):
                     # The receiver switched and died: its taker serves the slots now.
                     self._finish()
@@ -398,6 +424,9 @@ class Moves:
                     self.call_off(f"{plan.receiver} left the ring")
                 elif _holds(node, plan.moving):
                     self.call_off(f"{plan.receiver} is gone and never switched", tell=False)
+                else:
+                    # Another node took over the slots (the receiver switched, then died).
+                    self._finish()
             elif giving.step is not Step.COMMITTED:
                 holder = view.get(plan.copy_holder)
                 if holder is None or holder.status not in OWNING_STATUSES:
@@ -449,9 +478,10 @@ class Moves:
             frozen_ms,
         )
 
-    def call_off(self, reason: str, tell: bool = True) -> None:
+    def call_off(self, reason: str, tell: bool = True, dropped: bool = False) -> None:
         """Step 8 at the giver: unfreeze, tell the others (unless ``tell`` is False: the
-        receiver is the one that said so), and have the refused mappers resend."""
+        receiver is the one that said so), and have the refused mappers resend. A join
+        whose joiner's connection ``dropped`` marks the joiner dead (``smr.node.joins``)."""
         node = self._node
         giving = self.giving
         if giving is None:
@@ -463,7 +493,10 @@ class Moves:
         done = MoveDone(*node.stamp, giving.number, False, reason)
         if tell:
             node.peer_send(plan.receiver, done)
-        node.peer_send(plan.copy_holder, done)
+        if plan.copy_holder != plan.receiver:
+            node.peer_send(plan.copy_holder, done)
+        if plan.join:
+            self.joins.giver_called_off(plan.receiver, dropped=dropped)
         for identity, stream in giving.refused:
             node.reply(identity, encode(Nack(stream, node.ingest.expected(stream))))
         node.counters.moves_called_off += 1
@@ -503,6 +536,7 @@ class Moves:
             elif step is Step.COMMITTED and now - giving.commit_sent_at >= COMMIT_RESEND_S:
                 self._send_commit()
         self.taking.tick(now, AGREED_KEEP_S)
+        self.joins.tick(now)
 
     # -- reports ------------------------------------------------------------------------------
 

@@ -209,6 +209,7 @@ class Replication:
         if applied:
             node.counters.checkpoints_applied += 1
             self.evict_covered(sender)
+            node.moves.joins.progress()
 
     def _apply_to_copy(self, giver: NodeId, message: Checkpoint) -> None:
         """A checkpoint of a move's giver, for the copy held here: its part about the moving

@@ -291,6 +291,7 @@ class Snapshots:
         node.replication.covered[sender] = copied
         node.replication.forget_orphans_of(sender)
         node.replication.evict_covered(sender)
+        node.moves.joins.progress()
 
     def _being_received(
         self, message: SnapshotChunk | SnapshotEnd

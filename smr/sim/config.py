@@ -32,6 +32,8 @@ class SimConfig:
     nodes: int = 5
     replication: int = 1
     slot_bits: int = 8
+    # Nodes started on standby (s0, s1, ...), owning nothing: capacity that a Join uses.
+    standby: int = 0
     # The feed: mapper ids m0, m1, ...; each emits this many words (key w<i>, value 1)
     # drawn with a Zipf-like skew from a vocabulary of this many.
     mappers: int = 1
@@ -109,6 +111,8 @@ class SimConfig:
                 duplicate_probability=options.duplicate_probability,
             ),
             faults_max=options.faults_max,
+            # Drawn last, so that every earlier draw of a seed stays what it was.
+            standby=rng.choice((0, 0, 1, 2)),
         )
 
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from ring.ids import NodeId
 from ring.moves import MoveRefused
-from smr.faults import Delay, Fault, Forge, Kill, Move, Partition, Pause, Stall, Starve
+from smr.faults import Delay, Fault, Forge, Join, Kill, Move, Partition, Pause, Stall, Starve
 from smr.protocol import RequestId, ViewReply, encode, pack_body
 from smr.sim.nodes import SimNode
 
@@ -36,7 +36,7 @@ def start_fault(sim: Simulation, fault: Fault) -> None:
         # so all are connected soon after the start). The close travels like data: it
         # arrives after what the dead node sent on that connection, and a partition
         # holds it too, so a peer never hears from a node after seeing it drop.
-        for other in sim.node_ids:
+        for other in (*sim.node_ids, *sim.standby_ids):
             peer = sim.nodes[other]
             if other != fault.node and not peer.killed:
                 seen_at_us = max(
@@ -52,6 +52,8 @@ def start_fault(sim: Simulation, fault: Fault) -> None:
         forge(sim, fault)
     elif isinstance(fault, Move):
         move(sim, fault)
+    elif isinstance(fault, Join):
+        join(sim, fault)
     elif isinstance(fault, Starve):
         sim.nodes[fault.node].starves.add(fault)
         starve_gap(sim, sim.nodes[fault.node], fault)
@@ -103,6 +105,24 @@ def move(sim: Simulation, fault: Move) -> None:
         sim._note(f"move started: {what}")
     except MoveRefused as refused:
         sim._note(f"move refused: {refused}")
+    finally:
+        sim._current = None
+    sim._schedule(sim.clock.now_us, sim._wake, node)
+
+
+def join(sim: Simulation, fault: Join) -> None:
+    """Ask the standby ``fault.node`` to join beside ``fault.beside``, as ``smr scale out``
+    would; refused or skipped like a move (noted, no failure)."""
+    node = sim.nodes[fault.node]
+    if not node.running or node.core is None:
+        sim._note(f"join skipped: {fault.node} is not running")
+        return
+    sim._current = fault.node
+    try:
+        what = node.core.moves.joins.request(fault.beside)
+        sim._note(f"join started: {what}")
+    except MoveRefused as refused:
+        sim._note(f"join refused: {refused}")
     finally:
         sim._current = None
     sim._schedule(sim.clock.now_us, sim._wake, node)

@@ -110,6 +110,8 @@ class Simulation:
         self.seed = seed
         config = self.config
         self.node_ids = [NodeId(f"n{i}") for i in range(config.nodes)]
+        # Standby nodes: not in the ring (faults never target them), capacity for joins.
+        self.standby_ids = [NodeId(f"s{i}") for i in range(config.standby)]
         self.settings = NodeSettings(
             replication=config.replication,
             checkpoint_interval_ms=config.checkpoint_interval_ms,
@@ -132,6 +134,7 @@ class Simulation:
                 config.feed_ms,
                 self.tolerance,
                 config.faults_max,
+                self.standby_ids,
             )
         else:
             self.schedule = config.schedule
@@ -195,14 +198,23 @@ class Simulation:
             tokens = sorted(
                 Token(t) for t in rng.sample(range(slot_count(config.slot_bits)), config.nodes)
             )
+        standby = (
+            Member(node, Incarnation(1), f"{ADDR_PREFIX}{node}", Token(0), "", Status.STANDBY, 1)
+            for node in self.standby_ids
+        )
         return View(
-            Member(node, Incarnation(1), f"{ADDR_PREFIX}{node}", token, "", Status.UP, 1)
-            for node, token in zip(self.node_ids, tokens, strict=True)
+            [
+                *(
+                    Member(node, Incarnation(1), f"{ADDR_PREFIX}{node}", token, "", Status.UP, 1)
+                    for node, token in zip(self.node_ids, tokens, strict=True)
+                ),
+                *standby,
+            ]
         )
 
     def _start_nodes(self, view: View) -> None:
         phases = self._rng("timers")
-        for node_id in self.node_ids:
+        for node_id in (*self.node_ids, *self.standby_ids):
             sim_node = SimNode(node_id, None)
             sim_node.links = SimNodeLinks(self, sim_node)
             self.nodes[node_id] = sim_node
@@ -403,7 +415,7 @@ class Simulation:
     def _live(self) -> list[tuple[SimNode, NodeCore]]:
         return [
             (node, node.core)
-            for node_id in self.node_ids
+            for node_id in (*self.node_ids, *self.standby_ids)
             if (node := self.nodes[node_id]).core is not None and not node.killed
         ]
 

@@ -210,7 +210,30 @@ def test_leaving_owners_still_own_and_dead_joining_standby_do_not() -> None:
     ring = Ring(view, slot_bits=4)
     assert ring.owners == ("up", "leaving")
     assert ring.range_of(NodeId("dead")) is None
-    assert ring.roles_of(NodeId("joining"), 2) == bytearray(16)
+    assert ring.range_of(NodeId("joining")) is None
+    assert ring.roles_of(NodeId("standby"), 2) == bytearray(16)
+    assert ring.roles_of(NodeId("dead"), 2) == bytearray(16)
+
+
+def test_a_joiner_is_an_extra_secondary_of_the_owners_whose_replica_sets_it_will_enter() -> None:
+    # Owners a@0, b@4, c@8, d@12; j joins at 6, inside b's range [4, 8).
+    view = View([member(name, token) for name, token in zip("abcd", (0, 4, 8, 12))])
+    ring = Ring(view.with_member(member("j", 6, Status.JOINING)), slot_bits=4)
+    assert ring.joiners == ("j",)
+    assert ring.range_of(NodeId("j")) is None
+    # r = 1: after the join, j backs b up ([4, 6)) and owns [6, 8): it takes b's range in.
+    assert ring.replica_set_of(NodeId("b"), 1) == ("b", "c", "j")
+    assert ring.replica_set_of(NodeId("a"), 1) == ("a", "b")
+    assert ring.predecessors(NodeId("j"), 1) == ("b",)
+    assert [ring.role(NodeId("j"), Slot(s), 1) for s in range(16)] == [
+        Role.SECONDARY if 4 <= s < 8 else Role.NONE for s in range(16)
+    ]
+    # r = 2: a's replica set will hold j too (a, b, j).
+    assert ring.replica_set_of(NodeId("a"), 2) == ("a", "b", "c", "j")
+    assert ring.predecessors(NodeId("j"), 2) == ("b", "a")
+    assert ring.roles_of(NodeId("j"), 2) == bytearray(
+        [Role.SECONDARY] * 8 + [Role.NONE] * 8
+    )
 
 
 def test_a_ring_without_owners_builds_but_has_no_primary() -> None:
@@ -324,3 +347,25 @@ def test_a_takeover_never_grows_a_range_clockwise_but_a_death_without_one_does(
     forged = Ring(view.mark_dead(dead), slot_bits)
     # The dead node's counter-clockwise neighbour would take its slots with no state.
     assert grown_clockwise(before, forged) != []
+
+
+@given(placed_views(min_owners=3, max_owners=10, min_slot_bits=6, max_slot_bits=10), st.data())
+def test_a_takeover_then_a_move_of_the_takers_top_does_not_grow_it_clockwise(
+    placed: Placed, data: st.DataObject
+) -> None:
+    # The taker's start moves back (the takeover) and its end moves back too (it handed the
+    # top of its range on): it grew counter-clockwise only.
+    from ring.moves import moved_view, plan_move
+
+    view, slot_bits = placed.view, placed.slot_bits
+    owners = [m.node_id for m in placed.owners]
+    dead = data.draw(st.sampled_from(owners))
+    taken = successor_takes_over(view, dead)
+    ring = Ring(taken, slot_bits)
+    taker = ring.owners[(list(ring.owners).index(ring.primary(Slot(view.members[dead].token))))]
+    own = ring.range_of(taker)
+    assume(own is not None and own.length >= 2 and len(ring.owners) >= 3)
+    assert own is not None
+    split = Slot((own.start + data.draw(st.integers(1, own.length - 1))) % own.slot_count)
+    moved = moved_view(taken, plan_move(ring, taker, 1, split))
+    assert grown_clockwise(Ring(view, slot_bits), Ring(moved, slot_bits)) == []

@@ -1,0 +1,240 @@
+"""Joins: a standby node takes the top of an owner's range (DESIGN section 7, scale-out).
+
+A join is a move (``smr.node.moves``) whose receiver is the joiner J and whose giver P is
+the owner it joins beside; J first catches up as an extra secondary, so the move needs no
+copy holder. The protocol:
+
+1. Ask (J, on standby): ``MovePropose`` to P naming J as receiver and copy holder, with no
+   range: "may I join beside you".
+2. Offer (P): if it can split its range (two slots or more, no other move or joiner), P
+   splits it at its load median ``t`` and offers ``[t, end)`` (``MovePropose`` with the
+   range); otherwise it refuses (``MoveAnswer``).
+3. Join (J): J writes its own entry ``joining`` at ``t`` (``ring.view.joining_at``) and
+   gossips it. From this view on, placement makes J an extra secondary of P and of the
+   ``r - 1`` owners before P (``ring.placement``): the feeders send it their tuples, and
+   those owners send it snapshots and checkpoints. Nothing else changes for anyone.
+4. Catch up (J): once J holds a complete replica of every owner it backs up, it tells P
+   (``MoveCopied``, through P's last checkpoint it applied), and again after each of P's
+   checkpoints.
+5. From here it is the move of ``[t, end)`` from P to J (steps 4-7 of ``smr.node.moves``):
+   P freezes those slots, checkpoints (``final``) and commits once J reports that
+   checkpoint; J promotes the slots from its replica of P and its backup, writes its entry
+   ``up`` (``ring.view.join_view``), settles with its secondaries, and answers; P drops the
+   slots. Every replica set J enters already holds J's copy, and every other member of it
+   held its copy before: ``r + 1`` copies throughout.
+6. Call off: before the commit, P calls the join off on a refusal, a timeout, a change of
+   the ring, or J's connection dropping (then P marks J dead, so that the feeders stop
+   waiting for its acks; a live J fences and is on standby again). J goes back to standby
+   (its own write) when P calls the join off or is gone, or no commit came in time.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Final
+
+from ring.ids import NodeId, Slot, Token
+from ring.moves import MovePlan, MoveRefused, plan_join
+from ring.placement import SlotRange, split_at_load_share
+from ring.view import Status, back_to_standby, joining_at
+from smr.node.move_taking import Agreed
+from smr.protocol import MoveAnswer, MoveCopied, MoveNumber, MovePropose
+
+if TYPE_CHECKING:
+    from smr.node.core import NodeCore
+    from smr.node.moves import Moves
+
+log = logging.getLogger("smr.node")
+
+# Step 1: an offer within this long, or the joiner stops waiting for it.
+OFFER_TIMEOUT_S: Final = 2.0
+# Step 6: after the commit, a giver whose joiner's connection dropped waits this long for
+# the joiner's answer or a view that settles the join before it marks the joiner dead.
+COMMITTED_GIVE_UP_S: Final = 5.0
+
+
+class Joins:
+    """The joiner's side of joins, and the giver's answer to a request (the module doc)."""
+
+    def __init__(self, node: NodeCore, moves: Moves) -> None:
+        self._node = node
+        self._moves = moves
+        # At a joiner: the owner asked (step 1), and when.
+        self.asked: tuple[NodeId, float] | None = None
+        # At a giver: when the committed joiner's connection dropped (step 6).
+        self._dropped_at: float | None = None
+
+    def reset(self) -> None:
+        """Forget every join (fencing)."""
+        self.asked = None
+        self._dropped_at = None
+
+    # -- 1. ask (joiner) ------------------------------------------------------------------
+
+    def request(self, beside: NodeId) -> str:
+        """Ask ``beside`` for the top of its range; raises ``MoveRefused`` saying why not."""
+        node = self._node
+        me = node.view.get(node.node_id)
+        if me is None or me.status is not Status.STANDBY:
+            status = me.status.value if me is not None else "unknown"
+            raise MoveRefused(f"{node.node_id} is {status}: only a standby node joins")
+        if self._moves.busy:
+            raise MoveRefused(f"{node.node_id} already takes part in a move or join")
+        if node.ring.range_of(beside) is None:
+            raise MoveRefused(f"{beside} owns no range to join beside")
+        self.asked = (beside, node.clock())
+        ask = MovePropose(*node.stamp, MoveNumber(0), Slot(0), 0, False, node.node_id, node.node_id)
+        node.peer_send(beside, ask)
+        log.warning("asked %s to join beside it", beside)
+        return f"{node.node_id} asked to join beside {beside}"
+
+    # -- 2. offer (giver) -----------------------------------------------------------------
+
+    def on_request(self, joiner: NodeId, message: MovePropose) -> None:
+        """Step 2: offer the top of this node's range to ``joiner``, or refuse."""
+        node = self._node
+        reason = self._refusal(joiner)
+        if reason is not None:
+            node.peer_send(joiner, MoveAnswer(*node.stamp, MoveNumber(0), False, reason))
+            return
+        own = node.ring.range_of(node.node_id)
+        assert own is not None
+        split = split_at_load_share(own, node.load.slot_rates, 0.5)
+        offset = (split - own.start) % own.slot_count
+        moving = SlotRange(split, own.length - offset, own.slot_count)
+        plan = MovePlan(node.node_id, joiner, joiner, moving, False, True)
+        giving = self._moves.begin_giving(plan)
+        offer = MovePropose(
+            *node.stamp, giving.number, moving.start, moving.length, False, joiner, joiner
+        )
+        node.peer_send(joiner, offer)
+
+    def _refusal(self, joiner: NodeId) -> str | None:
+        node = self._node
+        me = node.node_id
+        member = node.view.get(joiner)
+        own = node.ring.range_of(me)
+        if member is None or member.status is not Status.STANDBY:
+            return f"{joiner} is not on standby in {me}'s view"
+        if node.settings.replication < 1:
+            return "a join needs replication r >= 1: the joiner catches up as a replica"
+        if own is None or own.length < 2:
+            return f"{me} has no range of two slots or more to split"
+        if self._moves.busy or node.ring.joiners:
+            return f"{me} already takes part in a move, or another node is joining"
+        return None
+
+    # -- 3. join (joiner) -----------------------------------------------------------------
+
+    def on_offer(self, giver: NodeId, message: MovePropose, moving: SlotRange) -> None:
+        """Step 3: join at the offered split, or refuse the offer."""
+        node = self._node
+        me = node.node_id
+        asked = self.asked
+        member = node.view.get(me)
+        reason: str | None = None
+        if asked is None or asked[0] != giver:
+            reason = f"{me} did not ask {giver} to join"
+        elif member is None or member.status is not Status.STANDBY:
+            reason = f"{me} is no longer on standby"
+        if reason is None:
+            self.asked = None
+            node.set_view(joining_at(node.view, me, Token(moving.start)))
+            node.membership.gossip()
+            try:
+                plan = plan_join(node.ring, me, node.settings.replication)
+            except MoveRefused as refused:
+                plan = None
+                reason = str(refused)
+            if plan is None or plan.giver != giver or plan.moving != moving:
+                reason = reason or f"{me}'s view places the join otherwise (views differ)"
+                self.go_back_to_standby(reason)
+            else:
+                agreed = Agreed(giver, message.incarnation, message.move, plan, node.clock())
+                self._moves.taking.receiving = agreed
+                log.warning("joining beside %s at token %s: catching up", giver, moving.start)
+        accepted = reason is None
+        node.peer_send(giver, MoveAnswer(*node.stamp, message.move, accepted, reason or ""))
+
+    # -- 4. catch up (joiner) -------------------------------------------------------------
+
+    def progress(self) -> None:
+        """Step 4: after a snapshot ended or a checkpoint applied here, tell the giver once
+        every replica this joiner keeps is complete."""
+        node = self._node
+        agreed = self._moves.taking.receiving
+        if agreed is None or not agreed.plan.join:
+            return
+        replicas = node.replication.replicas
+        for owner in node.predecessors:
+            replica = replicas.get(owner)
+            if (
+                replica is None
+                or not replica.is_complete
+                or replica.needs_snapshot
+                or replica.snapshot_in_progress
+            ):
+                return
+        through = replicas[agreed.giver].last_checkpoint
+        node.peer_send(agreed.giver, MoveCopied(*node.stamp, agreed.number, through))
+
+    # -- 6. call off ----------------------------------------------------------------------
+
+    def giver_called_off(self, joiner: NodeId, *, dropped: bool = False) -> None:
+        """At the giver, after calling a join off: if the joiner's connection dropped, mark
+        it dead, so that the feeders stop waiting for its acks."""
+        node = self._node
+        self._dropped_at = None
+        member = node.view.get(joiner)
+        if dropped and member is not None and member.status is Status.JOINING:
+            node.set_view(node.view.mark_dead(joiner))
+            node.membership.gossip()
+
+    def go_back_to_standby(self, reason: str) -> None:
+        """At the joiner: the join is over without a switch; on standby again."""
+        node = self._node
+        self._moves.taking.receiving = None
+        member = node.view.get(node.node_id)
+        if member is not None and member.status is Status.JOINING:
+            node.set_view(back_to_standby(node.view, node.node_id))
+            node.membership.gossip()
+            log.warning("the join is off (%s): on standby again", reason)
+
+    def follow_view(self) -> None:
+        """At a joiner: a giver gone, or a ring that places the join otherwise, ends it."""
+        node = self._node
+        agreed = self._moves.taking.receiving
+        if agreed is None or not agreed.plan.join:
+            return
+        me = node.view.get(node.node_id)
+        if me is None or me.status is not Status.JOINING:
+            return
+        try:
+            plan = plan_join(node.ring, node.node_id, node.settings.replication)
+        except MoveRefused as refused:
+            self.go_back_to_standby(str(refused))
+            return
+        if plan != agreed.plan:
+            self.go_back_to_standby(f"the ring changed under the join ({agreed.giver} is gone)")
+
+    def joiner_dropped(self, joiner: NodeId) -> None:
+        """At the giver: the joiner's connection dropped (a crash, most often)."""
+        giving = self._moves.giving
+        if giving is None or not giving.plan.join or giving.plan.receiver != joiner:
+            return
+        if self._moves.committed:
+            self._dropped_at = self._dropped_at or self._node.clock()
+            return
+        self._moves.call_off(f"{joiner}'s connection dropped", tell=False, dropped=True)
+
+    def tick(self, now: float) -> None:
+        """Timeouts: an offer never made (joiner), a committed joiner gone (giver)."""
+        if self.asked is not None and now - self.asked[1] > OFFER_TIMEOUT_S:
+            log.warning("%s made no join offer in time", self.asked[0])
+            self.asked = None
+        if self._dropped_at is not None and now - self._dropped_at > COMMITTED_GIVE_UP_S:
+            self._dropped_at = None
+            giving = self._moves.giving
+            if giving is not None and giving.plan.join:
+                joiner = giving.plan.receiver
+                self._moves.call_off(f"{joiner} is gone and never answered", dropped=True)
