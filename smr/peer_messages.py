@@ -221,9 +221,7 @@ class MoveCopied(PeerMessage):
 class MoveCommit(PeerMessage):
     """The giver stopped applying the moving slots (``range_start``, ``range_length``); its
     checkpoint ``final`` holds their last changes: the receiver may promote them and switch
-    (to the copy holder: its copy counts once it holds ``final``). From the receiver to its
-    secondaries, after it switched: confirm you see the new view (answered by
-    :class:`MoveDone`)."""
+    (to the copy holder: its copy counts once it holds ``final``)."""
 
     kind: ClassVar[Kind] = Kind.MOVE_COMMIT
     move: MoveNumber
@@ -243,6 +241,17 @@ class MoveDone(PeerMessage):
     move: MoveNumber
     switched: bool
     reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class MoveSwitched(PeerMessage):
+    """The receiver of move ``move`` switched: its token is at ``token`` now. Sent to its
+    secondaries, which answer with a :class:`MoveDone` (switched) once their view shows it
+    there."""
+
+    kind: ClassVar[Kind] = Kind.MOVE_SWITCHED
+    move: MoveNumber
+    token: Slot
 
 
 PeerMessages: TypeAlias = (
@@ -265,5 +274,6 @@ PeerMessages: TypeAlias = (
     | MoveCopied
     | MoveCommit
     | MoveDone
+    | MoveSwitched
 )
 """Every message between nodes: the records built on :class:`PeerMessage`."""

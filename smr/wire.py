@@ -73,6 +73,7 @@ class Kind(IntEnum):
     MOVE_COPIED = 56
     MOVE_COMMIT = 57
     MOVE_DONE = 58
+    MOVE_SWITCHED = 59
     OUTPUT = 30
 
 

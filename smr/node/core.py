@@ -56,6 +56,7 @@ from smr.protocol import (
     MoveDone,
     MovePropose,
     MoveRequest,
+    MoveSwitched,
     PeerMessages,
     Ping,
     Probe,
@@ -307,6 +308,8 @@ class NodeCore:
                 self.moves.on_commit(identity, message)
             case MoveDone():
                 self.moves.on_done(identity, message)
+            case MoveSwitched():
+                self.moves.on_switched(identity, message)
             case Checkpoint():
                 self.replication.on_checkpoint(identity, message)
             case CheckpointRequest():

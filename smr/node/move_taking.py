@@ -9,7 +9,7 @@ R's switch, steps 6-7 of the protocol in ``smr.node.moves``:
 6b. Promote the moving slots from the replica, replaying the backed-up tuples past their
     hwm; move R's token (``ring.moves.moved_view``), route by that view and gossip it.
 6c. Settle: the moved slots stay refused here (``Moves.frozen``) until each of R's
-    secondaries confirms it sees the new view (R sends each the commit; each answers
+    secondaries confirms it sees the new view (R sends each ``MoveSwitched``; each answers
     ``MoveDone`` once its view has R at the split, resent until it does). Only R's
     secondaries watch R, so only they could declare it dead; once each of them sees the
     switch, any mark of R's death carries the new token, and no view can hand the moved
@@ -34,7 +34,16 @@ from ring.ids import Incarnation, NodeId
 from ring.moves import MovePlan, MoveRefused, move_done_in, moved_view, plan_join, plan_move
 from ring.placement import SlotRange
 from ring.view import Status
-from smr.protocol import MoveCommit, MoveDone, MoveNumber, MovePropose, Nack, StreamId, encode
+from smr.protocol import (
+    MoveCommit,
+    MoveDone,
+    MoveNumber,
+    MovePropose,
+    MoveSwitched,
+    Nack,
+    StreamId,
+    encode,
+)
 
 if TYPE_CHECKING:
     from smr.node.core import NodeCore
@@ -44,7 +53,7 @@ log = logging.getLogger("smr.node")
 
 # Answers to commits kept for repeats (bounded).
 ANSWERS_KEPT: Final = 64
-# Step 6c: the commit is sent again to the secondaries that have not confirmed this often.
+# Step 6c: MoveSwitched is sent again to the secondaries that have not confirmed this often.
 CONFIRM_RESEND_S: Final = 0.5
 
 
@@ -107,15 +116,11 @@ class MoveTaking:
     # -- 6. the commit ----------------------------------------------------------------------
 
     def on_commit(self, sender: NodeId, message: MoveCommit) -> None:
-        """A commit: from the giver to this receiver (6a-6c), from the giver to this copy
-        holder (it notes ``final``), or from a receiver to this secondary (confirm, 6c)."""
+        """A commit: from the giver to this receiver (6a-6c), or to this copy holder (it
+        notes ``final``)."""
         node = self._node
         holding = self.holding
-        if (
-            holding is not None
-            and holding.number == message.move
-            and sender in (holding.giver, holding.plan.receiver)
-        ):
+        if holding is not None and (holding.giver, holding.number) == (sender, message.move):
             holding.final = message.final
             node.replication.note_final(holding.giver, message.final)
             self.follow_view()
@@ -132,11 +137,18 @@ class MoveTaking:
             if answer is not None:
                 self._keep_answer(key, answer)
                 self._answer(sender, message.move, answer)
-        elif sender in node.predecessors:
-            # 6c, at a secondary of the receiver: confirm once this node's view shows it.
-            member = node.view.get(sender)
-            if member is not None and int(member.token) == int(message.range_start):
-                node.peer_send(sender, MoveDone(*node.stamp, message.move, True, ""))
+
+    def on_switched(self, receiver: NodeId, message: MoveSwitched) -> None:
+        """6c, at a secondary of the receiver: confirm once this node's view shows the
+        receiver at its new token (a copy holder also learns ``final`` was reached)."""
+        node = self._node
+        member = node.view.get(receiver)
+        if (
+            receiver in node.predecessors
+            and member is not None
+            and int(member.token) == int(message.token)
+        ):
+            node.peer_send(receiver, MoveDone(*node.stamp, message.move, True, ""))
 
     def _keep_answer(
         self, key: tuple[NodeId, Incarnation, MoveNumber], answer: tuple[bool, str]
@@ -221,13 +233,7 @@ class MoveTaking:
             return
         settling.sent_at = node.clock()
         plan = settling.agreed.plan
-        confirm = MoveCommit(
-            *node.stamp,
-            settling.agreed.number,
-            settling.final,
-            plan.moving.start,
-            plan.moving.length,
-        )
+        confirm = MoveSwitched(*node.stamp, settling.agreed.number, plan.split)
         for secondary in settling.waiting:
             node.peer_send(secondary, confirm)
 

@@ -69,6 +69,7 @@ from smr.protocol import (
     MoveDone,
     MoveNumber,
     MovePropose,
+    MoveSwitched,
     Nack,
     RequestId,
     StreamId,
@@ -381,6 +382,12 @@ class Moves:
         sender = self._node.membership.from_live_peer(message)
         if sender is not None:
             self.taking.on_commit(sender, message)
+
+    def on_switched(self, identity: bytes, message: MoveSwitched) -> None:
+        """Step 6, at a receiver's secondary (``smr.node.move_taking``)."""
+        sender = self._node.membership.from_live_peer(message)
+        if sender is not None:
+            self.taking.on_switched(sender, message)
 
     # -- 7-8. switch or call off ----------------------------------------------------------
 
