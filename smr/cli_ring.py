@@ -1,6 +1,7 @@
 """The ``smr`` commands that change the ring: ``smr move`` (an operator-driven move of part of
-a node's range to its clockwise neighbour) and ``smr scale in`` (a node leaves: its whole
-range moves, then it stops). Registered on the main group by :mod:`smr.cli`.
+a node's range to its clockwise neighbour), ``smr scale out`` (new nodes join) and ``smr
+scale in`` (a node leaves: its whole range moves, then it stops). Registered on the main
+group by :mod:`smr.cli`.
 
 Each asks the node to start, then follows the move in the node's status until it ends:
 exit 0 when the move is done, 1 when it was refused or called off (the reason is printed),
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -19,10 +21,12 @@ import click
 from smr import cluster as local_cluster
 from smr.cli_options import cluster_dir_option
 from smr.client import Client, NodeUnreachable
-from smr.spec import read_spec
+from smr.spec import NodeSpec, read_spec
 
 # How often a move in progress is looked at.
 POLL_S = 0.1
+# A joiner that is not joining this long after it asked got no offer (it stopped waiting).
+OFFER_WAIT_S = 3.0
 
 wait_option = click.option(
     "--wait-s",
@@ -54,6 +58,21 @@ def move_command(cluster_dir: Path, node_id: str, fraction: float, wait_s: float
 @click.group("scale")
 def scale_group() -> None:
     """Change the number of nodes that own slots."""
+
+
+@scale_group.command("out")
+@cluster_dir_option
+@click.option("--count", default=1, show_default=True, type=click.IntRange(1, 16))
+@click.option("--beside", help="The node to join beside [default: the busiest].")
+@wait_option
+def scale_out_command(cluster_dir: Path, count: int, beside: str | None, wait_s: float) -> None:
+    """Start COUNT new nodes, one after the other; each catches up as an extra replica of
+    the node it joins beside (the busiest, by applied tuples per second), then takes the
+    top of its range (split at the load median)."""
+    for _ in range(count):
+        node = local_cluster.add_node(cluster_dir)
+        click.echo(f"started {node.id} on standby at {node.addr}")
+        click.echo(_run_join(cluster_dir, node.id, node.addr, beside, wait_s))
 
 
 @scale_group.command("in")
@@ -102,6 +121,57 @@ def _run_move(cluster_dir: Path, node_id: str, fraction: float | None, wait_s: f
         _fail(f"the move is still under way after {wait_s:g} s ('smr status' follows it)")
     finally:
         client.close()
+
+
+def _run_join(cluster_dir: Path, joiner: str, addr: str, beside: str | None, wait_s: float) -> str:
+    """Ask ``joiner`` to join beside ``beside`` (or the busiest owner) and follow the join
+    to its end; the outcome in words. Exits 1 if it is refused, called off or too slow."""
+    spec = read_spec(cluster_dir)
+    client = Client(timeout_ms=2000)
+    try:
+        deadline = time.monotonic() + wait_s
+        while True:
+            target = beside or _busiest(client, spec.nodes, joiner)
+            reply = client.join(addr, target)
+            if reply.started:
+                break
+            # A node that does not know the ring yet (it hears of it within a heartbeat
+            # or two) refuses; anything else is final.
+            if "owns no range" not in reply.text or time.monotonic() > deadline:
+                _fail(f"{joiner} refused: {reply.text}")
+            time.sleep(POLL_S)
+        click.echo(f"started: {reply.text}")
+        joining = False
+        offer_by = time.monotonic() + OFFER_WAIT_S
+        while time.monotonic() < deadline:
+            time.sleep(POLL_S)
+            status = client.status(addr)
+            in_view = status["status_in_view"]
+            if in_view == "up" and not status["moves"]["under_way"]:
+                return (
+                    f"done: {joiner} serves {status['range_share']:.1%} of the ring "
+                    f"({status['keys']:,} keys)"
+                )
+            if in_view == "joining":
+                joining = True
+            elif joining or (in_view == "standby" and time.monotonic() > offer_by):
+                _fail(f"the join of {joiner} is off ('smr status' and its log say why)")
+        _fail(f"the join of {joiner} is still under way after {wait_s:g} s")
+    finally:
+        client.close()
+
+
+def _busiest(client: Client, nodes: Sequence[NodeSpec], but: str) -> str:
+    """The serving node applying the most tuples per second (the largest range on ties)."""
+    rows = [
+        row
+        for node, row in client.status_each([n.addr for n in nodes if n.id != but]).items()
+        if not isinstance(row, NodeUnreachable) and row.get("role") == "serving"
+    ]
+    if not rows:
+        _fail("no serving node answers: nothing to join beside")
+    best = max(rows, key=lambda row: (row["tuples_per_s"], row["range_share"]))
+    return str(best["node"])
 
 
 def _wait_replicated(cluster_dir: Path, wait_s: float) -> None:

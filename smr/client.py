@@ -20,6 +20,7 @@ from smr.protocol import (
     DumpRequest,
     Error,
     FrameError,
+    JoinRequest,
     Message,
     MoveReply,
     MoveRequest,
@@ -177,6 +178,11 @@ class Client:
         what moves or why not. The move goes on after the answer (its status shows it)."""
         ppm = 0 if fraction is None else round(fraction * 1_000_000)
         return self.request(addr, lambda req: MoveRequest(req, ppm, fraction is None), MoveReply)
+
+    def join(self, addr: str, beside: str) -> MoveReply:
+        """Ask the standby node at ``addr`` to join the ring beside the owner ``beside``;
+        whether the join started (it goes on after the answer)."""
+        return self.request(addr, lambda req: JoinRequest(req, beside), MoveReply)
 
     def status_each(self, addrs: Sequence[str]) -> dict[str, dict[str, Any] | NodeUnreachable]:
         """The status map of every node at ``addrs``, asked at once, or why it is missing."""

@@ -29,7 +29,7 @@ from typing import Final
 import psutil
 
 from ring.hashing import SLOT_BITS_DEFAULT, check_slot_bits, even_tokens
-from ring.ids import NodeId
+from ring.ids import NodeId, Token
 from smr.client import Client, NodeUnreachable
 from smr.spec import (
     CHECKPOINT_INTERVAL_MS_DEFAULT,
@@ -260,6 +260,43 @@ def up(
 def down(cluster_dir: Path, grace_s: float = 5.0) -> list[str]:
     """Stop the cluster in ``cluster_dir``; returns the ids of the nodes that were running."""
     return stop_nodes(read_spec(cluster_dir), grace_s)
+
+
+def add_node(cluster_dir: Path, ready_timeout_s: float = 30.0) -> NodeSpec:
+    """Start one more node, on standby (it owns nothing until it joins: ``smr scale
+    out``), record it in the cluster's spec, and return once it answers a ping."""
+    spec = read_spec(cluster_dir)
+    taken = {node.id for node in spec.nodes}
+    index = len(spec.nodes)
+    while f"n{index}" in taken:
+        index += 1
+    node = NodeSpec(
+        id=NodeId(f"n{index}"),
+        addr=f"tcp://{LOOPBACK_HOST}:{_free_port()}",
+        pub_addr=f"tcp://{LOOPBACK_HOST}:{_free_port()}",
+        token=Token(0),
+        standby=True,
+    )
+    spec.nodes.append(node)
+    spec.seeds.append(node.addr)
+    write_spec(cluster_dir, spec)
+    node.pid = spawn_node(cluster_dir, node.id)
+    write_spec(cluster_dir, spec)
+    client = Client(timeout_ms=250)
+    deadline = time.monotonic() + ready_timeout_s
+    try:
+        while True:
+            try:
+                client.ping(node.addr)
+                return node
+            except NodeUnreachable:
+                if not is_our_node(node.pid, node.id) or time.monotonic() > deadline:
+                    raise ClusterError(
+                        f"the new node {node.id} did not start: "
+                        f"{_last_log_line(cluster_dir, node.id)}"
+                    ) from None
+    finally:
+        client.close()
 
 
 def remove_node(cluster_dir: Path, node_id: str, grace_s: float = 5.0) -> None:

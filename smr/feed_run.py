@@ -110,11 +110,14 @@ class NodeCounters:
     applied: int
     duplicate: int
     nodes: frozenset[str]
+    ring_changes: int = 0
+    """Takeovers and moves, summed: while the ring changes, tuples are applied by replays
+    and by nodes that joined, which these counters do not add up."""
 
 
 def node_counters(client: Client, addrs: dict[str, str]) -> NodeCounters:
     """The nodes' ``tuples_applied`` and ``tuples_duplicate`` counters, summed."""
-    applied = duplicate = 0
+    applied = duplicate = ring_changes = 0
     answered = set()
     statuses = client.status_each(list(addrs.values()))
     for node_id, addr in addrs.items():
@@ -123,17 +126,21 @@ def node_counters(client: Client, addrs: dict[str, str]) -> NodeCounters:
             continue
         applied += int(status.get("tuples_applied", 0))
         duplicate += int(status.get("tuples_duplicate", 0))
+        ring_changes += sum(
+            int(status.get(name, 0)) for name in ("takeovers", "moves_given", "moves_received")
+        )
         answered.add(node_id)
-    return NodeCounters(applied, duplicate, frozenset(answered))
+    return NodeCounters(applied, duplicate, frozenset(answered), ring_changes)
 
 
 def duplicates_line(before: NodeCounters, after: NodeCounters) -> str | None:
     """What the nodes did with this feed's tuples, from their counters before and after.
 
     The counters are the whole node's: another feed running at the same time is counted
-    too, and a node that stopped answering takes its counts with it (then say nothing).
+    too, and a node that stopped answering takes its counts with it, as a ring that changed
+    moves them (then say nothing).
     """
-    if before.nodes != after.nodes:
+    if before.nodes != after.nodes or before.ring_changes != after.ring_changes:
         return None
     applied = after.applied - before.applied
     duplicate = after.duplicate - before.duplicate

@@ -97,6 +97,7 @@ __all__ = [
     "FrameError",
     "Gossip",
     "Heartbeat",
+    "JoinRequest",
     "Kind",
     "Message",
     "MoveAnswer",
@@ -302,6 +303,16 @@ class MoveRequest:
 
 
 @dataclass(frozen=True, slots=True)
+class JoinRequest:
+    """An operator asks this node, on standby, to join the ring beside ``beside`` (``smr
+    scale out``); answered at once by :class:`MoveReply`, before the join ends."""
+
+    kind: ClassVar[Kind] = Kind.JOIN_REQUEST
+    req: RequestId
+    beside: str
+
+
+@dataclass(frozen=True, slots=True)
 class MoveReply:
     """Whether the move asked for started (``started``), and what it moves or why not."""
 
@@ -381,6 +392,7 @@ Message: TypeAlias = (
     | RecoverReply
     | MoveRequest
     | MoveReply
+    | JoinRequest
     | Output
     | PeerMessages
 )

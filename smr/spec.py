@@ -69,7 +69,7 @@ _WILDCARD_HOSTS: Final = ("0.0.0.0", "*", "[::]", "::")
 """Hosts that mean "every interface": fine to bind, useless to advertise."""
 
 _NODE_FIELDS: Final = frozenset(
-    {"id", "addr", "pub_addr", "token", "pid", "bind_addr", "pub_bind_addr", "zone"}
+    {"id", "addr", "pub_addr", "token", "pid", "bind_addr", "pub_bind_addr", "zone", "standby"}
 )
 
 
@@ -101,6 +101,9 @@ class NodeSpec:
     """The address the node's output publisher binds on its own host (may be a wildcard)."""
     zone: str = ""
     """The fault zone (rack, host, availability zone); empty if unknown."""
+    standby: bool = False
+    """Added to a running cluster (``smr scale out``): it starts on standby, owning nothing,
+    and joins the ring when asked."""
 
     def __post_init__(self) -> None:
         if not self.bind_addr:
@@ -151,7 +154,16 @@ class ClusterSpec:
         """The view every node starts from: all nodes up at their advertised addresses and
         zones, incarnation 1, version 1."""
         return View(
-            Member(n.id, Incarnation(1), n.addr, n.token, n.zone, Status.UP, 1) for n in self.nodes
+            Member(
+                n.id,
+                Incarnation(1),
+                n.addr,
+                n.token,
+                n.zone,
+                Status.STANDBY if n.standby else Status.UP,
+                1,
+            )
+            for n in self.nodes
         )
 
 
@@ -200,6 +212,8 @@ def spec_to_json(spec: ClusterSpec) -> dict[str, Any]:
             entry["pub_bind_addr"] = node.pub_bind_addr
         if node.zone:
             entry["zone"] = node.zone
+        if node.standby:
+            entry["standby"] = True
         nodes.append(entry)
     raw: dict[str, Any] = {
         "format": spec.format,
@@ -293,6 +307,7 @@ def _parse_node(entry: object, slot_bits: int, where: str) -> NodeSpec:
         bind_addr=_str(entry, "bind_addr", f"{where}.bind_addr", ""),
         pub_bind_addr=_str(entry, "pub_bind_addr", f"{where}.pub_bind_addr", ""),
         zone=_str(entry, "zone", f"{where}.zone", "", empty_ok=True),
+        standby=_bool(entry, "standby", f"{where}.standby"),
     )
     _check_advertised(f"{where}.addr", node.addr)
     _check_advertised(f"{where}.pub_addr", node.pub_addr)
@@ -316,6 +331,8 @@ def _check_unique(nodes: list[NodeSpec]) -> None:
         if node.id in seen_ids:
             raise ValueError(f"node id {node.id!r} appears twice")
         seen_ids.add(node.id)
+        if node.standby:
+            continue  # a standby node's token places nothing (it owns no range)
         if node.token in seen_tokens:
             raise ValueError(
                 f"nodes {seen_tokens[node.token]!r} and {node.id!r} have the same token "
@@ -331,6 +348,13 @@ def _required(raw: dict[str, Any], key: str, where: str) -> Any:
     if key not in raw:
         raise ValueError(f"{where} is missing")
     return raw[key]
+
+
+def _bool(raw: dict[str, Any], key: str, where: str) -> bool:
+    value = raw.get(key, False)
+    if not isinstance(value, bool):
+        raise ValueError(f"{where} must be true or false, got {value!r}")
+    return value
 
 
 def _int(raw: dict[str, Any], key: str, where: str, default: object = _MISSING) -> int:

@@ -53,6 +53,7 @@ class Kind(IntEnum):
     RECOVER = 21
     MOVE_REQUEST = 22
     MOVE = 23
+    JOIN_REQUEST = 24
     # Between nodes; every peer message names its sender and the sender's incarnation.
     HEARTBEAT = 40
     GOSSIP = 41

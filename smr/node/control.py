@@ -14,7 +14,7 @@ import psutil
 
 from checkpoint.loss import accept_loss, lost_slots
 from ring.hashing import slot_of
-from ring.ids import Slot
+from ring.ids import NodeId, Slot
 from ring.moves import MoveRefused
 from ring.placement import Role
 from smr.protocol import (
@@ -22,6 +22,7 @@ from smr.protocol import (
     DumpRequest,
     Error,
     FrameError,
+    JoinRequest,
     MoveReply,
     MoveRequest,
     Ping,
@@ -124,6 +125,17 @@ class Control:
             keep_share = 1.0 - message.fraction_ppm / 1_000_000
         try:
             text = node.moves.start(keep_share)
+        except MoveRefused as refused:
+            node.reply(identity, encode(MoveReply(message.req, False, str(refused))))
+            return
+        node.reply(identity, encode(MoveReply(message.req, True, text)))
+
+    def on_join_request(self, identity: bytes, message: JoinRequest) -> None:
+        """An operator asks this standby node to join beside ``message.beside``
+        (``smr.node.joins``): start, and say so, or why not."""
+        node = self._node
+        try:
+            text = node.moves.joins.request(NodeId(message.beside))
         except MoveRefused as refused:
             node.reply(identity, encode(MoveReply(message.req, False, str(refused))))
             return

@@ -49,6 +49,7 @@ from smr.protocol import (
     FrameError,
     Gossip,
     Heartbeat,
+    JoinRequest,
     Message,
     MoveAnswer,
     MoveCommit,
@@ -280,6 +281,8 @@ class NodeCore:
                 self.control.on_recover_request(identity, message)
             case MoveRequest():
                 self.control.on_move_request(identity, message)
+            case JoinRequest():
+                self.control.on_join_request(identity, message)
             case Heartbeat():
                 self.membership.on_heartbeat(identity, message)
             case Gossip():
