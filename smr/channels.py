@@ -50,6 +50,11 @@ class OutBatch:
     waiting_for: set[NodeId] = field(default_factory=set)
     rerouted: bool = False
 
+    @property
+    def replicas_wire(self) -> str:
+        """The replica set as a batch message names it (``Batch.replicas``)."""
+        return ",".join(self.replica_set)
+
 
 FIRST_CHANNEL_NUMBER: Final = ChannelNumber(1)
 

@@ -290,6 +290,7 @@ class Emitter:
             chan,
             channel.base,
             self.view.epoch,
+            batch.replicas_wire,
             len(batch.rows),
             batch.body,
         )

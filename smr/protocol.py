@@ -166,6 +166,10 @@ class Batch:
     """The oldest number the emitter still holds for that channel."""
     epoch: Epoch
     """The view epoch the emitter routed by."""
+    replicas: str
+    """The nodes the emitter sends this batch to (its replica set), comma-separated: a
+    primary refuses a batch that does not go to every node of its own replica set (a node
+    that joined it since, say), so that each tuple it applies is backed up on all of them."""
     n: int
     """How many tuples the body holds."""
     body: bytes

@@ -135,6 +135,8 @@ class NodeCore:
         self.roles = bytearray()
         self.predecessors: tuple[NodeId, ...] = ()
         self.secondaries: tuple[NodeId, ...] = ()
+        # This node's replica set as batches name theirs (Batch.replicas; "" if no owner).
+        self.replicas_wire = ""
         self.tuples_per_s = 0.0
         self.load = LoadMeter(clock)
         # When this node last finished reading its messages (clock time): what it knows of
@@ -205,6 +207,7 @@ class NodeCore:
         changed_range = self.ring.range_of(self.node_id) != old_range
         self.snapshots.follow_secondaries(secondaries, changed_range)
         self.secondaries = secondaries
+        self.replicas_wire = ",".join((self.node_id, *secondaries)) if owner else ""
         # 5.
         self.moves.follow_view()
 

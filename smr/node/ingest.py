@@ -11,9 +11,10 @@ batch's mapper id is the tuples' identity for dedup, the stream names the channe
 4. The expected batch is decoded and validated; a malformed body is answered with ``ERROR``
    and not accepted (the mapper stops with that message instead of resending forever).
 5. If any of its slots is not this node's as primary, or is being handed over in a move
-   (``smr.node.moves``, step 4), the whole batch is refused with ``NOT_OWNER`` and the node's
-   view, and the channel does not advance: the mapper re-routes (or, when the view brings it
-   nothing new, waits for the move to end).
+   (``smr.node.moves``, step 4), or the batch does not go to every node of this node's
+   replica set (the feeder does not know of a new secondary yet), the whole batch is
+   refused with ``NOT_OWNER`` and the node's view, and the channel does not advance: the
+   mapper re-routes (or, when the view brings it nothing new, waits for the move to end).
    A batch whose slots are all backed up here, for one primary, goes to the tuple backup
    (:meth:`smr.node.replication.Replication.back_up`) and is acked in channel order; one
    whose slots belong to two primaries in this node's view is refused the same way (the
@@ -100,6 +101,10 @@ class Ingest:
         # (applied or backed up) in channel order: the only number an ack may carry.
         self._acks: set[tuple[bytes, StreamId]] = set()
         self._processed: dict[StreamId, ChannelNumber] = {}
+        # Batches accepted into the inbox, and taken out of it, since the start: a snapshot
+        # waits until every batch accepted before it began has been applied.
+        self.accepted_total = 0
+        self.taken_total = 0
 
     @property
     def inbox_full(self) -> bool:
@@ -114,6 +119,17 @@ class Ingest:
         self._expected.clear()
         self._acks.clear()
         self._processed.clear()
+        self.taken_total = self.accepted_total
+
+    def _sent_to_all(self, replicas: str) -> bool:
+        """Whether a batch sent to ``replicas`` (``Batch.replicas``) went to every node of
+        this primary's replica set: a feeder that does not know of a new secondary yet
+        (a joiner) must learn of it before this node applies its tuples."""
+        node = self._node
+        mine = node.replicas_wire
+        if replicas == mine:
+            return True
+        return set(mine.split(",")) <= set(replicas.split(","))
 
     def expected(self, stream: StreamId) -> ChannelNumber:
         """The number of the next batch this node expects on ``stream``'s channel."""
@@ -174,8 +190,9 @@ class Ingest:
                 self.inbox.append(Pending(identity, stream, mapper, chan, None))
             return
         frozen = node.moves.frozen
-        if batch is None or (frozen and not frozen.isdisjoint(slot_set)):
-            if batch is None:
+        short = batch is not None and not self._sent_to_all(message.replicas)
+        if batch is None or short or (frozen and not frozen.isdisjoint(slot_set)):
+            if batch is None or short:
                 node.counters.not_owner += 1
             else:
                 # A slot of the range this node is handing over (smr.node.moves, step 4):
@@ -199,6 +216,7 @@ class Ingest:
             node.reply(identity, encode(Error(None, text)))
             return
         # 6. Accept.
+        self.accepted_total += 1
         self.inbox.append(Pending(identity, stream, mapper, chan, batch))
         self.inbox_tuples += len(batch)
         self.inbox_peak = max(self.inbox_peak, len(self.inbox))
@@ -220,6 +238,8 @@ class Ingest:
         applied = 0
         while self.inbox and budget > 0 and clock() < stop_at:
             pending = self.inbox.popleft()
+            if pending.batch is not None:
+                self.taken_total += 1
             if pending.chan <= self._processed.get(pending.stream, -1):
                 # An ack may only move forward: acking a number twice could release a batch
                 # the emitter must still hold.

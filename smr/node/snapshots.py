@@ -126,6 +126,7 @@ class Snapshots:
         """Send ``secondary`` a full snapshot of this node's range (or of the part ``only``
         of it, a move's copy), one chunk per step.
 
+        0. Wait until every batch accepted before the snapshot began is applied.
         1. SNAPSHOT_BEGIN with ``as_of``, the last checkpoint number already swapped,
            ``snap``, this snapshot's number, and this node's range: once the snapshot ends,
            the secondary holds a copy of every slot of it (``Replication.covered``).
@@ -141,6 +142,12 @@ class Snapshots:
         index or a short count: it aborts the snapshot and asks for a new one.
         """
         node = self._node
+        # 0. Batches accepted before now may have gone to the old replica set only (a new
+        #    secondary was not in it): they are applied before the snapshot is read, so
+        #    that it holds them; every later one went to the secondary too (Ingest step 5).
+        accepted = node.ingest.accepted_total
+        while node.ingest.taken_total < accepted:
+            yield
         self._snapshot_ids = snap = SnapshotNumber(self._snapshot_ids + 1)
         chunks_sent = 0
         # 1.
