@@ -175,8 +175,10 @@ class Joins:
                 or replica.snapshot_in_progress
             ):
                 return
-        through = replicas[agreed.giver].last_checkpoint
-        node.peer_send(agreed.giver, MoveCopied(*node.stamp, agreed.number, through))
+        giver = replicas.get(agreed.giver)
+        if giver is not None:
+            through = giver.last_checkpoint
+            node.peer_send(agreed.giver, MoveCopied(*node.stamp, agreed.number, through))
 
     # -- 6. call off ----------------------------------------------------------------------
 

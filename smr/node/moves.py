@@ -441,6 +441,7 @@ class Moves:
                 elif not _holds(node, plan.moving):
                     self.call_off("the ring changed under the move")
         self.taking.follow_view()
+        self.joins.follow_view()
 
     def _finish(self) -> None:
         """Step 7 at the giver: the receiver serves the moved slots."""

@@ -18,6 +18,7 @@ from smr.node.recovery import promote_range
 if TYPE_CHECKING:
     from smr.sim.simulation import Simulation
 
+from ring.view import Status
 from smr.faults import lost_nodes
 from smr.sim.nodes import sim_job
 
@@ -33,6 +34,9 @@ def not_converged(sim: Simulation) -> str | None:
     for node, core in live:
         if core.view != first:
             return f"{node.node_id} holds another view: {core.view!r} vs {first!r}"
+    joining = [m.node_id for m in first.members.values() if m.status is Status.JOINING]
+    if joining:
+        return f"{', '.join(joining)} still joining"
     incarnations = {node.node_id: core.incarnation for node, core in live}
     for member in first.owners():
         if incarnations.get(member.node_id) != member.incarnation:

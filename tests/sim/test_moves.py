@@ -8,7 +8,7 @@ import pytest
 
 from ring.ids import NodeId
 from ring.view import Status
-from smr.faults import Fault, FaultSchedule, Kill, Move, Partition, Pause
+from smr.faults import Fault, FaultSchedule, Join, Kill, Move, Partition, Pause
 from smr.sim import SimConfig, SimResult, Simulation, SweepOptions, run_seed
 
 
@@ -98,3 +98,41 @@ MOVE_SWEEP_FINDINGS = {
 @pytest.mark.parametrize("seed", sorted(MOVE_SWEEP_FINDINGS), ids=lambda seed: f"seed{seed}")
 def test_seeds_that_once_failed_the_sweep_with_moves_pass(seed: int) -> None:
     run_seed(seed, SweepOptions())
+
+
+def run_with_standby(*faults: Fault, standby: int = 1, replication: int = 1) -> Simulation:
+    config = SimConfig(nodes=4, replication=replication, slot_bits=8, standby=standby)
+    simulation = Simulation(5, config=config, schedule=FaultSchedule(faults))
+    simulation.result = simulation.run()  # type: ignore[attr-defined]
+    return simulation
+
+
+@pytest.mark.parametrize("replication", [1, 2])
+def test_a_standby_node_joins_during_the_feed_and_serves_the_top_of_a_range(
+    replication: int,
+) -> None:
+    simulation = run_with_standby(Join(n("s0"), n("n1"), 200), replication=replication)
+    view = next(iter(simulation.live_cores().values())).view
+    assert view.members[n("s0")].status is Status.UP
+    assert total(simulation, "moves_given") == total(simulation, "moves_received") == 1
+    assert simulation.live_cores()[n("s0")].store.key_count() > 0
+
+
+def test_two_standby_nodes_join_beside_different_nodes() -> None:
+    simulation = run_with_standby(
+        Join(n("s0"), n("n1"), 150), Join(n("s1"), n("n3"), 160), standby=2
+    )
+    view = next(iter(simulation.live_cores().values())).view
+    assert [view.members[n(s)].status for s in ("s0", "s1")] == [Status.UP, Status.UP]
+
+
+def test_the_giver_killed_while_a_node_joins_beside_it_ends_the_join() -> None:
+    simulation = run_with_standby(Join(n("s0"), n("n1"), 200), Kill(n("n1"), 202))
+    view = next(iter(simulation.live_cores().values())).view
+    assert view.members[n("s0")].status in (Status.STANDBY, Status.UP)
+    assert total(simulation, "takeovers") == 1
+
+
+def test_a_join_then_a_kill_of_the_joiner_s_successor_loses_nothing() -> None:
+    simulation = run_with_standby(Join(n("s0"), n("n1"), 150), Kill(n("n2"), 400))
+    assert total(simulation, "takeovers") == 1
