@@ -97,11 +97,7 @@ class Membership:
             and me.incarnation == node.incarnation
             and any(owner.token == me.token for owner in merged.owners())
         )
-        # A node that owns nothing serves nothing from empty state, whatever it accepts (a
-        # standby node started with the cluster's first view merges the real one).
-        owns = node.ring.range_of(node.node_id) is not None
-        check = owns and not taken_over
-        grown = grown_clockwise(node.ring, Ring(merged, node.slot_bits)) if check else []
+        grown = [] if taken_over else grown_clockwise(node.ring, Ring(merged, node.slot_bits))
         if grown:
             node.counters.views_refused += 1
             if self._refusal_log.due(node.clock()):

@@ -217,7 +217,7 @@ def test_leaving_owners_still_own_and_dead_joining_standby_do_not() -> None:
 
 def test_a_joiner_is_an_extra_secondary_of_the_owners_whose_replica_sets_it_will_enter() -> None:
     # Owners a@0, b@4, c@8, d@12; j joins at 6, inside b's range [4, 8).
-    view = View([member(name, token) for name, token in zip("abcd", (0, 4, 8, 12))])
+    view = View([member(name, token) for name, token in zip("abcd", (0, 4, 8, 12), strict=True)])
     ring = Ring(view.with_member(member("j", 6, Status.JOINING)), slot_bits=4)
     assert ring.joiners == ("j",)
     assert ring.range_of(NodeId("j")) is None
