@@ -18,9 +18,9 @@ from typing import Any, NoReturn
 
 import click
 
-from smr import cluster as local_cluster
 from smr.cli_options import cluster_dir_option
 from smr.client import Client, NodeUnreachable
+from smr.provision import LocalProcesses, StandbyPool
 from smr.spec import NodeSpec, read_spec
 
 # How often a move in progress is looked at.
@@ -66,12 +66,14 @@ def scale_group() -> None:
 @click.option("--beside", help="The node to join beside [default: the busiest].")
 @wait_option
 def scale_out_command(cluster_dir: Path, count: int, beside: str | None, wait_s: float) -> None:
-    """Start COUNT new nodes, one after the other; each catches up as an extra replica of
-    the node it joins beside (the busiest, by applied tuples per second), then takes the
-    top of its range (split at the load median)."""
+    """Add COUNT nodes, one after the other: a node already on standby (fenced, or left
+    running by 'scale in --keep-running') first, else a new process. Each catches up as an
+    extra replica of the node it joins beside (the busiest, by applied tuples per second),
+    then takes the top of its range (split at the load median)."""
+    provisioner = StandbyPool(LocalProcesses(cluster_dir), size=0)
     for _ in range(count):
-        node = local_cluster.add_node(cluster_dir)
-        click.echo(f"started {node.id} on standby at {node.addr}")
+        node = provisioner.start()
+        click.echo(f"{node.id} on standby at {node.addr}")
         click.echo(_run_join(cluster_dir, node.id, node.addr, beside, wait_s))
 
 
@@ -94,7 +96,7 @@ def scale_in_command(cluster_dir: Path, node_id: str, keep_running: bool, wait_s
     # snapshot now. Until every node reports none under-replicated, say so and wait.
     _wait_replicated(cluster_dir, wait_s)
     if not keep_running:
-        local_cluster.remove_node(cluster_dir, node_id)
+        LocalProcesses(cluster_dir).stop(node_id)
         click.echo(f"{node_id} stopped and removed from {cluster_dir}")
 
 

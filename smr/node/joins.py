@@ -51,6 +51,8 @@ OFFER_TIMEOUT_S: Final = 2.0
 # Step 6: after the commit, a giver whose joiner's connection dropped waits this long for
 # the joiner's answer or a view that settles the join before it marks the joiner dead.
 COMMITTED_GIVE_UP_S: Final = 5.0
+# A fenced node on standby asks to join again this often (NodeSettings.rejoin_after_fence_ms).
+REJOIN_RETRY_S: Final = 5.0
 
 
 class Joins:
@@ -63,6 +65,8 @@ class Joins:
         self.asked: tuple[NodeId, float] | None = None
         # At a giver: when the committed joiner's connection dropped (step 6).
         self._dropped_at: float | None = None
+        # At a fenced node: when it last asked to join again.
+        self._rejoin_asked_at = -1e9
 
     def reset(self) -> None:
         """Forget every join (fencing)."""
@@ -229,8 +233,34 @@ class Joins:
             return
         self._moves.call_off(f"{joiner}'s connection dropped", tell=False, dropped=True)
 
+    def rejoin(self, now: float) -> None:
+        """A fenced node on standby is capacity: once ``rejoin_after_fence_ms`` passed since
+        it was fenced, it asks to join beside the owner with the largest range, every
+        ``REJOIN_RETRY_S`` until it joined."""
+        node = self._node
+        wait_ms = node.settings.rejoin_after_fence_ms
+        fenced_at = node.recovery.fenced_at
+        if wait_ms is None or fenced_at is None or now - fenced_at < wait_ms / 1000:
+            return
+        me = node.view.get(node.node_id)
+        if me is None or me.status is not Status.STANDBY or self._moves.busy:
+            return
+        if now - self._rejoin_asked_at < REJOIN_RETRY_S:
+            return
+        self._rejoin_asked_at = now
+        ranges = node.ring.ranges()
+        if not ranges:
+            return
+        largest = max(ranges, key=lambda owner_range: owner_range[1].length)[0]
+        try:
+            self.request(largest)
+        except MoveRefused as refused:
+            log.info("not rejoining yet: %s", refused)
+
     def tick(self, now: float) -> None:
-        """Timeouts: an offer never made (joiner), a committed joiner gone (giver)."""
+        """Timeouts: an offer never made (joiner), a committed joiner gone (giver); a
+        fenced node's rejoining."""
+        self.rejoin(now)
         if self.asked is not None and now - self.asked[1] > OFFER_TIMEOUT_S:
             log.warning("%s made no join offer in time", self.asked[0])
             self.asked = None

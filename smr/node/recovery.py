@@ -95,6 +95,8 @@ class Recovery:
         self.offline: set[Slot] = set()
         # One record per takeover, for `status` and the recovery benchmark (bounded).
         self.takeover_records: deque[dict[str, Any]] = deque(maxlen=64)
+        # When this node was last fenced (its clock), None if never.
+        self.fenced_at: float | None = None
 
     # -- detection ---------------------------------------------------------------------------
 
@@ -418,6 +420,7 @@ class Recovery:
         node = self._node
         log.error("marked dead in the view: fencing incarnation %d", node.incarnation)
         node.counters.fenced += 1
+        self.fenced_at = node.clock()
         # 1.
         node.handoff.keep(node.store, node.incarnation)
         node.store = StateStore()

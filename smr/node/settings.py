@@ -33,6 +33,11 @@ class NodeSettings:
     # A loop that reads no message for this long is reported stuck (a reduce call that does
     # not return); it is not declared dead: its heartbeats go on from their own thread.
     stuck_after_ms: int = 30_000
+    # A node fenced (declared dead while alive) is capacity: this long after it rejoined on
+    # standby it asks to join beside the node with the largest range (the one that took its
+    # range over, most often), again every few seconds until it has joined. None: it stays
+    # on standby until asked. The wait lets a node that was slow settle first.
+    rejoin_after_fence_ms: int | None = 30_000
 
 
 @dataclass

@@ -118,6 +118,10 @@ class Simulation:
             backup_bytes_max=config.backup_bytes_max,
             snapshot_chunk_keys=config.snapshot_chunk_keys,
             first_contact_grace_ms=config.first_contact_grace_ms,
+            # The schedules' tolerance rules hold a lost node lost for the whole run: a
+            # fenced node that joins again somewhere else would change which nodes are
+            # adjacent (joins are played as Join commands instead).
+            rejoin_after_fence_ms=None,
         )
         self.tolerance = Tolerance(
             failure_timeout_ms=self.settings.failure_timeout_ms,

@@ -111,3 +111,52 @@ def test_a_node_killed_during_a_move_loses_nothing(cluster: Cluster, victim: str
     rows = settle(cluster)
     assert sum(r["takeovers"] for r in rows.values()) == 1
     assert cluster.counts() == word_counts(paths)
+
+
+def test_two_nodes_scaled_out_during_a_feed_join_and_lose_nothing(cluster: Cluster) -> None:
+    cluster.up(3, "examples.wordcount:job", "--replication", "1")
+    paths = books()
+    feed = cluster.feed_in_background(*paths, extra=FEED_FLAGS)
+    try:
+        out = cluster.smr("scale", "out", "--cluster", str(cluster.dir), "--count", "2").stdout
+    finally:
+        cluster.wait_feed(feed)
+    assert out.count("done:") == 2, out
+    rows = settle(cluster)
+    assert set(rows) == {"n0", "n1", "n2", "n3", "n4"}
+    assert all(row["role"] == "serving" for row in rows.values())
+    assert sum(r["range_share"] for r in rows.values()) == pytest.approx(1.0)
+    assert cluster.counts() == word_counts(paths)
+
+
+def test_a_joiner_killed_while_it_catches_up_is_dropped_and_nothing_is_lost(
+    cluster: Cluster,
+) -> None:
+    from smr import cluster as local_cluster
+
+    cluster.up(3, "examples.wordcount:job", "--replication", "1")
+    nodes = {n["id"]: n for n in cluster.spec()["nodes"]}
+    paths = books()
+    feed = cluster.feed_in_background(*paths, extra=FEED_FLAGS)
+    client = Client()
+    try:
+        joiner = local_cluster.add_node(cluster.dir)
+        deadline = time.monotonic() + 10
+        while not (reply := client.join(joiner.addr, "n1")).started:
+            assert time.monotonic() < deadline, reply.text
+            time.sleep(0.1)
+        time.sleep(0.02)  # joining: an extra secondary of n1, catching up
+        cluster.smr("fault", "kill", joiner.id, "--cluster", str(cluster.dir))
+    finally:
+        client.close()
+        cluster.wait_feed(feed)
+    deadline = time.monotonic() + 20
+    while True:
+        rows = {n: r for n, r in cluster.status().items() if r["state"] == "up"}
+        if set(rows) == set(nodes) and all(
+            not r["moves"]["under_way"] and r["under_replicated_slots"] == 0 for r in rows.values()
+        ):
+            break
+        assert time.monotonic() < deadline, rows
+        time.sleep(0.2)
+    assert cluster.counts() == word_counts(paths)

@@ -231,9 +231,7 @@ def test_a_joiner_is_an_extra_secondary_of_the_owners_whose_replica_sets_it_will
     # r = 2: a's replica set will hold j too (a, b, j).
     assert ring.replica_set_of(NodeId("a"), 2) == ("a", "b", "c", "j")
     assert ring.predecessors(NodeId("j"), 2) == ("b", "a")
-    assert ring.roles_of(NodeId("j"), 2) == bytearray(
-        [Role.SECONDARY] * 8 + [Role.NONE] * 8
-    )
+    assert ring.roles_of(NodeId("j"), 2) == bytearray([Role.SECONDARY] * 8 + [Role.NONE] * 8)
 
 
 def test_a_ring_without_owners_builds_but_has_no_primary() -> None:
