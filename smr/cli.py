@@ -95,6 +95,13 @@ def cluster_group() -> None:
 @click.option("--job", "job_ref", required=True, help="The job, as module:attribute.")
 @click.option("--slot-bits", default=14, show_default=True, type=click.IntRange(1, 20))
 @click.option("--checkpoint-interval-ms", default=1000, show_default=True, type=click.IntRange(1))
+@click.option(
+    "--rejoin-after-fence-s",
+    default=30.0,
+    show_default=True,
+    type=click.FloatRange(0),
+    help="A node declared dead while alive joins again this long after (0: never).",
+)
 def cluster_up(
     cluster_dir: Path,
     nodes: int,
@@ -102,6 +109,7 @@ def cluster_up(
     job_ref: str,
     slot_bits: int,
     checkpoint_interval_ms: int,
+    rejoin_after_fence_s: float,
 ) -> None:
     """Start NODES node processes on 127.0.0.1 in the background."""
     if replication is None:
@@ -109,7 +117,13 @@ def cluster_up(
         replication = 1 if nodes >= 2 else 0
     load_job(job_ref)  # fail here, with the reason, rather than in every node's log
     spec = local_cluster.up(
-        cluster_dir, nodes, replication, job_ref, slot_bits, checkpoint_interval_ms
+        cluster_dir,
+        nodes,
+        replication,
+        job_ref,
+        slot_bits,
+        checkpoint_interval_ms,
+        rejoin_after_fence_ms=round(rejoin_after_fence_s * 1000) or None,
     )
     click.echo(f"cluster of {nodes} nodes up in {cluster_dir}")
     for node in spec.nodes:

@@ -34,6 +34,8 @@ from smr.client import Client, NodeUnreachable
 from smr.spec import (
     CHECKPOINT_INTERVAL_MS_DEFAULT,
     CLUSTER_FILE,
+    REJOIN_AFTER_FENCE_KEY,
+    REJOIN_AFTER_FENCE_MS_DEFAULT,
     ClusterError,
     ClusterSpec,
     NodeSpec,
@@ -200,6 +202,7 @@ def up(
     slot_bits: int = SLOT_BITS_DEFAULT,
     checkpoint_interval_ms: int = CHECKPOINT_INTERVAL_MS_DEFAULT,
     ready_timeout_s: float = 30.0,
+    rejoin_after_fence_ms: int | None = REJOIN_AFTER_FENCE_MS_DEFAULT,
 ) -> ClusterSpec:
     """Start a local cluster and return once every node answers a ping.
 
@@ -224,6 +227,7 @@ def up(
     # 2.
     spec = plan_cluster(nodes, replication, job, slot_bits, checkpoint_interval_ms)
     spec.incarnation = uuid.uuid4().hex[:16]
+    spec.extra[REJOIN_AFTER_FENCE_KEY] = rejoin_after_fence_ms
     write_spec(cluster_dir, spec)
     # 3.
     for node in spec.nodes:

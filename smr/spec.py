@@ -68,6 +68,10 @@ CHECKPOINT_INTERVAL_MS_DEFAULT: Final = 1000
 _WILDCARD_HOSTS: Final = ("0.0.0.0", "*", "[::]", "::")
 """Hosts that mean "every interface": fine to bind, useless to advertise."""
 
+REJOIN_AFTER_FENCE_KEY: Final = "rejoin_after_fence_ms"
+"""The ``extra`` setting for how long after it was fenced a node joins again (null: never)."""
+REJOIN_AFTER_FENCE_MS_DEFAULT: Final = 30_000
+
 _NODE_FIELDS: Final = frozenset(
     {"id", "addr", "pub_addr", "token", "pid", "bind_addr", "pub_bind_addr", "zone", "standby"}
 )
@@ -149,6 +153,15 @@ class ClusterSpec:
                 return node
         known = ", ".join(n.id for n in self.nodes)
         raise ClusterError(f"no node {node_id!r} in this cluster (nodes: {known})")
+
+    def rejoin_after_fence_ms(self) -> int | None:
+        """How long after it was fenced a node joins again (``extra``; None: never)."""
+        value = self.extra.get(REJOIN_AFTER_FENCE_KEY, REJOIN_AFTER_FENCE_MS_DEFAULT)
+        if value is None:
+            return None
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise ClusterError(f"extra.{REJOIN_AFTER_FENCE_KEY} must be ms >= 0 or null: {value!r}")
+        return value
 
     def initial_view(self) -> View:
         """The view every node starts from: all nodes up at their advertised addresses and

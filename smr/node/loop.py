@@ -64,7 +64,9 @@ def serve(cluster_dir: Path, node_id: str) -> int:
     output = OutputSink(node_id, cluster_dir / "output" / f"{node_id}.jsonl", publisher.publish)
     links = ZmqNodeLinks(inbox)
     settings = NodeSettings(
-        replication=spec.replication, checkpoint_interval_ms=spec.checkpoint_interval_ms
+        replication=spec.replication,
+        checkpoint_interval_ms=spec.checkpoint_interval_ms,
+        rejoin_after_fence_ms=spec.rejoin_after_fence_ms(),
     )
     core = NodeCore(
         NodeId(node_id),

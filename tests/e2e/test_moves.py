@@ -160,3 +160,32 @@ def test_a_joiner_killed_while_it_catches_up_is_dropped_and_nothing_is_lost(
         assert time.monotonic() < deadline, rows
         time.sleep(0.2)
     assert cluster.counts() == word_counts(paths)
+
+
+def test_a_node_fenced_after_a_long_pause_joins_again_by_itself(cluster: Cluster) -> None:
+    cluster.up(4, "examples.wordcount:job", "--replication", "1", "--rejoin-after-fence-s", "1")
+    paths = books()
+    feed = cluster.feed_in_background(*paths, extra=FEED_FLAGS)
+    try:
+        time.sleep(0.5)
+        cluster.smr("fault", "pause", "n1", "--cluster", str(cluster.dir))
+        time.sleep(2.0)  # past the failure timeout: n2 takes n1 over
+        cluster.smr("fault", "resume", "n1", "--cluster", str(cluster.dir))
+    finally:
+        cluster.wait_feed(feed)
+    deadline = time.monotonic() + 30
+    while True:
+        rows = {n: r for n, r in cluster.status().items() if r["state"] == "up"}
+        n1 = rows.get("n1")
+        if (
+            n1 is not None
+            and n1["fenced"] == 1
+            and n1["status_in_view"] == "up"
+            and all(not r["moves"]["under_way"] for r in rows.values())
+            and all(r["under_replicated_slots"] == 0 for r in rows.values())
+        ):
+            break
+        assert time.monotonic() < deadline, rows
+        time.sleep(0.2)
+    assert n1["incarnation"] == 2 and n1["keys"] > 0
+    assert cluster.counts() == word_counts(paths)

@@ -1,0 +1,72 @@
+"""Provisioners: the standby pool hands out nodes on standby first, and refills."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ring.ids import NodeId, Token
+from smr.client import NodeUnreachable
+from smr.provision import StandbyPool
+from smr.spec import NodeSpec
+
+
+class Started:
+    """An inner provisioner that records what it starts (nodes on standby at once)."""
+
+    def __init__(self, running: list[NodeSpec]) -> None:
+        self.running = running
+        self.stopped: list[str] = []
+
+    def start(self) -> NodeSpec:
+        node = NodeSpec(
+            NodeId(f"n{len(self.running)}"), f"tcp://h:{len(self.running)}", "", Token(0)
+        )
+        self.running.append(node)
+        return node
+
+    def stop(self, node_id: str) -> None:
+        self.stopped.append(node_id)
+
+    def nodes(self) -> list[NodeSpec]:
+        return list(self.running)
+
+
+class Statuses:
+    """Answers status_each from a table: address -> status_in_view (None: unreachable)."""
+
+    def __init__(self, states: dict[str, str | None]) -> None:
+        self.states = states
+
+    def status_each(self, addrs: list[str]) -> dict[str, Any]:
+        return {
+            addr: NodeUnreachable("down")
+            if self.states.get(addr) is None
+            else {"status_in_view": self.states[addr]}
+            for addr in addrs
+        }
+
+
+def node(index: int) -> NodeSpec:
+    return NodeSpec(NodeId(f"n{index}"), f"tcp://h:{index}", "", Token(0))
+
+
+def test_a_pool_hands_out_a_node_already_on_standby_and_refills() -> None:
+    inner = Started([node(0), node(1)])
+    statuses = Statuses({"tcp://h:0": "up", "tcp://h:1": "standby"})
+    pool = StandbyPool(inner, size=1, client=statuses)  # type: ignore[arg-type]
+    assert pool.start().id == "n1"
+    assert [n.id for n in inner.running] == ["n0", "n1", "n2"]  # the pool refilled
+
+
+def test_an_empty_pool_of_size_zero_starts_a_node_and_keeps_none() -> None:
+    inner = Started([node(0)])
+    pool = StandbyPool(inner, size=0, client=Statuses({"tcp://h:0": "up"}))  # type: ignore[arg-type]
+    assert pool.start().id == "n1"
+    assert len(inner.running) == 2
+
+
+def test_fill_starts_nodes_until_the_pool_is_full_and_unreachable_ones_do_not_count() -> None:
+    inner = Started([node(0), node(1)])
+    statuses = Statuses({"tcp://h:0": "standby", "tcp://h:1": None})
+    pool = StandbyPool(inner, size=2, client=statuses)  # type: ignore[arg-type]
+    assert [n.id for n in pool.fill()] == ["n2"]
