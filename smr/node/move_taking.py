@@ -140,8 +140,17 @@ class MoveTaking:
 
     def on_switched(self, receiver: NodeId, message: MoveSwitched) -> None:
         """6c, at a secondary of the receiver: confirm once this node's view shows the
-        receiver at its new token (a copy holder also learns ``final`` was reached)."""
+        receiver at its new token (and, at the copy holder, once it knows ``final``)."""
         node = self._node
+        holding = self.holding
+        if (
+            holding is not None
+            and (holding.plan.receiver, holding.number) == (receiver, message.move)
+            and holding.final is None
+        ):
+            # This node's copy of the moved slots counts only once it knows `final` (the
+            # giver resends its commit until the receiver answers, so it comes).
+            return
         member = node.view.get(receiver)
         if (
             receiver in node.predecessors
@@ -323,9 +332,15 @@ class MoveTaking:
             giver = view.get(agreed.giver)
             receiver = view.get(agreed.plan.receiver)
             if move_done_in(view, agreed.plan):
-                if agreed is self.holding and agreed.final is not None:
+                if agreed is not self.holding:
+                    continue
+                if agreed.final is not None:
                     node.replication.copy_to_orphan(agreed.giver, agreed.plan.receiver)
                     self.holding = None
+                elif receiver is None or receiver.status is Status.DEAD:
+                    # Its taker took the moved slots over from copies of its own; this one
+                    # never learnt the final checkpoint (the commit was lost).
+                    self._drop_holding(f"{agreed.plan.receiver} switched and is gone")
             elif agreed.plan.join:
                 continue  # smr.node.joins follows the join
             elif (

@@ -542,7 +542,8 @@ class Moves:
             elif step in (Step.DRAINING, Step.FINAL) and waited > FREEZE_TIMEOUT_S:
                 self.call_off(f"stuck at {step.value} for {waited:.1f} s")
             elif step is Step.COMMITTED and now - giving.commit_sent_at >= COMMIT_RESEND_S:
-                self._send_commit()
+                # The copy holder too: its copy counts only once it knows `final`.
+                self._send_commit(to_copy_holder=True)
         self.taking.tick(now, AGREED_KEEP_S)
         self.joins.tick(now)
 

@@ -173,10 +173,10 @@ class Replication:
     def replica_of(self, sender: NodeId) -> PeerReplica | None:
         """The replica snapshots from ``sender`` go to: of a predecessor, or the copy held
         for a move of ``sender``'s; None if neither."""
-        replica = self.replicas.get(sender)
-        if replica is None and sender in self.incoming:
-            return self.incoming[sender].replica
-        return replica
+        if sender in self._node.predecessors:
+            return self.replicas.get(sender)
+        copy = self.incoming.get(sender)
+        return copy.replica if copy is not None else None
 
     def replica(self, primary: NodeId) -> PeerReplica:
         """The replica of ``primary`` kept here; a new one asks it for a snapshot."""

@@ -233,8 +233,11 @@ class Snapshots:
         sender = node.membership.from_live_peer(message)
         if sender is None:
             return
-        incoming = node.replication.incoming.get(sender)
-        if sender in node.predecessors or incoming is not None:
+        # A predecessor's snapshots go to its replica, even if this node also holds a copy
+        # for a move of that node's (it became a predecessor since: a death between).
+        predecessor = sender in node.predecessors
+        incoming = None if predecessor else node.replication.incoming.get(sender)
+        if predecessor or incoming is not None:
             try:
                 copied = SlotRange(message.range_start, message.range_length, node.ring.slot_count)
             except ValueError as error:
@@ -292,7 +295,7 @@ class Snapshots:
         node = self._node
         copied = self._receiving_range.pop(sender)
         node.counters.snapshots_received += 1
-        if sender in node.replication.incoming:
+        if sender not in node.predecessors and sender in node.replication.incoming:
             node.moves.copied(sender, replica.last_checkpoint)
             return
         node.replication.covered[sender] = copied
