@@ -361,6 +361,8 @@ def grown_clockwise(old: Ring, new: Ring) -> list[NodeId]:
         before, after = old.range_of(node_id), new.range_of(node_id)
         if before is None or after is None or after.end == before.end:
             continue
+        if before.length == before.slot_count:
+            continue  # it held the whole ring: nothing can be new to it
         # Reaching past the old end means holding the first slot after it (the range is
         # contiguous). A range whose start moved back (a takeover) while its end moved back
         # too (its top moved on) has grown counter-clockwise only.

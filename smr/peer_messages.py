@@ -245,13 +245,13 @@ class MoveDone(PeerMessage):
 
 @dataclass(frozen=True, slots=True)
 class MoveSwitched(PeerMessage):
-    """The receiver of move ``move`` switched: its token is at ``token`` now. Sent to its
-    secondaries, which answer with a :class:`MoveDone` (switched) once their view shows it
-    there."""
+    """The receiver of move ``move`` switched: its entry in the view is at ``version`` (or
+    later) now. Sent to its secondaries, which answer with a :class:`MoveDone` (switched)
+    once their view holds that entry."""
 
     kind: ClassVar[Kind] = Kind.MOVE_SWITCHED
     move: MoveNumber
-    token: Slot
+    version: int
 
 
 PeerMessages: TypeAlias = (

@@ -79,6 +79,8 @@ class Settling:
     sent_at: float
     switched_at: float
     replayed: int
+    version: int
+    """This receiver's entry's version in the view it switched to."""
     refused: set[tuple[bytes, StreamId]] = field(default_factory=set)
 
 
@@ -139,8 +141,9 @@ class MoveTaking:
                 self._answer(sender, message.move, answer)
 
     def on_switched(self, receiver: NodeId, message: MoveSwitched) -> None:
-        """6c, at a secondary of the receiver: confirm once this node's view shows the
-        receiver at its new token (and, at the copy holder, once it knows ``final``)."""
+        """6c, at a secondary of the receiver: confirm once this node's view holds the
+        receiver's switched entry or a later one (and, at the copy holder, once it knows
+        ``final``)."""
         node = self._node
         holding = self.holding
         if (
@@ -155,7 +158,8 @@ class MoveTaking:
         if (
             receiver in node.predecessors
             and member is not None
-            and int(member.token) == int(message.token)
+            and member.incarnation == message.incarnation
+            and member.version >= message.version
         ):
             node.peer_send(receiver, MoveDone(*node.stamp, message.move, True, ""))
 
@@ -195,7 +199,8 @@ class MoveTaking:
         node.membership.gossip()
         # 6c.
         waiting = set(node.secondaries)
-        self.settling = Settling(agreed, message.final, waiting, -1e9, started, replayed)
+        version = node.view.members[node.node_id].version
+        self.settling = Settling(agreed, message.final, waiting, -1e9, started, replayed, version)
         log.warning(
             "move %d from %s: promoted %d slots (%d tuples replayed) in %.1f ms; at token %s, "
             "settling with %s",
@@ -241,8 +246,7 @@ class MoveTaking:
             self._settled()
             return
         settling.sent_at = node.clock()
-        plan = settling.agreed.plan
-        confirm = MoveSwitched(*node.stamp, settling.agreed.number, plan.split)
+        confirm = MoveSwitched(*node.stamp, settling.agreed.number, settling.version)
         for secondary in settling.waiting:
             node.peer_send(secondary, confirm)
 
@@ -343,6 +347,8 @@ class MoveTaking:
                     self._drop_holding(f"{agreed.plan.receiver} switched and is gone")
             elif agreed.plan.join:
                 continue  # smr.node.joins follows the join
+            elif agreed is self.holding and not self._still_planned(agreed):
+                self._drop_holding("the ring changed under the move")
             elif (
                 giver is None
                 or giver.status is Status.DEAD
@@ -354,6 +360,16 @@ class MoveTaking:
                     self._drop_holding(f"{agreed.giver} or {agreed.plan.receiver} is gone")
                 else:
                     self.receiving = None
+
+    def _still_planned(self, agreed: Agreed) -> bool:
+        """Whether this node's ring still plans the move it agreed to."""
+        node = self._node
+        plan = agreed.plan
+        split = None if plan.leave else plan.split
+        try:
+            return plan_move(node.ring, agreed.giver, node.settings.replication, split) == plan
+        except MoveRefused:
+            return False
 
     def _drop_holding(self, reason: str) -> None:
         holding = self.holding

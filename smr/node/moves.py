@@ -211,6 +211,13 @@ class Moves:
         """True while the move this node gives has been committed (step 5)."""
         return self.giving is not None and self.giving.step is Step.COMMITTED
 
+    @property
+    def leaving(self) -> bool:
+        """True while this node's leave is committed: the receiver writes this node's
+        entry (``ring.view.hand_over_all``), so this node writes none of its own (it takes
+        nobody over; its receiver will, once the leave is done)."""
+        return self.committed and self.giving is not None and self.giving.plan.leave
+
     # -- 2. answer (receiver, copy holder) --------------------------------------------------
 
     def on_propose(self, identity: bytes, message: MovePropose) -> None:
@@ -436,9 +443,16 @@ class Moves:
                     self._finish()
             elif giving.step is not Step.COMMITTED:
                 holder = view.get(plan.copy_holder)
+                own = node.ring.range_of(node.node_id)
                 if holder is None or holder.status not in OWNING_STATUSES:
                     self.call_off(f"{plan.copy_holder} left the ring")
                 elif not _holds(node, plan.moving):
+                    self.call_off("the ring changed under the move")
+                elif plan.leave and own != plan.moving:
+                    # A takeover grew the range: the leave would hand over part of it only.
+                    self.call_off("this node's range changed while it was leaving")
+                elif not plan.join and not _still_planned(node, plan):
+                    # Deaths changed who would receive or hold a copy of the moving slots.
                     self.call_off("the ring changed under the move")
         self.taking.follow_view()
         self.joins.follow_view()
@@ -576,6 +590,17 @@ def describe(plan: MovePlan) -> str:
         f"{plan.giver} gives {what} ({moving.length} slots) to {plan.receiver}, "
         f"{plan.copy_holder} holding a copy"
     )
+
+
+def _still_planned(node: NodeCore, plan: MovePlan) -> bool:
+    """Whether this node's ring still plans ``plan`` (same receiver, copy holder, slots)."""
+    try:
+        again = plan_move(
+            node.ring, plan.giver, node.settings.replication, None if plan.leave else plan.split
+        )
+    except MoveRefused:
+        return False
+    return again == plan
 
 
 def _holds(node: NodeCore, moving: SlotRange) -> bool:

@@ -290,8 +290,8 @@ class Recovery:
             return
         self.detector.note_on_time(now)
         node = self._node
-        if node.node_id not in node.ring.owners:
-            return  # a joiner backs its owners up but takes none of them over
+        if node.node_id not in node.ring.owners or node.moves.leaving:
+            return  # a joiner, or a node whose leave is committed, takes nobody over
         if now - self._rtt_probed_at >= RTT_PROBE_INTERVAL_S and node.predecessors:
             # Round trips for the probe timeout after a dropped connection (any answer
             # also counts as a sign of life).
