@@ -95,10 +95,10 @@ class Ring:
     convention: do not modify the public attributes.
 
     Guarantees: every slot has exactly one primary, an owner; two owners on the same token
-    split it by node id: the later in ``(token, node_id)`` order owns the range and the
-    other owns nothing. A view without owners gives a ring whose `primary` raises
-    `LookupError`. Raises `ValueError` on construction if an owner's token is not a slot of
-    this ring.
+    split it by ``ring.view.ring_order``: the later owns the range and the other owns
+    nothing (a leaving owner sorts first, so the owner that moved onto its token owns it).
+    A view without owners gives a ring whose `primary` raises `LookupError`. Raises
+    `ValueError` on construction if an owner's token is not a slot of this ring.
     """
 
     __slots__ = (

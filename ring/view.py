@@ -243,7 +243,7 @@ class View:
         self._owners = tuple(
             sorted(
                 (member for member in table.values() if member.status in OWNING_STATUSES),
-                key=lambda member: (member.token, member.node_id),
+                key=ring_order,
             )
         )
 
@@ -349,15 +349,22 @@ class View:
         return f"View([{entries}], epoch={self._epoch})"
 
 
+def ring_order(member: Member) -> tuple[int, bool, str]:
+    """The order of owners on the ring: by token; on one token a leaving owner first (so
+    that the owner that took its range over, which moved onto its token, is the one that
+    owns it), then by node id."""
+    return member.token, member.status is not Status.LEAVING, member.node_id
+
+
 def _clockwise_neighbour(owners: Sequence[Member], member: Member) -> Member | None:
     """The first of `owners` (in ring order) after `member`'s place, wrapping; never `member`
     itself. None if there is no other owner."""
     others = [owner for owner in owners if owner.node_id != member.node_id]
     if not others:
         return None
-    place = (member.token, member.node_id)
+    place = ring_order(member)
     for owner in others:
-        if (owner.token, owner.node_id) > place:
+        if ring_order(owner) > place:
             return owner
     return others[0]
 
@@ -442,33 +449,37 @@ def grant_range(view: View, owner: NodeId, split: Token) -> View:
 
 
 def hand_over_all(view: View, owner: NodeId) -> View:
-    """The view after `owner` hands its whole range to its clockwise neighbour and leaves
-    the ring (a leave, DESIGN section 7): the neighbour moves its token down to `owner`'s
-    and raises its version; `owner`'s entry becomes `standby` at ``version + 1`` (it owns
-    nothing and may join again later).
+    """The view after `owner`, leaving, hands its whole range to its clockwise neighbour
+    (a leave, DESIGN section 7): the neighbour moves its token onto `owner`'s and raises
+    its version; on that shared token the neighbour owns the range (``ring_order`` puts a
+    leaving owner first). Only the neighbour's entry changes, written by the neighbour:
+    the leaver writes its own (``leaving``, then ``left``), so that a switch undone (the
+    neighbour marked dead on its older entry) leaves the leaver owning its range still.
 
-    Both entries change in one view, written by the neighbour, which is what makes a leave
-    atomic: no view holds two owners on one token, or a range with no owner. The leaving
-    node writes nothing of its own meanwhile (it waits for this view).
-
-    Guarantees: exactly `owner`'s slots change primary, all to the neighbour; every other
-    slot keeps its primary. Raises `ValueError` if `owner` owns no range or is the only
-    owner.
+    Guarantees: exactly `owner`'s slots change primary, all to the neighbour. Raises
+    `ValueError` if `owner` is not leaving, or is the only owner.
     """
     member = view.get(owner)
-    if member is None or member.status not in OWNING_STATUSES:
-        raise ValueError(f"{owner!r} owns no range to hand over (entry: {member!r})")
+    if member is None or member.status is not Status.LEAVING:
+        raise ValueError(f"{owner!r} is not leaving (entry: {member!r})")
     neighbour = _clockwise_neighbour(view.owners(), member)
     if neighbour is None:
         raise ValueError(f"{owner!r} is the only owner: there is no neighbour to hand over to")
-    return view.merge(
-        View(
-            (
-                dataclasses.replace(member, status=Status.STANDBY, version=member.version + 1),
-                dataclasses.replace(neighbour, token=member.token, version=neighbour.version + 1),
-            )
-        )
+    return view.with_member(
+        dataclasses.replace(neighbour, token=member.token, version=neighbour.version + 1)
     )
+
+
+def with_status(view: View, node: NodeId, status: Status) -> View:
+    """The view after `node` writes its own entry with `status` (``version + 1``): leaving
+    (before its leave's commit), up again (a leave called off), on standby (a leave done,
+    or a join called off at the joiner)."""
+    member = view.get(node)
+    if member is None:
+        raise ValueError(f"{node!r} is not in the view")
+    if member.status is status:
+        return view
+    return view.with_member(dataclasses.replace(member, status=status, version=member.version + 1))
 
 
 def joining_at(view: View, joiner: NodeId, token: Token) -> View:
@@ -492,15 +503,4 @@ def join_view(view: View, joiner: NodeId) -> View:
         raise ValueError(f"{joiner!r} is not joining (entry: {member!r})")
     return view.with_member(
         dataclasses.replace(member, status=Status.UP, version=member.version + 1)
-    )
-
-
-def back_to_standby(view: View, joiner: NodeId) -> View:
-    """The view after a join is called off at the joiner: its entry on standby again
-    (``version + 1``)."""
-    member = view.get(joiner)
-    if member is None or member.status is not Status.JOINING:
-        return view
-    return view.with_member(
-        dataclasses.replace(member, status=Status.STANDBY, version=member.version + 1)
     )

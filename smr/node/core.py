@@ -183,10 +183,11 @@ class NodeCore:
         # 2.
         self.view = view
         self.ring = Ring(view, self.slot_bits)
-        tokens = [member.token for member in view.owners()]
+        # Two owners on one token: one of them would own nothing while believing it serves
+        # its range (the ring splits ties by node id); only a leaver and the owner that
+        # took its range over share one (the leaver owns nothing then).
+        tokens = [member.token for member in view.owners() if member.status is not Status.LEAVING]
         if len(set(tokens)) != len(tokens):
-            # Two owners on one token: one of them would own nothing while believing it
-            # serves its range (the ring splits ties by node id).
             raise InvariantViolation(f"two owners share a token in view {view!r}")
         r = self.settings.replication
         self.roles = self.ring.roles_of(self.node_id, r)

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Final
 from ring.ids import NodeId, Slot, Token
 from ring.moves import MovePlan, MoveRefused, plan_join
 from ring.placement import SlotRange, split_at_load_share
-from ring.view import Status, back_to_standby, joining_at
+from ring.view import Status, joining_at, with_status
 from smr.node.move_taking import Agreed
 from smr.protocol import MoveAnswer, MoveCopied, MoveNumber, MovePropose
 
@@ -202,7 +202,7 @@ class Joins:
         self._moves.taking.receiving = None
         member = node.view.get(node.node_id)
         if member is not None and member.status is Status.JOINING:
-            node.set_view(back_to_standby(node.view, node.node_id))
+            node.set_view(with_status(node.view, node.node_id, Status.STANDBY))
             node.membership.gossip()
             log.warning("the join is off (%s): on standby again", reason)
 

@@ -176,11 +176,14 @@ class MoveTaking:
 
     def _promote(self, agreed: Agreed, message: MoveCommit) -> tuple[bool, str] | None:
         """6a and 6b: promote and switch (then None: the answer waits for 6c), or say why
-        not."""
+        not. A leave waits (no answer) until this node sees the giver leaving."""
         node = self._node
         giver = agreed.giver
-        self.receiving = None
         plan = agreed.plan
+        member = node.view.get(giver)
+        if plan.leave and (member is None or member.status is not Status.LEAVING):
+            return None  # its gossip comes before its next commit, on the same link
+        self.receiving = None
         refusal = self._cannot_promote(agreed, message)
         if refusal is not None:
             if plan.join:

@@ -58,7 +58,7 @@ from checkpoint.ids import CheckpointNumber
 from ring.ids import NodeId, Slot
 from ring.moves import MovePlan, MoveRefused, move_done_in, plan_move
 from ring.placement import SlotRange, split_at_load_share
-from ring.view import OWNING_STATUSES, Status
+from ring.view import OWNING_STATUSES, Status, with_status
 from smr.node.joins import Joins
 from smr.node.move_taking import MoveTaking
 from smr.protocol import (
@@ -213,9 +213,8 @@ class Moves:
 
     @property
     def leaving(self) -> bool:
-        """True while this node's leave is committed: the receiver writes this node's
-        entry (``ring.view.hand_over_all``), so this node writes none of its own (it takes
-        nobody over; its receiver will, once the leave is done)."""
+        """True while this node's leave is committed: it takes nobody over (its receiver
+        will, once the leave is done), so that its range stays what the receiver takes."""
         return self.committed and self.giving is not None and self.giving.plan.leave
 
     # -- 2. answer (receiver, copy holder) --------------------------------------------------
@@ -366,8 +365,11 @@ class Moves:
             self._to(Step.FINAL)
         final = giving.final
         if giving.step is Step.FINAL and final is not None and giving.copied_through >= final:
-            # 5.
+            # 5. A leaver marks itself leaving first (the receiver switches only once it
+            #    sees that: ring.view.hand_over_all), on the same link as the commit.
             self._to(Step.COMMITTED)
+            if giving.plan.leave:
+                self._write_own_status(Status.LEAVING)
             self._send_commit(to_copy_holder=True)
 
     def _send_commit(self, to_copy_holder: bool = False) -> None:
@@ -469,6 +471,7 @@ class Moves:
         self.frozen = frozenset()
         if plan.leave:
             node.store.drop_slots(node.store.slots())
+            self._write_own_status(Status.STANDBY)
         else:
             node.store.drop_slots(plan.moving.slots())
         for slot in plan.moving.slots():
@@ -521,6 +524,8 @@ class Moves:
             self.joins.giver_called_off(plan.receiver, dropped=dropped)
         for identity, stream in giving.refused:
             node.reply(identity, encode(Nack(stream, node.ingest.expected(stream))))
+        if plan.leave:
+            self._write_own_status(Status.UP)
         node.counters.moves_called_off += 1
         self.records.append(
             {
@@ -534,6 +539,16 @@ class Moves:
             }
         )
         log.warning("move %d called off at %s: %s", giving.number, giving.step.value, reason)
+
+    def _write_own_status(self, status: Status) -> None:
+        """Write this node's own entry with ``status`` (a leaver's: leaving, then on standby
+        once done, or up again if called off) and gossip it."""
+        node = self._node
+        me = node.view.get(node.node_id)
+        if me is None or me.status is status or me.status is Status.DEAD:
+            return
+        node.set_view(with_status(node.view, node.node_id, status))
+        node.membership.gossip()
 
     def _to(self, step: Step) -> None:
         giving = self.giving

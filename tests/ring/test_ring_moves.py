@@ -10,10 +10,15 @@ from hypothesis import strategies as st
 from ring import NodeId, Ring, Slot, SlotRange, Status, View
 from ring.moves import MoveRefused, move_done_in, moved_view, plan_move
 from ring.placement import split_at_load_share
-from ring.view import hand_over_all
+from ring.view import hand_over_all, with_status
 from tests.ring.ring_strategies import Placed, member, placed_views, primaries
 
 ring_settings = settings(deadline=None, max_examples=60)
+
+
+def _leaving(placed: Placed) -> bool:
+    # A node that is leaving takes part in no other move.
+    return any(m.status is Status.LEAVING for m in placed.owners)
 
 
 def _giver_and_split(placed: Placed, data: st.DataObject) -> tuple[NodeId, Slot | None]:
@@ -33,11 +38,15 @@ def test_a_move_keeps_r_plus_one_copies_with_one_new_holder(
     placed: Placed, r: int, data: st.DataObject
 ) -> None:
     ring = placed.ring()
-    if len(ring.owners) < r + 2 or ring.joiners:
+    if len(ring.owners) < r + 2 or ring.joiners or _leaving(placed):
         return
     giver, split = _giver_and_split(placed, data)
     plan = plan_move(ring, giver, r, split)
-    after = Ring(moved_view(placed.view, plan), placed.slot_bits)
+    # A leaver marks itself leaving before the receiver switches.
+    before = with_status(placed.view, giver, Status.LEAVING) if plan.leave else placed.view
+    assert Ring(before, placed.slot_bits).range_of(giver) == ring.range_of(giver)
+    switched = moved_view(before, plan)
+    after = Ring(switched, placed.slot_bits)
 
     # The receiver is the giver's clockwise neighbour; every moving slot goes to it, and no
     # other slot changes primary.
@@ -53,7 +62,7 @@ def test_a_move_keeps_r_plus_one_copies_with_one_new_holder(
     after_set = set(after.replicas(plan.split, r))
     assert after_set - before_set == {plan.copy_holder}
     assert len(after_set) == r + 1
-    assert move_done_in(moved_view(placed.view, plan), plan)
+    assert move_done_in(switched, plan)
     assert not move_done_in(placed.view, plan)
 
 
@@ -63,16 +72,20 @@ def test_a_leave_hands_the_whole_range_over_and_puts_the_giver_on_standby(
     placed: Placed, data: st.DataObject
 ) -> None:
     ring = placed.ring()
-    if ring.joiners:
+    if ring.joiners or _leaving(placed):
         return
     giver = data.draw(st.sampled_from(list(ring.owners)))
     plan = plan_move(ring, giver, 1, None)
-    view = moved_view(placed.view, plan)
+    view = moved_view(with_status(placed.view, giver, Status.LEAVING), plan)
     after = Ring(view, placed.slot_bits)
     assert plan.leave and plan.moving == ring.range_of(giver)
-    assert view.members[giver].status is Status.STANDBY
+    # Leaving and the receiver on its token: the receiver owns the range (a leaver sorts
+    # first on a shared token), and so it stays once the leaver is on standby.
+    assert view.members[giver].status is Status.LEAVING
     assert after.range_of(giver) is None
     assert [plan.receiver if old == giver else old for old in primaries(ring)] == primaries(after)
+    done = Ring(with_status(view, giver, Status.STANDBY), placed.slot_bits)
+    assert primaries(done) == primaries(after)
 
 
 def test_moves_that_cannot_keep_r_plus_one_copies_are_refused_with_the_reason() -> None:
@@ -90,11 +103,11 @@ def test_moves_that_cannot_keep_r_plus_one_copies_are_refused_with_the_reason() 
         plan_move(three, NodeId("nobody"), 1, Slot(2))
 
 
-def test_hand_over_all_refuses_a_node_that_owns_nothing_or_is_alone() -> None:
+def test_hand_over_all_refuses_a_node_that_is_not_leaving_or_is_alone() -> None:
     with pytest.raises(ValueError, match="only owner"):
-        hand_over_all(View([member("a", 0)]), NodeId("a"))
-    with pytest.raises(ValueError, match="owns no range"):
-        hand_over_all(View([member("a", 0), member("s", 4, Status.STANDBY)]), NodeId("s"))
+        hand_over_all(View([member("a", 0, Status.LEAVING)]), NodeId("a"))
+    with pytest.raises(ValueError, match="not leaving"):
+        hand_over_all(View([member("a", 0), member("b", 4)]), NodeId("a"))
 
 
 def test_a_dead_receiver_still_tells_whether_it_switched() -> None:

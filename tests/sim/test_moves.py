@@ -83,21 +83,64 @@ def test_a_giver_cut_off_from_the_receiver_after_the_commit_waits_for_the_answer
     assert total(simulation, "moves_given") + total(simulation, "moves_called_off") == 1
 
 
-# Seeds of the sweep with moves that once failed, and what they found (fixed since).
-MOVE_SWEEP_FINDINGS = {
-    600178: "a backup split by range replayed a whole body after its summary was cut: the "
-    "receiver held stray state of the giver's slots and shadowed a later takeover",
-    600354: "a receiver fenced after switching refused the view that took it over",
-    600593: "a batch left on its channel after an earlier one was re-routed overtook it",
-    600956: "a forged view marks a node itself dead: a first version of the rule above let "
-    "it fence with nobody taking it over, and the ring lost its range",
-    601076: "a receiver paused through the commit switched on its own, stale view",
+# Seeds of the sweeps with moves, leaves and joins that once failed, and what they found
+# (fixed since), with the options of the sweep that found them.
+BIG = SweepOptions(nodes=(4, 8), replication=(1, 3), faults_max=5)
+LOSSY = SweepOptions(
+    nodes=(4, 8),
+    replication=(1, 3),
+    faults_max=5,
+    drop_probability=0.01,
+    duplicate_probability=0.01,
+)
+MOVE_SWEEP_FINDINGS: dict[int, tuple[SweepOptions, str]] = {
+    600178: (
+        SweepOptions(),
+        "a backup split by range replayed a whole body after its summary was cut: the "
+        "receiver held stray state of the giver's slots and shadowed a later takeover",
+    ),
+    600354: (
+        SweepOptions(),
+        "a receiver fenced after switching refused the view that took it over",
+    ),
+    600593: (
+        SweepOptions(),
+        "a batch left on its channel after an earlier one was re-routed overtook it",
+    ),
+    600956: (
+        SweepOptions(),
+        "a forged view marks a node itself dead: a first version of the fence-over-refusal "
+        "rule let it fence with nobody taking it over, and the ring lost its range",
+    ),
+    601076: (
+        SweepOptions(),
+        "a receiver paused through the commit switched on its own, stale view",
+    ),
+    244: (SweepOptions(), "a standby node took a forged view and carried it forever"),
+    2000909: (
+        SweepOptions(),
+        "a leaver took a dead predecessor over while its leave was committed",
+    ),
+    2001582: (SweepOptions(), "a join beside the only owner looked like growth past its range"),
+    2001922: (
+        SweepOptions(),
+        "a receiver's switch was confirmed by its token, which a takeover had moved since",
+    ),
+    901832: (BIG, "a takeover then a move of the taker's top looked like clockwise growth"),
+    1101427: (
+        BIG,
+        "a joiner missed tuples acked before the feeders knew of it and applied after its "
+        "snapshot was read",
+    ),
+    2100075: (BIG, "deaths changed the move's copy holder while it was being copied"),
+    950235: (LOSSY, "a confirmation request hit the cached answer of an earlier move"),
+    1200256: (LOSSY, "a stale move copy shadowed the replica of a node that became a predecessor"),
 }
 
 
 @pytest.mark.parametrize("seed", sorted(MOVE_SWEEP_FINDINGS), ids=lambda seed: f"seed{seed}")
-def test_seeds_that_once_failed_the_sweep_with_moves_pass(seed: int) -> None:
-    run_seed(seed, SweepOptions())
+def test_seeds_that_once_failed_the_sweeps_with_moves_and_joins_pass(seed: int) -> None:
+    run_seed(seed, MOVE_SWEEP_FINDINGS[seed][0])
 
 
 def run_with_standby(*faults: Fault, standby: int = 1, replication: int = 1) -> Simulation:
