@@ -359,6 +359,9 @@ def grown_clockwise(old: Ring, new: Ring) -> list[NodeId]:
     grown: list[NodeId] = []
     for node_id in new.owners:
         before, after = old.range_of(node_id), new.range_of(node_id)
+        if before is None and after is not None and _regained_with_no_takeover(old, new, node_id):
+            grown.append(node_id)
+            continue
         if before is None or after is None or after.end == before.end:
             continue
         if before.length == before.slot_count:
@@ -369,6 +372,27 @@ def grown_clockwise(old: Ring, new: Ring) -> list[NodeId]:
         if after.contains(before.end):
             grown.append(node_id)
     return grown
+
+
+def _regained_with_no_takeover(old: Ring, new: Ring, node_id: NodeId) -> bool:
+    """Whether ``node_id``, which owned nothing in ``old`` because another owner had moved
+    onto its token (it was leaving), owns a range in ``new`` because that owner is marked
+    dead *on that token* with nobody taking it over. (A receiver's switch undone by a
+    death mark on its older entry marks it dead at its old token instead, and a takeover of
+    it puts its successor on the shared token: both legitimate.)"""
+    member = old.view.get(node_id)
+    if member is None:
+        return False
+    for other in old.owners:
+        if other == node_id:
+            continue
+        tied = old.view.members[other]
+        if tied.token != member.token:
+            continue
+        now = new.view.get(other)
+        if now is not None and now.status is Status.DEAD and now.token == member.token:
+            return True
+    return False
 
 
 def split_at_load_median(rng: SlotRange, load: Mapping[Slot, float]) -> Slot:

@@ -367,3 +367,20 @@ def test_a_takeover_then_a_move_of_the_takers_top_does_not_grow_it_clockwise(
     split = Slot((own.start + data.draw(st.integers(1, own.length - 1))) % own.slot_count)
     moved = moved_view(taken, plan_move(ring, taker, 1, split))
     assert grown_clockwise(Ring(view, slot_bits), Ring(moved, slot_bits)) == []
+
+
+def test_a_leaver_regaining_its_range_is_growth_only_if_its_receiver_died_untaken() -> None:
+    from ring.view import hand_over_all, with_status
+
+    view = View([member("a", 0), member("b", 4), member("c", 8), member("d", 12)])
+    leaving = with_status(view, NodeId("b"), Status.LEAVING)
+    switched = hand_over_all(leaving, NodeId("b"))  # c moved onto b's token 4
+    after_switch = Ring(switched, 4)
+    assert after_switch.range_of(NodeId("b")) is None
+    # Forged: c marked dead on its switched entry, nobody on token 4 but the leaver.
+    forged = Ring(switched.mark_dead(NodeId("c")), 4)
+    assert grown_clockwise(after_switch, forged) == ["b"]
+    # The switch undone: c marked dead on its older entry (token 8), d taking it over.
+    undone = Ring(successor_takes_over(leaving, NodeId("c")).merge(switched), 4)
+    assert undone.range_of(NodeId("b")) is not None
+    assert grown_clockwise(after_switch, undone) == []

@@ -117,6 +117,11 @@ MOVE_SWEEP_FINDINGS: dict[int, tuple[SweepOptions, str]] = {
         "a receiver paused through the commit switched on its own, stale view",
     ),
     244: (SweepOptions(), "a standby node took a forged view and carried it forever"),
+    4001262: (
+        SweepOptions(),
+        "a forged death of a leave's receiver handed the range back to the leaver, which "
+        "had dropped it: no check saw a range regained from a shared token",
+    ),
     2000909: (
         SweepOptions(),
         "a leaver took a dead predecessor over while its leave was committed",
