@@ -109,6 +109,7 @@ class Harness:
                 ChannelNumber(chan),
                 ChannelNumber(base),
                 Epoch(1),
+                self.core.replicas_wire,
                 len(pairs),
                 body,
             )

@@ -155,6 +155,7 @@ class Cluster:
                     ChannelNumber(chan),
                     ChannelNumber(1),
                     ring.view.epoch,
+                    ",".join(replicas),
                     len(slots),
                     body,
                 )

@@ -48,6 +48,7 @@ def _batch(chan: int, base: int, epoch: int, n: int, body: bytes) -> Batch:
         ChannelNumber(chan),
         ChannelNumber(base),
         Epoch(epoch),
+        "n1,n2",
         n,
         body,
     )
@@ -130,7 +131,15 @@ def test_records_keep_the_wire_names_and_order_of_their_fields() -> None:
         Kind.CHECKPOINT, {"from": "n1", "inc": 2, "epoch": 9, "number": 3}, b"delta"
     )
     batch = _batch(7, 3, 1, 0, b"")
-    expected = {"stream": "s1", "mapper": "m1", "chan": 7, "base": 3, "epoch": 1, "n": 0}
+    expected = {
+        "stream": "s1",
+        "mapper": "m1",
+        "chan": 7,
+        "base": 3,
+        "epoch": 1,
+        "replicas": "n1,n2",
+        "n": 0,
+    }
     assert list(header_of(batch).items()) == list(expected.items())
     assert encode(batch) == encode_raw(Kind.BATCH, expected)
     assert header_of(DumpReply(RequestId(1), None, b"")) == {"req": 1, "next": None}
