@@ -4,6 +4,7 @@ delays) against the simulated nodes and network, and heals everything at the end
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -14,6 +15,7 @@ from smr.protocol import RequestId, ViewReply, encode, pack_body
 from smr.sim.nodes import SimNode
 
 if TYPE_CHECKING:
+    from smr.node.core import NodeCore
     from smr.sim.simulation import Simulation
 
 
@@ -91,38 +93,31 @@ def forge(sim: Simulation, fault: Forge) -> None:
 
 
 def move(sim: Simulation, fault: Move) -> None:
-    """Ask ``fault.node`` to move (or leave), as ``smr move`` would; a node not running now
-    reads no command, and a move it cannot make now is refused (both noted, neither a
-    failure)."""
-    node = sim.nodes[fault.node]
-    if not node.running or node.core is None:
-        sim._note(f"move skipped: {fault.node} is not running")
-        return
+    """Ask ``fault.node`` to move (or leave), as ``smr move`` would."""
     keep = None if fault.leave else 1.0 - fault.fraction_ppm / 1_000_000
-    sim._current = fault.node
-    try:
-        what = node.core.moves.start(keep)
-        sim._note(f"move started: {what}")
-    except MoveRefused as refused:
-        sim._note(f"move refused: {refused}")
-    finally:
-        sim._current = None
-    sim._schedule(sim.clock.now_us, sim._wake, node)
+    _command(sim, fault.node, "move", lambda core: core.moves.start(keep))
 
 
 def join(sim: Simulation, fault: Join) -> None:
     """Ask the standby ``fault.node`` to join beside ``fault.beside``, as ``smr scale out``
-    would; refused or skipped like a move (noted, no failure)."""
-    node = sim.nodes[fault.node]
+    would."""
+    _command(sim, fault.node, "join", lambda core: core.moves.joins.request(fault.beside))
+
+
+def _command(
+    sim: Simulation, node_id: NodeId, what: str, start: Callable[[NodeCore], str]
+) -> None:
+    """Give ``node_id`` an operator's command (``start``); a node not running now reads no
+    command, and one it cannot carry out now is refused (both noted, neither a failure)."""
+    node = sim.nodes[node_id]
     if not node.running or node.core is None:
-        sim._note(f"join skipped: {fault.node} is not running")
+        sim._note(f"{what} skipped: {node_id} is not running")
         return
-    sim._current = fault.node
+    sim._current = node_id
     try:
-        what = node.core.moves.joins.request(fault.beside)
-        sim._note(f"join started: {what}")
+        sim._note(f"{what} started: {start(node.core)}")
     except MoveRefused as refused:
-        sim._note(f"join refused: {refused}")
+        sim._note(f"{what} refused: {refused}")
     finally:
         sim._current = None
     sim._schedule(sim.clock.now_us, sim._wake, node)

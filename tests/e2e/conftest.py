@@ -38,6 +38,19 @@ def word_counts(paths: Sequence[str]) -> dict[str, int]:
     return dict(counts)
 
 
+def feed_books() -> list[str]:
+    """Enough text for a feed that is still running while faults or moves happen: two books
+    from ../shared/data/text when it is there, else the shipped ones."""
+    shared = [SHARED_TEXT / "pg2701_moby_dick.txt", SHARED_TEXT / "pg1342_pride_and_prejudice.txt"]
+    if all(p.is_file() for p in shared):
+        return [str(p) for p in shared]
+    return EXAMPLE_BOOKS
+
+
+# Small batches and a short window keep the feed running while faults or moves happen.
+FEED_FLAGS = ["--batch-size", "200", "--window", "8"]
+
+
 def shared_books(*names: str) -> list[str]:
     """Books from ../shared/data/text, or a skip saying that directory is needed."""
     paths = [SHARED_TEXT / name for name in names]

@@ -11,7 +11,8 @@ import time
 import pytest
 
 from smr.scenarios import SCENARIOS, Scenario
-from tests.e2e.conftest import EXAMPLE_BOOKS, JOB, SHARED_TEXT, Cluster, word_counts
+from tests.e2e.conftest import EXAMPLE_BOOKS, FEED_FLAGS, JOB, Cluster, word_counts
+from tests.e2e.conftest import feed_books as books
 from tests.e2e.scenario_player import (
     play,
     wait_for_feed_start,
@@ -20,17 +21,6 @@ from tests.e2e.scenario_player import (
 )
 
 pytestmark = pytest.mark.e2e
-
-# Small batches and a short window keep the feed running while the faults hit.
-FEED_FLAGS = ["--batch-size", "200", "--window", "8"]
-
-
-def books() -> list[str]:
-    """Enough text for a feed that is still running when the faults hit."""
-    shared = [SHARED_TEXT / "pg2701_moby_dick.txt", SHARED_TEXT / "pg1342_pride_and_prejudice.txt"]
-    if all(p.is_file() for p in shared):
-        return [str(p) for p in shared]
-    return EXAMPLE_BOOKS
 
 
 def run_on_real_processes(cluster: Cluster, scenario: Scenario) -> None:

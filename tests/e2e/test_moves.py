@@ -1,6 +1,7 @@
-"""Moves and leaves over real node processes while a feed runs: ``smr move`` hands the top
-of a range to the clockwise neighbour, ``smr scale in`` makes a node leave, a node is killed
-in the middle of a move; every dump equals plain Python's counts, key by key."""
+"""Moves, leaves and joins over real node processes while a feed runs: ``smr move`` hands
+the top of a range to the clockwise neighbour, ``smr scale in`` makes a node leave, ``smr
+scale out`` adds nodes, a node is killed in the middle of a move or of its join, a fenced
+node joins again by itself; every dump equals plain Python's counts, key by key."""
 
 from __future__ import annotations
 
@@ -11,19 +12,10 @@ import psutil
 import pytest
 
 from smr.client import Client
-from tests.e2e.conftest import EXAMPLE_BOOKS, SHARED_TEXT, Cluster, word_counts
+from tests.e2e.conftest import FEED_FLAGS, Cluster, word_counts
+from tests.e2e.conftest import feed_books as books
 
 pytestmark = pytest.mark.e2e
-
-FEED_FLAGS = ["--batch-size", "200", "--window", "8"]
-
-
-def books() -> list[str]:
-    """Enough text for a feed that is still running while the moves happen."""
-    shared = [SHARED_TEXT / "pg2701_moby_dick.txt", SHARED_TEXT / "pg1342_pride_and_prejudice.txt"]
-    if all(p.is_file() for p in shared):
-        return [str(p) for p in shared]
-    return EXAMPLE_BOOKS
 
 
 def move(cluster: Cluster, *args: str, attempts: int = 20) -> str:

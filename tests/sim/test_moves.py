@@ -10,6 +10,7 @@ from ring.ids import NodeId
 from ring.view import Status
 from smr.faults import Fault, FaultSchedule, Join, Kill, Move, Partition, Pause
 from smr.sim import SimConfig, SimResult, Simulation, SweepOptions, run_seed
+from tests.sim.test_simulation import BIG, LOSSY
 
 
 def run(*faults: Fault, nodes: int = 4, replication: int = 1, seed: int = 3) -> Simulation:
@@ -85,14 +86,6 @@ def test_a_giver_cut_off_from_the_receiver_after_the_commit_waits_for_the_answer
 
 # Seeds of the sweeps with moves, leaves and joins that once failed, and what they found
 # (fixed since), with the options of the sweep that found them.
-BIG = SweepOptions(nodes=(4, 8), replication=(1, 3), faults_max=5)
-LOSSY = SweepOptions(
-    nodes=(4, 8),
-    replication=(1, 3),
-    faults_max=5,
-    drop_probability=0.01,
-    duplicate_probability=0.01,
-)
 MOVE_SWEEP_FINDINGS: dict[int, tuple[SweepOptions, str]] = {
     600178: (
         SweepOptions(),
