@@ -95,6 +95,10 @@ SLOT_CACHE_KEYS_MAX: Final = 1_000_000
 SEQ_MAX: Final = 1 << 63
 
 
+# Past this many nested pump calls, re-routed rows wait for the next flush (see _reroute).
+REROUTE_DEPTH_MAX: Final = 8
+
+
 class Emitter:
     """Sends one mapper's tuples to the ring, exactly once per tuple identity.
 
@@ -161,6 +165,8 @@ class Emitter:
         self.views_pushed = 0
         self._view_requests = 0
         self._view_asked_at = -1e9
+        # How many pump calls are under way (a re-route sends from inside one).
+        self._pump_depth = 0
         self._set_view(view)
         # emit(key, value) checks the tuple (smr.values.EmitError, nothing emitted, if it
         # cannot travel); emit_sized(key, value, size) takes one checked by row_bytes.
@@ -326,11 +332,15 @@ class Emitter:
     def pump(self, timeout_ms: int = 0) -> None:
         """Read replies for up to ``timeout_ms``; retry unsent batches, resend stalled ones."""
         channels = list(self._channels.values())
-        if self._transport.wait_any([c.outbox for c in channels], timeout_ms):
-            for channel in channels:
-                while (frames := channel.outbox.receive()) is not None:
-                    self._on_reply(channel, frames)
-        self._retry(channels)
+        self._pump_depth += 1
+        try:
+            if self._transport.wait_any([c.outbox for c in channels], timeout_ms):
+                for channel in channels:
+                    while (frames := channel.outbox.receive()) is not None:
+                        self._on_reply(channel, frames)
+            self._retry(channels)
+        finally:
+            self._pump_depth -= 1
 
     def _on_reply(self, channel: Channel, frames: list[bytes]) -> None:
         try:
@@ -481,12 +491,17 @@ class Emitter:
                 self._open_rows[self._dest_of_slot[row[0]]].append(row)
         for dest, rows in enumerate(self._open_rows):
             if rows:
-                self._open_rows[dest] = []
                 # Re-routed rows went in after newer open rows of their slots: restore seq
                 # order per slot, which the nodes rely on (the primary's hwm dedup drops a
                 # seq below one already applied; a secondary summarises a batch by the last
                 # seq of each slot).
                 rows.sort(key=slot_and_seq)
+                if self._pump_depth > REROUTE_DEPTH_MAX:
+                    # Re-routes within re-routes (views that keep changing while batches wait
+                    # for window room): leave the rows open for the next flush, rather than
+                    # send them from ever deeper in the stack.
+                    continue
+                self._open_rows[dest] = []
                 self._send_batch(dest, rows)
 
     def _ask_view(self, channels: list[Channel]) -> None:
