@@ -469,6 +469,7 @@ class Moves:
         now = node.clock()
         self.giving = None
         self.frozen = frozenset()
+        node.snapshots.stop_copy(plan.copy_holder)
         if plan.leave:
             node.store.drop_slots(node.store.slots())
             self._write_own_status(Status.STANDBY)

@@ -76,8 +76,9 @@ class Snapshots:
 
     @property
     def sending(self) -> int:
-        """How many snapshots are being sent."""
-        return len(self._jobs)
+        """How many snapshots are being sent to secondaries (a move's copy is not one)."""
+        secondaries = self._node.secondaries
+        return sum(1 for target in self._jobs if target in secondaries)
 
     def forget_receiving(self, primary: NodeId) -> None:
         """Stop receiving the snapshot from ``primary`` (no longer a predecessor, or taken over)."""
