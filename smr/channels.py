@@ -5,12 +5,14 @@ batches it holds until every node of their replica set acked them (DESIGN sectio
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from ring.ids import NodeId
+from checkpoint.ids import MapperId
+from ring.ids import Epoch, NodeId
 from smr.batch_body import encode_batch_body
-from smr.protocol import ChannelNumber
+from smr.protocol import Batch, ChannelNumber, StreamId, encode
 from smr.transport import ChannelEnd
 
 
@@ -75,3 +77,76 @@ class Channel:
     def base(self) -> ChannelNumber:
         """The oldest batch number still held (sent with every batch, see smr.node.ingest)."""
         return next(iter(self.unacked), self.next_chan)
+
+    def transmit(
+        self, chan: ChannelNumber, stream: StreamId, mapper: MapperId, epoch: Epoch
+    ) -> None:
+        """Send batch ``chan`` as ``mapper`` on ``stream``, routed by a view of ``epoch``,
+        unless an earlier batch still waits to be sent (order matters)."""
+        if self.unsent_from is not None:
+            return
+        batch = self.unacked[chan]
+        message = Batch(
+            stream,
+            mapper,
+            chan,
+            self.base,
+            epoch,
+            batch.replicas_wire,
+            len(batch.rows),
+            batch.body,
+        )
+        if not self.outbox.send(encode(message)):
+            self.unsent_from = chan
+
+
+def in_flight(channels: Iterable[Channel]) -> list[OutBatch]:
+    """The batches still unacked on ``channels`` and not re-routed, each once."""
+    seen: dict[int, OutBatch] = {}
+    for channel in channels:
+        for batch in channel.unacked.values():
+            if not batch.rerouted:
+                seen[id(batch)] = batch
+    return list(seen.values())
+
+
+def with_later_batches(channels: Iterable[Channel], moved: list[OutBatch]) -> list[OutBatch]:
+    """``moved`` and every batch after one of them on one of ``channels``, to a fixpoint.
+
+    A batch sent after a re-routed one on the same channel may hold tuples of the same
+    slots (a range that moved splits a primary's batches: some of their slots changed
+    hands, others did not). Left on the channel it would reach the node before the
+    re-routed tuples, whose lower seqs the node's hwm would then drop as duplicates.
+    Re-routed together, their rows go out again sorted by slot and seq.
+    """
+    every = list(channels)
+    chosen = {id(batch): batch for batch in moved}
+    changed = bool(chosen)
+    while changed:
+        changed = False
+        for channel in every:
+            after_moved = False
+            for held in channel.unacked.values():
+                if id(held) in chosen:
+                    after_moved = True
+                elif after_moved and not held.rerouted:
+                    chosen[id(held)] = held
+                    changed = True
+    return list(chosen.values())
+
+
+def release_through(channel: Channel, through: ChannelNumber) -> tuple[bool, list[OutBatch]]:
+    """Take the batches up to ``through`` off ``channel`` (the node acked them): whether any
+    was released, and those now acked by every node of their set (and not re-routed)."""
+    released = False
+    done: list[OutBatch] = []
+    while channel.unacked:
+        chan, batch = next(iter(channel.unacked.items()))
+        if chan > through:
+            break
+        del channel.unacked[chan]
+        released = True
+        batch.waiting_for.discard(channel.node)
+        if not batch.waiting_for and not batch.rerouted:
+            done.append(batch)
+    return released, done

@@ -47,7 +47,17 @@ from ring.hashing import slot_of
 from ring.ids import Epoch, NodeId
 from ring.placement import Ring
 from ring.view import Status, View
-from smr.channels import Channel, DeliveryError, OutBatch, Row, encode_within, slot_and_seq
+from smr.channels import (
+    Channel,
+    DeliveryError,
+    OutBatch,
+    Row,
+    encode_within,
+    in_flight,
+    release_through,
+    slot_and_seq,
+    with_later_batches,
+)
 from smr.emit_path import (
     CACHED_KEY_CHARS_MAX,
     make_combining_emit,
@@ -56,7 +66,6 @@ from smr.emit_path import (
 )
 from smr.protocol import (
     Ack,
-    Batch,
     ChannelNumber,
     Error,
     FrameError,
@@ -287,21 +296,7 @@ class Emitter:
 
     def _transmit(self, channel: Channel, chan: ChannelNumber) -> None:
         """Send batch ``chan`` unless an earlier one still waits to be sent (order matters)."""
-        if channel.unsent_from is not None:
-            return
-        batch = channel.unacked[chan]
-        message = Batch(
-            self.stream_id,
-            self.mapper_id,
-            chan,
-            channel.base,
-            self.view.epoch,
-            batch.replicas_wire,
-            len(batch.rows),
-            batch.body,
-        )
-        if not channel.outbox.send(encode(message)):
-            channel.unsent_from = chan
+        channel.transmit(chan, self.stream_id, self.mapper_id, self.view.epoch)
 
     def flush(self) -> None:
         """Close and send every open batch, until no tuple is left open.
@@ -370,18 +365,11 @@ class Emitter:
                 raise DeliveryError(f"node {channel.node} refused a batch: {text}")
 
     def _on_ack(self, channel: Channel, through: ChannelNumber) -> None:
-        released = False
-        while channel.unacked:
-            chan, batch = next(iter(channel.unacked.items()))
-            if chan > through:
-                break
-            del channel.unacked[chan]
-            released = True
-            batch.waiting_for.discard(channel.node)
-            if not batch.waiting_for and not batch.rerouted:
-                self.tuples_acked += len(batch.rows)
-                if self._on_acked is not None:
-                    self._on_acked(batch.rows)
+        released, done = release_through(channel, through)
+        for batch in done:
+            self.tuples_acked += len(batch.rows)
+            if self._on_acked is not None:
+                self._on_acked(batch.rows)
         if released:
             channel.progress_at = self._clock()
 
@@ -434,45 +422,14 @@ class Emitter:
         self._set_view(merged)
         ring = self.ring
         moved = []
-        for batch in self._in_flight():
+        for batch in in_flight(self._channels.values()):
             primaries = {ring.primary(row[0]) for row in batch.rows}  # type: ignore[arg-type]
             if (
                 len(primaries) != 1
                 or ring.replica_set_of(primaries.pop(), self.replication) != batch.replica_set
             ):
                 moved.append(batch)
-        self._reroute(self._with_later_batches(moved))
-
-    def _with_later_batches(self, moved: list[OutBatch]) -> list[OutBatch]:
-        """``moved`` and every batch after one of them on a channel, to a fixpoint.
-
-        A batch sent after a re-routed one on the same channel may hold tuples of the same
-        slots (a range that moved splits a primary's batches: some of their slots changed
-        hands, others did not). Left on the channel it would reach the node before the
-        re-routed tuples, whose lower seqs the node's hwm would then drop as duplicates.
-        Re-routed together, their rows go out again sorted by slot and seq.
-        """
-        chosen = {id(batch): batch for batch in moved}
-        changed = bool(chosen)
-        while changed:
-            changed = False
-            for channel in self._channels.values():
-                after_moved = False
-                for held in channel.unacked.values():
-                    if id(held) in chosen:
-                        after_moved = True
-                    elif after_moved and not held.rerouted:
-                        chosen[id(held)] = held
-                        changed = True
-        return list(chosen.values())
-
-    def _in_flight(self) -> list[OutBatch]:
-        seen: dict[int, OutBatch] = {}
-        for channel in self._channels.values():
-            for batch in channel.unacked.values():
-                if not batch.rerouted:
-                    seen[id(batch)] = batch
-        return list(seen.values())
+        self._reroute(with_later_batches(self._channels.values(), moved))
 
     def _reroute(self, batches: list[OutBatch]) -> None:
         """Take ``batches`` off their channels and send their rows again by the current view."""

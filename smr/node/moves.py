@@ -19,7 +19,8 @@ replica set after the move that holds no copy of them before it. The protocol:
    is left to apply, and checkpoints: that checkpoint, ``final``, holds the moving slots'
    last changes; it goes to R and H like any other.
 5. Commit (G): once H reports ``through >= final``, send ``MoveCommit(final)`` to R (and
-   to H, which notes ``final``). From here on only R decides; G resends the commit until
+   to H, which notes ``final``); a leaver first writes its own entry *leaving*
+   (``ring.view.hand_over_all``). From here on only R decides; G resends the commit until
    R answers.
 6. Promote and switch (R, ``smr.node.move_taking``): if its replica of G has applied
    ``final`` and the plan still holds in its view, promote the moving slots from it,
@@ -29,7 +30,8 @@ replica set after the move that holds no copy of them before it. The protocol:
    the switch); then serve them and answer ``MoveDone(switched)``. If it cannot switch it
    answers not switched. Every repeat of a commit gets the same answer.
 7. Switch (every node, on the view): G, once R answered switched (or R is gone with its
-   token at the split), drops the moved slots (a leaver all its state: it is on standby)
+   token at the split), drops the moved slots (a leaver all its state, and writes itself
+   on standby)
    and sends the new view to every mapper it refused during the freeze; H's copy, and the
    copies G's other secondaries hold, become orphan copies absorbed by R, kept until R's
    own snapshot reaches them (``Replication.split_moved``): the moved slots keep ``r + 1``
@@ -50,8 +52,6 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Final
 
 from checkpoint.ids import CheckpointNumber
@@ -59,6 +59,7 @@ from ring.ids import NodeId, Slot
 from ring.moves import MovePlan, MoveRefused, move_done_in, plan_move
 from ring.placement import SlotRange, split_at_load_share
 from ring.view import OWNING_STATUSES, Status, with_status
+from smr.node.giving import Giving, Step, describe
 from smr.node.joins import Joins
 from smr.node.move_taking import MoveTaking
 from smr.protocol import (
@@ -93,34 +94,6 @@ FREEZE_TIMEOUT_S: Final = 2.0
 COMMIT_RESEND_S: Final = 0.5
 # A receiver or copy holder forgets a move it agreed to that never committed after this long.
 AGREED_KEEP_S: Final = COPY_TIMEOUT_S + 10.0
-
-
-class Step(StrEnum):
-    """Where the move a node gives stands (the protocol's steps)."""
-
-    PROPOSED = "proposed"
-    COPYING = "copying"
-    DRAINING = "draining"
-    FINAL = "final"
-    COMMITTED = "committed"
-
-
-@dataclass
-class Giving:
-    """The move this node gives (at most one at a time)."""
-
-    number: MoveNumber
-    plan: MovePlan
-    step: Step
-    started_at: float
-    step_at: float
-    accepted: set[NodeId] = field(default_factory=set)
-    copied_through: int = -1
-    final: CheckpointNumber | None = None
-    frozen_at: float | None = None
-    commit_sent_at: float = -1e9
-    # The mappers' channels refused during the freeze: told the outcome (step 7 or 8).
-    refused: set[tuple[bytes, StreamId]] = field(default_factory=set)
 
 
 class Moves:
@@ -596,16 +569,6 @@ class Moves:
             )
         under_way.extend(self.taking.under_way(now))
         return {"under_way": under_way, "recent": list(self.records)[-8:]}
-
-
-def describe(plan: MovePlan) -> str:
-    """A move in words, for logs and status."""
-    moving = plan.moving
-    what = "its whole range" if plan.leave else f"slots [{moving.start}, {moving.end})"
-    return (
-        f"{plan.giver} gives {what} ({moving.length} slots) to {plan.receiver}, "
-        f"{plan.copy_holder} holding a copy"
-    )
 
 
 def _still_planned(node: NodeCore, plan: MovePlan) -> bool:

@@ -104,9 +104,7 @@ def join(sim: Simulation, fault: Join) -> None:
     _command(sim, fault.node, "join", lambda core: core.moves.joins.request(fault.beside))
 
 
-def _command(
-    sim: Simulation, node_id: NodeId, what: str, start: Callable[[NodeCore], str]
-) -> None:
+def _command(sim: Simulation, node_id: NodeId, what: str, start: Callable[[NodeCore], str]) -> None:
     """Give ``node_id`` an operator's command (``start``); a node not running now reads no
     command, and one it cannot carry out now is refused (both noted, neither a failure)."""
     node = sim.nodes[node_id]

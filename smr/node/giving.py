@@ -1,0 +1,50 @@
+"""The record of a move a node gives (``smr.node.moves``): where it stands, who answered,
+what was refused meanwhile; and a move in words."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from checkpoint.ids import CheckpointNumber
+from ring.ids import NodeId
+from ring.moves import MovePlan
+from smr.protocol import MoveNumber, StreamId
+
+
+class Step(StrEnum):
+    """Where the move a node gives stands (the protocol's steps)."""
+
+    PROPOSED = "proposed"
+    COPYING = "copying"
+    DRAINING = "draining"
+    FINAL = "final"
+    COMMITTED = "committed"
+
+
+@dataclass
+class Giving:
+    """The move this node gives (at most one at a time)."""
+
+    number: MoveNumber
+    plan: MovePlan
+    step: Step
+    started_at: float
+    step_at: float
+    accepted: set[NodeId] = field(default_factory=set)
+    copied_through: int = -1
+    final: CheckpointNumber | None = None
+    frozen_at: float | None = None
+    commit_sent_at: float = -1e9
+    # The mappers' channels refused during the freeze: told the outcome (step 7 or 8).
+    refused: set[tuple[bytes, StreamId]] = field(default_factory=set)
+
+
+def describe(plan: MovePlan) -> str:
+    """A move in words, for logs and status."""
+    moving = plan.moving
+    what = "its whole range" if plan.leave else f"slots [{moving.start}, {moving.end})"
+    return (
+        f"{plan.giver} gives {what} ({moving.length} slots) to {plan.receiver}, "
+        f"{plan.copy_holder} holding a copy"
+    )
