@@ -2,10 +2,13 @@
 
 - `ring.ids`: `NodeId`, `Slot`, `Token`.
 - `ring.hashing`: keys to slots (`slot_of`), slot counts, evenly spaced tokens.
-- `ring.view`: the membership `View` and its `Member` entries, merge by precedence, and the
-  two range changes other nodes compute: `successor_takes_over` and `grant_range`.
-- `ring.placement`: `Ring`, the per-view routing tables (primary, replicas, ranges, roles),
-  and `split_at_load_median`.
+- `ring.view`: the membership `View` and its `Member` entries, merge by precedence, ring
+  order, and the range changes nodes compute: `successor_takes_over`, `grant_range`,
+  `hand_over_all` (a leave), `joining_at` and `join_view` (a join), `with_status`.
+- `ring.placement`: `Ring`, the per-view routing tables (primary, replicas, ranges, roles;
+  joiners as extra secondaries), `grown_clockwise`, and the load-share splits.
+- `ring.moves`: who takes part in a move, a leave or a join (`plan_move`, `plan_join`) and
+  the view it ends in (`moved_view`, `move_done_in`).
 """
 
 from ring.hashing import (
