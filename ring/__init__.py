@@ -9,6 +9,8 @@
   joiners as extra secondaries), `grown_clockwise`, and the load-share splits.
 - `ring.moves`: who takes part in a move, a leave or a join (`plan_move`, `plan_join`) and
   the view it ends in (`moved_view`, `move_done_in`).
+- `ring.zones`: fault zones: `spread_order` (where owners sit), `join_position`,
+  `one_zone_ranges`.
 """
 
 from ring.hashing import (

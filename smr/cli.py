@@ -20,10 +20,10 @@ from typing import Any, NoReturn
 import click
 
 from checkpoint.ids import MapperId
-from smr import cluster as local_cluster
 from smr import feed_run, spark_checkpoint
 from smr.api import JobLoadError, load_job
 from smr.channels import DeliveryError
+from smr.cli_cluster import cluster_group
 from smr.cli_faults import fault_group
 from smr.cli_options import cluster_dir_option
 from smr.cli_ring import move_command, scale_group
@@ -71,73 +71,9 @@ def main_group() -> None:
 
     A job's map runs in feeders (smr feed, or Spark with smr spark-feed); its reduce runs in
     reducer nodes that keep per-key state exactly once, each tuple and checkpoint backed up
-    on the next R nodes, which take over a failed node's keys. The nodes are fixed at
-    'smr cluster up': adding or removing nodes in a running cluster is not supported yet.
+    on the next R nodes, which take over a failed node's keys. Ranges move between nodes
+    while the job runs (smr move), and nodes join and leave (smr scale out, smr scale in).
     """
-
-
-# -- cluster -------------------------------------------------------------------------------
-
-
-@main_group.group("cluster")
-def cluster_group() -> None:
-    """Start and stop a local cluster of reducer nodes."""
-
-
-@cluster_group.command("up")
-@click.option("--dir", "cluster_dir", required=True, type=click.Path(path_type=Path))
-@click.option("--nodes", default=3, show_default=True, type=click.IntRange(1, 64))
-@click.option(
-    "--replication",
-    type=click.IntRange(0),
-    help="Copies of each tuple and state beyond the primary (r) [default: 1, or 0 for a "
-    "single node].",
-)
-@click.option("--job", "job_ref", required=True, help="The job, as module:attribute.")
-@click.option("--slot-bits", default=14, show_default=True, type=click.IntRange(1, 20))
-@click.option("--checkpoint-interval-ms", default=1000, show_default=True, type=click.IntRange(1))
-@click.option(
-    "--rejoin-after-fence-s",
-    default=30.0,
-    show_default=True,
-    type=click.FloatRange(0),
-    help="A node declared dead while alive joins again this long after (0: never).",
-)
-def cluster_up(
-    cluster_dir: Path,
-    nodes: int,
-    replication: int | None,
-    job_ref: str,
-    slot_bits: int,
-    checkpoint_interval_ms: int,
-    rejoin_after_fence_s: float,
-) -> None:
-    """Start NODES node processes on 127.0.0.1 in the background."""
-    if replication is None:
-        # One node's failure loses nothing by default; a lone node has nobody to copy to.
-        replication = 1 if nodes >= 2 else 0
-    load_job(job_ref)  # fail here, with the reason, rather than in every node's log
-    spec = local_cluster.up(
-        cluster_dir,
-        nodes,
-        replication,
-        job_ref,
-        slot_bits,
-        checkpoint_interval_ms,
-        rejoin_after_fence_ms=round(rejoin_after_fence_s * 1000) or None,
-    )
-    click.echo(f"cluster of {nodes} nodes up in {cluster_dir}")
-    for node in spec.nodes:
-        click.echo(f"  {node.id}  {node.addr}  pid {node.pid}  token {node.token}")
-
-
-@cluster_group.command("down")
-@click.option("--dir", "cluster_dir", required=True, type=click.Path(path_type=Path))
-@click.option("--grace-s", default=5.0, show_default=True, type=click.FloatRange(0))
-def cluster_down(cluster_dir: Path, grace_s: float) -> None:
-    """Stop every node (SIGTERM, then SIGKILL after the grace period)."""
-    stopped = local_cluster.down(cluster_dir, grace_s)
-    click.echo(f"stopped {len(stopped)} nodes" + (f": {', '.join(stopped)}" if stopped else ""))
 
 
 # -- data ----------------------------------------------------------------------------------
@@ -461,6 +397,9 @@ def status_command(cluster_dir: Path, as_json: bool) -> None:
         moves = status_view.moves_line(rows)
         if moves is not None:
             click.echo(moves)
+        zones = status_view.zones_line(rows)
+        if zones is not None:
+            click.secho(zones, fg="yellow", err=True)
     problems = [
         (status_view.offline_line(rows), "red"),
         (status_view.unreachable_line(rows), None),
@@ -535,6 +474,7 @@ def tail_command(cluster_dir: Path, count: int, timeout_s: float) -> None:
         subscriber.close()
 
 
+main_group.add_command(cluster_group)
 main_group.add_command(move_command)
 main_group.add_command(scale_group)
 

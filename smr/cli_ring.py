@@ -12,16 +12,16 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
 import click
 
+from ring.zones import join_position, one_zone_windows
 from smr.cli_options import cluster_dir_option
 from smr.client import Client, NodeUnreachable
 from smr.provision import LocalProcesses, StandbyPool
-from smr.spec import NodeSpec, read_spec
+from smr.spec import ClusterSpec, NodeSpec, read_spec
 
 # How often a move in progress is looked at.
 POLL_S = 0.1
@@ -63,18 +63,29 @@ def scale_group() -> None:
 @scale_group.command("out")
 @cluster_dir_option
 @click.option("--count", default=1, show_default=True, type=click.IntRange(1, 16))
-@click.option("--beside", help="The node to join beside [default: the busiest].")
+@click.option(
+    "--beside",
+    help="The node to join beside [default: the busiest where the zones stay spread].",
+)
+@click.option(
+    "--zone",
+    help="The new nodes' fault zone [default: the zone with the fewest nodes].",
+)
 @wait_option
-def scale_out_command(cluster_dir: Path, count: int, beside: str | None, wait_s: float) -> None:
+def scale_out_command(
+    cluster_dir: Path, count: int, beside: str | None, zone: str | None, wait_s: float
+) -> None:
     """Add COUNT nodes, one after the other: a node already on standby (fenced, or left
     running by 'scale in --keep-running') first, else a new process. Each catches up as an
-    extra replica of the node it joins beside (the busiest, by applied tuples per second),
-    then takes the top of its range (split at the load median)."""
+    extra replica of the node it joins beside (the busiest, by applied tuples per second,
+    among the places that keep each range's copies in two zones), then takes the top of its
+    range (split at the load median)."""
     provisioner = StandbyPool(LocalProcesses(cluster_dir), size=0)
     for _ in range(count):
-        node = provisioner.start()
-        click.echo(f"{node.id} on standby at {node.addr}")
-        click.echo(_run_join(cluster_dir, node.id, node.addr, beside, wait_s))
+        node = provisioner.start(zone)
+        where = f" in zone {node.zone}" if node.zone else ""
+        click.echo(f"{node.id} on standby at {node.addr}{where}")
+        click.echo(_run_join(cluster_dir, node, beside, wait_s))
 
 
 @scale_group.command("in")
@@ -90,6 +101,7 @@ def scale_in_command(cluster_dir: Path, node_id: str, keep_running: bool, wait_s
     """NODE_ID leaves the ring: its whole range moves to its clockwise neighbour (with
     r + 1 copies throughout); once every range it backed up has its copies again, the
     node stops."""
+    _warn_of_one_zone_ranges_after(cluster_dir, node_id)
     outcome = _run_move(cluster_dir, node_id, None, wait_s)
     click.echo(outcome)
     # The leaver was a secondary of the ranges before its own: their new secondaries get a
@@ -125,15 +137,17 @@ def _run_move(cluster_dir: Path, node_id: str, fraction: float | None, wait_s: f
         client.close()
 
 
-def _run_join(cluster_dir: Path, joiner: str, addr: str, beside: str | None, wait_s: float) -> str:
-    """Ask ``joiner`` to join beside ``beside`` (or the busiest owner) and follow the join
-    to its end; the outcome in words. Exits 1 if it is refused, called off or too slow."""
+def _run_join(cluster_dir: Path, node: NodeSpec, beside: str | None, wait_s: float) -> str:
+    """Ask ``node`` to join beside ``beside`` (or where `_where_to_join` says) and follow
+    the join to its end; the outcome in words. Exits 1 if it is refused, called off or too
+    slow."""
     spec = read_spec(cluster_dir)
+    joiner, addr = node.id, node.addr
     client = Client(timeout_ms=2000)
     try:
         deadline = time.monotonic() + wait_s
         while True:
-            target = beside or _busiest(client, spec.nodes, joiner)
+            target = beside or _where_to_join(client, spec, node)
             reply = client.join(addr, target)
             if reply.started:
                 break
@@ -163,17 +177,51 @@ def _run_join(cluster_dir: Path, joiner: str, addr: str, beside: str | None, wai
         client.close()
 
 
-def _busiest(client: Client, nodes: Sequence[NodeSpec], but: str) -> str:
-    """The serving node applying the most tuples per second (the largest range on ties)."""
+def _where_to_join(client: Client, spec: ClusterSpec, joiner: NodeSpec) -> str:
+    """The serving node to join beside: among the places that leave the fewest ranges with
+    every copy in one zone (`ring.zones.join_position`), the one applying the most tuples
+    per second (the largest range on ties)."""
     rows = [
         row
-        for node, row in client.status_each([n.addr for n in nodes if n.id != but]).items()
+        for row in client.status_each([n.addr for n in spec.nodes if n.id != joiner.id]).values()
         if not isinstance(row, NodeUnreachable) and row.get("role") == "serving"
     ]
     if not rows:
         _fail("no serving node answers: nothing to join beside")
-    best = max(rows, key=lambda row: (row["tuples_per_s"], row["range_share"]))
-    return str(best["node"])
+    rows.sort(key=lambda row: row["token"])
+    # A range share is at most 1 and tuples/s are shown to a tenth: the share only breaks ties.
+    weights = [row["tuples_per_s"] + row["range_share"] / 1000 for row in rows]
+    zones = [row.get("zone", "") for row in rows]
+    return str(rows[join_position(zones, joiner.zone, spec.replication, weights)]["node"])
+
+
+def _warn_of_one_zone_ranges_after(cluster_dir: Path, leaver: str) -> None:
+    """Say so if, once ``leaver`` is gone, more ranges keep every copy in one zone (its
+    neighbours are of one zone); the leave goes on: the operator asked for it."""
+    spec = read_spec(cluster_dir)
+    client = Client(timeout_ms=2000)
+    try:
+        statuses = client.status_each([node.addr for node in spec.nodes])
+    finally:
+        client.close()
+    rows = sorted(
+        (
+            row
+            for row in statuses.values()
+            if not isinstance(row, NodeUnreachable) and row.get("role") == "serving"
+        ),
+        key=lambda row: row["token"],
+    )
+    before = [row.get("zone", "") for row in rows]
+    after = [row.get("zone", "") for row in rows if row["node"] != leaver]
+    more = len(one_zone_windows(after, spec.replication)) - len(
+        one_zone_windows(before, spec.replication)
+    )
+    if more > 0:
+        click.echo(
+            f"warning: once {leaver} is gone, {more} more ranges keep every copy in one zone "
+            "(losing that zone would lose them); 'smr scale out' in another zone spreads them"
+        )
 
 
 def _wait_replicated(cluster_dir: Path, wait_s: float) -> None:

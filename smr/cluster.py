@@ -22,6 +22,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Final
@@ -30,6 +31,7 @@ import psutil
 
 from ring.hashing import SLOT_BITS_DEFAULT, check_slot_bits, even_tokens
 from ring.ids import NodeId, Token
+from ring.zones import spread_order
 from smr.client import Client, NodeUnreachable
 from smr.spec import (
     CHECKPOINT_INTERVAL_MS_DEFAULT,
@@ -82,8 +84,13 @@ def plan_cluster(
     job: str,
     slot_bits: int = SLOT_BITS_DEFAULT,
     checkpoint_interval_ms: int = CHECKPOINT_INTERVAL_MS_DEFAULT,
+    zones: Sequence[str] = (),
 ) -> ClusterSpec:
-    """Choose ids, loopback addresses and evenly spaced tokens for ``nodes`` nodes."""
+    """Choose ids, loopback addresses and evenly spaced tokens for ``nodes`` nodes.
+
+    With ``zones``, node ``i`` is in ``zones[i % len(zones)]`` and the nodes sit around
+    the ring in `ring.zones.spread_order`, so a range's copies span two zones or more
+    wherever the zone sizes allow (`ring.zones.spread_possible`)."""
     check_slot_bits(slot_bits)
     if not 1 <= nodes <= NODES_MAX:
         raise ClusterError(f"--nodes must be between 1 and {NODES_MAX}, got {nodes}")
@@ -93,15 +100,19 @@ def plan_cluster(
         )
     if checkpoint_interval_ms <= 0:
         raise ClusterError(f"checkpoint interval must be positive, got {checkpoint_interval_ms}")
-    tokens = even_tokens(nodes, slot_bits)
+    if any(not zone for zone in zones):
+        raise ClusterError("a zone name must not be empty")
+    zone_of = {NodeId(f"n{i}"): zones[i % len(zones)] if zones else "" for i in range(nodes)}
+    token_of = dict(zip(spread_order(zone_of), even_tokens(nodes, slot_bits), strict=True))
     specs = [
         NodeSpec(
-            id=NodeId(f"n{i}"),
+            id=node_id,
             addr=f"tcp://{LOOPBACK_HOST}:{_free_port()}",
             pub_addr=f"tcp://{LOOPBACK_HOST}:{_free_port()}",
-            token=tokens[i],
+            token=token_of[node_id],
+            zone=zone,
         )
-        for i in range(nodes)
+        for node_id, zone in zone_of.items()
     ]
     return ClusterSpec(slot_bits, replication, job, specs, checkpoint_interval_ms)
 
@@ -203,8 +214,10 @@ def up(
     checkpoint_interval_ms: int = CHECKPOINT_INTERVAL_MS_DEFAULT,
     ready_timeout_s: float = 30.0,
     rejoin_after_fence_ms: int | None = REJOIN_AFTER_FENCE_MS_DEFAULT,
+    zones: Sequence[str] = (),
 ) -> ClusterSpec:
-    """Start a local cluster and return once every node answers a ping.
+    """Start a local cluster and return once every node answers a ping (node ``i`` in zone
+    ``zones[i % len(zones)]``, see `plan_cluster`).
 
     1. Refuse if ``cluster_dir`` already has running nodes.
     2. Plan ids, addresses and tokens and a new cluster incarnation (the nodes start empty:
@@ -225,7 +238,7 @@ def up(
             )
     cluster_dir.mkdir(parents=True, exist_ok=True)
     # 2.
-    spec = plan_cluster(nodes, replication, job, slot_bits, checkpoint_interval_ms)
+    spec = plan_cluster(nodes, replication, job, slot_bits, checkpoint_interval_ms, zones)
     spec.incarnation = uuid.uuid4().hex[:16]
     spec.extra[REJOIN_AFTER_FENCE_KEY] = rejoin_after_fence_ms
     write_spec(cluster_dir, spec)
@@ -266,9 +279,10 @@ def down(cluster_dir: Path, grace_s: float = 5.0) -> list[str]:
     return stop_nodes(read_spec(cluster_dir), grace_s)
 
 
-def add_node(cluster_dir: Path, ready_timeout_s: float = 30.0) -> NodeSpec:
-    """Start one more node, on standby (it owns nothing until it joins: ``smr scale
-    out``), record it in the cluster's spec, and return once it answers a ping."""
+def add_node(cluster_dir: Path, ready_timeout_s: float = 30.0, zone: str = "") -> NodeSpec:
+    """Start one more node in fault zone ``zone``, on standby (it owns nothing until it
+    joins: ``smr scale out``), record it in the cluster's spec, and return once it answers
+    a ping."""
     spec = read_spec(cluster_dir)
     taken = {node.id for node in spec.nodes}
     index = len(spec.nodes)
@@ -279,6 +293,7 @@ def add_node(cluster_dir: Path, ready_timeout_s: float = 30.0) -> NodeSpec:
         addr=f"tcp://{LOOPBACK_HOST}:{_free_port()}",
         pub_addr=f"tcp://{LOOPBACK_HOST}:{_free_port()}",
         token=Token(0),
+        zone=zone,
         standby=True,
     )
     spec.nodes.append(node)

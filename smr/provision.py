@@ -14,6 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Protocol
 
+from ring.zones import zone_for_new_node
 from smr import cluster as local_cluster
 from smr.client import Client, NodeUnreachable
 from smr.spec import NodeSpec, read_spec
@@ -22,8 +23,9 @@ from smr.spec import NodeSpec, read_spec
 class Provisioner(Protocol):
     """Starts, stops and lists the nodes of one cluster."""
 
-    def start(self) -> NodeSpec:
-        """A new node, on standby and answering requests."""
+    def start(self, zone: str | None = None) -> NodeSpec:
+        """A new node in fault zone ``zone`` (None: the zone with the fewest nodes), on
+        standby and answering requests."""
         ...
 
     def stop(self, node_id: str) -> None:
@@ -41,9 +43,12 @@ class LocalProcesses:
     def __init__(self, cluster_dir: Path) -> None:
         self.cluster_dir = cluster_dir
 
-    def start(self) -> NodeSpec:
-        """A new node process, on standby (``smr.cluster.add_node``)."""
-        return local_cluster.add_node(self.cluster_dir)
+    def start(self, zone: str | None = None) -> NodeSpec:
+        """A new node process in ``zone`` (None: the zone with the fewest of the cluster's
+        nodes, `ring.zones.zone_for_new_node`), on standby (``smr.cluster.add_node``)."""
+        if zone is None:
+            zone = zone_for_new_node([node.zone for node in self.nodes()])
+        return local_cluster.add_node(self.cluster_dir, zone=zone)
 
     def stop(self, node_id: str) -> None:
         """Stop the process and drop it from ``cluster.json`` (``smr.cluster.remove_node``)."""
@@ -86,11 +91,14 @@ class StandbyPool:
             started.append(self.inner.start())
         return started
 
-    def start(self) -> NodeSpec:
-        """A standby node from the pool (or a new one if it is empty); the pool refills."""
+    def start(self, zone: str | None = None) -> NodeSpec:
+        """A standby node from the pool, of ``zone`` if one is given (else a new one); the
+        pool refills."""
         pool = self.standby()
-        node = pool[0] if pool else self.inner.start()
-        for _ in range(self.size - max(0, len(pool) - 1)):
+        fitting = [node for node in pool if zone is None or node.zone == zone]
+        node = fitting[0] if fitting else self.inner.start(zone)
+        left = len(pool) - (1 if fitting else 0)
+        for _ in range(self.size - left):
             self.inner.start()
         return node
 

@@ -147,6 +147,16 @@ SCENARIOS: tuple[Scenario, ...] = (
         expect=Expectation(takeovers=(Takeover(n2, n1), Takeover(n4, n3))),
     ),
     Scenario(
+        # A zone outage: with zones a, b dealt in turn, zone a is every other node, and the
+        # nodes of a zone are never neighbours (ring.zones), so half the ring dies at once
+        # with r = 1 and every range keeps a copy.
+        "a_whole_zone_of_every_other_node_killed_at_once_with_r1_is_taken_over_in_parallel",
+        nodes=6,
+        replication=1,
+        schedule=FaultSchedule((Kill(n0, 400), Kill(n2, 400), Kill(n4, 400))),
+        expect=Expectation(takeovers=(Takeover(n1, n0), Takeover(n3, n2), Takeover(n5, n4))),
+    ),
+    Scenario(
         # n3 backs up both with r=2 and takes them over nearest first.
         "two_adjacent_nodes_killed_at_once_with_r2_are_taken_over_one_after_the_other",
         nodes=5,

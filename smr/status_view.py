@@ -139,6 +139,26 @@ def moves_line(rows: Sequence[Row]) -> str | None:
     return "moves under way: " + "; ".join(moves) if moves else None
 
 
+def zones_line(rows: Sequence[Row]) -> str | None:
+    """One line naming the ranges whose every copy sits in one fault zone (as the node with
+    the newest view places them, see ``ring.zones``), or None if there are none: losing
+    that zone would lose them."""
+    answered = [row for row in rows if row["state"] == "up" and "one_zone_ranges" in row]
+    if not answered:
+        return None
+    newest = max(answered, key=lambda row: row["epoch"])
+    alone = newest["one_zone_ranges"]
+    if not alone:
+        return None
+    zone_of = {row["node"]: row.get("zone", "") for row in answered}
+    named = ", ".join(f"{node} ({zone_of.get(node) or '?'})" for node in alone)
+    return (
+        f"smr: {len(alone)} ranges keep every copy in one zone: {named}; losing that zone "
+        "would lose them (too few owners in other zones, or a leave or a failure put "
+        "owners of one zone side by side)"
+    )
+
+
 def unreachable_line(rows: Sequence[Row]) -> str | None:
     """One line naming the nodes that did not answer (and, for those that still beat, how
     long their loop has been held), or None if all did."""

@@ -17,6 +17,7 @@ from ring.hashing import slot_of
 from ring.ids import NodeId, Slot
 from ring.moves import MoveRefused
 from ring.placement import Role
+from ring.zones import one_zone_ranges
 from smr.protocol import (
     DumpReply,
     DumpRequest,
@@ -195,6 +196,10 @@ class Control:
             "rss_bytes": psutil.Process().memory_info().rss,
             "incarnation": node.incarnation,
             "status_in_view": member.status.value if member else None,
+            "zone": member.zone if member else "",
+            # The ranges a whole zone's loss would take with it (ring.zones), as this node's
+            # view places them.
+            "one_zone_ranges": one_zone_ranges(node.ring, node.settings.replication),
             "secondaries": list(node.secondaries),
             "backup_bytes": node.replication.backup_bytes,
             "under_replicated_slots": node.under_replicated_slots(),

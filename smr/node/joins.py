@@ -37,6 +37,7 @@ from ring.ids import NodeId, Slot, Token
 from ring.moves import MovePlan, MoveRefused, plan_join
 from ring.placement import SlotRange, split_at_load_share
 from ring.view import Status, joining_at, with_status
+from ring.zones import join_position
 from smr.node.move_taking import Agreed
 from smr.protocol import MoveAnswer, MoveCopied, MoveNumber, MovePropose
 
@@ -235,7 +236,8 @@ class Joins:
 
     def rejoin(self, now: float) -> None:
         """A fenced node on standby is capacity: once ``rejoin_after_fence_ms`` passed since
-        it was fenced, it asks to join beside the owner with the largest range, every
+        it was fenced, it asks to join beside the busiest owner where the zones stay spread
+        (`_where_to_join`), every
         ``REJOIN_RETRY_S`` until it joined."""
         node = self._node
         wait_ms = node.settings.rejoin_after_fence_ms
@@ -251,11 +253,28 @@ class Joins:
         ranges = node.ring.ranges()
         if not ranges:
             return
-        largest = max(ranges, key=lambda owner_range: owner_range[1].length)[0]
         try:
-            self.request(largest)
+            self.request(self._where_to_join(me.zone))
         except MoveRefused as refused:
             log.info("not rejoining yet: %s", refused)
+
+    def _where_to_join(self, zone: str) -> NodeId:
+        """The owner to join beside: among the places that leave the fewest ranges with every
+        copy in one zone (`ring.zones.join_position`), the busiest by the applied tuples per
+        second its heartbeats last said (the largest range on ties, and for owners not heard
+        from)."""
+        node = self._node
+        ranges = node.ring.ranges()
+        zone_of = {member.node_id: member.zone for member in node.view.owners()}
+        peer_load = node.membership.peer_load
+        weights = [
+            # A range share is at most 1: it only breaks ties between equal rates.
+            (peer_load[owner].beat.applied_per_s if owner in peer_load else 0.0)
+            + slot_range.share / 1000
+            for owner, slot_range in ranges
+        ]
+        zones = [zone_of[owner] for owner, _ in ranges]
+        return ranges[join_position(zones, zone, node.settings.replication, weights)][0]
 
     def tick(self, now: float) -> None:
         """Timeouts: an offer never made (joiner), a committed joiner gone (giver); a

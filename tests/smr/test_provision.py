@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from ring.ids import NodeId, Token
 from smr.client import NodeUnreachable
 from smr.provision import StandbyPool
@@ -17,9 +19,13 @@ class Started:
         self.running = running
         self.stopped: list[str] = []
 
-    def start(self) -> NodeSpec:
+    def start(self, zone: str | None = None) -> NodeSpec:
         node = NodeSpec(
-            NodeId(f"n{len(self.running)}"), f"tcp://h:{len(self.running)}", "", Token(0)
+            NodeId(f"n{len(self.running)}"),
+            f"tcp://h:{len(self.running)}",
+            "",
+            Token(0),
+            zone=zone or "",
         )
         self.running.append(node)
         return node
@@ -46,8 +52,8 @@ class Statuses:
         }
 
 
-def node(index: int) -> NodeSpec:
-    return NodeSpec(NodeId(f"n{index}"), f"tcp://h:{index}", "", Token(0))
+def node(index: int, zone: str = "") -> NodeSpec:
+    return NodeSpec(NodeId(f"n{index}"), f"tcp://h:{index}", "", Token(0), zone=zone)
 
 
 def test_a_pool_hands_out_a_node_already_on_standby_and_refills() -> None:
@@ -70,3 +76,26 @@ def test_fill_starts_nodes_until_the_pool_is_full_and_unreachable_ones_do_not_co
     statuses = Statuses({"tcp://h:0": "standby", "tcp://h:1": None})
     pool = StandbyPool(inner, size=2, client=statuses)  # type: ignore[arg-type]
     assert [n.id for n in pool.fill()] == ["n2"]
+
+
+def test_a_pool_hands_out_a_standby_node_of_the_zone_asked_for_or_starts_one_there() -> None:
+    inner = Started([node(0, "a"), node(1, "b")])
+    statuses = Statuses({"tcp://h:0": "standby", "tcp://h:1": "standby"})
+    pool = StandbyPool(inner, size=0, client=statuses)  # type: ignore[arg-type]
+    assert pool.start("b").id == "n1"
+    started = pool.start("c")
+    assert (started.id, started.zone) == ("n2", "c")
+
+
+def test_a_planned_cluster_deals_zones_in_turn_and_spreads_them_around_the_ring() -> None:
+    from smr.cluster import ClusterError, plan_cluster
+
+    spec = plan_cluster(4, 1, "examples.wordcount:job", zones=["a", "b"])
+    by_token = sorted(spec.nodes, key=lambda node: node.token)
+    assert [node.zone for node in by_token] == ["a", "b", "a", "b"]
+    # Three zones, four nodes: a b c a would put a beside a across the wrap.
+    spec = plan_cluster(4, 1, "examples.wordcount:job", zones=["a", "b", "c"])
+    zones = [node.zone for node in sorted(spec.nodes, key=lambda node: node.token)]
+    assert all(zones[i] != zones[(i + 1) % 4] for i in range(4)), zones
+    with pytest.raises(ClusterError, match="empty"):
+        plan_cluster(2, 1, "examples.wordcount:job", zones=["a", ""])

@@ -95,3 +95,13 @@ def test_an_ordinary_heartbeat_left_by_a_node_killed_a_moment_ago_is_no_sign_of_
     rows = [{**UP, "peers": {"n1": report}}, dict(DOWN)]
     status_view.heard_through_peers(rows)
     assert rows[1]["state"] == "unreachable"
+
+
+def test_zones_line_names_the_ranges_the_newest_view_keeps_in_one_zone() -> None:
+    older = {**UP, "epoch": [1, 4], "zone": "a", "one_zone_ranges": []}
+    newer = {**UP, "node": "n2", "epoch": [1, 5], "zone": "a", "one_zone_ranges": ["n2"]}
+    line = status_view.zones_line([older, newer, DOWN])
+    assert line is not None
+    assert line.startswith("smr: 1 ranges keep every copy in one zone: n2 (a);"), line
+    assert status_view.zones_line([older, DOWN]) is None
+    assert status_view.zones_line([DOWN]) is None

@@ -1,0 +1,95 @@
+"""``smr cluster up`` and ``smr cluster down``: start and stop a local cluster of reducer
+nodes. Registered on the main group by :mod:`smr.cli`, which turns a raised user error
+(``ClusterError``, a job that does not load) into one ``smr: error:`` line and exit 2."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from ring.zones import one_zone_windows
+from smr import cluster as local_cluster
+from smr.api import load_job
+from smr.spec import ClusterError
+
+
+@click.group("cluster")
+def cluster_group() -> None:
+    """Start and stop a local cluster of reducer nodes."""
+
+
+@cluster_group.command("up")
+@click.option("--dir", "cluster_dir", required=True, type=click.Path(path_type=Path))
+@click.option("--nodes", default=3, show_default=True, type=click.IntRange(1, 64))
+@click.option(
+    "--replication",
+    type=click.IntRange(0),
+    help="Copies of each tuple and state beyond the primary (r) [default: 1, or 0 for a "
+    "single node].",
+)
+@click.option("--job", "job_ref", required=True, help="The job, as module:attribute.")
+@click.option("--slot-bits", default=14, show_default=True, type=click.IntRange(1, 20))
+@click.option("--checkpoint-interval-ms", default=1000, show_default=True, type=click.IntRange(1))
+@click.option(
+    "--rejoin-after-fence-s",
+    default=30.0,
+    show_default=True,
+    type=click.FloatRange(0),
+    help="A node declared dead while alive joins again this long after (0: never).",
+)
+@click.option(
+    "--zones",
+    default="",
+    help="Comma-separated fault zones, dealt to the nodes in turn; the nodes sit so that "
+    "each range's copies span two zones where the sizes allow [default: no zones].",
+)
+def cluster_up(
+    cluster_dir: Path,
+    nodes: int,
+    replication: int | None,
+    job_ref: str,
+    slot_bits: int,
+    checkpoint_interval_ms: int,
+    rejoin_after_fence_s: float,
+    zones: str,
+) -> None:
+    """Start NODES node processes on 127.0.0.1 in the background."""
+    zone_names = [zone.strip() for zone in zones.split(",")] if zones else []
+    if any(not zone for zone in zone_names):
+        raise ClusterError(f"--zones {zones!r} names an empty zone")
+    if replication is None:
+        # One node's failure loses nothing by default; a lone node has nobody to copy to.
+        replication = 1 if nodes >= 2 else 0
+    load_job(job_ref)  # fail here, with the reason, rather than in every node's log
+    spec = local_cluster.up(
+        cluster_dir,
+        nodes,
+        replication,
+        job_ref,
+        slot_bits,
+        checkpoint_interval_ms,
+        rejoin_after_fence_ms=round(rejoin_after_fence_s * 1000) or None,
+        zones=zone_names,
+    )
+    click.echo(f"cluster of {nodes} nodes up in {cluster_dir}")
+    for node in spec.nodes:
+        zone = f"  zone {node.zone}" if node.zone else ""
+        click.echo(f"  {node.id}  {node.addr}  pid {node.pid}  token {node.token}{zone}")
+    in_ring_order = sorted(spec.nodes, key=lambda node: node.token)
+    alone = one_zone_windows([node.zone for node in in_ring_order], replication)
+    if alone:
+        click.echo(
+            f"warning: {len(alone)} of {nodes} ranges keep every copy in one zone "
+            f"({', '.join(in_ring_order[i].id for i in alone)}): too few nodes outside the "
+            f"largest zone for r={replication}; losing that zone loses those ranges"
+        )
+
+
+@cluster_group.command("down")
+@click.option("--dir", "cluster_dir", required=True, type=click.Path(path_type=Path))
+@click.option("--grace-s", default=5.0, show_default=True, type=click.FloatRange(0))
+def cluster_down(cluster_dir: Path, grace_s: float) -> None:
+    """Stop every node (SIGTERM, then SIGKILL after the grace period)."""
+    stopped = local_cluster.down(cluster_dir, grace_s)
+    click.echo(f"stopped {len(stopped)} nodes" + (f": {', '.join(stopped)}" if stopped else ""))
