@@ -17,11 +17,13 @@ An :class:`Emitter` belongs to one mapper id. The life of a tuple in it:
 4. Replies: ``ACK through=k`` releases the channel's batches up to ``k``, and a batch is done
    when every node of its set acked it; ``NACK expect=k`` resends from ``k``; ``NOT_OWNER``
    carries the node's view (and when that view is older than the emitter's, the emitter
-   sends the node its own); ``ERROR`` stops the emitter with the node's message.
+   sends the node its own), and the range the node is handing over in a move, if that is
+   why; ``ERROR`` stops the emitter with the node's message.
 5. A view change (from ``NOT_OWNER``, or asked for when an ack shows a newer view epoch or
    a channel stalls) re-routes every batch whose replica set changed: its tuples go out
    again, with their seqs, by the new view; the nodes' hwm makes any copy already applied a
-   duplicate.
+   duplicate. Tuples of a range being moved are held back until the move ends, and the rest
+   of their batches go out at once (:mod:`smr.reroute`).
 6. A channel that makes no progress for ``resend_after_ms`` resends all its unacked batches
    (go-back-N; nodes drop what they already have) and asks the other nodes for their view;
    after ``give_up_after_s`` without progress :class:`DeliveryError` names the node.
@@ -44,8 +46,8 @@ from typing import Any, Final
 
 from checkpoint.ids import MapperId
 from ring.hashing import slot_of
-from ring.ids import Epoch, NodeId
-from ring.placement import Ring
+from ring.ids import NodeId, Slot
+from ring.placement import Ring, SlotRange
 from ring.view import Status, View
 from smr.channels import (
     Channel,
@@ -53,10 +55,7 @@ from smr.channels import (
     OutBatch,
     Row,
     encode_within,
-    in_flight,
     release_through,
-    slot_and_seq,
-    with_later_batches,
 )
 from smr.emit_path import (
     CACHED_KEY_CHARS_MAX,
@@ -77,9 +76,9 @@ from smr.protocol import (
     ViewRequest,
     decode,
     encode,
-    pack_body,
     unpack_body,
 )
+from smr.reroute import Holds, on_not_owner, on_view, release_held, reroute
 from smr.transport import MapperTransport, zeromq_mapper_transport
 
 BATCH_SIZE_DEFAULT: Final = 1000
@@ -102,10 +101,6 @@ REPLY_READ_EVERY_BATCHES: Final = 8
 SLOT_CACHE_KEYS_MAX: Final = 1_000_000
 # Seqs travel as uint64; staying below 2**63 keeps them exact in every encoding on the way.
 SEQ_MAX: Final = 1 << 63
-
-
-# Past this many nested pump calls, re-routed rows wait for the next flush (see _reroute).
-REROUTE_DEPTH_MAX: Final = 8
 
 
 class Emitter:
@@ -176,6 +171,8 @@ class Emitter:
         self._view_asked_at = -1e9
         # How many pump calls are under way (a re-route sends from inside one).
         self._pump_depth = 0
+        # The tuples of slots a node is handing over in a move, held back until it ends.
+        self._holds = Holds()
         self._set_view(view)
         # emit(key, value) checks the tuple (smr.values.EmitError, nothing emitted, if it
         # cannot travel); emit_sized(key, value, size) takes one checked by row_bytes.
@@ -258,12 +255,16 @@ class Emitter:
         self._send_batch(dest, rows)
 
     def _send_batch(self, dest: int, rows: list[Row]) -> None:
+        if self._holds:
+            rows = self._holds.split(rows, self._clock())
+            if not rows:
+                return
         epoch = self.view.epoch
         parts = encode_within(rows, 2 * self.batch_bytes)
         for index, (part, body) in enumerate(parts):
             if self.view.epoch != epoch:
                 # The view changed while an earlier part waited for window room.
-                self._reroute([OutBatch(rows, body) for rows, body in parts[index:]])
+                reroute(self, [OutBatch(rows, body) for rows, body in parts[index:]])
                 return
             self._send_body(dest, part, body)
 
@@ -280,7 +281,12 @@ class Emitter:
             if self.view.epoch != epoch:
                 # The view changed while we waited, before the batch was on every channel
                 # of its (now stale) replica set: send its rows again by the new view.
-                self._reroute([batch])
+                reroute(self, [batch])
+                return
+            if self._holds and self._holds.holds_any(batch.rows):
+                # A hold began while we waited: this batch's rows of the held slots must go
+                # after the held ones (seq order per slot), so they are held too.
+                reroute(self, [batch])
                 return
             chan = channel.next_chan
             channel.next_chan = ChannelNumber(chan + 1)
@@ -352,15 +358,21 @@ class Emitter:
                     view = View.from_wire(unpack_body(body))
                 except (FrameError, ValueError):
                     return
-                self._on_view(view)
+                on_view(self, view)
             case Nack(expect=expect):
+                if self._holds.by(channel.node):
+                    # A move at this node ended (called off, or settled at its receiver).
+                    release_held(self)
                 self._resend(channel, from_chan=expect)
             case NotOwner(chan=chan, epoch=epoch, body=body):
                 try:
                     view = View.from_wire(unpack_body(body))
+                    frozen = SlotRange(
+                        Slot(message.frozen_start), message.frozen_length, self.ring.slot_count
+                    )
                 except (FrameError, ValueError):
                     return
-                self._on_not_owner(channel, chan, view, epoch)
+                on_not_owner(self, channel, chan, view, epoch, frozen)
             case Error(message=text):
                 raise DeliveryError(f"node {channel.node} refused a batch: {text}")
 
@@ -372,94 +384,6 @@ class Emitter:
                 self._on_acked(batch.rows)
         if released:
             channel.progress_at = self._clock()
-
-    def _on_not_owner(
-        self, channel: Channel, chan: ChannelNumber, view: View, node_epoch: Epoch
-    ) -> None:
-        """A node refused batch ``chan`` by its view (epoch ``node_epoch``).
-
-        1. Adopt whatever the node's view has that ours lacks (re-routing what it moves).
-        2. If the node's view is older than ours, it refused by a stale view: send it ours,
-           on this channel, so it arrives before the batch is sent again. That is no
-           progress: the give-up timer keeps running, so two parties that cannot agree end
-           in a ``DeliveryError`` instead of re-routing to each other forever. If both views
-           are the same, the node is handing the batch's slots over in a move: re-route
-           nothing yet (the node sends the outcome; see ``smr.node.moves``). Otherwise the
-           node taught us something: progress.
-        3. Re-route the refused batch and the later ones of the channel.
-        """
-        # 1.
-        epoch_before = self.view.epoch
-        self._on_view(view)
-        # 2.
-        if node_epoch < self.view.epoch:
-            push = ViewReply(RequestId(0), self.view.epoch, pack_body(self.view.to_wire()))
-            channel.outbox.send(encode(push))
-            self.views_pushed += 1
-        elif self.view.epoch == epoch_before:
-            # The same view on both sides: the node is handing these slots over (a move).
-            # Sending again by this view would be refused again: wait, asking the other
-            # nodes for news; the node sends the new view (or a NACK, if the move is
-            # called off) when it ends, and a stall past the resend time resends anyway.
-            self._ask_view([c for c in self._live_channels() if c is not channel])
-            return
-        else:
-            channel.progress_at = self._clock()
-        # 3. The node does not advance the channel past a refused batch, so the later ones
-        #    on it can reach the node only after the refused one is sent again: out of seq
-        #    order, and the node's hwm would drop the older tuples as duplicates. Re-route
-        #    them all together (their rows go out sorted by slot and seq).
-        batch = channel.unacked.get(chan)
-        if batch is not None and not batch.rerouted:
-            self._reroute([held for number, held in channel.unacked.items() if number >= chan])
-
-    def _on_view(self, view: View) -> None:
-        """Adopt a newer view; re-route every in-flight batch whose replica set changed."""
-        merged = self.view.merge(view)
-        if merged.epoch == self.view.epoch:
-            return
-        self.view_changes += 1
-        self._set_view(merged)
-        ring = self.ring
-        moved = []
-        for batch in in_flight(self._channels.values()):
-            primaries = {ring.primary(row[0]) for row in batch.rows}  # type: ignore[arg-type]
-            if (
-                len(primaries) != 1
-                or ring.replica_set_of(primaries.pop(), self.replication) != batch.replica_set
-            ):
-                moved.append(batch)
-        self._reroute(with_later_batches(self._channels.values(), moved))
-
-    def _reroute(self, batches: list[OutBatch]) -> None:
-        """Take ``batches`` off their channels and send their rows again by the current view."""
-        if not batches:
-            return
-        for batch in batches:
-            batch.rerouted = True
-            for node in list(batch.waiting_for):
-                other = self._channels[node]
-                for number, held in list(other.unacked.items()):
-                    if held is batch:
-                        del other.unacked[number]
-            batch.waiting_for.clear()
-            self.reroutes += 1
-            for row in batch.rows:
-                self._open_rows[self._dest_of_slot[row[0]]].append(row)
-        for dest, rows in enumerate(self._open_rows):
-            if rows:
-                # Re-routed rows went in after newer open rows of their slots: restore seq
-                # order per slot, which the nodes rely on (the primary's hwm dedup drops a
-                # seq below one already applied; a secondary summarises a batch by the last
-                # seq of each slot).
-                rows.sort(key=slot_and_seq)
-                if self._pump_depth > REROUTE_DEPTH_MAX:
-                    # Re-routes within re-routes (views that keep changing while batches wait
-                    # for window room): leave the rows open for the next flush, rather than
-                    # send them from ever deeper in the stack.
-                    continue
-                self._open_rows[dest] = []
-                self._send_batch(dest, rows)
 
     def _ask_view(self, channels: list[Channel]) -> None:
         """Ask nodes for their view (at most every quarter of the resend interval)."""
@@ -485,6 +409,16 @@ class Emitter:
 
     def _retry(self, channels: list[Channel]) -> None:
         now = self._clock()
+        if self._holds and self._holds.stale(now, self.resend_after_s):
+            # No word from the moving node in a resend interval: send the held rows again
+            # (if the move still goes on, they are refused and held once more).
+            release_held(self)
+        held_since = self._holds.since
+        if held_since is not None and now - held_since >= self.give_up_after_s:
+            raise DeliveryError(
+                f"{len(self._holds.rows)} tuples of slots being moved were held back for "
+                f"{now - held_since:.0f} s: the move never ended"
+            )
         for channel in channels:
             if not channel.unacked:
                 channel.progress_at = now
@@ -538,7 +472,7 @@ class Emitter:
         that is retried re-sends identical ids when it emits the same tuples in the same order
         from the same ``seq_base``; the nodes then drop what they already applied.
         """
-        if self.unacked_batches or self._first_open_dest() is not None:
+        if self.unacked_batches or self._first_open_dest() is not None or self._holds.rows:
             raise RuntimeError("begin_mapper needs a drained emitter: call drain() first")
         if not 0 <= seq_base < SEQ_MAX:
             raise ValueError(f"seq_base must be in [0, {SEQ_MAX}), not {seq_base}")
@@ -555,10 +489,12 @@ class Emitter:
         self.flush()
         deadline = self._clock() + (timeout_s if timeout_s is not None else 1e18)
         # Re-routing while waiting may leave tuples open (see flush): send them too.
-        while self.unacked_batches or self._first_open_dest() is not None:
+        while self.unacked_batches or self._first_open_dest() is not None or self._holds.rows:
             if self._clock() > deadline:
                 raise DeliveryError(
-                    f"{self.unacked_batches} batches still unacknowledged after {timeout_s} s"
+                    f"{self.unacked_batches} batches still unacknowledged and "
+                    f"{len(self._holds.rows)} tuples of moving slots held back after "
+                    f"{timeout_s} s"
                 )
             self.flush()
             self.pump(timeout_ms=50)
@@ -577,6 +513,7 @@ class Emitter:
             rows.clear()
         for combined in self._open_combined:
             combined.clear()
+        self._holds.release()
 
     def close(self, timeout_s: float | None = None) -> None:
         """Drain (see :meth:`drain`), then close every channel, also when draining fails."""

@@ -199,12 +199,17 @@ class Nack:
 @dataclass(frozen=True, slots=True)
 class NotOwner:
     """Batch ``chan`` was refused: some of its slots are not this node's by its view (the
-    body, of epoch ``epoch``). The channel does not advance; the emitter re-routes."""
+    body, of epoch ``epoch``), or are being handed over in a move: then ``frozen_length``
+    slots from ``frozen_start`` (wrapping) are refused until the move ends, and 0 slots
+    otherwise. The channel does not advance; the emitter re-routes, holding back the
+    tuples of frozen slots."""
 
     kind: ClassVar[Kind] = Kind.NOT_OWNER
     stream: StreamId
     chan: ChannelNumber
     epoch: Epoch
+    frozen_start: int
+    frozen_length: int
     body: bytes
 
 

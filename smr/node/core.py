@@ -230,9 +230,11 @@ class NodeCore:
         """Send a peer message (made with :attr:`stamp`); False (and counted) if ``peer`` is
         not in the view or its link refused it (queue full)."""
         member = self.view.get(peer)
-        if member is None or not self._links.send(peer, member.addr, encode(message)):
+        frames = encode(message)
+        if member is None or not self._links.send(peer, member.addr, frames):
             self.counters.peer_messages_dropped += 1
             return False
+        self.counters.peer_bytes_sent += sum(len(frame) for frame in frames)
         return True
 
     # -- a message arrived -------------------------------------------------------------------

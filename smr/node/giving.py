@@ -36,6 +36,8 @@ class Giving:
     final: CheckpointNumber | None = None
     frozen_at: float | None = None
     commit_sent_at: float = -1e9
+    # This node's peer bytes sent when the move began (its record counts those it cost).
+    peer_bytes_at_start: int = 0
     # The mappers' channels refused during the freeze: told the outcome (step 7 or 8).
     refused: set[tuple[bytes, StreamId]] = field(default_factory=set)
 

@@ -192,14 +192,26 @@ class Ingest:
         frozen = node.moves.frozen
         short = batch is not None and not self._sent_to_all(message.replicas)
         if batch is None or short or (frozen and not frozen.isdisjoint(slot_set)):
+            frozen_start = frozen_length = 0
             if batch is None or short:
                 node.counters.not_owner += 1
             else:
                 # A slot of the range this node is handing over (smr.node.moves, step 4):
-                # the mapper keeps the batch until the move ends either way.
+                # the mapper holds back that range's tuples until the move ends either way,
+                # and sends the rest again at once.
                 node.counters.batches_refused_moving += 1
                 node.moves.refused_frozen(identity, stream)
-            refusal = NotOwner(stream, chan, node.view.epoch, pack_body(node.view.to_wire()))
+                frozen_range = node.moves.frozen_range
+                if frozen_range is not None:
+                    frozen_start, frozen_length = frozen_range.start, frozen_range.length
+            refusal = NotOwner(
+                stream,
+                chan,
+                node.view.epoch,
+                frozen_start,
+                frozen_length,
+                pack_body(node.view.to_wire()),
+            )
             node.reply(identity, encode(refusal))
             return
         offline = node.recovery.offline

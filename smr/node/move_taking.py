@@ -197,7 +197,7 @@ class MoveTaking:
         backup = replication.backups.get(giver)
         moved = PrimaryCopy(replica.split_off(slots), backup.split_off(slots) if backup else None)
         replayed = node.recovery.promote_slots([moved], slots)
-        self._moves.frozen = frozenset(slots)
+        self._moves.freeze(plan.moving)
         node.set_view(moved_view(node.view, plan))
         node.membership.gossip()
         # 6c.
@@ -277,7 +277,7 @@ class MoveTaking:
         if settling is None:
             return
         self.settling = None
-        self._moves.frozen = frozenset()
+        self._moves.freeze(None)
         for identity, stream in settling.refused:
             node.reply(identity, encode(Nack(stream, node.ingest.expected(stream))))
         agreed = settling.agreed

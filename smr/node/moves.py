@@ -112,8 +112,9 @@ class Moves:
         self._numbers = 0
         self.giving: Giving | None = None
         # The slots refused now: the moving slots at a frozen giver, the moved slots at a
-        # receiver that is settling.
+        # receiver that is settling (see `freeze`).
         self.frozen: frozenset[Slot] = frozenset()
+        self.frozen_range: SlotRange | None = None
         self.taking = MoveTaking(node, self)
         self.joins = Joins(node, self)
         # One record per move given or received here, for status and the benchmark.
@@ -131,10 +132,17 @@ class Moves:
             or self.joins.asked is not None
         )
 
+    def freeze(self, slots: SlotRange | None) -> None:
+        """Refuse batches with a slot of ``slots`` from now on (None: refuse none). The
+        refusal names the range, so a feeder holds back only those slots' tuples and sends
+        the rest of its batches at once (``smr.emitter``)."""
+        self.frozen_range = slots
+        self.frozen = frozenset(slots.slots()) if slots is not None else frozenset()
+
     def reset(self) -> None:
         """Forget every move (fencing): a fenced node serves nothing, so nothing is frozen."""
         self.giving = None
-        self.frozen = frozenset()
+        self.freeze(None)
         self.taking.reset()
         self.joins.reset()
 
@@ -177,6 +185,7 @@ class Moves:
         self._numbers += 1
         now = self._node.clock()
         self.giving = Giving(MoveNumber(self._numbers), plan, Step.PROPOSED, now, now)
+        self.giving.peer_bytes_at_start = self._node.counters.peer_bytes_sent
         return self.giving
 
     @property
@@ -298,7 +307,7 @@ class Moves:
         giving.copied_through = max(giving.copied_through, message.through)
         if giving.step is Step.COPYING:
             # 4.
-            self.frozen = frozenset(giving.plan.moving.slots())
+            self.freeze(giving.plan.moving)
             giving.frozen_at = node.clock()
             self._to(Step.DRAINING)
         self.advance()
@@ -441,7 +450,7 @@ class Moves:
         plan = giving.plan
         now = node.clock()
         self.giving = None
-        self.frozen = frozenset()
+        self.freeze(None)
         node.snapshots.stop_copy(plan.copy_holder)
         if plan.leave:
             node.store.drop_slots(node.store.slots())
@@ -461,11 +470,15 @@ class Moves:
             "copy_holder": plan.copy_holder,
             "move": giving.number,
             "slots": plan.moving.length,
+            "start_slot": plan.moving.start,
             "leave": plan.leave,
             "outcome": "done",
             "total_ms": round((now - giving.started_at) * 1000, 1),
             "frozen_ms": round(frozen_ms, 1),
             "mappers_refused": len(giving.refused),
+            # What the giver sent its peers meanwhile: the copy holder's snapshot of the
+            # moving slots and its share of the checkpoints and heartbeats.
+            "peer_bytes_sent": node.counters.peer_bytes_sent - giving.peer_bytes_at_start,
             "at_unix_s": time.time(),
         }
         self.records.append(record)
@@ -487,7 +500,7 @@ class Moves:
             return
         plan = giving.plan
         self.giving = None
-        self.frozen = frozenset()
+        self.freeze(None)
         node.snapshots.stop_copy(plan.copy_holder)
         done = MoveDone(*node.stamp, giving.number, False, reason)
         if tell:

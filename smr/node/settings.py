@@ -85,6 +85,9 @@ class NodeCounters:
     moves_called_off: int = 0
     batches_refused_moving: int = 0
     peer_messages_dropped: int = 0
+    # Bytes of the peer messages this node handed to its links (heartbeats, checkpoints,
+    # snapshots, moves; tuples come from the feeders and are not counted).
+    peer_bytes_sent: int = 0
     fenced: int = 0
     # Probe rounds that ended without an answer and without a quorum (see Recovery.judge).
     quorum_missed: int = 0

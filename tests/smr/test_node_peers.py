@@ -284,7 +284,7 @@ def test_a_not_owner_by_an_older_view_makes_the_emitter_send_its_view_and_is_no_
     now[0] = 5.0
     # n0 still routes by the old view: it refuses the batch of n2's former range.
     not_owner = encode(
-        NotOwner(emitter.stream_id, batch.chan, old_view.epoch, pack_body(old_view.to_wire()))
+        NotOwner(emitter.stream_id, batch.chan, old_view.epoch, 0, 0, pack_body(old_view.to_wire()))
     )
     emitter._on_reply(channel, not_owner)
     pushed = [m for m in end.sent if isinstance(m, ViewReply)]

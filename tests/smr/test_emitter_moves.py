@@ -1,0 +1,208 @@
+"""The emitter during a move: a node that refuses a batch because some of its slots are being
+handed over names them; the emitter holds back only those slots' tuples and sends the rest
+again at once, so the slots that do not move never wait for the move. The held tuples go out,
+in seq order per slot, when the move ends (a new view, a NACK) or a resend interval passes."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+from checkpoint.ids import MapperId
+from ring.hashing import even_tokens, slot_of
+from ring.ids import NodeId, Slot
+from ring.moves import moved_view, plan_move
+from ring.placement import Ring
+from ring.view import Member, Status, View
+from smr.batch_body import decode_batch_body
+from smr.channels import DeliveryError
+from smr.emitter import Emitter
+from smr.protocol import (
+    Ack,
+    Batch,
+    Message,
+    Nack,
+    NotOwner,
+    RequestId,
+    ViewReply,
+    decode,
+    encode,
+    pack_body,
+)
+
+SLOT_BITS = 8
+SLOTS = 1 << SLOT_BITS
+
+
+class _End:
+    """A channel end that keeps what the emitter sends."""
+
+    def __init__(self, addr: str) -> None:
+        self.addr = addr
+        self.sent: list[Message] = []
+
+    def send(self, frames: Sequence[bytes]) -> bool:
+        self.sent.append(decode(frames))
+        return True
+
+    def receive(self) -> list[bytes] | None:
+        return None
+
+    def close(self) -> None:
+        pass
+
+
+class _Transport:
+    def __init__(self) -> None:
+        self.ends: dict[str, _End] = {}
+
+    def open(self, addr: str, send_queue_messages_max: int) -> _End:
+        return self.ends.setdefault(addr, _End(addr))
+
+    def wait_any(self, ends: Sequence[Any], timeout_ms: int) -> list[Any]:
+        return []
+
+
+class Setup:
+    """Three nodes on even tokens, r = 1; n0 moves the top quarter of the ring's first third
+    (its range's top) to n1."""
+
+    def __init__(self) -> None:
+        self.view = View(
+            Member(NodeId(f"n{i}"), 1, f"sim://n{i}", token, "", Status.UP, 1)
+            for i, token in enumerate(even_tokens(3, SLOT_BITS))
+        )
+        ring = Ring(self.view, SLOT_BITS)
+        self.plan = plan_move(ring, NodeId("n0"), 1, Slot(40))
+        self.moving = self.plan.moving
+        self.now = [0.0]
+        self.transport = _Transport()
+        self.emitter = Emitter(
+            self.view,
+            SLOT_BITS,
+            MapperId("m"),
+            replication=1,
+            batch_size=1_000_000,
+            clock=lambda: self.now[0],
+            transport=self.transport,
+        )
+        words = [f"w{i}" for i in range(2000)]
+        self.moving_words = [w for w in words if self.moving.contains(slot_of(w, SLOT_BITS))][:5]
+        self.kept_words = [
+            w
+            for w in words
+            if ring.primary(slot_of(w, SLOT_BITS)) == "n0"
+            and not self.moving.contains(slot_of(w, SLOT_BITS))
+        ][:5]
+
+    def batches_to(self, node: str) -> list[Batch]:
+        return [m for m in self.transport.ends[f"sim://{node}"].sent if isinstance(m, Batch)]
+
+    def rows(self, batch: Batch) -> list[tuple[int, int]]:
+        columns = decode_batch_body(batch.body, batch.n, SLOTS)
+        return list(zip(columns.slots, columns.seqs, strict=True))
+
+    def refuse(self, batch: Batch) -> None:
+        """n0 refuses ``batch``: it holds a slot n0 is handing over."""
+        refusal = NotOwner(
+            self.emitter.stream_id,
+            batch.chan,
+            self.view.epoch,
+            self.moving.start,
+            self.moving.length,
+            pack_body(self.view.to_wire()),
+        )
+        self.emitter._on_reply(self.emitter._channels[NodeId("n0")], encode(refusal))
+
+
+def _emit_all(setup: Setup, words: list[str]) -> None:
+    for word in words:
+        setup.emitter.emit(word, 1)
+    setup.emitter.flush()
+
+
+def test_a_refusal_naming_moving_slots_holds_back_only_their_tuples() -> None:
+    setup = Setup()
+    assert setup.moving_words and setup.kept_words
+    _emit_all(setup, setup.moving_words + setup.kept_words)
+    (first,) = setup.batches_to("n0")
+    setup.refuse(first)
+    # The kept slots' tuples went out again at once, in a new batch; the moving ones wait.
+    (_, again) = setup.batches_to("n0")
+    kept_slots = {slot_of(w, SLOT_BITS) for w in setup.kept_words}
+    assert {slot for slot, _ in setup.rows(again)} == kept_slots
+    assert len(setup.emitter._holds.rows) == len(setup.moving_words)
+    # New tuples of moving slots are held too; the others flow.
+    _emit_all(setup, setup.moving_words + setup.kept_words)
+    third = setup.batches_to("n0")[-1]
+    assert {slot for slot, _ in setup.rows(third)} == kept_slots
+    assert len(setup.emitter._holds.rows) == 2 * len(setup.moving_words)
+    # The move ends: n1 serves the moved slots. The held tuples go to n1, in seq order.
+    before = len(setup.batches_to("n1"))
+    after_view = moved_view(setup.view, setup.plan)
+    setup.emitter._on_reply(
+        setup.emitter._channels[NodeId("n0")],
+        encode(ViewReply(RequestId(0), after_view.epoch, pack_body(after_view.to_wire()))),
+    )
+    assert setup.emitter._holds.rows == []
+    released = setup.batches_to("n1")[before:]
+    rows = [row for batch in released for row in setup.rows(batch)]
+    moving_rows = [row for row in rows if setup.moving.contains(row[0])]
+    assert len(moving_rows) == 2 * len(setup.moving_words)
+    for slot in {slot for slot, _ in moving_rows}:
+        seqs = [seq for s, seq in moving_rows if s == slot]
+        assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)
+
+
+def test_a_nack_from_the_moving_node_ends_the_hold() -> None:
+    setup = Setup()
+    _emit_all(setup, setup.moving_words)
+    (first,) = setup.batches_to("n0")
+    setup.refuse(first)
+    assert setup.emitter._holds.rows
+    # The move was called off: n0 NACKs; the held tuples go to n0 again.
+    channel = setup.emitter._channels[NodeId("n0")]
+    setup.emitter._on_reply(channel, encode(Nack(setup.emitter.stream_id, channel.next_chan)))
+    assert setup.emitter._holds.rows == []
+    resent = setup.batches_to("n0")[-1]
+    assert {slot for slot, _ in setup.rows(resent)} == {
+        slot_of(w, SLOT_BITS) for w in setup.moving_words
+    }
+
+
+def test_a_hold_with_no_word_from_the_node_ends_after_a_resend_interval() -> None:
+    setup = Setup()
+    _emit_all(setup, setup.moving_words)
+    (first,) = setup.batches_to("n0")
+    setup.refuse(first)
+    setup.emitter.pump(0)
+    assert setup.emitter._holds.rows  # not yet
+    setup.now[0] += setup.emitter.resend_after_s
+    setup.emitter.pump(0)
+    assert setup.emitter._holds.rows == []
+    # Sent again to n0 in a new batch (and resent on the stalled channel with it).
+    again = setup.batches_to("n0")[1:]
+    assert again and all(batch.chan > first.chan for batch in again)
+    assert {slot for slot, _ in setup.rows(again[0])} == {
+        slot_of(w, SLOT_BITS) for w in setup.moving_words
+    }
+
+
+def test_held_tuples_keep_drain_waiting() -> None:
+    setup = Setup()
+    _emit_all(setup, setup.moving_words)
+    (first,) = setup.batches_to("n0")
+    setup.refuse(first)
+    # Nothing is unacked on any channel but the held tuples: drain must not return.
+    n1_channel = setup.emitter._channels[NodeId("n1")]
+    for chan in list(n1_channel.unacked):
+        setup.emitter._on_reply(
+            n1_channel, encode(Ack(setup.emitter.stream_id, chan, setup.view.epoch))
+        )
+    assert setup.emitter.unacked_batches == 0 and setup.emitter._holds.rows
+    ticks = iter(range(1_000_000))
+    setup.emitter._clock = lambda: next(ticks) / 1000  # a millisecond a reading
+    with pytest.raises(DeliveryError, match=f"{len(setup.moving_words)} tuples of moving slots"):
+        setup.emitter.drain(timeout_s=0.05)
