@@ -90,23 +90,33 @@ class Membership:
         # serving nothing, whatever else it shows. (A node that switched a move on its own
         # view just before learning of that takeover sees its switch undone by the mark,
         # and the giver serves the slots again: see smr.node.move_taking.)
+        # A taker sits on this node's token and is not leaving (a leaving owner sorts first
+        # on the token it hands over: it takes nothing). A view that marks this node dead
+        # and leaves no owner at all is refused too: applied, it would fence the node and
+        # leave its range to nobody.
         me = merged.get(node.node_id)
+        marked = me is not None and me.status is Status.DEAD and me.incarnation == node.incarnation
         taken_over = (
-            me is not None
-            and me.status is Status.DEAD
-            and me.incarnation == node.incarnation
-            and any(owner.token == me.token for owner in merged.owners())
+            marked
+            and me is not None
+            and any(
+                owner.token == me.token and owner.status is not Status.LEAVING
+                for owner in merged.owners()
+            )
         )
-        grown = [] if taken_over else grown_clockwise(node.ring, Ring(merged, node.slot_bits))
-        if grown:
+        merged_ring = Ring(merged, node.slot_bits)
+        if taken_over:
+            why = ""
+        elif marked and not merged_ring.owners:
+            why = "marks this node dead and leaves its range to nobody"
+        else:
+            grown = grown_clockwise(node.ring, merged_ring)
+            named = ", ".join(grown)
+            why = f"gives {named} slots of a live neighbour with no takeover" if grown else ""
+        if why:
             node.counters.views_refused += 1
             if self._refusal_log.due(node.clock()):
-                log.warning(
-                    "refused a view that gives %s slots of a live neighbour with no takeover "
-                    "(forged or corrupt): %r",
-                    ", ".join(grown),
-                    incoming,
-                )
+                log.warning("refused a view that %s (forged or corrupt): %r", why, incoming)
             return False
         node.set_view(merged)
         self.gossip()

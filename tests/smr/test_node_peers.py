@@ -10,8 +10,8 @@ from typing import Any
 from checkpoint.ids import MapperId
 from ring.hashing import even_tokens, slot_of
 from ring.ids import NodeId
-from ring.placement import Role
-from ring.view import Member, Status, View, successor_takes_over
+from ring.placement import Ring, Role
+from ring.view import Member, Status, View, hand_over_all, successor_takes_over, with_status
 from smr.api import Job
 from smr.batch_body import encode_batch_body
 from smr.emitter import Emitter
@@ -227,6 +227,33 @@ def test_a_pushed_view_giving_a_live_neighbours_range_away_without_a_takeover_is
     n0.on_frames(b"mapper", encode(push))
     assert n0.view == before
     assert n0.counters.views_refused == 1
+
+
+def test_a_view_marking_the_last_owner_dead_is_refused() -> None:
+    cluster = Cluster(3, replication=2)
+    n1 = cluster.core("n1")
+    # n0 and n2 died and n1 took both over: it is the only owner left.
+    alone = successor_takes_over(successor_takes_over(n1.view, NodeId("n0")), NodeId("n2"))
+    assert n1.membership.merge_view(alone)
+    assert Ring(n1.view, SLOT_BITS).owners == (NodeId("n1"),)
+    forged = n1.view.mark_dead(NodeId("n1"))  # would leave the ring to nobody
+    assert n1.membership.merge_view(forged) is False
+    assert n1.counters.fenced == 0 and n1.counters.views_refused == 1
+
+
+def test_a_leaving_owner_on_this_nodes_token_has_not_taken_it_over() -> None:
+    cluster = Cluster(3, replication=1)
+    n1 = cluster.core("n1")
+    # n0 leaves: n1 moves onto n0's token, where n0 stays, leaving, until it is done.
+    leaving = hand_over_all(with_status(n1.view, NodeId("n0"), Status.LEAVING), NodeId("n0"))
+    assert leaving.members[NodeId("n1")].token == leaving.members[NodeId("n0")].token
+    assert n1.membership.merge_view(leaving)
+    forged = n1.view.mark_dead(NodeId("n1"))
+    assert n1.membership.merge_view(forged) is False
+    assert n1.counters.fenced == 0
+    # Taken over for real (its successor on its token), it fences.
+    n1.membership.merge_view(successor_takes_over(n1.view, NodeId("n1")))
+    assert n1.counters.fenced == 1
 
 
 def test_a_view_pushed_by_a_client_is_merged() -> None:
