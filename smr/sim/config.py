@@ -14,6 +14,7 @@ from smr.faults import (
     FaultSchedule,
 )
 from smr.node import NodeSettings
+from smr.node.settings import NodeCounters
 from smr.sim.network import NetworkSettings
 
 log = logging.getLogger("smr.sim")
@@ -153,6 +154,16 @@ class SweepOptions:
 WALL_CLOCK_COUNTERS: Final = frozenset({"peer_bytes_sent"})
 
 
+def seeded_counters(counters: NodeCounters) -> dict[str, int]:
+    """The counters of a node that its seed decides: the integers, less
+    `WALL_CLOCK_COUNTERS`."""
+    return {
+        name: value
+        for name, value in vars(counters).items()
+        if isinstance(value, int) and name not in WALL_CLOCK_COUNTERS
+    }
+
+
 @dataclass
 class SimResult:
     """What a run ended with; ``fingerprint()`` is equal for two runs of one seed."""
@@ -169,13 +180,8 @@ class SimResult:
     keys: int
 
     def fingerprint(self) -> str:
-        """A digest of everything deterministic about the run (not the counters that depend
-        on the wall clock, `WALL_CLOCK_COUNTERS`)."""
+        """A digest of everything deterministic about the run."""
         data = {key: value for key, value in asdict(self).items() if key != "schedule"}
         data["schedule"] = self.schedule.to_wire()
-        data["counters"] = {
-            node: {name: value for name, value in counts.items() if name not in WALL_CLOCK_COUNTERS}
-            for node, counts in self.counters.items()
-        }
         text = json.dumps(data, sort_keys=True, default=str)
         return hashlib.sha256(text.encode()).hexdigest()

@@ -27,7 +27,7 @@ from smr.faults import (
 from smr.node import TICK_MS, NodeCore, NodeSettings, Timer
 from smr.protocol import FrameError, decode, header_of
 from smr.sim import checks, nemesis
-from smr.sim.config import SimConfig, SimResult, SweepOptions
+from smr.sim.config import SimConfig, SimResult, SweepOptions, seeded_counters
 from smr.sim.mappers import MapperProcess, SimChannelEnd, SimMapperTransport
 from smr.sim.network import ADDR_PREFIX, Envelope, Link, SimClock, SimNetwork
 from smr.sim.nodes import MemoryOutput, SimNode, SimNodeLinks, sim_job
@@ -520,8 +520,7 @@ class Simulation:
     def _result(self) -> SimResult:
         live = self._live()
         counters: dict[str, dict[str, int]] = {
-            node.node_id: {k: v for k, v in vars(core.counters).items() if isinstance(v, int)}
-            for node, core in live
+            node.node_id: seeded_counters(core.counters) for node, core in live
         }
         emitters = {
             name: {
