@@ -72,11 +72,24 @@ class Channel:
     unsent_from: ChannelNumber | None = None  # first batch number a send failed for, if any
     progress_at: float = 0.0
     resent_at: float = 0.0
+    # The node has taken every batch below this number (a NOT_OWNER or NACK for a batch
+    # says so: it is the one the node expected).
+    processed_below: ChannelNumber = FIRST_CHANNEL_NUMBER
 
     @property
     def base(self) -> ChannelNumber:
-        """The oldest batch number still held (sent with every batch, see smr.node.ingest)."""
-        return next(iter(self.unacked), self.next_chan)
+        """The oldest batch number the node may still need (sent with every batch, see
+        smr.node.ingest): the oldest one held that is not below `processed_below`. Past the
+        batches re-routed off this channel it skips the hole they leave, so the node does
+        not wait for them (held ones below it were taken already and are only not acked)."""
+        for number in self.unacked:
+            if number >= self.processed_below:
+                return number
+        return self.next_chan
+
+    def taken_below(self, chan: ChannelNumber) -> None:
+        """The node said it expects batch ``chan``: it took every batch below it."""
+        self.processed_below = max(self.processed_below, chan)
 
     def transmit(
         self, chan: ChannelNumber, stream: StreamId, mapper: MapperId, epoch: Epoch

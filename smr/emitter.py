@@ -56,6 +56,7 @@ from smr.channels import (
     Row,
     encode_within,
     release_through,
+    slot_and_seq,
 )
 from smr.emit_path import (
     CACHED_KEY_CHARS_MAX,
@@ -205,6 +206,11 @@ class Emitter:
         self._open_bytes[:] = [0] * len(ring.owners)
         for row in old_rows:
             self._open_rows[self._dest_of_slot[row[0]]].append(row)
+        # Rows of one slot all sat in one list, so this keeps their seq order as it was; the
+        # sort makes sure (a list left unsorted would send a seq after a higher one, which
+        # the node's hwm would then drop as a duplicate).
+        for rows in self._open_rows:
+            rows.sort(key=slot_and_seq)
         for key, entry in old_combined:
             self._open_combined[self._dest_of_slot[entry[0]]][key] = entry
 
@@ -359,8 +365,9 @@ class Emitter:
                 except (FrameError, ValueError):
                     return
                 on_view(self, view)
-            case Nack(expect=expect):
-                if self._holds.by(channel.node):
+            case Nack(expect=expect, move_ended=move_ended):
+                channel.taken_below(expect)
+                if move_ended and self._holds.by(channel.node):
                     # A move at this node ended (called off, or settled at its receiver).
                     release_held(self)
                 self._resend(channel, from_chan=expect)

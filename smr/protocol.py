@@ -189,11 +189,14 @@ class Ack:
 
 @dataclass(frozen=True, slots=True)
 class Nack:
-    """A gap on the channel: resend from batch ``expect``."""
+    """Resend from batch ``expect``: a gap on the channel, or (``move_ended``) the end of a
+    move this node refused batches for (done, called off, or settled at its receiver), so
+    the tuples an emitter held back for it may go out again."""
 
     kind: ClassVar[Kind] = Kind.NACK
     stream: StreamId
     expect: ChannelNumber
+    move_ended: bool
 
 
 @dataclass(frozen=True, slots=True)

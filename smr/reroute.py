@@ -98,7 +98,9 @@ def on_not_owner(
     """A node refused batch ``chan`` by its view (epoch ``node_epoch``), or because it
     holds slots of ``frozen``, which the node is handing over in a move.
 
-    1. Adopt whatever the node's view has that ours lacks (re-routing what it moves).
+    1. The node expected ``chan``: it took every batch below (the channel's base skips
+       the hole re-routing leaves from here). Adopt whatever the node's view has that
+       ours lacks (re-routing what it moves).
     2. If the node's view is older than ours, it refused by a stale view: send it ours,
        on this channel, so it arrives before the batch is sent again. That is no
        progress: the give-up timer keeps running, so two parties that cannot agree end
@@ -111,6 +113,7 @@ def on_not_owner(
     3. Re-route the refused batch and the later ones of the channel.
     """
     # 1.
+    channel.taken_below(chan)
     epoch_before = emitter.view.epoch
     on_view(emitter, view)
     # 2.
@@ -193,13 +196,15 @@ def reroute(emitter: Emitter, batches: list[OutBatch]) -> None:
 
 def send_open_rows(emitter: Emitter) -> None:
     """Send every open row now (re-routed and released ones among them)."""
+    # Re-routed and released rows went in after newer open rows of their slots: restore seq
+    # order per slot, which the nodes rely on (the primary's hwm dedup drops a seq below
+    # one already applied; a secondary summarises a batch by the last seq of each slot).
+    # Every destination first: sending one may wait for window room, and a view change
+    # meanwhile moves the others' rows to destinations this loop has passed already.
+    for rows in emitter._open_rows:
+        rows.sort(key=slot_and_seq)
     for dest, rows in enumerate(emitter._open_rows):
         if rows:
-            # Re-routed rows went in after newer open rows of their slots: restore seq
-            # order per slot, which the nodes rely on (the primary's hwm dedup drops a
-            # seq below one already applied; a secondary summarises a batch by the last
-            # seq of each slot).
-            rows.sort(key=slot_and_seq)
             if emitter._pump_depth > REROUTE_DEPTH_MAX:
                 # Re-routes within re-routes (views that keep changing while batches wait
                 # for window room): leave the rows open for the next flush, rather than

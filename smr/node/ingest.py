@@ -160,7 +160,7 @@ class Ingest:
         # 3. A gap.
         if chan > expected:
             node.counters.gaps += 1
-            node.reply(identity, encode(Nack(stream, expected)))
+            node.reply(identity, encode(Nack(stream, expected, False)))
             return
         # 4. Decode and validate (the slot and seq columns first: a secondary needs no more).
         if mapper.startswith(RESERVED_MAPPER_PREFIX):

@@ -279,7 +279,7 @@ class MoveTaking:
         self.settling = None
         self._moves.freeze(None)
         for identity, stream in settling.refused:
-            node.reply(identity, encode(Nack(stream, node.ingest.expected(stream))))
+            node.reply(identity, encode(Nack(stream, node.ingest.expected(stream), True)))
         agreed = settling.agreed
         answer = (True, "")
         self._keep_answer((agreed.giver, agreed.incarnation, agreed.number), answer)

@@ -510,7 +510,7 @@ class Moves:
         if plan.join:
             self.joins.giver_called_off(plan.receiver, dropped=dropped)
         for identity, stream in giving.refused:
-            node.reply(identity, encode(Nack(stream, node.ingest.expected(stream))))
+            node.reply(identity, encode(Nack(stream, node.ingest.expected(stream), True)))
         if plan.leave:
             self._write_own_status(Status.UP)
         node.counters.moves_called_off += 1

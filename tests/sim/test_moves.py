@@ -133,6 +133,25 @@ MOVE_SWEEP_FINDINGS: dict[int, tuple[SweepOptions, str]] = {
     2100075: (BIG, "deaths changed the move's copy holder while it was being copied"),
     950235: (LOSSY, "a confirmation request hit the cached answer of an earlier move"),
     1200256: (LOSSY, "a stale move copy shadowed the replica of a node that became a predecessor"),
+    425: (
+        SweepOptions(),
+        "a batch waiting for window room when a hold began sent its rows of the held slots "
+        "ahead of the held ones",
+    ),
+    1503: (SweepOptions(), "as 425, at a move's receiver settling with two secondaries"),
+    301492: (
+        SweepOptions(),
+        "a forged view marking the last owner dead made it fence, leaving the ring to nobody",
+    ),
+    302539: (
+        SweepOptions(),
+        "a leaving owner on a node's token counted as the taker of a forged death",
+    ),
+    400194: (
+        SweepOptions(),
+        "a view change while re-routed rows waited to be sorted moved them to a destination "
+        "already passed: sent unsorted, two tuples fell under the hwm",
+    ),
 }
 
 

@@ -164,7 +164,7 @@ def test_a_nack_from_the_moving_node_ends_the_hold() -> None:
     assert setup.emitter._holds.rows
     # The move was called off: n0 NACKs; the held tuples go to n0 again.
     channel = setup.emitter._channels[NodeId("n0")]
-    setup.emitter._on_reply(channel, encode(Nack(setup.emitter.stream_id, channel.next_chan)))
+    setup.emitter._on_reply(channel, encode(Nack(setup.emitter.stream_id, channel.next_chan, True)))
     assert setup.emitter._holds.rows == []
     resent = setup.batches_to("n0")[-1]
     assert {slot for slot, _ in setup.rows(resent)} == {
@@ -206,3 +206,17 @@ def test_held_tuples_keep_drain_waiting() -> None:
     setup.emitter._clock = lambda: next(ticks) / 1000  # a millisecond a reading
     with pytest.raises(DeliveryError, match=f"{len(setup.moving_words)} tuples of moving slots"):
         setup.emitter.drain(timeout_s=0.05)
+
+
+def test_batches_sent_after_a_refusal_let_the_node_skip_the_hole_the_reroute_left() -> None:
+    setup = Setup()
+    _emit_all(setup, setup.kept_words)  # batch 1: taken by n0, not acked yet
+    _emit_all(setup, setup.moving_words + setup.kept_words)  # batch 2: refused
+    first, refused = setup.batches_to("n0")
+    setup.refuse(refused)
+    again = setup.batches_to("n0")[-1]
+    assert again.chan == refused.chan + 1
+    # n0 expected batch 2, so it took batch 1: the base skips both, and n0 need not wait
+    # for the refused batch (its rows went out again in this one, or are held).
+    assert again.base == again.chan
+    assert first.chan in setup.emitter._channels[NodeId("n0")].unacked
