@@ -23,9 +23,14 @@ new ack from the request to one second after it ended, against ``stall_ms_before
 same over the 2 s before it, measured in the same run. At the end the feeder stops and
 drains, every key is dumped and compared with plain Python's counts (``exact``).
 
-The time per-slot latency percentiles of the slots that did not move are not measured
-here (the feeder samples acks of all its tuples); a per-node byte counter for peer traffic
-does not exist yet, so bytes sent are not reported either.
+The feeder also records every tuple's ack latency (emit to acked by every replica) and
+slot: per operation, the p99 of the slots that did not move during it against the
+``SETTLE_S`` before (``p99_ratio``), and the longest wait of a tuple of the slots that
+did not move (``max_other_during_ms``; ``max_kept_during_ms`` for the giver's own slots
+that stayed, which share its channels with the moving ones) and of the moved ones
+(``max_moving_ms``). ``peer_bytes_sent`` is what the giver sent its peers from the request
+to the end, from its record: the copy holder's snapshot of the moving slots, checkpoints and
+heartbeats (tuples come from the feeders and are not counted).
 
     python bench/rebalance.py [--keys 10000,100000,1000000] [--rate 20000]
 """
@@ -47,6 +52,7 @@ from bench.common import (  # noqa: E402
     check_counts,
     load_words,
     machine,
+    percentile,
     stream_counts,
     versions,
 )
@@ -59,6 +65,9 @@ from bench.harness import (  # noqa: E402
     write_report,
 )
 from bench.recovery import _feeder, preload, preload_key  # noqa: E402
+from ring.hashing import slot_count  # noqa: E402
+from ring.ids import Slot  # noqa: E402
+from ring.placement import SlotRange  # noqa: E402
 
 OUT = RESULTS / "rebalance.json"
 SETTLE_S = 2.0
@@ -111,7 +120,9 @@ def run(keys: int, rate: float, words: list[str]) -> dict[str, Any]:
         client = Client(timeout_ms=2000)
         try:
             wait_replicated(cluster_dir)
-            with feeder_process(_feeder, str(cluster_dir), words, rate, stoppable=True) as feeder:
+            with feeder_process(
+                _timed_feeder, str(cluster_dir), words, rate, stoppable=True
+            ) as feeder:
                 feeder.result(30)
                 time.sleep(SETTLE_S)
                 move = operation(client, addrs["n0"], lambda: client.move(addrs["n0"], 0.5))
@@ -143,6 +154,7 @@ def run(keys: int, rate: float, words: list[str]) -> dict[str, Any]:
         samples = fed["samples"]
         for entry in (move, join, leave):
             entry.update(stalls(samples, entry["requested_at_unix_s"], entry["done_at_unix_s"]))
+            entry.update(slot_latencies(fed, entry, slot_count(spec.slot_bits)))
         return {
             "keys": keys,
             "preload_s": round(preload_s, 2),
@@ -160,6 +172,7 @@ def operation(
 ) -> dict[str, Any]:
     """Ask for a move, a join or a leave (``ask``) and wait for the giver's record of it
     (and, for a join, for the joiner to serve); the record's figures."""
+    giver_token = client.status(giver_addr)["token"]
     requested = time.time()
     reply = ask()
     if not reply.started:
@@ -182,7 +195,10 @@ def operation(
                 "total_ms": record["total_ms"],
                 "frozen_ms": record["frozen_ms"],
                 "slots": record["slots"],
+                "start_slot": record["start_slot"],
+                "giver_token": giver_token,
                 "mappers_refused": record["mappers_refused"],
+                "peer_bytes_sent": record["peer_bytes_sent"],
             }
     raise RuntimeError("the operation did not end in time")
 
@@ -206,6 +222,51 @@ def stalls(samples: list[list[float]], start: float, end: float) -> dict[str, fl
         "stall_ms": longest(start, end + 1.0),
         "stall_ms_before": longest(start - SETTLE_S, start),
     }
+
+
+def slot_latencies(fed: dict[str, Any], entry: dict[str, Any], slots: int) -> dict[str, Any]:
+    """Per-tuple ack latencies (emit to acked by every replica) around one operation, by
+    the tuple's slot: ``other`` slots are those that did not move, ``kept`` the giver's own
+    that did not move (they share the giver's channels with the moving ones), ``moving``
+    the moved ones. ``before`` is the ``SETTLE_S`` before the request, ``during`` from the
+    request to the end; the times are when the tuples were emitted."""
+    moving = SlotRange(Slot(entry["start_slot"]), entry["slots"], slots)
+    giver_from = entry["giver_token"]
+    kept = SlotRange(Slot(giver_from), (moving.start - giver_from) % slots, slots)
+    start, end = entry["requested_at_unix_s"], entry["done_at_unix_s"]
+    before: list[float] = []
+    during: dict[str, list[float]] = {"other": [], "kept": [], "moving": []}
+    for acked_at, slot, latency_ms in zip(
+        fed["acked_at_unix_s"], fed["slot"], fed["latency_ms"], strict=True
+    ):
+        emitted_at = acked_at - latency_ms / 1000
+        if start - SETTLE_S <= emitted_at < start and not moving.contains(slot):
+            before.append(latency_ms)
+        elif start <= emitted_at <= end:
+            if moving.contains(slot):
+                during["moving"].append(latency_ms)
+            else:
+                during["kept" if kept.contains(slot) else "other"].append(latency_ms)
+    p99_before = percentile(before, 0.99)
+    p99_during = percentile(during["other"] + during["kept"], 0.99)
+    return {
+        "p99_unmoved_before_ms": _ms(p99_before),
+        "p99_unmoved_during_ms": _ms(p99_during),
+        "p99_ratio": round(p99_during / p99_before, 2) if p99_before and p99_during else None,
+        "max_other_during_ms": _ms(max(during["other"], default=None)),
+        "max_kept_during_ms": _ms(max(during["kept"], default=None)),
+        "max_moving_ms": _ms(max(during["moving"], default=None)),
+        "tuples_during": {group: len(values) for group, values in during.items()},
+    }
+
+
+def _ms(value: float | None) -> float | None:
+    return None if value is None else round(value, 1)
+
+
+def _timed_feeder(cluster_dir: str, words: list[str], rate: float, stop: Any, results: Any) -> None:
+    """bench/recovery.py's feeder, recording every tuple's ack latency and slot."""
+    _feeder(cluster_dir, words, rate, stop, results, latencies=True)
 
 
 def wait_replicated(cluster_dir: Path) -> None:

@@ -63,6 +63,7 @@ import sys
 import threading
 import time
 import traceback
+from array import array
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -162,10 +163,35 @@ def parse_cases(text: str) -> list[Case]:
 # -- the feeder process ----------------------------------------------------------------------
 
 
-def _feeder(cluster_dir: str, words: list[str], rate: float, stop: Any, results: Any) -> None:
+def _feeder(
+    cluster_dir: str,
+    words: list[str],
+    rate: float,
+    stop: Any,
+    results: Any,
+    latencies: bool = False,
+) -> None:
     """Emit ``words`` cyclically at ``rate`` tuples/s until ``stop``, then wait for every ack;
-    put the sampled ``(unix time, tuples acked, tuples emitted)`` series and the counts."""
-    emitter = cluster_emitter(cluster_dir, f"bench-recovery-{os.getpid()}", batch_size=BATCH_SIZE)
+    put the sampled ``(unix time, tuples acked, tuples emitted)`` series and the counts.
+    With ``latencies``, also every tuple's ack: ``acked_at_unix_s``, ``slot`` and
+    ``latency_ms`` (emit to acked by every replica), as parallel arrays."""
+    acked_at = array("d")
+    acked_slot = array("l")
+    latency_ms = array("f")
+
+    def on_acked(rows: Any) -> None:
+        now = time.time()
+        for row in rows:
+            acked_at.append(now)
+            acked_slot.append(row[0])
+            latency_ms.append((now - row[4]) * 1000)
+
+    emitter = cluster_emitter(
+        cluster_dir,
+        f"bench-recovery-{os.getpid()}",
+        batch_size=BATCH_SIZE,
+        on_acked=on_acked if latencies else None,
+    )
     samples: list[tuple[float, int, int]] = []
     progress = [0]
     sampling_done = threading.Event()
@@ -219,6 +245,11 @@ def _feeder(cluster_dir: str, words: list[str], rate: float, stop: Any, results:
             "reroutes": emitter.reroutes,
             "view_changes": emitter.view_changes,
             "error": error,
+            **(
+                {"acked_at_unix_s": acked_at, "slot": acked_slot, "latency_ms": latency_ms}
+                if latencies
+                else {}
+            ),
         }
     )
 
