@@ -1,5 +1,6 @@
-"""Node links from plain functions, for tests that drive a NodeCore by hand, and a mapper
-transport whose nodes ack at once, for tests that drive an Emitter."""
+"""Node links from plain functions, for tests that drive a NodeCore by hand, and mapper
+transports for tests that drive an Emitter: one whose nodes ack at once, one that only
+keeps what is sent."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ring.ids import Epoch, NodeId
-from smr.protocol import Ack, Batch, decode, encode
+from smr.protocol import Ack, Batch, Message, decode, encode
 
 
 def _refuse(node: NodeId, frames: Sequence[bytes]) -> bool:
@@ -67,3 +68,35 @@ class AckingTransport:
 
     def wait_any(self, ends: Sequence[Any], timeout_ms: int) -> list[Any]:
         return [end for end in ends if end._replies]
+
+
+class RecordingEnd:
+    """A channel end that keeps what the emitter sends: the transport, not node logic."""
+
+    def __init__(self, addr: str) -> None:
+        self.addr = addr
+        self.sent: list[Message] = []
+
+    def send(self, frames: Sequence[bytes]) -> bool:
+        self.sent.append(decode(frames))
+        return True
+
+    def receive(self) -> list[bytes] | None:
+        return None
+
+    def close(self) -> None:
+        pass
+
+
+class RecordingTransport:
+    """A :class:`smr.transport.MapperTransport` of `RecordingEnd` s, one per address: no
+    reply ever comes unless a test hands one to the emitter."""
+
+    def __init__(self) -> None:
+        self.ends: dict[str, RecordingEnd] = {}
+
+    def open(self, addr: str, send_queue_messages_max: int) -> RecordingEnd:
+        return self.ends.setdefault(addr, RecordingEnd(addr))
+
+    def wait_any(self, ends: Sequence[Any], timeout_ms: int) -> list[Any]:
+        return []

@@ -5,9 +5,6 @@ in seq order per slot, when the move ends (a new view, a NACK) or a resend inter
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
-
 import pytest
 
 from checkpoint.ids import MapperId
@@ -22,47 +19,17 @@ from smr.emitter import Emitter
 from smr.protocol import (
     Ack,
     Batch,
-    Message,
     Nack,
     NotOwner,
     RequestId,
     ViewReply,
-    decode,
     encode,
     pack_body,
 )
+from tests.smr.links import RecordingTransport
 
 SLOT_BITS = 8
 SLOTS = 1 << SLOT_BITS
-
-
-class _End:
-    """A channel end that keeps what the emitter sends."""
-
-    def __init__(self, addr: str) -> None:
-        self.addr = addr
-        self.sent: list[Message] = []
-
-    def send(self, frames: Sequence[bytes]) -> bool:
-        self.sent.append(decode(frames))
-        return True
-
-    def receive(self) -> list[bytes] | None:
-        return None
-
-    def close(self) -> None:
-        pass
-
-
-class _Transport:
-    def __init__(self) -> None:
-        self.ends: dict[str, _End] = {}
-
-    def open(self, addr: str, send_queue_messages_max: int) -> _End:
-        return self.ends.setdefault(addr, _End(addr))
-
-    def wait_any(self, ends: Sequence[Any], timeout_ms: int) -> list[Any]:
-        return []
 
 
 class Setup:
@@ -78,7 +45,7 @@ class Setup:
         self.plan = plan_move(ring, NodeId("n0"), 1, Slot(40))
         self.moving = self.plan.moving
         self.now = [0.0]
-        self.transport = _Transport()
+        self.transport = RecordingTransport()
         self.emitter = Emitter(
             self.view,
             SLOT_BITS,
@@ -123,6 +90,16 @@ def _emit_all(setup: Setup, words: list[str]) -> None:
     setup.emitter.flush()
 
 
+def _held_after_a_refusal() -> tuple[Setup, Batch]:
+    """Tuples of moving slots only, sent and refused: all of them held."""
+    setup = Setup()
+    _emit_all(setup, setup.moving_words)
+    (first,) = setup.batches_to("n0")
+    setup.refuse(first)
+    assert len(setup.emitter._holds.rows) == len(setup.moving_words)
+    return setup, first
+
+
 def test_a_refusal_naming_moving_slots_holds_back_only_their_tuples() -> None:
     setup = Setup()
     assert setup.moving_words and setup.kept_words
@@ -157,11 +134,7 @@ def test_a_refusal_naming_moving_slots_holds_back_only_their_tuples() -> None:
 
 
 def test_a_nack_from_the_moving_node_ends_the_hold() -> None:
-    setup = Setup()
-    _emit_all(setup, setup.moving_words)
-    (first,) = setup.batches_to("n0")
-    setup.refuse(first)
-    assert setup.emitter._holds.rows
+    setup, _ = _held_after_a_refusal()
     # The move was called off: n0 NACKs; the held tuples go to n0 again.
     channel = setup.emitter._channels[NodeId("n0")]
     setup.emitter._on_reply(channel, encode(Nack(setup.emitter.stream_id, channel.next_chan, True)))
@@ -173,10 +146,7 @@ def test_a_nack_from_the_moving_node_ends_the_hold() -> None:
 
 
 def test_a_hold_with_no_word_from_the_node_ends_after_a_resend_interval() -> None:
-    setup = Setup()
-    _emit_all(setup, setup.moving_words)
-    (first,) = setup.batches_to("n0")
-    setup.refuse(first)
+    setup, first = _held_after_a_refusal()
     setup.emitter.pump(0)
     assert setup.emitter._holds.rows  # not yet
     setup.now[0] += setup.emitter.resend_after_s
@@ -191,10 +161,7 @@ def test_a_hold_with_no_word_from_the_node_ends_after_a_resend_interval() -> Non
 
 
 def test_held_tuples_keep_drain_waiting() -> None:
-    setup = Setup()
-    _emit_all(setup, setup.moving_words)
-    (first,) = setup.batches_to("n0")
-    setup.refuse(first)
+    setup, _ = _held_after_a_refusal()
     # Nothing is unacked on any channel but the held tuples: drain must not return.
     n1_channel = setup.emitter._channels[NodeId("n1")]
     for chan in list(n1_channel.unacked):

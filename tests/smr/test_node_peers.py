@@ -34,7 +34,7 @@ from smr.protocol import (
     unpack_body,
 )
 from smr.sim import MemoryOutput
-from tests.smr.links import CallbackLinks
+from tests.smr.links import CallbackLinks, RecordingTransport
 
 SLOT_BITS = 8
 
@@ -266,41 +266,12 @@ def test_a_view_pushed_by_a_client_is_merged() -> None:
     assert n0.counters.bad_frames == 0
 
 
-class _FakeEnd:
-    """A channel end that keeps what the emitter sends: the transport, not node logic."""
-
-    def __init__(self, addr: str) -> None:
-        self.addr = addr
-        self.sent: list[Message] = []
-
-    def send(self, frames: Sequence[bytes]) -> bool:
-        self.sent.append(decode(frames))
-        return True
-
-    def receive(self) -> list[bytes] | None:
-        return None
-
-    def close(self) -> None:
-        pass
-
-
-class _FakeTransport:
-    def __init__(self) -> None:
-        self.ends: dict[str, _FakeEnd] = {}
-
-    def open(self, addr: str, send_queue_messages_max: int) -> _FakeEnd:
-        return self.ends.setdefault(addr, _FakeEnd(addr))
-
-    def wait_any(self, ends: Sequence[Any], timeout_ms: int) -> list[Any]:
-        return []
-
-
 def test_a_not_owner_by_an_older_view_makes_the_emitter_send_its_view_and_is_no_progress() -> None:
     cluster = Cluster(3, replication=0)
     old_view = cluster.view
     new_view = successor_takes_over(old_view, NodeId("n2"))  # n2's range passes to n0
     now = [0.0]
-    transport = _FakeTransport()
+    transport = RecordingTransport()
     emitter = Emitter(new_view, SLOT_BITS, MapperId("m"), clock=lambda: now[0], transport=transport)
     word = next(w for w in (f"w{i}" for i in range(1000)) if slot_of(w, SLOT_BITS) >= 200)
     emitter.emit(word, 1)
