@@ -134,23 +134,31 @@ def one_zone_ranges(ring: Ring, r: int) -> list[NodeId]:
     return alone
 
 
-def join_position(zones: Sequence[str], joiner_zone: str, r: int, weights: Sequence[float]) -> int:
+def join_position(
+    zones: Sequence[str],
+    joiner_zone: str,
+    r: int,
+    weights: Sequence[float],
+    tie_breaks: Sequence[float] | None = None,
+) -> int:
     """The index of the owner (in ring order, with these zones) a joiner of ``joiner_zone``
     should join beside: it sits just clockwise of that owner and takes the top of its range.
 
     Chooses the position that leaves the fewest ranges with every copy in one zone (as
     `one_zone_windows` counts them after the join), then among those the owner with the
-    greatest weight (its load), then the first in ring order. Raises `ValueError` if there
-    is no owner or ``weights`` does not match ``zones``.
+    greatest weight (its load), then the greatest tie break (its range's share, say), then
+    the first in ring order. Raises `ValueError` if there is no owner or ``weights`` (or
+    ``tie_breaks``) does not match ``zones``.
     """
     if not zones:
         raise ValueError("no owner to join beside")
-    if len(weights) != len(zones):
+    ties = tie_breaks if tie_breaks is not None else [0.0] * len(zones)
+    if len(weights) != len(zones) or len(ties) != len(zones):
         raise ValueError(f"{len(weights)} weights for {len(zones)} owners")
 
-    def badness(index: int) -> tuple[int, float, int]:
+    def badness(index: int) -> tuple[int, float, float, int]:
         after = [*zones[: index + 1], joiner_zone, *zones[index + 1 :]]
-        return (len(one_zone_windows(after, r)), -weights[index], index)
+        return (len(one_zone_windows(after, r)), -weights[index], -ties[index], index)
 
     return min(range(len(zones)), key=badness)
 

@@ -181,18 +181,24 @@ def _where_to_join(client: Client, spec: ClusterSpec, joiner: NodeSpec) -> str:
     """The serving node to join beside: among the places that leave the fewest ranges with
     every copy in one zone (`ring.zones.join_position`), the one applying the most tuples
     per second (the largest range on ties)."""
-    rows = [
-        row
-        for row in client.status_each([n.addr for n in spec.nodes if n.id != joiner.id]).values()
-        if not isinstance(row, NodeUnreachable) and row.get("role") == "serving"
-    ]
+    rows = _serving_in_ring_order(client, spec)
     if not rows:
         _fail("no serving node answers: nothing to join beside")
-    rows.sort(key=lambda row: row["token"])
-    # A range share is at most 1 and tuples/s are shown to a tenth: the share only breaks ties.
-    weights = [row["tuples_per_s"] + row["range_share"] / 1000 for row in rows]
+    rates = [row["tuples_per_s"] for row in rows]
+    shares = [row["range_share"] for row in rows]
     zones = [row.get("zone", "") for row in rows]
-    return str(rows[join_position(zones, joiner.zone, spec.replication, weights)]["node"])
+    index = join_position(zones, joiner.zone, spec.replication, rates, shares)
+    return str(rows[index]["node"])
+
+
+def _serving_in_ring_order(client: Client, spec: ClusterSpec) -> list[dict[str, Any]]:
+    """The status rows of the nodes that answer and own a range, by token."""
+    rows = [
+        row
+        for row in client.status_each([node.addr for node in spec.nodes]).values()
+        if not isinstance(row, NodeUnreachable) and row.get("role") == "serving"
+    ]
+    return sorted(rows, key=lambda row: row["token"])
 
 
 def _warn_of_one_zone_ranges_after(cluster_dir: Path, leaver: str) -> None:
@@ -201,17 +207,9 @@ def _warn_of_one_zone_ranges_after(cluster_dir: Path, leaver: str) -> None:
     spec = read_spec(cluster_dir)
     client = Client(timeout_ms=2000)
     try:
-        statuses = client.status_each([node.addr for node in spec.nodes])
+        rows = _serving_in_ring_order(client, spec)
     finally:
         client.close()
-    rows = sorted(
-        (
-            row
-            for row in statuses.values()
-            if not isinstance(row, NodeUnreachable) and row.get("role") == "serving"
-        ),
-        key=lambda row: row["token"],
-    )
     before = [row.get("zone", "") for row in rows]
     after = [row.get("zone", "") for row in rows if row["node"] != leaver]
     more = len(one_zone_windows(after, spec.replication)) - len(

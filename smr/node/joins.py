@@ -267,14 +267,13 @@ class Joins:
         ranges = node.ring.ranges()
         zone_of = {member.node_id: member.zone for member in node.view.owners()}
         peer_load = node.membership.peer_load
-        weights = [
-            # A range share is at most 1: it only breaks ties between equal rates.
-            (peer_load[owner].beat.applied_per_s if owner in peer_load else 0.0)
-            + slot_range.share / 1000
-            for owner, slot_range in ranges
+        rates = [
+            peer_load[owner].beat.applied_per_s if owner in peer_load else 0.0
+            for owner, _ in ranges
         ]
+        shares = [slot_range.share for _, slot_range in ranges]
         zones = [zone_of[owner] for owner, _ in ranges]
-        return ranges[join_position(zones, zone, node.settings.replication, weights)][0]
+        return ranges[join_position(zones, zone, node.settings.replication, rates, shares)][0]
 
     def tick(self, now: float) -> None:
         """Timeouts: an offer never made (joiner), a committed joiner gone (giver); a

@@ -135,6 +135,12 @@ def test_join_position_prefers_the_busiest_owner_among_equally_good_places() -> 
     assert join_position(["a", "b", "c", "b"], "a", 1, [0.0, 0.0, 0.0, 9.0]) == 1
 
 
+def test_join_position_breaks_ties_of_load_by_the_tie_breaks() -> None:
+    # Equal rates: the larger range wins, and without tie breaks the first in ring order.
+    assert join_position(["a", "b", "c"], "d", 1, [5.0, 5.0, 1.0], [0.2, 0.5, 0.3]) == 1
+    assert join_position(["a", "b", "c"], "d", 1, [5.0, 5.0, 1.0]) == 0
+
+
 def test_join_position_rejects_bad_arguments() -> None:
     with pytest.raises(ValueError, match="no owner"):
         join_position([], "a", 1, [])
