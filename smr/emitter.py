@@ -138,6 +138,7 @@ class Emitter:
         self.batch_size = batch_size
         self.batch_bytes = batch_bytes
         self.window_batches = window_batches
+        self._held_rows_max = window_batches * batch_size
         self.resend_after_s = resend_after_ms / 1000
         self.view_check_after_s = VIEW_CHECK_AFTER_MS_DEFAULT / 1000
         self.give_up_after_s = give_up_after_s
@@ -263,8 +264,14 @@ class Emitter:
     def _send_batch(self, dest: int, rows: list[Row]) -> None:
         if self._holds:
             rows = self._holds.split(rows, self._clock())
-            if not rows:
-                return
+        if rows:
+            self._send_rows(dest, rows)
+        # Held tuples sit in no channel's window: bound them like a window's worth, by
+        # waiting here for the move to end (or the hold to go stale) as a full window waits.
+        while len(self._holds.rows) > self._held_rows_max:
+            self.pump(timeout_ms=50)
+
+    def _send_rows(self, dest: int, rows: list[Row]) -> None:
         epoch = self.view.epoch
         parts = encode_within(rows, 2 * self.batch_bytes)
         for index, (part, body) in enumerate(parts):

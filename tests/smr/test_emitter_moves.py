@@ -187,3 +187,21 @@ def test_batches_sent_after_a_refusal_let_the_node_skip_the_hole_the_reroute_lef
     # for the refused batch (its rows went out again in this one, or are held).
     assert again.base == again.chan
     assert first.chan in setup.emitter._channels[NodeId("n0")].unacked
+
+
+def test_held_tuples_are_bounded_by_a_windows_worth_and_the_feeder_waits() -> None:
+    setup = Setup()
+    setup.emitter._held_rows_max = 3
+    ticks = iter(range(1_000_000))
+    setup.emitter._clock = lambda: next(ticks) / 1000  # a millisecond a reading
+    _emit_all(setup, setup.moving_words)
+    (first,) = setup.batches_to("n0")
+    setup.refuse(first)
+    # Five tuples held, over the bound of three: the emitter waited (reading replies) until
+    # the hold went stale, then sent them again; never more than the bound stays held.
+    assert len(setup.emitter._holds.rows) <= 3
+    again = setup.batches_to("n0")[-1]
+    assert again.chan > first.chan
+    assert {slot for slot, _ in setup.rows(again)} == {
+        slot_of(w, SLOT_BITS) for w in setup.moving_words
+    }
