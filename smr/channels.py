@@ -72,6 +72,10 @@ class Channel:
     unsent_from: ChannelNumber | None = None  # first batch number a send failed for, if any
     progress_at: float = 0.0
     resent_at: float = 0.0
+    # Where the last go-back-N started, and the batch a NACK asked for while the rate limit
+    # kept it from starting another (answered when the limit ends; see Emitter._resend).
+    resent_from: ChannelNumber = FIRST_CHANNEL_NUMBER
+    nack_waiting: ChannelNumber | None = None
     # The node has taken every batch below this number (a NOT_OWNER or NACK for a batch
     # says so: it is the one the node expected).
     processed_below: ChannelNumber = FIRST_CHANNEL_NUMBER

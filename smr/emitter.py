@@ -15,7 +15,9 @@ An :class:`Emitter` belongs to one mapper id. The life of a tuple in it:
 3. A channel holds at most ``window_batches`` unacked batches; when it is full, ``emit``
    blocks while it reads replies (backpressure: nothing is dropped).
 4. Replies: ``ACK through=k`` releases the channel's batches up to ``k``, and a batch is done
-   when every node of its set acked it; ``NACK expect=k`` resends from ``k``; ``NOT_OWNER``
+   when every node of its set acked it; ``NACK expect=k`` resends from ``k`` (once per
+   stall: a NACK is answered at once when ``k`` is past where the last resend started, else
+   when a quarter of ``resend_after_ms`` has passed since it); ``NOT_OWNER``
    carries the node's view (and when that view is older than the emitter's, the emitter
    sends the node its own), and the range the node is handing over in a move, if that is
    why; ``ERROR`` stops the emitter with the node's message.
@@ -398,6 +400,8 @@ class Emitter:
                 self._on_acked(batch.rows)
         if released:
             channel.progress_at = self._clock()
+            if channel.nack_waiting is not None and through >= channel.nack_waiting:
+                channel.nack_waiting = None
 
     def _ask_view(self, channels: list[Channel]) -> None:
         """Ask nodes for their view (at most every quarter of the resend interval)."""
@@ -412,9 +416,17 @@ class Emitter:
     def _resend(self, channel: Channel, from_chan: ChannelNumber) -> None:
         now = self._clock()
         # One go-back-N per stall: the NACKs of a pipelined window must not each trigger one.
-        if now - channel.resent_at < self.resend_after_s / 4:
+        # A NACK past where the last one started is news, though: the node took the batches
+        # resent and stopped at a later gap (often a hole re-routing left, which only a batch
+        # carrying the new base closes), and nothing else will prompt it while the window is
+        # full. Any other NACK the limit skips is answered when the limit ends (_retry).
+        if now - channel.resent_at < self.resend_after_s / 4 and from_chan <= channel.resent_from:
+            if from_chan:
+                channel.nack_waiting = max(channel.nack_waiting or from_chan, from_chan)
             return
         channel.resent_at = now
+        channel.resent_from = max(from_chan, next(iter(channel.unacked), from_chan))
+        channel.nack_waiting = None
         self.resends += 1
         channel.unsent_from = None
         for chan in list(channel.unacked):
@@ -436,7 +448,11 @@ class Emitter:
         for channel in channels:
             if not channel.unacked:
                 channel.progress_at = now
+                channel.nack_waiting = None
                 continue
+            waiting = channel.nack_waiting
+            if waiting is not None and now - channel.resent_at >= self.resend_after_s / 4:
+                self._resend(channel, from_chan=waiting)
             if channel.unsent_from is not None:
                 start = channel.unsent_from
                 channel.unsent_from = None
