@@ -90,10 +90,6 @@ def main(argv: list[str] | None = None) -> None:
         "replication": 1,
         "rate_tuples_per_s": args.rate,
         "runs": runs,
-        "not_measured": {
-            "p99_of_slots_not_moving": "the feeder samples acks of all its tuples, not per slot",
-            "bytes_sent": "no per-node byte counter for peer traffic yet",
-        },
         "machine": {"before": before, "after": machine()},
         "versions": versions(),
     }
