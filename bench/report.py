@@ -68,6 +68,7 @@ def _ratio(value: float | None) -> str:
 
 def _machine_line(report: dict[str, Any]) -> str:
     machine = report.get("machine", {})
+    machine = machine.get("before", machine)  # recorded before and after the run
     versions = report.get("versions", {})
     load = machine.get("loadavg") or machine.get("loadavg_before")
     parts = [
@@ -210,6 +211,36 @@ def recovery_sections(report: dict[str, Any] | None) -> list[str]:
     return [*lines, ""]
 
 
+def rebalance_section(report: dict[str, Any] | None) -> list[str]:
+    lines = ["## Rebalance", ""]
+    if report is None:
+        return [*lines, "Not run (`python bench/rebalance.py`).", ""]
+    lines += [
+        f"A move of half a node's load, a join beside the busiest node and a leave, on "
+        f"{report['nodes']} nodes at r = {report['replication']} fed at "
+        f"{_n(report['rate_tuples_per_s'])} tuples/s; request to serving, with how long the "
+        "moving slots were refused in brackets; the slots that did not move: their p99 ack "
+        "latency during the operation against the 2 s before, and their longest wait; the "
+        f"longest run of 50 ms samples without an ack. One run per size. Machine: "
+        f"{_machine_line(report)}.",
+        "",
+        "| keys | operation | request to serving | unmoved p99 before, during | longest wait |"
+        " stall | giver sent | counts exact |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for run in report["runs"]:
+        for name in ("move", "join", "leave"):
+            op = run[name]
+            lines.append(
+                f"| {run['keys']:,} | {name} | {_ms(op['total_ms'])} ({_ms(op['frozen_ms'])}) | "
+                f"{_ms(op['p99_unmoved_before_ms'])}, {_ms(op['p99_unmoved_during_ms'])} "
+                f"({_ratio(op['p99_ratio'])}) | {_ms(op['max_other_during_ms'])} | "
+                f"{_ms(op['stall_ms'])} | {_n(op['peer_bytes_sent'] / 1e6, ' MB')} | "
+                f"{'yes' if run['exact']['exact'] else 'NO'} |"
+            )
+    return [*lines, ""]
+
+
 def render(results: Path) -> str:
     """The whole report, from whatever result files exist under ``results``."""
     lines = [
@@ -223,6 +254,7 @@ def render(results: Path) -> str:
     lines += throughput_section(_load(results, "spark_throughput"))
     lines += latency_section(_load(results, "latency"))
     lines += recovery_sections(_load(results, "spark_recovery"))
+    lines += rebalance_section(_load(results, "rebalance"))
     notes = results / "NOTES.md"
     if notes.exists():
         # What the JSON cannot say: what else ran on the machine during a run, and so on.
