@@ -1,0 +1,318 @@
+"""The ``capacity`` policy, after Daedalus: estimate what each node can apply, forecast the
+workload, run the fewest nodes whose capacity covers it, plus two rules of our own (ring
+headroom, billing-period-aware release).
+
+Per step (``capacity(config, memory, observation)``):
+
+1. Learn: each node's throughput against its utilisation feeds an online least-squares
+   line (:class:`Regression`, older points fading); the workload feeds the forecast
+   (:mod:`smr.autoscale.forecast`).
+2. Refuse to decide on incomplete figures (``observe.incomplete``).
+3. Estimate capacity (:func:`capacities`): a node's full capacity is its line at
+   utilisation 1; the ring's now is what each node applies when the hottest one reaches
+   1 (skew caps the others at their share of it); ``k`` nodes are ``k`` times the mean
+   full capacity times that skew factor. A ring with a growing backlog is saturated: what
+   it applies is its capacity, whatever the lines say.
+4. Shortly after an action, keep the count while capacity covers the demand: the
+   highest of the recent average, the latest sample and the forecast peak (decisions are
+   meant to last).
+5. Choose the smallest ``k`` in ``[nodes_min, nodes_max]`` whose capacity (at
+   ``utilization_max``) covers the demand and whose **ring headroom** holds: if the
+   hottest node fails, its clockwise neighbour takes its load and catches up the backlog
+   within ``recovery_target_s`` (:func:`recovery_s`); fewer nodes than now only if the
+   backlog would drain within ``drain_s``. More nodes than now: scale out at once.
+6. Fewer: scale in once the choices of the last ``scale_in_settle_s`` stopped falling, to
+   the highest of them (one decision, not a staircase down a falling average), and only
+   by nodes whose paid period ends within ``release_window_s`` (**billing-period-aware
+   release**): a node already paid for until the end of its period serves until then.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Final
+
+from ring.ids import NodeId
+from smr.autoscale.forecast import ForecastConfig, Forecaster
+from smr.autoscale.observe import (
+    Decision,
+    NodeReport,
+    Observation,
+    first_released,
+    hold,
+    incomplete,
+)
+
+# Below this utilisation a point says little about capacity (idle overheads dominate).
+UTILIZATION_MIN: Final = 0.05
+# Lines through points this close in utilisation are noise: use throughput / utilisation.
+UTILIZATION_SPREAD_MIN: Final = 0.05
+
+
+@dataclass(frozen=True)
+class Regression:
+    """An online least-squares line of throughput (y) on utilisation (x), each older point
+    weighted ``decay`` times less per new one (so a node whose cost per tuple changes is
+    re-learned)."""
+
+    weight: float = 0.0
+    sum_x: float = 0.0
+    sum_y: float = 0.0
+    sum_xx: float = 0.0
+    sum_xy: float = 0.0
+
+    def add(self, x: float, y: float, decay: float) -> Regression:
+        """The line with one more point."""
+        return Regression(
+            self.weight * decay + 1,
+            self.sum_x * decay + x,
+            self.sum_y * decay + y,
+            self.sum_xx * decay + x * x,
+            self.sum_xy * decay + x * y,
+        )
+
+    def at(self, x: float) -> float | None:
+        """The throughput the line gives at utilisation ``x`` (None before enough points)."""
+        if self.weight < 1:
+            return None
+        mean_x, mean_y = self.sum_x / self.weight, self.sum_y / self.weight
+        if mean_x < UTILIZATION_MIN:
+            return None
+        var_x = self.sum_xx / self.weight - mean_x * mean_x
+        if var_x < UTILIZATION_SPREAD_MIN**2:
+            return mean_y / mean_x * x  # one operating point: proportional (Daedalus' quick form)
+        slope = (self.sum_xy / self.weight - mean_x * mean_y) / var_x
+        return max(0.0, mean_y + slope * (x - mean_x))
+
+
+@dataclass(frozen=True)
+class CapacityConfig:
+    """The policy's parameters (times in seconds of the controller's clock)."""
+
+    utilization_max: float = 0.9
+    """Plan to use at most this share of the estimated capacity."""
+    average_s: float = 10.0
+    """The recent workload is averaged over this long."""
+    forecast: ForecastConfig = field(default_factory=ForecastConfig)
+    cooldown_s: float = 10.0
+    regression_decay: float = 0.995
+    recovery_target_s: float | None = 10.0
+    """Ring headroom: a failure of the hottest node is caught up within this long (None:
+    the rule is off)."""
+    detect_s: float = 0.3
+    """Failure to takeover (the recovery benchmark's median is about 0.25 s)."""
+    relief_s: float = 3.0
+    """Takeover until a join or a move relieves the neighbour."""
+    scale_in_settle_s: float = 10.0
+    """Scale in only to the highest count recommended over this long, once the
+    recommendations stopped falling."""
+    drain_s: float = 5.0
+    """Scale in only if the backlog drains within this long at the smaller count."""
+    backlog_saturated_s: float = 2.0
+    """A backlog over this many seconds of workload means the ring is saturated."""
+    billing_period_s: float | None = None
+    """A node is paid for in periods from its start (None: release at once)."""
+    release_window_s: float = 10.0
+    """Release a node only within this long of the end of its paid period."""
+
+
+@dataclass(frozen=True)
+class CapacityMemory:
+    """What the policy has learned: a line per node, the forecast, its last action."""
+
+    lines: Mapping[NodeId, Regression] = field(default_factory=dict)
+    forecaster: Forecaster = field(default_factory=Forecaster)
+    acted_at_s: float = -math.inf
+    recommended: tuple[tuple[float, int], ...] = ()
+    """The counts step 5 chose over the last ``scale_in_settle_s``, as ``(time, count)``."""
+
+
+@dataclass(frozen=True)
+class Capacities:
+    """The capacity estimate of one step."""
+
+    node_full_per_s: float
+    """Mean capacity of one node at full utilisation."""
+    skew: float
+    """The share of the nodes' full capacity the key distribution lets the ring use (the
+    hottest node saturates first), 0 to 1."""
+    hot_factor: float
+    """The hottest node's applied rate over the mean (1 when even)."""
+    now_per_s: float
+    """The ring's capacity at its current size."""
+
+    def at(self, nodes: int) -> float:
+        """The capacity of ``nodes`` nodes (the ring's now when that is its size)."""
+        return nodes * self.node_full_per_s * self.skew
+
+
+def capacity(
+    config: CapacityConfig, memory: CapacityMemory, observation: Observation
+) -> tuple[Decision, CapacityMemory]:
+    """One step of the capacity policy (the module docstring's steps)."""
+    now = observation.now_s
+    # 1. Learn.
+    memory = learn(config, memory, observation)
+    forecaster = memory.forecaster
+    # 2.
+    why_not = incomplete(observation)
+    if why_not is not None:
+        return hold(observation, f"waiting: {why_not}"), memory
+    # 3.
+    estimate = capacities(config, memory, observation)
+    if estimate is None:
+        return hold(observation, "waiting: no node has been measured at work yet"), memory
+    count = len(observation.nodes)
+    samples = max(1, round(config.average_s / config.forecast.interval_s))
+    average = forecaster.average(samples)
+    peak = forecaster.peak(config.forecast)
+    # The latest sample too: after a step, the new level is the best forecast there is.
+    demand = max(average, peak, forecaster.average(1))
+    usable = config.utilization_max
+
+    def decided(nodes: int, reason: str, release: tuple[NodeId, ...] = ()) -> Decision:
+        return Decision(nodes, reason, release, round(estimate.at(nodes), 1), round(peak, 1))
+
+    # 4.
+    if now - memory.acted_at_s < config.cooldown_s and estimate.now_per_s * usable >= demand:
+        return decided(count, "recently scaled; capacity covers the workload"), memory
+    # 5.
+    chosen = observation.nodes_max
+    for nodes in range(observation.nodes_min, observation.nodes_max + 1):
+        covered = estimate.at(nodes) * usable
+        if covered < demand:
+            continue
+        if config.recovery_target_s is not None and (
+            recovery_s(config, estimate, demand, nodes) > config.recovery_target_s
+        ):
+            continue
+        if nodes < count and observation.backlog_tuples > (covered - demand) * config.drain_s:
+            continue  # still draining a backlog: scaling in now would prolong it
+        chosen = nodes
+        break
+    memory = replace(memory, recommended=_window(memory.recommended, now, chosen, config))
+    if chosen > count:
+        reason = (
+            f"workload {demand:,.0f}/s (average {average:,.0f}/s, forecast peak "
+            f"{peak:,.0f}/s): {count} nodes cover {estimate.at(count) * usable:,.0f}/s"
+        )
+        return decided(chosen, reason), replace(memory, acted_at_s=now)
+    # 6. Scale in once the recommendations stopped falling, to the highest of them, and only
+    #    by nodes at the end of a paid period.
+    settled = _settled(memory.recommended, now, config)
+    if settled is None or settled >= count:
+        return decided(count, f"{count} nodes cover the workload ({demand:,.0f}/s)"), memory
+    release = releasable_nodes(config, observation)[: count - settled]
+    if not release:
+        return decided(count, f"{settled} nodes would do; no paid period ends soon"), memory
+    reason = f"{count - len(release)} nodes cover the workload ({demand:,.0f}/s)"
+    return decided(count - len(release), reason, release), replace(memory, acted_at_s=now)
+
+
+def _window(
+    recommended: tuple[tuple[float, int], ...], now: float, nodes: int, config: CapacityConfig
+) -> tuple[tuple[float, int], ...]:
+    """The recommendations of the last ``scale_in_settle_s``, with ``nodes`` at ``now``."""
+    kept = [(at, n) for at, n in recommended if now - at <= config.scale_in_settle_s]
+    return (*kept, (now, nodes))
+
+
+def _settled(
+    recommended: tuple[tuple[float, int], ...], now: float, config: CapacityConfig
+) -> int | None:
+    """The highest count recommended over the settle window, if the recommendations have
+    stopped falling (the highest of the window's recent half is as high) and the window is
+    full; else None. Scaling in to it is one decision, not a staircase."""
+    if not recommended or now - recommended[0][0] < config.scale_in_settle_s * 0.9:
+        return None
+    highest = max(n for _, n in recommended)
+    recent = max(n for at, n in recommended if now - at <= config.scale_in_settle_s / 2)
+    return highest if recent == highest else None
+
+
+def learn(
+    config: CapacityConfig, memory: CapacityMemory, observation: Observation
+) -> CapacityMemory:
+    """Step 1: the lines with every fresh report at work, the forecast with the workload."""
+    lines = dict(memory.lines)
+    for node in observation.nodes:
+        if node.changing or node.utilization < UTILIZATION_MIN:
+            continue
+        line = lines.get(node.node, Regression())
+        lines[node.node] = line.add(node.utilization, node.applied_per_s, config.regression_decay)
+    current = {node.node for node in observation.nodes}
+    lines = {node: line for node, line in lines.items() if node in current}
+    forecaster = memory.forecaster.observe(config.forecast, observation.workload_per_s)
+    return replace(memory, lines=lines, forecaster=forecaster)
+
+
+def capacities(
+    config: CapacityConfig, memory: CapacityMemory, observation: Observation
+) -> Capacities | None:
+    """Step 3: the capacity estimate (None while no node's line is known)."""
+    lines = memory.lines
+    full = [lines[n.node].at(1.0) for n in observation.nodes if n.node in lines]
+    known = [value for value in full if value]
+    if not known:
+        return None
+    node_full = sum(known) / len(known)
+    nodes = observation.nodes
+    hottest = max(n.utilization for n in nodes)
+    mean_applied = sum(n.applied_per_s for n in nodes) / len(nodes)
+    hot_factor = max(n.applied_per_s for n in nodes) / mean_applied if mean_applied > 0 else 1.0
+    if hottest >= UTILIZATION_MIN:
+        # The hottest node reaches full utilisation first; the others at their share of it.
+        usable = 0.0
+        for node in nodes:
+            line = memory.lines.get(node.node)
+            at = line.at(node.utilization / hottest) if line is not None else None
+            usable += at if at is not None else node_full * node.utilization / hottest
+        skew = min(1.0, usable / (node_full * len(nodes)))
+    else:
+        skew = 1.0 / hot_factor
+    now = node_full * skew * len(nodes)
+    workload = memory.forecaster.average(1)
+    if observation.backlog_tuples > workload * config.backlog_saturated_s > 0:
+        # Saturated: what the ring applies is what it can apply.
+        now = min(now, observation.applied_per_s)
+        skew = now / (node_full * len(nodes))
+    return Capacities(node_full, skew, hot_factor, now)
+
+
+def recovery_s(config: CapacityConfig, estimate: Capacities, workload: float, nodes: int) -> float:
+    """The ring-headroom rule: how long until a failure of the hottest of ``nodes`` nodes
+    is caught up, its clockwise neighbour taking its load (``inf`` when it never is).
+
+    The hottest node applies ``hot_factor * workload / nodes``; the neighbour is assumed
+    as hot. If the neighbour can apply both, it catches up the backlog of the detection
+    time with its spare capacity. Otherwise the backlog also grows until a join or a move
+    relieves it (``relief_s``), and drains at the spare capacity of one node.
+    """
+    if nodes < 2:
+        return math.inf
+    capacity_node = estimate.node_full_per_s
+    load = estimate.hot_factor * workload / nodes
+    if 2 * load < capacity_node:
+        return config.detect_s + load * config.detect_s / (capacity_node - 2 * load)
+    spare = capacity_node - load
+    if spare <= 0:
+        return math.inf
+    backlog = load * config.detect_s + (2 * load - capacity_node) * config.relief_s
+    return config.detect_s + config.relief_s + backlog / spare
+
+
+def releasable_nodes(config: CapacityConfig, observation: Observation) -> tuple[NodeId, ...]:
+    """Step 6: the nodes that may be released now, the nearest to the end of its paid
+    period first (every node, last started first, when there are no periods)."""
+    now = observation.now_s
+    if config.billing_period_s is None:
+        return first_released(observation, len(observation.nodes))
+    period = config.billing_period_s
+
+    def left_s(node: NodeReport) -> float:
+        return period - (now - node.started_at_s) % period
+
+    ending = [n for n in observation.nodes if left_s(n) <= config.release_window_s]
+    return tuple(n.node for n in sorted(ending, key=lambda n: (left_s(n), n.node)))

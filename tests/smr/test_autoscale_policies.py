@@ -1,0 +1,308 @@
+"""Autoscaling policies as pure functions: the guards every policy keeps (bounds, incomplete
+figures, releases), and each policy's own behaviour, on hand-made observations and on the
+ring model (smr.autoscale.model) in virtual time."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ring.ids import NodeId
+from smr.autoscale.capacity import (
+    CapacityConfig,
+    CapacityMemory,
+    Regression,
+    capacity,
+    recovery_s,
+    releasable_nodes,
+)
+from smr.autoscale.forecast import ForecastConfig, Forecaster
+from smr.autoscale.model import ModelRing
+from smr.autoscale.observe import NodeReport, Observation, incomplete
+from smr.autoscale.policies import POLICIES, PolicyRunner
+from smr.autoscale.reactive import (
+    TargetUtilConfig,
+    TargetUtilMemory,
+    ThresholdConfig,
+    ThresholdMemory,
+    target_util,
+    thresholds,
+)
+
+
+def report(
+    name: str,
+    now: float,
+    utilization: float,
+    applied: float = 1000.0,
+    backlog: int = 0,
+    serving_since: float = -100.0,
+    started_at: float = -100.0,
+    changing: bool = False,
+) -> NodeReport:
+    return NodeReport(
+        NodeId(name), now, serving_since, started_at, applied, utilization, backlog, changing
+    )
+
+
+def observation(now: float, *nodes: NodeReport, workload: float = 0.0) -> Observation:
+    return Observation(now, workload, tuple(nodes), 1, 8)
+
+
+# -- what every policy keeps ---------------------------------------------------------------------
+
+node_reports = st.builds(
+    report,
+    name=st.sampled_from([f"n{i}" for i in range(8)]),
+    now=st.just(0.0),
+    utilization=st.floats(0, 1),
+    applied=st.floats(0, 50_000),
+    backlog=st.integers(0, 1_000_000),
+    serving_since=st.floats(-100, 0),
+    started_at=st.floats(-1000, -100),
+    changing=st.booleans(),
+)
+
+
+@st.composite
+def observations(draw: st.DrawFn) -> list[Observation]:
+    steps = []
+    for step in range(draw(st.integers(1, 30))):
+        now = float(step)
+        drawn = draw(st.lists(node_reports, min_size=1, max_size=8, unique_by=lambda r: r.node))
+        nodes = tuple(
+            NodeReport(
+                r.node,
+                now - draw(st.floats(0, 5)),
+                r.serving_since_s + now,
+                r.started_at_s,
+                r.applied_per_s,
+                r.utilization,
+                r.backlog_tuples,
+                r.changing,
+            )
+            for r in drawn
+        )
+        low = draw(st.integers(1, 4))
+        steps.append(Observation(now, draw(st.floats(0, 100_000)), nodes, low, low + 4))
+    return steps
+
+
+@settings(max_examples=150, deadline=None)
+@given(name=st.sampled_from(sorted(POLICIES)), steps=observations())
+def test_every_policy_stays_in_bounds_waits_for_complete_figures_and_names_what_it_releases(
+    name: str, steps: list[Observation]
+) -> None:
+    runner = PolicyRunner(name)
+    for seen in steps:
+        decision = runner.step(seen)
+        count = len(seen.nodes)
+        if incomplete(seen) is not None:
+            assert decision.nodes_wanted == count and not decision.release
+            continue
+        if decision.nodes_wanted != count:
+            assert seen.nodes_min <= decision.nodes_wanted <= seen.nodes_max
+        if decision.nodes_wanted < count:
+            assert len(decision.release) == count - decision.nodes_wanted
+            assert len(set(decision.release)) == len(decision.release)
+            assert set(decision.release) <= {n.node for n in seen.nodes}
+        else:
+            assert decision.release == ()
+        assert decision.reason
+
+
+def test_an_unknown_policy_is_a_clear_error() -> None:
+    with pytest.raises(ValueError, match="unknown policy 'hpa': choose one of thresholds"):
+        PolicyRunner("hpa")
+
+
+def test_incomplete_figures_name_their_reason() -> None:
+    assert incomplete(observation(10, report("a", 10, 0.5))) is None
+    assert "a" in str(incomplete(observation(10, report("a", 5, 0.5))))
+    assert "started serving" in str(
+        incomplete(observation(10, report("a", 10, 0.5, serving_since=8)))
+    )
+    assert "under way" in str(incomplete(observation(10, report("a", 10, 0.5, changing=True))))
+    assert incomplete(observation(10)) == "no node reported"
+
+
+# -- thresholds ----------------------------------------------------------------------------------
+
+
+def test_thresholds_scale_out_once_sustained_then_cool_down() -> None:
+    config = ThresholdConfig(sustain_s=3, cooldown_s=10)
+    memory = ThresholdMemory()
+    wanted = []
+    for now in range(20):
+        seen = observation(now, report("a", now, 0.95), report("b", now, 0.5))
+        decision, memory = thresholds(config, memory, seen)
+        wanted.append(decision.nodes_wanted)
+    # Over from t=0: acts at t=3, then not before t=13 (the count seen stays 2 here).
+    assert [t for t, w in enumerate(wanted) if w == 3] == [3, 13]
+
+
+def test_thresholds_hysteresis_ignores_load_between_the_thresholds() -> None:
+    config = ThresholdConfig(sustain_s=1, cooldown_s=0)
+    memory = ThresholdMemory()
+    for now in range(30):
+        level = 0.35 if now % 2 else 0.75  # never over high, never under low
+        decision, memory = thresholds(config, memory, observation(now, report("a", now, level)))
+        assert decision.nodes_wanted == 1
+
+
+def test_thresholds_scale_in_only_when_every_node_is_under_both_low_thresholds() -> None:
+    config = ThresholdConfig(sustain_s=2, cooldown_s=0, queue_low_tuples=100)
+    memory = ThresholdMemory()
+    for now in range(5):
+        nodes = (report("a", now, 0.1), report("b", now, 0.1, backlog=500), report("c", now, 0.1))
+        decision, memory = thresholds(config, memory, observation(now, *nodes))
+        assert decision.nodes_wanted == 3  # b's queue is over the low threshold
+    for now in range(5, 8):
+        nodes = (report("a", now, 0.1), report("b", now, 0.1), report("c", now, 0.1, started_at=0))
+        decision, memory = thresholds(config, memory, observation(now, *nodes))
+    assert decision.nodes_wanted == 2 and decision.release == (NodeId("c"),)
+
+
+# -- target-util ---------------------------------------------------------------------------------
+
+
+def test_target_util_follows_the_hpa_formula_and_stabilizes_scale_in() -> None:
+    config = TargetUtilConfig(target=0.8, stabilization_s=30)
+    memory = TargetUtilMemory()
+    nodes = [report(f"n{i}", 0, 1.0) for i in range(4)]
+    decision, memory = target_util(config, memory, observation(0, *nodes))
+    assert decision.nodes_wanted == math.ceil(4 * 1.0 / 0.8)  # 5: out at once
+    wanted = []
+    for now in range(1, 40):
+        nodes = [report(f"n{i}", now, 0.2) for i in range(4)]
+        decision, memory = target_util(config, memory, observation(now, *nodes))
+        wanted.append(decision.nodes_wanted)
+    # 4 nodes at 20% would be 1 node; the window holds the 5 recommended at t=0 for 30 s.
+    assert wanted[:30] == [4] * 30 and wanted[30] == 1
+    assert (
+        target_util(config, TargetUtilMemory(), observation(0, report("a", 0, 0.85)))[
+            0
+        ].nodes_wanted
+        == 1
+    )  # within the tolerance
+
+
+# -- forecast ------------------------------------------------------------------------------------
+
+
+def test_the_forecast_follows_a_ramp_and_a_level() -> None:
+    config = ForecastConfig(horizon_s=10)
+    ramp = Forecaster()
+    for step in range(60):
+        ramp = ramp.observe(config, 1000 + 50 * step)
+    assert ramp.peak(config) == pytest.approx(1000 + 50 * (59 + 10), rel=0.03)
+    level = Forecaster()
+    for _ in range(60):
+        level = level.observe(config, 700)
+    assert level.path(config) == pytest.approx([700] * 10)
+    assert level.wape() == 0
+
+
+def test_a_forecast_with_a_high_recent_error_falls_back_to_the_latest_line() -> None:
+    config = ForecastConfig(horizon_s=5, window=10, wape_max=0.25)
+    jumpy = Forecaster()
+    for step in range(40):
+        jumpy = jumpy.observe(config, 3000 if step % 2 else 100)
+    assert jumpy.fallback(config)
+    assert all(value >= 0 for value in jumpy.path(config))
+
+
+# -- capacity ------------------------------------------------------------------------------------
+
+
+def test_the_regression_finds_capacity_at_full_utilization() -> None:
+    line = Regression()
+    for step in range(50):
+        utilization = 0.2 + 0.6 * (step % 10) / 10
+        line = line.add(utilization, 50 + 1000 * utilization, decay=0.99)
+    assert line.at(1.0) == pytest.approx(1050, rel=1e-6)
+    one_point = Regression().add(0.5, 400, decay=0.99).add(0.5, 400, decay=0.99)
+    assert one_point.at(1.0) == pytest.approx(800)
+    assert Regression().at(1.0) is None
+
+
+def test_headroom_recovery_grows_with_the_load_per_node() -> None:
+    config = CapacityConfig(detect_s=0.3, relief_s=3)
+    from smr.autoscale.capacity import Capacities
+
+    estimate = Capacities(node_full_per_s=1000, skew=1, hot_factor=1, now_per_s=4000)
+    times = [recovery_s(config, estimate, 3000, nodes) for nodes in range(2, 9)]
+    assert times == sorted(times, reverse=True)
+    assert times[0] == math.inf  # 1500/s a node: more than one node's capacity
+    assert recovery_s(config, estimate, 1000, 1) == math.inf
+
+
+def test_billing_aware_release_waits_for_the_end_of_a_paid_period() -> None:
+    config = CapacityConfig(billing_period_s=60, release_window_s=5)
+    nodes = (report("a", 100, 0.1, started_at=0), report("b", 100, 0.1, started_at=44))
+    # a is 40 s into its second period, b 56 s into its first: only b may go.
+    assert releasable_nodes(config, observation(100, *nodes)) == (NodeId("b"),)
+    assert releasable_nodes(config, observation(90, *nodes)) == ()
+
+
+def drive(
+    ring: ModelRing, runner: PolicyRunner, workload: list[float]
+) -> tuple[list[int], list[int]]:
+    """Run ``workload`` (one value a second) through the model; node counts and the
+    seconds at which the policy acted."""
+    counts, acted = [], []
+    for now, rate in enumerate(workload):
+        seen = ring.step(float(now), rate)
+        decision = runner.step(seen)
+        if decision.changes(len(seen.nodes)):
+            ring.apply(decision, float(now))
+            acted.append(now)
+        counts.append(len(ring.nodes))
+    return counts, acted
+
+
+def test_capacity_estimates_within_five_percent_and_sizes_the_ring() -> None:
+    ring = ModelRing(capacity_per_s=1000, nodes_min=2, nodes_max=8)
+    ring.start(2, 0.0)
+    config = CapacityConfig(recovery_target_s=None, cooldown_s=5)
+    runner = PolicyRunner("capacity", config)
+    workload = [300 + 1500 * min(1.0, t / 60) for t in range(120)] + [2600.0] * 120
+    counts, _ = drive(ring, runner, workload)
+    assert isinstance(runner.memory, CapacityMemory)
+    assert runner.last is not None and runner.last.capacity_per_s is not None
+    full = [line.at(1.0) for line in runner.memory.lines.values()]
+    assert all(value == pytest.approx(1000, rel=0.05) for value in full if value)
+    # 2600/s at 90% of 1000/s a node: 3 nodes.
+    assert counts[-1] == 3
+    assert ring.backlog_tuples < 100
+
+
+def test_capacity_makes_one_decision_per_change_of_a_square_wave() -> None:
+    ring = ModelRing(capacity_per_s=1000, nodes_min=2, nodes_max=8)
+    ring.start(2, 0.0)
+    config = CapacityConfig(cooldown_s=10, recovery_target_s=None, average_s=5)
+    runner = PolicyRunner("capacity", config)
+    period_s = 120
+    workload = [1200.0 if (t // (period_s // 2)) % 2 == 0 else 4000.0 for t in range(6 * period_s)]
+    counts, acted = drive(ring, runner, workload)
+    later = [t for t in acted if t >= period_s]
+    changes = [t for t in range(period_s, len(workload)) if workload[t] != workload[t - 1]]
+    assert len(later) == len(changes), (later, changes)
+    assert max(counts[period_s:]) == 5 and min(counts[period_s:]) == 2
+    assert ring.backlog_tuples < 100
+
+
+def test_capacity_does_not_scale_in_while_draining_a_backlog() -> None:
+    config = CapacityConfig(recovery_target_s=None, cooldown_s=0)
+    memory = CapacityMemory()
+    for now in range(30):  # learn a line: 1000/s a node at full utilization
+        u = 0.3 + 0.02 * (now % 10)
+        nodes = [report(f"n{i}", now, u, applied=1000 * u) for i in range(4)]
+        _, memory = capacity(config, memory, observation(now, *nodes, workload=4000 * u))
+    # Load fell to 500/s, but a backlog of 60 k tuples waits: 1 node would take minutes.
+    nodes = [report(f"n{i}", 30, 0.9, applied=900, backlog=15_000) for i in range(4)]
+    decision, _ = capacity(config, memory, observation(30, *nodes, workload=500))
+    assert decision.nodes_wanted >= 4
