@@ -23,6 +23,7 @@ from checkpoint.ids import MapperId
 from smr import feed_run, spark_checkpoint
 from smr.api import JobLoadError, load_job
 from smr.channels import DeliveryError
+from smr.cli_autoscale import autoscale_group
 from smr.cli_cluster import cluster_group
 from smr.cli_faults import fault_group
 from smr.cli_options import cluster_dir_option
@@ -477,6 +478,7 @@ def tail_command(cluster_dir: Path, count: int, timeout_s: float) -> None:
 main_group.add_command(cluster_group)
 main_group.add_command(move_command)
 main_group.add_command(scale_group)
+main_group.add_command(autoscale_group)
 
 
 # -- faults --------------------------------------------------------------------------------

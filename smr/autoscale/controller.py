@@ -1,0 +1,234 @@
+"""The autoscale controller: one process per cluster that holds the provisioner and runs a
+policy (:mod:`smr.autoscale.policies`) on the nodes' measured load.
+
+Every ``interval_s``:
+
+1. Observe: ask every node of the cluster for its status. The serving nodes make the
+   observation (applied tuples/s, utilisation, inbox, whether a join, leave or move is under
+   way); the workload is what the serving nodes accepted (applied plus waiting) since the
+   last round, per second. A node is dated from when this controller first saw it (its
+   start, for nodes it started) and from when it first saw it serving.
+2. Decide: one step of the policy.
+3. Act, one node at a time: scale out with a node from the provisioner (a standby first),
+   joined where :func:`smr.ring_ops.where_to_join` says; scale in by the nodes the policy
+   released: each leaves (its range moves to its clockwise neighbour), the ranges it backed
+   up get their copies again, the provisioner stops it. A failed action is logged and
+   recorded; the loop goes on.
+4. Record: ``autoscale.json`` in the cluster directory (written whole, then renamed): the
+   policy, its last decision and why, the workload, forecast and capacity, the recent
+   actions. ``smr autoscale status`` prints it.
+
+The nodes never depend on the controller: if it dies, the data path, failure recovery and
+the nodes' own load balance go on; only adding and removing nodes stop.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any, Final
+
+from ring.ids import NodeId
+from smr import ring_ops
+from smr.autoscale.observe import Decision, NodeReport, Observation
+from smr.autoscale.policies import PolicyRunner
+from smr.client import Client, NodeUnreachable
+from smr.provision import LocalProcesses, Provisioner, StandbyPool
+from smr.spec import read_spec
+
+log = logging.getLogger("smr.autoscale")
+
+STATUS_FILE: Final = "autoscale.json"
+# Recent actions kept in the status file.
+ACTIONS_KEPT: Final = 20
+# How long one join or leave may take before the controller gives up following it.
+ACTION_WAIT_S: Final = 60.0
+
+
+@dataclass
+class _Track:
+    """What the controller remembers of a node between rounds."""
+
+    first_seen_s: float
+    serving_since_s: float | None = None
+    accepted: int = 0
+    polled_s: float = 0.0
+
+
+class Controller:
+    """Runs ``policy`` on the cluster in ``cluster_dir`` (the module docstring's steps).
+
+    Guarantees: at most one action at a time, never below ``nodes_min`` or above
+    ``nodes_max`` serving nodes; every decision and action is in ``autoscale.json``.
+    """
+
+    def __init__(
+        self,
+        cluster_dir: Path,
+        policy: PolicyRunner,
+        nodes_min: int,
+        nodes_max: int,
+        interval_s: float = 1.0,
+        provisioner: Provisioner | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if not 1 <= nodes_min <= nodes_max:
+            raise ValueError(f"need 1 <= min <= max nodes, not {nodes_min} and {nodes_max}")
+        self.cluster_dir = cluster_dir
+        self.policy = policy
+        self.nodes_min = nodes_min
+        self.nodes_max = nodes_max
+        self.interval_s = interval_s
+        self.provisioner = provisioner or StandbyPool(LocalProcesses(cluster_dir), size=0)
+        self._clock = clock
+        self._client = Client(timeout_ms=max(200, round(interval_s * 500)))
+        self._tracks: dict[NodeId, _Track] = {}
+        self.actions: deque[dict[str, Any]] = deque(maxlen=ACTIONS_KEPT)
+        self.last_observation: Observation | None = None
+
+    def close(self) -> None:
+        """Close the controller's sockets."""
+        self._client.close()
+
+    # 1.
+    def observe(self) -> Observation:
+        """Poll every node; the observation of the serving ones."""
+        now = self._clock()
+        spec = read_spec(self.cluster_dir)
+        statuses = self._client.status_each([node.addr for node in spec.nodes])
+        reports: list[NodeReport] = []
+        workload = 0.0
+        for node in spec.nodes:
+            status = statuses[node.addr]
+            track = self._tracks.setdefault(node.id, _Track(first_seen_s=now))
+            if isinstance(status, NodeUnreachable) or status.get("role") != "serving":
+                track.serving_since_s = None
+                continue
+            changing = bool(status["moves"]["under_way"]) or status["status_in_view"] != "up"
+            if track.serving_since_s is None:
+                track.serving_since_s = now
+            accepted = int(status["tuples_applied"]) + int(status["inbox_tuples"])
+            if track.polled_s:
+                workload += max(0, accepted - track.accepted) / max(1e-3, now - track.polled_s)
+            else:
+                workload += float(status["tuples_per_s"])
+            track.accepted, track.polled_s = accepted, now
+            reports.append(
+                NodeReport(
+                    node.id,
+                    now,
+                    track.serving_since_s,
+                    track.first_seen_s,
+                    float(status["tuples_per_s"]),
+                    _utilization(status),
+                    int(status["inbox_tuples"]),
+                    changing,
+                )
+            )
+        known = {node.id for node in spec.nodes}
+        self._tracks = {node: track for node, track in self._tracks.items() if node in known}
+        observation = Observation(now, workload, tuple(reports), self.nodes_min, self.nodes_max)
+        self.last_observation = observation
+        return observation
+
+    # 3.
+    def act(self, decision: Decision, serving: int) -> None:
+        """Carry ``decision`` out, one node at a time; each outcome is recorded."""
+        for _ in range(max(0, min(decision.nodes_wanted, self.nodes_max) - serving)):
+            self._record("scale out", self._scale_out)
+        for node_id in decision.release[: max(0, serving - self.nodes_min)]:
+            self._record(f"release {node_id}", partial(self._release, node_id))
+
+    def _scale_out(self) -> str:
+        node = self.provisioner.start()
+        return ring_ops.join(self.cluster_dir, node, None, ACTION_WAIT_S, log.info)
+
+    def _release(self, node_id: str) -> str:
+        outcome = ring_ops.move(self.cluster_dir, node_id, None, ACTION_WAIT_S, log.info)
+        ring_ops.wait_replicated(self.cluster_dir, ACTION_WAIT_S, log.info)
+        self.provisioner.stop(node_id)
+        return f"{outcome}; {node_id} stopped"
+
+    def _record(self, what: str, action: Callable[[], str]) -> None:
+        started = self._clock()
+        try:
+            outcome, ok = action(), True
+        except Exception as error:  # a failed action is reported; the loop goes on
+            outcome, ok = f"{type(error).__name__}: {error}", False
+        took_s = self._clock() - started
+        (log.info if ok else log.error)("%s: %s (%.1f s)", what, outcome, took_s)
+        self.actions.append(
+            {
+                "at_unix_s": time.time(),
+                "action": what,
+                "ok": ok,
+                "outcome": outcome,
+                "took_s": round(took_s, 2),
+            }
+        )
+
+    def step(self) -> Decision:
+        """One round: observe, decide, act, record."""
+        observation = self.observe()
+        decision = self.policy.step(observation)
+        if decision.changes(len(observation.nodes)):
+            log.info("decision: %d nodes: %s", decision.nodes_wanted, decision.reason)
+            self.act(decision, len(observation.nodes))
+        self.write_status(observation, decision)
+        return decision
+
+    def run(self, stopping: threading.Event, duration_s: float | None = None) -> None:
+        """Run rounds every ``interval_s`` until ``stopping`` is set (or ``duration_s``)."""
+        ends_at = None if duration_s is None else self._clock() + duration_s
+        while not stopping.is_set() and (ends_at is None or self._clock() < ends_at):
+            started = self._clock()
+            try:
+                self.step()
+            except Exception:  # a round that fails (a node restarting, a spec being
+                log.exception("autoscale round failed")  # rewritten) is retried next time
+            stopping.wait(max(0.0, self.interval_s - (self._clock() - started)))
+
+    # 4.
+    def write_status(self, observation: Observation, decision: Decision) -> None:
+        """Write ``autoscale.json``: what ``smr autoscale status`` shows."""
+        body = {
+            "policy": self.policy.name,
+            "pid": os.getpid(),
+            "interval_s": self.interval_s,
+            "nodes_min": self.nodes_min,
+            "nodes_max": self.nodes_max,
+            "updated_at_unix_s": time.time(),
+            "serving": len(observation.nodes),
+            "workload_per_s": round(observation.workload_per_s, 1),
+            "backlog_tuples": observation.backlog_tuples,
+            "decision": asdict(decision),
+            "actions": list(self.actions),
+        }
+        path = self.cluster_dir / STATUS_FILE
+        temporary = path.with_suffix(".tmp")
+        temporary.write_text(json.dumps(body, indent=1))
+        temporary.replace(path)
+
+
+def _utilization(status: dict[str, Any]) -> float:
+    """The node's busy share: what it reports, else its CPU share of one core."""
+    if "utilization" in status:
+        return float(status["utilization"])
+    return min(1.0, float(status["load"]["cpu_percent"]) / 100)
+
+
+def read_status(cluster_dir: Path) -> dict[str, Any] | None:
+    """The controller's last ``autoscale.json`` (None if no controller ever ran here)."""
+    try:
+        body: dict[str, Any] = json.loads((cluster_dir / STATUS_FILE).read_text())
+    except FileNotFoundError:
+        return None
+    return body

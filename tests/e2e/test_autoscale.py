@@ -1,0 +1,56 @@
+"""The autoscale controller over real node processes: ``smr autoscale run`` polls the nodes,
+decides with a policy and carries the decision out through the provisioner (a node leaves,
+then stops), while ``smr autoscale status`` says what it decided and why; every count stays
+exact."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.e2e.conftest import FEED_FLAGS, Cluster, word_counts
+from tests.e2e.conftest import feed_books as books
+
+pytestmark = pytest.mark.e2e
+
+
+def test_an_idle_ring_is_scaled_in_to_its_minimum_and_loses_nothing(cluster: Cluster) -> None:
+    cluster.up(3, "examples.wordcount:job", "--replication", "1")
+    paths = books()
+    cluster.feed(*paths, extra=[*FEED_FLAGS, "--no-combine"])
+    # thresholds: every node under both low thresholds for 3 s releases one node; the
+    # 10 s cooldown keeps it to one within the run; min 2 would stop a second anyway.
+    run = cluster.smr(
+        "autoscale", "run", "--cluster", str(cluster.dir), "--policy", "thresholds",
+        "--min", "2", "--max", "3", "--interval-s", "0.5", "--duration-s", "14",
+    )  # fmt: skip
+    assert "release n2" in run.stderr, run.stderr
+    assert [n["id"] for n in cluster.spec()["nodes"]] == ["n0", "n1"]
+    status = json.loads(
+        cluster.smr("autoscale", "status", "--cluster", str(cluster.dir), "--json").stdout
+    )
+    assert status["policy"] == "thresholds" and status["serving"] == 2
+    (action,) = status["actions"]
+    assert action["ok"] and action["action"] == "release n2", action
+    text = cluster.smr("autoscale", "status", "--cluster", str(cluster.dir)).stdout
+    assert "policy thresholds" in text and "release n2: ok" in text, text
+    assert cluster.counts() == word_counts(paths)
+
+
+def test_autoscale_arguments_are_checked(cluster: Cluster) -> None:
+    missing = cluster.smr("autoscale", "status", "--cluster", str(cluster.dir), check=False)
+    assert missing.returncode == 2 and "no cluster" in missing.stderr
+    cluster.up(1, "examples.wordcount:job")
+    never = cluster.smr("autoscale", "status", "--cluster", str(cluster.dir), check=False)
+    assert never.returncode == 2 and "no autoscale controller has run" in never.stderr
+    bounds = cluster.smr(
+        "autoscale", "run", "--cluster", str(cluster.dir), "--min", "3", "--max", "2",
+        check=False,
+    )  # fmt: skip
+    assert bounds.returncode == 2 and "--min 3 is above --max 2" in bounds.stderr
+    billing = cluster.smr(
+        "autoscale", "run", "--cluster", str(cluster.dir), "--policy", "target-util",
+        "--billing-period-s", "60", check=False,
+    )  # fmt: skip
+    assert billing.returncode == 2 and "capacity policy only" in billing.stderr
