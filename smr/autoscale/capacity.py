@@ -19,8 +19,9 @@ Per step (``capacity(config, memory, observation)``):
 5. Choose the smallest ``k`` in ``[nodes_min, nodes_max]`` whose capacity (at
    ``utilization_max``) covers the demand and whose **ring headroom** holds: if the
    hottest node fails, its clockwise neighbour takes its load and catches up the backlog
-   within ``recovery_target_s`` (:func:`recovery_s`); fewer nodes than now only if the
-   backlog would drain within ``drain_s``. More nodes than now: scale out at once.
+   within ``recovery_target_s`` (:func:`recovery_s`). The demand includes draining the
+   backlog within ``drain_s``, so a ring still draining one is not scaled in. More nodes
+   than now: scale out at once.
 6. Fewer: scale in once the choices of the last ``scale_in_settle_s`` stopped falling, to
    the highest of them (one decision, not a staircase down a falling average), and only
    by nodes whose paid period ends within ``release_window_s`` (**billing-period-aware
@@ -169,7 +170,10 @@ def capacity(
     average = forecaster.average(samples)
     peak = forecaster.peak(config.forecast)
     # The latest sample too: after a step, the new level is the best forecast there is.
+    # And the backlog, drained within drain_s: a saturated ring's workload as the nodes
+    # see it is only what they manage to apply (the rest waits at the mappers).
     demand = max(average, peak, forecaster.average(1))
+    demand += observation.backlog_tuples / config.drain_s
     usable = config.utilization_max
 
     def decided(nodes: int, reason: str, release: tuple[NodeId, ...] = ()) -> Decision:
@@ -188,8 +192,6 @@ def capacity(
             recovery_s(config, estimate, demand, nodes) > config.recovery_target_s
         ):
             continue
-        if nodes < count and observation.backlog_tuples > (covered - demand) * config.drain_s:
-            continue  # still draining a backlog: scaling in now would prolong it
         chosen = nodes
         break
     memory = replace(memory, recommended=_window(memory.recommended, now, chosen, config))
