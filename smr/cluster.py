@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -65,17 +66,43 @@ __all__ = [
 
 NODES_MAX: Final = 64
 LOOPBACK_HOST: Final = "127.0.0.1"
+# Nodes listen on ports from here up to the start of the kernel's ephemeral range.
+LISTEN_PORT_MIN: Final = 10_000
+EPHEMERAL_RANGE_FILE: Final = Path("/proc/sys/net/ipv4/ip_local_port_range")
+EPHEMERAL_LOW_DEFAULT: Final = 32_768
+PORT_ATTEMPTS: Final = 100
 """Every local node binds and advertises this host: the cluster is reachable from this
 machine only."""
 
 
 def _free_port() -> int:
-    # The port is released again before the node binds it; on loopback the window in which
-    # another process could take it is tiny, and a node that cannot bind exits with an error.
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind((LOOPBACK_HOST, 0))
-        port: int = probe.getsockname()[1]
-        return port
+    """A loopback port that is free now, chosen below the kernel's ephemeral range.
+
+    The port is released again before the node binds it. A port from the ephemeral range
+    (what binding port 0 gives) can be taken in that window by any process's next
+    outgoing connection, and a machine running nodes and clients makes many; below the
+    range only another listener choosing the same port at the same moment can take it.
+    """
+    low = _ephemeral_low()
+    chooser = random.SystemRandom()
+    for _ in range(PORT_ATTEMPTS):
+        port = chooser.randrange(LISTEN_PORT_MIN, low) if low > LISTEN_PORT_MIN else 0
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            try:
+                probe.bind((LOOPBACK_HOST, port))
+            except OSError:
+                continue
+            chosen: int = probe.getsockname()[1]
+            return chosen
+    raise ClusterError(f"no free loopback port found in {PORT_ATTEMPTS} attempts")
+
+
+def _ephemeral_low() -> int:
+    """The first port of the kernel's ephemeral range (Linux's default when unknown)."""
+    try:
+        return int(EPHEMERAL_RANGE_FILE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return EPHEMERAL_LOW_DEFAULT
 
 
 def plan_cluster(

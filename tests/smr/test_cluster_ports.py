@@ -1,0 +1,39 @@
+"""Where local nodes listen: loopback ports below the kernel's ephemeral range, which any
+process's outgoing connection may take between the choice and the node's bind."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+
+from smr import cluster
+from smr.spec import ClusterError
+
+
+def test_ports_are_free_and_below_the_ephemeral_range() -> None:
+    low = cluster._ephemeral_low()
+    ports = {cluster._free_port() for _ in range(50)}
+    assert all(cluster.LISTEN_PORT_MIN <= port < low for port in ports)
+    assert len(ports) > 40  # drawn at random, not handed out in order
+    for port in list(ports)[:5]:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as listener:
+            listener.bind((cluster.LOOPBACK_HOST, port))
+
+
+def test_an_unreadable_range_falls_back_to_the_linux_default(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(cluster, "EPHEMERAL_RANGE_FILE", tmp_path / "missing")
+    assert cluster._ephemeral_low() == cluster.EPHEMERAL_LOW_DEFAULT
+
+
+def test_no_free_port_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    class Taken(socket.socket):
+        def bind(self, address: object) -> None:
+            raise OSError("in use")
+
+    monkeypatch.setattr(cluster.socket, "socket", Taken)
+    with pytest.raises(ClusterError, match="no free loopback port"):
+        cluster._free_port()
