@@ -44,6 +44,13 @@ def cluster_group() -> None:
     help="Comma-separated fault zones, dealt to the nodes in turn; the nodes sit so that "
     "each range's copies span two zones where the sizes allow [default: no zones].",
 )
+@click.option(
+    "--rate-cap",
+    "rate_cap_per_s",
+    type=click.FloatRange(min=0, min_open=True),
+    help="Tuples each node applies per second at most: emulates smaller machines (for "
+    "autoscaling benchmarks and tests) [default: no cap].",
+)
 def cluster_up(
     cluster_dir: Path,
     nodes: int,
@@ -53,6 +60,7 @@ def cluster_up(
     checkpoint_interval_ms: int,
     rejoin_after_fence_s: float,
     zones: str,
+    rate_cap_per_s: float | None,
 ) -> None:
     """Start NODES node processes on 127.0.0.1 in the background."""
     zone_names = [zone.strip() for zone in zones.split(",")] if zones else []
@@ -71,6 +79,7 @@ def cluster_up(
         checkpoint_interval_ms,
         rejoin_after_fence_ms=round(rejoin_after_fence_s * 1000) or None,
         zones=zone_names,
+        apply_rate_cap_per_s=rate_cap_per_s,
     )
     click.echo(f"cluster of {nodes} nodes up in {cluster_dir}")
     for node in spec.nodes:

@@ -35,6 +35,7 @@ from ring.ids import NodeId, Token
 from ring.zones import spread_order
 from smr.client import Client, NodeUnreachable
 from smr.spec import (
+    APPLY_RATE_CAP_KEY,
     CHECKPOINT_INTERVAL_MS_DEFAULT,
     CLUSTER_FILE,
     REJOIN_AFTER_FENCE_KEY,
@@ -242,6 +243,7 @@ def up(
     ready_timeout_s: float = 30.0,
     rejoin_after_fence_ms: int | None = REJOIN_AFTER_FENCE_MS_DEFAULT,
     zones: Sequence[str] = (),
+    apply_rate_cap_per_s: float | None = None,
 ) -> ClusterSpec:
     """Start a local cluster and return once every node answers a ping (node ``i`` in zone
     ``zones[i % len(zones)]``, see `plan_cluster`).
@@ -268,6 +270,9 @@ def up(
     spec = plan_cluster(nodes, replication, job, slot_bits, checkpoint_interval_ms, zones)
     spec.incarnation = uuid.uuid4().hex[:16]
     spec.extra[REJOIN_AFTER_FENCE_KEY] = rejoin_after_fence_ms
+    if apply_rate_cap_per_s is not None:
+        spec.extra[APPLY_RATE_CAP_KEY] = apply_rate_cap_per_s
+    spec.apply_rate_cap_per_s()  # refuse a bad cap before any node starts
     write_spec(cluster_dir, spec)
     # 3.
     for node in spec.nodes:

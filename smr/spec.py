@@ -71,6 +71,9 @@ _WILDCARD_HOSTS: Final = ("0.0.0.0", "*", "[::]", "::")
 REJOIN_AFTER_FENCE_KEY: Final = "rejoin_after_fence_ms"
 """The ``extra`` setting for how long after it was fenced a node joins again (null: never)."""
 REJOIN_AFTER_FENCE_MS_DEFAULT: Final = 30_000
+APPLY_RATE_CAP_KEY: Final = "apply_rate_cap_per_s"
+"""The ``extra`` setting for the tuples every node applies per second at most (null or
+absent: no cap; ``smr.node.rate_cap``)."""
 
 _NODE_FIELDS: Final = frozenset(
     {"id", "addr", "pub_addr", "token", "pid", "bind_addr", "pub_bind_addr", "zone", "standby"}
@@ -162,6 +165,15 @@ class ClusterSpec:
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
             raise ClusterError(f"extra.{REJOIN_AFTER_FENCE_KEY} must be ms >= 0 or null: {value!r}")
         return value
+
+    def apply_rate_cap_per_s(self) -> float | None:
+        """The tuples every node applies per second at most (``extra``; None: no cap)."""
+        value = self.extra.get(APPLY_RATE_CAP_KEY)
+        if value is None:
+            return None
+        if not isinstance(value, int | float) or isinstance(value, bool) or value <= 0:
+            raise ClusterError(f"extra.{APPLY_RATE_CAP_KEY} must be > 0 or null: {value!r}")
+        return float(value)
 
     def initial_view(self) -> View:
         """The view every node starts from: all nodes up at their advertised addresses and

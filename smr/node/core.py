@@ -394,8 +394,11 @@ class NodeCore:
 
     @property
     def has_work(self) -> bool:
-        """True while batches wait to be applied or snapshot chunks to be sent."""
-        return bool(self.ingest.inbox) or self.snapshots.has_work
+        """True while batches wait to be applied (and the rate cap, if any, lets them) or
+        snapshot chunks to be sent."""
+        ingest = self.ingest
+        waiting = bool(ingest.inbox) and not ingest.capped_wait_s
+        return waiting or self.snapshots.has_work
 
     # -- a timer fired -----------------------------------------------------------------------
 

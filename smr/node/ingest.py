@@ -41,6 +41,7 @@ from checkpoint.loss import RESERVED_MAPPER_PREFIX
 from ring.invariants import InvariantViolation
 from ring.placement import Role
 from smr.batch_body import BatchColumns, decode_batch_body, decode_batch_ids
+from smr.node.rate_cap import ApplyRateCap
 from smr.protocol import (
     Ack,
     Batch,
@@ -105,6 +106,16 @@ class Ingest:
         # waits until every batch accepted before it began has been applied.
         self.accepted_total = 0
         self.taken_total = 0
+        cap = node.settings.apply_rate_cap_per_s
+        self.rate_cap = ApplyRateCap(cap, node.clock) if cap is not None else None
+
+    @property
+    def capped_wait_s(self) -> float | None:
+        """How long until the rate cap lets batches that wait be applied (None when none
+        waits, or the node has no cap)."""
+        if self.rate_cap is None or not self.inbox:
+            return None
+        return self.rate_cap.wait_s()
 
     @property
     def inbox_full(self) -> bool:
@@ -237,12 +248,15 @@ class Ingest:
     def apply_inbox(self, tuples_max: int = APPLY_TUPLES_PER_TURN) -> None:
         """7. Apply accepted batches in order, about ``tuples_max`` tuples and
         ``APPLY_SECONDS_PER_TURN`` at most (so that heartbeats and probes are never held up
-        for long: one batch is the smallest slice), and mark their channels for a cumulative
-        ack."""
+        for long: one batch is the smallest slice), and no more than the apply rate cap
+        allows, if the node has one; mark their channels for a cumulative ack."""
         node = self._node
         counters = node.counters
         reducer = node.reducer
         budget = tuples_max
+        rate_cap = self.rate_cap
+        if rate_cap is not None:
+            budget = min(budget, rate_cap.allowance())
         clock = node.clock
         started = clock()
         stop_at = started + APPLY_SECONDS_PER_TURN
@@ -280,6 +294,8 @@ class Ingest:
         self.behind = bool(self.inbox)
         if applied:
             load.note_apply(applied, clock() - started)
+            if rate_cap is not None:
+                rate_cap.spend(applied)
         reducer.flush_emits()
 
     def send_acks(self) -> None:

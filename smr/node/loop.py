@@ -8,6 +8,7 @@ for messages and timers and calls them (the simulation does the same in virtual 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import logging
 import os
@@ -67,6 +68,7 @@ def serve(cluster_dir: Path, node_id: str) -> int:
         replication=spec.replication,
         checkpoint_interval_ms=spec.checkpoint_interval_ms,
         rejoin_after_fence_ms=spec.rejoin_after_fence_ms(),
+        apply_rate_cap_per_s=spec.apply_rate_cap_per_s(),
     )
     core = NodeCore(
         NodeId(node_id),
@@ -121,7 +123,13 @@ async def _run(core: NodeCore, inbox: Inbox) -> None:
             # wakes us.
             await asyncio.sleep(0)
             if not core.has_work:
-                await inbox.wait_readable(wake)
+                # Batches held back by the apply rate cap: sleep until it lets them through.
+                capped_s = core.ingest.capped_wait_s
+                if capped_s is None:
+                    await inbox.wait_readable(wake)
+                else:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(inbox.wait_readable(wake), capped_s)
     finally:
         for timer in timers:
             timer.cancel()

@@ -38,6 +38,9 @@ class NodeSettings:
     # range over, most often), again every few seconds until it has joined. None: it stays
     # on standby until asked. The wait lets a node that was slow settle first.
     rejoin_after_fence_ms: int | None = 30_000
+    # Tuples applied per second at most (smr.node.rate_cap: emulates a smaller machine for
+    # benchmarks and tests of autoscaling). None: as fast as the reducer goes.
+    apply_rate_cap_per_s: float | None = None
 
 
 @dataclass

@@ -29,6 +29,9 @@ def test_a_non_integer_key_with_int_key_names_the_key_and_the_flag(
         (["feed", "--cluster", "x", "--batch-size", "1k", "f"], ["--batch-size", "1k"]),
         (["tail", "--cluster", "x", "--count", "-1"], ["--count", "-1"]),
         (["cluster", "down", "--dir", "x", "--grace-s", "soon"], ["--grace-s", "soon"]),
+        (["cluster", "up", "--dir", "x", "--job", "j", "--rate-cap", "0"], ["--rate-cap", "0"]),
+        (["cluster", "up", "--dir", "x", "--job", "j", "--rate-cap", "fast"], ["--rate-cap"]),
+        (["autoscale", "run", "--cluster", "x", "--policy", "hpa"], ["--policy", "hpa"]),
     ],
 )
 def test_a_bad_numeric_flag_names_the_flag_and_the_value(
