@@ -90,7 +90,9 @@ def join(cluster_dir: Path, node: NodeSpec, beside: str | None, wait_s: float, s
                 )
             if in_view == "joining":
                 joining = True
-            elif joining or (in_view == "standby" and time.monotonic() > offer_by):
+            elif in_view == "up":
+                continue  # switched; settling with its secondaries
+            elif joining or time.monotonic() > offer_by:
                 raise RingOpError(f"the join of {joiner} is off ('smr status' and its log say why)")
         raise RingOpError(f"the join of {joiner} is still under way after {wait_s:g} s")
     finally:
