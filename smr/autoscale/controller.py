@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import threading
 import time
 from collections import deque
@@ -51,6 +52,8 @@ STATUS_FILE: Final = "autoscale.json"
 ACTIONS_KEPT: Final = 20
 # How long one join or leave may take before the controller gives up following it.
 ACTION_WAIT_S: Final = 60.0
+# The figures in a decision's reason: a reason is logged again only when more than they change.
+_FIGURES: Final = re.compile(r"[\d.,]+")
 
 
 @dataclass
@@ -93,6 +96,7 @@ class Controller:
         self._tracks: dict[NodeId, _Track] = {}
         self.actions: deque[dict[str, Any]] = deque(maxlen=ACTIONS_KEPT)
         self.last_observation: Observation | None = None
+        self._reason_logged = ""
 
     def close(self) -> None:
         """Close the controller's sockets."""
@@ -179,8 +183,11 @@ class Controller:
         """One round: observe, decide, act, record."""
         observation = self.observe()
         decision = self.policy.step(observation)
-        if decision.changes(len(observation.nodes)):
+        kind = _FIGURES.sub("#", decision.reason)
+        if kind != self._reason_logged:
+            self._reason_logged = kind  # each kind of reason once, not every round
             log.info("decision: %d nodes: %s", decision.nodes_wanted, decision.reason)
+        if decision.changes(len(observation.nodes)):
             self.act(decision, len(observation.nodes))
         self.write_status(observation, decision)
         return decision

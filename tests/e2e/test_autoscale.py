@@ -6,11 +6,16 @@ exact."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import FEED_FLAGS, Cluster, word_counts
+from tests.e2e.conftest import FEED_FLAGS, REPO, Cluster, word_counts
 from tests.e2e.conftest import feed_books as books
+from tests.e2e.test_rate_cap import first_words
 
 pytestmark = pytest.mark.e2e
 
@@ -54,3 +59,49 @@ def test_autoscale_arguments_are_checked(cluster: Cluster) -> None:
         "--billing-period-s", "60", check=False,
     )  # fmt: skip
     assert billing.returncode == 2 and "capacity policy only" in billing.stderr
+
+
+def test_a_saturated_capped_ring_scales_out_then_back_in_and_loses_nothing(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    # Two nodes that apply 3000 tuples/s each, fed as fast as they take it: the capacity
+    # policy sees a full inbox and a saturated ring and adds nodes; once the feed is over
+    # it releases them again. Nothing is lost through the joins and leaves.
+    cluster.up(2, "examples.wordcount:job", "--replication", "1", "--rate-cap", "3000")
+    source = first_words(tmp_path / "words.txt")
+    controller = subprocess.Popen(
+        [sys.executable, "-m", "smr", "autoscale", "run", "--cluster", str(cluster.dir),
+         "--policy", "capacity", "--min", "2", "--max", "4", "--duration-s", "120"],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        cluster.feed(str(source), extra=["--batch-size", "200", "--no-combine"])
+        most = max_serving = 0
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            status = _autoscale_status(cluster)
+            if status is not None:
+                max_serving = max(max_serving, status["serving"])
+                most = max(most, len(cluster.spec()["nodes"]))
+                if max_serving > 2 and status["serving"] == 2 and len(status["actions"]) >= 2:
+                    break
+            time.sleep(0.5)
+    finally:
+        controller.terminate()
+        _, err = controller.communicate(timeout=30)
+    assert controller.returncode == 0, err
+    assert max_serving > 2, err
+    assert status is not None and status["serving"] == 2, status
+    actions = status["actions"]
+    assert all(action["ok"] for action in actions), actions
+    assert [a["action"] for a in actions].count("scale out") == most - 2
+    assert len(cluster.spec()["nodes"]) == 2
+    assert cluster.counts() == word_counts([str(source)])
+
+
+def _autoscale_status(cluster: Cluster) -> dict[str, object] | None:
+    path = cluster.dir / "autoscale.json"
+    if not path.exists():
+        return None
+    status: dict[str, object] = json.loads(path.read_text())
+    return status
