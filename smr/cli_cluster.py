@@ -11,6 +11,7 @@ import click
 from ring.zones import one_zone_windows
 from smr import cluster as local_cluster
 from smr.api import load_job
+from smr.autoscale.policies import POLICIES
 from smr.spec import ClusterError
 
 
@@ -51,6 +52,22 @@ def cluster_group() -> None:
     help="Tuples each node applies per second at most: emulates smaller machines (for "
     "autoscaling benchmarks and tests) [default: no cap].",
 )
+@click.option(
+    "--autoscale",
+    "policy",
+    type=click.Choice(sorted(POLICIES)),
+    help="Start an autoscale controller with this policy beside the nodes ('smr autoscale "
+    "run'; 'cluster down' stops it) [default: none].",
+)
+@click.option(
+    "--min", "nodes_min", type=click.IntRange(1), help="--autoscale: fewest nodes [default: NODES]."
+)
+@click.option(
+    "--max",
+    "nodes_max",
+    type=click.IntRange(1),
+    help="--autoscale: most nodes [default: twice NODES].",
+)
 def cluster_up(
     cluster_dir: Path,
     nodes: int,
@@ -61,8 +78,18 @@ def cluster_up(
     rejoin_after_fence_s: float,
     zones: str,
     rate_cap_per_s: float | None,
+    policy: str | None,
+    nodes_min: int | None,
+    nodes_max: int | None,
 ) -> None:
-    """Start NODES node processes on 127.0.0.1 in the background."""
+    """Start NODES node processes on 127.0.0.1 in the background (and, with --autoscale, a
+    controller that adds and removes nodes as the load goes)."""
+    if policy is None and (nodes_min is not None or nodes_max is not None):
+        raise ClusterError("--min and --max go with --autoscale")
+    nodes_min = nodes if nodes_min is None else nodes_min
+    nodes_max = min(local_cluster.NODES_MAX, 2 * nodes) if nodes_max is None else nodes_max
+    if nodes_min > nodes_max:
+        raise ClusterError(f"--min {nodes_min} is above --max {nodes_max}")
     zone_names = [zone.strip() for zone in zones.split(",")] if zones else []
     if any(not zone for zone in zone_names):
         raise ClusterError(f"--zones {zones!r} names an empty zone")
@@ -85,6 +112,13 @@ def cluster_up(
     for node in spec.nodes:
         zone = f"  zone {node.zone}" if node.zone else ""
         click.echo(f"  {node.id}  {node.addr}  pid {node.pid}  token {node.token}{zone}")
+    if policy is not None:
+        args = ["--policy", policy, "--min", str(nodes_min), "--max", str(nodes_max)]
+        pid = local_cluster.spawn_autoscaler(cluster_dir, args)
+        click.echo(
+            f"  autoscale: {policy}, {nodes_min}-{nodes_max} nodes, pid {pid} "
+            f"(log {cluster_dir / 'logs' / 'autoscale.log'}; 'smr autoscale status')"
+        )
     in_ring_order = sorted(spec.nodes, key=lambda node: node.token)
     alone = one_zone_windows([node.zone for node in in_ring_order], replication)
     if alone:

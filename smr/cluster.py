@@ -67,6 +67,8 @@ __all__ = [
 
 NODES_MAX: Final = 64
 LOOPBACK_HOST: Final = "127.0.0.1"
+# The ``extra`` entry of the spec holding the PID of the cluster's autoscale controller.
+AUTOSCALE_PID_KEY: Final = "autoscale_pid"
 # Nodes listen on ports from here up to the start of the kernel's ephemeral range.
 LISTEN_PORT_MIN: Final = 10_000
 EPHEMERAL_RANGE_FILE: Final = Path("/proc/sys/net/ipv4/ip_local_port_range")
@@ -307,8 +309,70 @@ def up(
 
 
 def down(cluster_dir: Path, grace_s: float = 5.0) -> list[str]:
-    """Stop the cluster in ``cluster_dir``; returns the ids of the nodes that were running."""
+    """Stop the cluster in ``cluster_dir``; returns the ids of the nodes that were running.
+
+    The autoscale controller, if one was started with the cluster, stops first, so that it
+    adds no node while the others stop; the spec is read after it, with any node it added.
+    """
+    stop_autoscaler(cluster_dir, grace_s)
     return stop_nodes(read_spec(cluster_dir), grace_s)
+
+
+def spawn_autoscaler(cluster_dir: Path, args: Sequence[str]) -> int:
+    """Start ``smr autoscale run`` on the cluster (with ``args``) in its own session, its
+    output in ``logs/autoscale.log``; record its PID in the spec (``down`` stops it)."""
+    cluster_dir = cluster_dir.resolve()
+    logs = cluster_dir / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.getcwd(), env.get("PYTHONPATH")]))
+    command = [sys.executable, "-m", "smr", "autoscale", "run", "--cluster", str(cluster_dir)]
+    with open(logs / "autoscale.log", "ab") as log:
+        process = subprocess.Popen(
+            [*command, *args],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env=env,
+        )
+    spec = read_spec(cluster_dir)
+    spec.extra[AUTOSCALE_PID_KEY] = process.pid
+    write_spec(cluster_dir, spec)
+    return process.pid
+
+
+def stop_autoscaler(cluster_dir: Path, grace_s: float = 5.0) -> bool:
+    """Stop the cluster's autoscale controller, if it runs (SIGTERM: it ends its round; then
+    SIGKILL after ``grace_s``); whether one was running."""
+    spec = read_spec(cluster_dir)
+    pid = spec.extra.get(AUTOSCALE_PID_KEY)
+    if not isinstance(pid, int) or not _is_our_autoscaler(pid, cluster_dir):
+        return False
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline and _is_our_autoscaler(pid, cluster_dir):
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)
+        time.sleep(0.05)
+    if _is_our_autoscaler(pid, cluster_dir):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, 0)
+    return True
+
+
+def _is_our_autoscaler(pid: int, cluster_dir: Path) -> bool:
+    """True if ``pid`` is a live ``smr autoscale run`` on this cluster (not a reused PID)."""
+    try:
+        process = psutil.Process(pid)
+        if process.status() == psutil.STATUS_ZOMBIE:
+            return False
+        command = process.cmdline()
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return False
+    return "autoscale" in command and str(cluster_dir.resolve()) in command
 
 
 def add_node(cluster_dir: Path, ready_timeout_s: float = 30.0, zone: str = "") -> NodeSpec:

@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from tests.e2e.conftest import FEED_FLAGS, REPO, Cluster, word_counts
@@ -105,3 +106,23 @@ def _autoscale_status(cluster: Cluster) -> dict[str, object] | None:
         return None
     status: dict[str, object] = json.loads(path.read_text())
     return status
+
+
+def test_cluster_up_starts_the_controller_and_cluster_down_stops_it(cluster: Cluster) -> None:
+    cluster.up(2, "examples.wordcount:job", "--autoscale", "capacity", "--min", "2")
+    pid = cluster.spec()["extra"]["autoscale_pid"]
+    assert psutil.Process(pid).is_running()
+    deadline = time.monotonic() + 15
+    while _autoscale_status(cluster) is None:
+        assert time.monotonic() < deadline, "the controller wrote no status"
+        time.sleep(0.2)
+    status = _autoscale_status(cluster)
+    assert status is not None and status["policy"] == "capacity"
+    assert (status["nodes_min"], status["nodes_max"]) == (2, 4)
+    cluster.smr("cluster", "down", "--dir", str(cluster.dir))
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    bad = cluster.smr(
+        "cluster", "up", "--dir", str(cluster.dir), "--job", "examples.wordcount:job",
+        "--min", "2", check=False,
+    )  # fmt: skip
+    assert bad.returncode == 2 and "--min and --max go with --autoscale" in bad.stderr
