@@ -241,6 +241,31 @@ def rebalance_section(report: dict[str, Any] | None) -> list[str]:
     return [*lines, ""]
 
 
+def autoscale_section(report: dict[str, Any] | None) -> list[str]:
+    lines = ["## Autoscaling (ring model)", ""]
+    if report is None:
+        return [*lines, "Not run (`python bench/autoscale.py`).", ""]
+    lines += [
+        f"Each load pattern of `bench/loads.py` over {report['duration_s']:.0f} s of trace "
+        f"on the ring model (`smr/autoscale/model.py`: nodes of "
+        f"{_n(report['capacity_per_node'])} tuples/s, joins serving 2 s after the decision; "
+        f"the peak needs {report['peak_nodes']} nodes at 90%); node-seconds against static "
+        "peak provisioning, the share of 10 s intervals where applied/offered is outside "
+        "1 ± 0.05 (chi), the queueing delay (p95 and maximum, rescales included), and the "
+        "scale actions. `oracle` knows the next second's load and joins at once.",
+        "",
+        "| pattern | policy | node-seconds | chi | delay p95 | delay max | actions |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for run in report["runs"]:
+        delay = run["delay_s"]
+        lines.append(
+            f"| {run['pattern']} | {run['policy']} | {run['node_seconds_ratio']:.2f} | "
+            f"{run['chi']:.2f} | {delay['p95']:.1f} s | {delay['max']:.1f} s | {run['actions']} |"
+        )
+    return [*lines, ""]
+
+
 def render(results: Path) -> str:
     """The whole report, from whatever result files exist under ``results``."""
     lines = [
@@ -255,6 +280,7 @@ def render(results: Path) -> str:
     lines += latency_section(_load(results, "latency"))
     lines += recovery_sections(_load(results, "spark_recovery"))
     lines += rebalance_section(_load(results, "rebalance"))
+    lines += autoscale_section(_load(results, "autoscale_model"))
     notes = results / "NOTES.md"
     if notes.exists():
         # What the JSON cannot say: what else ran on the machine during a run, and so on.

@@ -68,7 +68,8 @@ class ModelRing:
         applied = min(self.backlog_tuples + offered, limit)
         self.backlog_tuples += offered - applied
         self.applied_total += applied
-        shares = [hot_share] + [(1 - hot_share) / (count - 1)] * (count - 1)
+        rest = (1 - hot_share) / (count - 1) if count > 1 else 0.0
+        shares = [hot_share] + [rest] * (count - 1)
         reports = []
         for node, share in zip(serving, shares, strict=False):
             rate = applied * share / self.interval_s
