@@ -57,18 +57,28 @@ __all__ = [
 
 @contextlib.contextmanager
 def local_cluster(
-    nodes: int, replication: int, checkpoint_interval_ms: int = 1000, job: str = JOB
+    nodes: int,
+    replication: int,
+    checkpoint_interval_ms: int = 1000,
+    job: str = JOB,
+    apply_rate_cap_per_s: float | None = None,
 ) -> Iterator[tuple[Path, Any]]:
     """A fresh local cluster of ``job`` (the word count unless given) in a temporary
-    directory; yields its directory and ``ClusterSpec``, and stops every node
-    (``smr.cluster.down``) on the way out, whatever happened."""
+    directory, its nodes capped at ``apply_rate_cap_per_s`` if given; yields its directory
+    and ``ClusterSpec``, and stops every node (``smr.cluster.down``) on the way out,
+    whatever happened."""
     from smr.cluster import down, up
 
     with tempfile.TemporaryDirectory(prefix="smr-bench-") as workdir:
         cluster_dir = Path(workdir) / "cluster"
         try:
             spec = up(
-                cluster_dir, nodes, replication, job, checkpoint_interval_ms=checkpoint_interval_ms
+                cluster_dir,
+                nodes,
+                replication,
+                job,
+                checkpoint_interval_ms=checkpoint_interval_ms,
+                apply_rate_cap_per_s=apply_rate_cap_per_s,
             )
             yield cluster_dir, spec
         finally:

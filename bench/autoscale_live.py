@@ -1,0 +1,276 @@
+"""Autoscaling policies on real node processes: load patterns of ``bench/loads.py`` fed to a
+local cluster of capped nodes (``--rate-cap``: on two cores, eight real nodes have no more
+capacity than two, so each node emulates a smaller machine) while the autoscale controller
+runs a policy; against static peak provisioning in the same run.
+
+Per pattern and policy (and ``static``: the peak's nodes throughout, no controller), on a
+fresh cluster (r = 1, nodes capped at ``--cap`` tuples/s; the peak needs ``--peak-nodes``
+nodes at 90%): the feeder emits the pattern open-loop (batches of 100), records every
+tuple's ack latency and, per second, the tuples offered and acked; the controller polls
+every second. Reported: node-seconds over static's, latency p50/p95/max (emit to acked by
+every replica, rescales included), omega per 10 s interval (acked over offered) and chi (the
+share outside 1 ± 0.05), the actions, and whether every count was exact.
+
+    python bench/autoscale_live.py [--patterns square,sine] [--duration-s 90] [--cap 3000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import threading
+import time
+from array import array
+from pathlib import Path
+from typing import Any, Final
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from bench.common import (  # noqa: E402
+    RESULTS,
+    check_counts,
+    load_words,
+    machine,
+    percentile,
+    stream_counts,
+    versions,
+)
+from bench.harness import (  # noqa: E402
+    cluster_emitter,
+    dump_counts,
+    feeder_process,
+    local_cluster,
+    pyplot,
+    write_report,
+)
+from bench.loads import Schedule, build  # noqa: E402
+
+OUT = RESULTS / "autoscale_live.json"
+POLICIES_RUN: Final = ("static", "capacity", "target-util", "thresholds")
+UTILIZATION_PLANNED: Final = 0.9
+INTERVAL_S: Final = 10
+OMEGA_TOLERANCE: Final = 0.05
+STEP_S: Final = 0.01
+BATCH_SIZE: Final = 100
+NODES_MIN: Final = 2
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--patterns", default="square,sine")
+    parser.add_argument("--duration-s", type=float, default=90.0)
+    parser.add_argument("--cap", type=float, default=3000.0, help="tuples/s a node applies")
+    parser.add_argument("--peak-nodes", type=int, default=4)
+    args = parser.parse_args(argv)
+    before = machine()
+    words = load_words(200_000)
+    peak = args.peak_nodes * args.cap * UTILIZATION_PLANNED
+    runs = []
+    for pattern in args.patterns.split(","):
+        schedule = build(pattern, args.duration_s, peak)
+        for policy in POLICIES_RUN:
+            runs.append(run(schedule, policy, args, words))
+            print(_line(runs[-1]), flush=True)
+    for entry in runs:
+        static = next(
+            r for r in runs if r["pattern"] == entry["pattern"] and r["policy"] == "static"
+        )
+        entry["node_seconds_ratio"] = round(entry["node_seconds"] / static["node_seconds"], 3)
+    report = {
+        "benchmark": "autoscale (live, capped local nodes)",
+        "duration_s": args.duration_s,
+        "cap_per_node": args.cap,
+        "peak_nodes": args.peak_nodes,
+        "replication": 1,
+        "runs": runs,
+        "machine": {"before": before, "after": machine()},
+        "versions": versions(),
+    }
+    write_report(report, OUT, plot)
+    for entry in runs:
+        print(f"{_line(entry)}  node-seconds {entry['node_seconds_ratio']:.2f} of static")
+    print(f"wrote {OUT} and {OUT.with_suffix('.png')}")
+
+
+def _line(entry: dict[str, Any]) -> str:
+    latency = entry["latency_ms"]
+    return (
+        f"{entry['pattern']:>8} {entry['policy']:>12}: nodes mean {entry['nodes_mean']:.2f}, "
+        f"p95 {latency['p95']:.0f} ms, max {latency['max']:.0f} ms, chi {entry['chi']:.2f}, "
+        f"{entry['actions']} actions, exact {entry['exact']['exact']}"
+    )
+
+
+def run(
+    schedule: Schedule, policy: str, args: argparse.Namespace, words: list[str]
+) -> dict[str, Any]:
+    """One pattern under one policy on a fresh capped cluster."""
+    from smr.autoscale.controller import Controller
+    from smr.autoscale.policies import PolicyRunner
+
+    start_nodes = args.peak_nodes if policy == "static" else NODES_MIN
+    with local_cluster(start_nodes, 1, apply_rate_cap_per_s=args.cap) as (cluster_dir, _spec):
+        controller = None
+        stopping = threading.Event()
+        thread = None
+        if policy != "static":
+            controller = Controller(
+                cluster_dir, PolicyRunner(policy), NODES_MIN, args.peak_nodes, interval_s=1.0
+            )
+            thread = threading.Thread(target=controller.run, args=(stopping,), daemon=True)
+            thread.start()
+        counts: list[int] = []
+        try:
+            with feeder_process(
+                _schedule_feeder, str(cluster_dir), words, schedule.to_json()
+            ) as feeder:
+                started = time.monotonic()
+                while time.monotonic() - started < schedule.duration_s:
+                    time.sleep(1.0)
+                    seen = controller.last_observation if controller else None
+                    counts.append(len(seen.nodes) if seen else start_nodes)
+                fed = feeder.result(args.duration_s + 180)
+        finally:
+            stopping.set()
+            if thread is not None:
+                thread.join(90)
+            if controller is not None:
+                controller.close()
+        expected = dict(stream_counts(words, fed["emitted"]))
+        from smr.spec import read_spec
+
+        addrs = [node.addr for node in read_spec(cluster_dir).nodes]
+        exact = check_counts(dump_counts(addrs), expected)
+    omegas = [
+        acked / offered if offered else 1.0
+        for offered, acked in _by_interval(fed["offered_per_s"], fed["acked_per_s"])
+    ]
+    latencies = list(fed["latency_ms"])
+    return {
+        "pattern": schedule.name,
+        "policy": policy,
+        "node_seconds": sum(counts),
+        "nodes_mean": round(sum(counts) / max(1, len(counts)), 2),
+        "nodes_over_time": counts,
+        "actions": len(controller.actions) if controller else 0,
+        "actions_failed": sum(not a["ok"] for a in controller.actions) if controller else 0,
+        "latency_ms": {
+            "p50": round(percentile(latencies, 0.5) or 0.0, 1),
+            "p95": round(percentile(latencies, 0.95) or 0.0, 1),
+            "max": round(max(latencies, default=0.0), 1),
+        },
+        "omega_by_interval": [round(o, 3) for o in omegas],
+        "chi": round(sum(abs(o - 1) > OMEGA_TOLERANCE for o in omegas) / max(1, len(omegas)), 3),
+        "offered_per_s": fed["offered_per_s"],
+        "acked_per_s": fed["acked_per_s"],
+        "emitted": fed["emitted"],
+        "feeder_error": fed["error"],
+        "exact": exact,
+    }
+
+
+def _by_interval(offered: list[int], acked: list[int]) -> list[tuple[int, int]]:
+    pairs = []
+    for start in range(0, len(offered), INTERVAL_S):
+        pairs.append(
+            (sum(offered[start : start + INTERVAL_S]), sum(acked[start : start + INTERVAL_S]))
+        )
+    return pairs
+
+
+def _schedule_feeder(
+    cluster_dir: str, words: list[str], schedule_json: dict[str, Any], results: Any
+) -> None:
+    """Emit ``words`` cyclically at the schedule's rate (tuples due: the integral of the
+    rate, so a change of rate brings no burst), then wait for every ack; put per second the
+    tuples offered (due) and acked, every tuple's ack latency, and the count emitted."""
+    import traceback
+
+    schedule = Schedule.from_json(schedule_json)
+    latency_ms = array("f")
+    acked_by_second: list[int] = [0] * (int(schedule.duration_s) + 600)
+    started = time.monotonic()
+
+    def on_acked(rows: Any) -> None:
+        now = time.time()
+        second = int(time.monotonic() - started)
+        if second < len(acked_by_second):
+            acked_by_second[second] += len(rows)
+        for row in rows:
+            latency_ms.append((now - row[4]) * 1000)
+
+    emitter = cluster_emitter(
+        cluster_dir, "bench-autoscale", batch_size=BATCH_SIZE, on_acked=on_acked
+    )
+    offered_by_second: list[int] = []
+    due_total = 0.0
+    emitted = 0
+    error = None
+    count = len(words)
+    emit = emitter.emit
+    try:
+        step = 0
+        while True:
+            now = time.monotonic() - started
+            if now >= schedule.duration_s:
+                break
+            second = int(now)
+            while len(offered_by_second) <= second:
+                offered_by_second.append(0)
+            due_before = due_total
+            due_total += schedule.rate_at(now) * STEP_S
+            offered_by_second[second] += int(due_total) - int(due_before)
+            while emitted < int(due_total):
+                emit(words[emitted % count], 1)
+                emitted += 1
+            emitter.pump(0)
+            step += 1
+            time.sleep(max(0.0, step * STEP_S - (time.monotonic() - started)))
+        emitter.close(timeout_s=120)
+    except Exception:  # reported: the run is recorded as failed
+        error = traceback.format_exc()
+    seconds = len(offered_by_second)
+    results.put(
+        {
+            "emitted": emitted,
+            "offered_per_s": offered_by_second,
+            "acked_per_s": acked_by_second[:seconds],
+            "latency_ms": latency_ms,
+            "error": error,
+        }
+    )
+
+
+def plot(report: dict[str, Any], png: Path) -> None:
+    """Per pattern: offered load and each policy's node count over time."""
+    plt = pyplot()
+    patterns = sorted({entry["pattern"] for entry in report["runs"]})
+    fig, axes = plt.subplots(1, len(patterns), figsize=(6 * len(patterns), 4), squeeze=False)
+    for ax, pattern in zip(axes[0], patterns, strict=True):
+        load = ax.twinx()
+        for entry in report["runs"]:
+            if entry["pattern"] != pattern:
+                continue
+            ax.step(
+                range(len(entry["nodes_over_time"])),
+                entry["nodes_over_time"],
+                label=entry["policy"],
+                where="post",
+            )
+            if entry["policy"] == "static":
+                load.plot(entry["offered_per_s"], color="grey", linewidth=0.6)
+        ax.set_title(pattern)
+        ax.set_xlabel("s")
+        ax.set_ylabel("serving nodes")
+        load.set_ylabel("offered tuples/s (grey)")
+        ax.legend(fontsize=7)
+    fig.suptitle(
+        f"smr autoscaling on capped local nodes ({report['cap_per_node']:.0f} tuples/s each)"
+    )
+    fig.tight_layout()
+    fig.savefig(png, dpi=110)
+
+
+if __name__ == "__main__":
+    main()
