@@ -69,6 +69,8 @@ NODES_MAX: Final = 64
 LOOPBACK_HOST: Final = "127.0.0.1"
 # The ``extra`` entry of the spec holding the PID of the cluster's autoscale controller.
 AUTOSCALE_PID_KEY: Final = "autoscale_pid"
+# The ``extra`` entry of the spec holding the index of the next node added (``n<index>``).
+NEXT_NODE_INDEX_KEY: Final = "next_node_index"
 # Nodes listen on ports from here up to the start of the kernel's ephemeral range.
 LISTEN_PORT_MIN: Final = 10_000
 EPHEMERAL_RANGE_FILE: Final = Path("/proc/sys/net/ipv4/ip_local_port_range")
@@ -149,14 +151,22 @@ def plan_cluster(
 
 def spawn_node(cluster_dir: Path, node_id: str) -> int:
     """Start one node process in its own session; returns its PID."""
+    return _spawn(
+        cluster_dir, f"{node_id}.log", ["node", "--cluster", str(cluster_dir), "--id", node_id]
+    )
+
+
+def _spawn(cluster_dir: Path, log_name: str, args: Sequence[str]) -> int:
+    """Start ``python -m smr ARGS`` in its own session, its output appended to
+    ``logs/LOG_NAME``; returns its PID."""
     logs = cluster_dir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ)
     # The job module is imported by path relative to where the user runs smr.
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.getcwd(), env.get("PYTHONPATH")]))
-    with open(logs / f"{node_id}.log", "ab") as log:
+    with open(logs / log_name, "ab") as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", "smr", "node", "--cluster", str(cluster_dir), "--id", node_id],
+            [sys.executable, "-m", "smr", *args],
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -166,16 +176,23 @@ def spawn_node(cluster_dir: Path, node_id: str) -> int:
     return process.pid
 
 
-def is_our_node(pid: int, node_id: str) -> bool:
-    """True if ``pid`` is a live smr node process for ``node_id`` (guards against PID reuse)."""
+def _command_of(pid: int) -> list[str] | None:
+    """The command line of live process ``pid`` (None if it is gone, a zombie, or not ours
+    to read)."""
     try:
         process = psutil.Process(pid)
         if process.status() == psutil.STATUS_ZOMBIE:
-            return False
-        command = process.cmdline()
+            return None
+        command: list[str] = process.cmdline()
     except (psutil.NoSuchProcess, psutil.AccessDenied):
-        return False
-    return "smr" in command and "node" in command and node_id in command
+        return None
+    return command
+
+
+def is_our_node(pid: int, node_id: str) -> bool:
+    """True if ``pid`` is a live smr node process for ``node_id`` (guards against PID reuse)."""
+    command = _command_of(pid)
+    return command is not None and "smr" in command and "node" in command and node_id in command
 
 
 def stop_nodes(spec: ClusterSpec, grace_s: float = 5.0) -> list[str]:
@@ -272,6 +289,7 @@ def up(
     spec = plan_cluster(nodes, replication, job, slot_bits, checkpoint_interval_ms, zones)
     spec.incarnation = uuid.uuid4().hex[:16]
     spec.extra[REJOIN_AFTER_FENCE_KEY] = rejoin_after_fence_ms
+    spec.extra[NEXT_NODE_INDEX_KEY] = nodes
     if apply_rate_cap_per_s is not None:
         spec.extra[APPLY_RATE_CAP_KEY] = apply_rate_cap_per_s
     spec.apply_rate_cap_per_s()  # refuse a bad cap before any node starts
@@ -322,24 +340,13 @@ def spawn_autoscaler(cluster_dir: Path, args: Sequence[str]) -> int:
     """Start ``smr autoscale run`` on the cluster (with ``args``) in its own session, its
     output in ``logs/autoscale.log``; record its PID in the spec (``down`` stops it)."""
     cluster_dir = cluster_dir.resolve()
-    logs = cluster_dir / "logs"
-    logs.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.getcwd(), env.get("PYTHONPATH")]))
-    command = [sys.executable, "-m", "smr", "autoscale", "run", "--cluster", str(cluster_dir)]
-    with open(logs / "autoscale.log", "ab") as log:
-        process = subprocess.Popen(
-            [*command, *args],
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            env=env,
-        )
+    pid = _spawn(
+        cluster_dir, "autoscale.log", ["autoscale", "run", "--cluster", str(cluster_dir), *args]
+    )
     spec = read_spec(cluster_dir)
-    spec.extra[AUTOSCALE_PID_KEY] = process.pid
+    spec.extra[AUTOSCALE_PID_KEY] = pid
     write_spec(cluster_dir, spec)
-    return process.pid
+    return pid
 
 
 def stop_autoscaler(cluster_dir: Path, grace_s: float = 5.0) -> bool:
@@ -365,14 +372,8 @@ def stop_autoscaler(cluster_dir: Path, grace_s: float = 5.0) -> bool:
 
 def _is_our_autoscaler(pid: int, cluster_dir: Path) -> bool:
     """True if ``pid`` is a live ``smr autoscale run`` on this cluster (not a reused PID)."""
-    try:
-        process = psutil.Process(pid)
-        if process.status() == psutil.STATUS_ZOMBIE:
-            return False
-        command = process.cmdline()
-    except (psutil.NoSuchProcess, psutil.AccessDenied):
-        return False
-    return "autoscale" in command and str(cluster_dir.resolve()) in command
+    command = _command_of(pid)
+    return command is not None and "autoscale" in command and str(cluster_dir.resolve()) in command
 
 
 def add_node(cluster_dir: Path, ready_timeout_s: float = 30.0, zone: str = "") -> NodeSpec:
@@ -380,10 +381,10 @@ def add_node(cluster_dir: Path, ready_timeout_s: float = 30.0, zone: str = "") -
     joins: ``smr scale out``), record it in the cluster's spec, and return once it answers
     a ping."""
     spec = read_spec(cluster_dir)
-    taken = {node.id for node in spec.nodes}
-    index = len(spec.nodes)
-    while f"n{index}" in taken:
-        index += 1
+    # A removed node's id stays in the other nodes' views (as left, or dead): a new node of
+    # the same id would be taken for it. So ids are never reused in a cluster's life.
+    index = _next_node_index(spec)
+    spec.extra[NEXT_NODE_INDEX_KEY] = index + 1
     node = NodeSpec(
         id=NodeId(f"n{index}"),
         addr=f"tcp://{LOOPBACK_HOST}:{_free_port()}",
@@ -420,9 +421,19 @@ def remove_node(cluster_dir: Path, node_id: str, grace_s: float = 5.0) -> None:
     spec = read_spec(cluster_dir)
     node = spec.node(node_id)
     stop_nodes(replace(spec, nodes=[node]), grace_s)
+    spec.extra[NEXT_NODE_INDEX_KEY] = _next_node_index(spec)
     spec.nodes = [other for other in spec.nodes if other.id != node_id]
     spec.seeds = [seed for seed in spec.seeds if seed != node.addr]
     write_spec(cluster_dir, spec)
+
+
+def _next_node_index(spec: ClusterSpec) -> int:
+    """The index of the next node added: past every node of the spec and every node ever
+    added or removed (recorded in ``extra``)."""
+    indexes = [int(node.id[1:]) for node in spec.nodes if node.id[1:].isdigit()]
+    return max(
+        [len(spec.nodes), int(spec.extra.get(NEXT_NODE_INDEX_KEY, 0))] + [i + 1 for i in indexes]
+    )
 
 
 def _last_log_line(cluster_dir: Path, node_id: str) -> str:

@@ -191,3 +191,16 @@ def test_a_node_fenced_after_a_long_pause_joins_again_by_itself(cluster: Cluster
         time.sleep(0.2)
     assert n1["incarnation"] == 2 and n1["keys"] > 0
     assert cluster.counts() == word_counts(paths)
+
+
+def test_a_node_added_after_one_left_gets_a_new_id_and_joins(cluster: Cluster) -> None:
+    # The node that left stays in the others' views: a new node under its id would be
+    # taken for it (its join went unanswered).
+    cluster.up(3, "examples.wordcount:job", "--replication", "1")
+    move(cluster, "scale", "in", "n2")
+    out = cluster.smr("scale", "out", "--cluster", str(cluster.dir)).stdout
+    assert "n3 on standby" in out and "done: n3 serves" in out, out
+    assert [n["id"] for n in cluster.spec()["nodes"]] == ["n0", "n1", "n3"]
+    paths = books()
+    cluster.feed(*paths, extra=FEED_FLAGS)
+    assert cluster.counts() == word_counts(paths)
