@@ -7,7 +7,9 @@ Every ``interval_s``:
    observation (applied tuples/s, utilisation, inbox, whether a join, leave or move is under
    way); the workload is what the serving nodes accepted (applied plus waiting) since the
    last round, per second. A node is dated from when this controller first saw it (its
-   start, for nodes it started) and from when it first saw it serving.
+   start, for nodes it started) and from when it first saw it serving. A serving node that
+   stops answering keeps its last report for a while: the figures are incomplete, and no
+   policy decides on them.
 2. Decide: one step of the policy.
 3. Act, one node at a time: scale out with a node from the provisioner (a standby first),
    joined where :func:`smr.ring_ops.where_to_join` says; scale in by the nodes the policy
@@ -52,6 +54,9 @@ STATUS_FILE: Final = "autoscale.json"
 ACTIONS_KEPT: Final = 20
 # How long one join or leave may take before the controller gives up following it.
 ACTION_WAIT_S: Final = 60.0
+# A serving node that stops answering keeps its last report in the figures this long (they
+# are incomplete meanwhile: the report grows old); by then its range was taken over.
+UNANSWERED_KEPT_S: Final = 10.0
 # The figures in a decision's reason: a reason is logged again only when more than they change.
 _FIGURES: Final = re.compile(r"[\d.,]+")
 
@@ -64,6 +69,7 @@ class _Track:
     serving_since_s: float | None = None
     accepted: int = 0
     polled_s: float = 0.0
+    last: NodeReport | None = None
 
 
 class Controller:
@@ -113,8 +119,20 @@ class Controller:
         for node in spec.nodes:
             status = statuses[node.addr]
             track = self._tracks.setdefault(node.id, _Track(first_seen_s=now))
+            last = track.last
+            if (
+                isinstance(status, NodeUnreachable)
+                and last is not None
+                and now - last.reported_at_s < UNANSWERED_KEPT_S
+            ):
+                # A serving node that stopped answering is a gap in the figures, not a
+                # smaller ring: its last report stays (its age makes the figures
+                # incomplete) until its range has long been taken over.
+                reports.append(last)
+                continue
             if isinstance(status, NodeUnreachable) or status.get("role") != "serving":
                 track.serving_since_s = None
+                track.last = None
                 continue
             changing = bool(status["moves"]["under_way"]) or status["status_in_view"] != "up"
             if track.serving_since_s is None:
@@ -125,18 +143,17 @@ class Controller:
             else:
                 workload += float(status["tuples_per_s"])
             track.accepted, track.polled_s = accepted, now
-            reports.append(
-                NodeReport(
-                    node.id,
-                    now,
-                    track.serving_since_s,
-                    track.first_seen_s,
-                    float(status["tuples_per_s"]),
-                    _utilization(status),
-                    int(status["inbox_tuples"]),
-                    changing,
-                )
+            track.last = NodeReport(
+                node.id,
+                now,
+                track.serving_since_s,
+                track.first_seen_s,
+                float(status["tuples_per_s"]),
+                _utilization(status),
+                int(status["inbox_tuples"]),
+                changing,
             )
+            reports.append(track.last)
         known = {node.id for node in spec.nodes}
         self._tracks = {node: track for node, track in self._tracks.items() if node in known}
         observation = Observation(now, workload, tuple(reports), self.nodes_min, self.nodes_max)

@@ -6,6 +6,8 @@ exact."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -126,3 +128,36 @@ def test_cluster_up_starts_the_controller_and_cluster_down_stops_it(cluster: Clu
         "--min", "2", check=False,
     )  # fmt: skip
     assert bad.returncode == 2 and "--min and --max go with --autoscale" in bad.stderr
+
+
+def test_a_node_that_stops_answering_is_a_gap_in_the_figures_not_a_smaller_ring(
+    cluster: Cluster,
+) -> None:
+    cluster.up(3, "examples.wordcount:job", "--replication", "1")
+    controller = subprocess.Popen(
+        [sys.executable, "-m", "smr", "autoscale", "run", "--cluster", str(cluster.dir),
+         "--policy", "capacity", "--min", "2", "--max", "3", "--interval-s", "0.5",
+         "--duration-s", "30"],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 15
+        while _autoscale_status(cluster) is None:
+            assert time.monotonic() < deadline, "the controller wrote no status"
+            time.sleep(0.2)
+        victim = next(n for n in cluster.spec()["nodes"] if n["id"] == "n1")
+        os.kill(victim["pid"], signal.SIGKILL)
+        reasons = []
+        deadline = time.monotonic() + 8
+        while time.monotonic() < deadline:
+            status = _autoscale_status(cluster)
+            assert status is not None
+            reasons.append(status["decision"]["reason"])
+            if "the report of n1 is" in reasons[-1]:
+                break
+            time.sleep(0.2)
+        assert "the report of n1 is" in reasons[-1], reasons
+        assert status["serving"] == 3 and not status["actions"], status
+    finally:
+        controller.terminate()
+        controller.communicate(timeout=30)
