@@ -69,11 +69,7 @@ def main(argv: list[str] | None = None) -> None:
         schedule = build(pattern, args.duration_s, peak)
         for policy in ["static", "oracle", *sorted(POLICIES), NO_HEADROOM]:
             runs.append(run(schedule, policy, args))
-    for entry in runs:
-        static = next(
-            r for r in runs if r["pattern"] == entry["pattern"] and r["policy"] == "static"
-        )
-        entry["node_seconds_ratio"] = round(entry["node_seconds"] / static["node_seconds"], 3)
+    add_ratios_to_static(runs)
     report = {
         "benchmark": "autoscale (ring model)",
         "duration_s": args.duration_s,
@@ -94,6 +90,16 @@ def main(argv: list[str] | None = None) -> None:
             f"{entry['chi']:>6.2f} {delay['p95']:>6.2f} {delay['max']:>6.2f} {entry['actions']}"
         )
     print(f"wrote {OUT} and {OUT.with_suffix('.png')}")
+
+
+def add_ratios_to_static(runs: list[dict[str, Any]]) -> None:
+    """Set each run's ``node_seconds_ratio``: its node-seconds over the static run's of the
+    same pattern."""
+    for entry in runs:
+        static = next(
+            r for r in runs if r["pattern"] == entry["pattern"] and r["policy"] == "static"
+        )
+        entry["node_seconds_ratio"] = round(entry["node_seconds"] / static["node_seconds"], 3)
 
 
 def run(schedule: Any, policy: str, args: argparse.Namespace) -> dict[str, Any]:

@@ -27,6 +27,7 @@ from typing import Any, Final
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench.autoscale import add_ratios_to_static  # noqa: E402
 from bench.common import (  # noqa: E402
     RESULTS,
     check_counts,
@@ -72,11 +73,7 @@ def main(argv: list[str] | None = None) -> None:
         for policy in POLICIES_RUN:
             runs.append(run(schedule, policy, args, words))
             print(_line(runs[-1]), flush=True)
-    for entry in runs:
-        static = next(
-            r for r in runs if r["pattern"] == entry["pattern"] and r["policy"] == "static"
-        )
-        entry["node_seconds_ratio"] = round(entry["node_seconds"] / static["node_seconds"], 3)
+    add_ratios_to_static(runs)
     report = {
         "benchmark": "autoscale (live, capped local nodes)",
         "duration_s": args.duration_s,

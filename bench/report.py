@@ -266,6 +266,32 @@ def autoscale_section(report: dict[str, Any] | None) -> list[str]:
     return [*lines, ""]
 
 
+def autoscale_live_section(report: dict[str, Any] | None) -> list[str]:
+    lines = ["## Autoscaling (live)", ""]
+    if report is None:
+        return [*lines, "Not run (`python bench/autoscale_live.py`).", ""]
+    lines += [
+        f"Each pattern for {report['duration_s']:.0f} s on real node processes capped at "
+        f"{_n(report['cap_per_node'])} tuples/s each (r = 1; the peak needs "
+        f"{report['peak_nodes']} nodes at 90%), the controller polling every second, against "
+        "static peak provisioning in the same run: node-seconds over static's, ack latency "
+        "(emit to acked by every replica, rescales included), chi (10 s intervals where "
+        "acked/offered is outside 1 ± 0.05), actions, exactness. Machine: "
+        f"{_machine_line(report)}.",
+        "",
+        "| pattern | policy | node-seconds | latency p50 | p95 | max | chi | actions | exact |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for run in report["runs"]:
+        latency = run["latency_ms"]
+        lines.append(
+            f"| {run['pattern']} | {run['policy']} | {run['node_seconds_ratio']:.2f} | "
+            f"{_ms(latency['p50'])} | {_ms(latency['p95'])} | {_ms(latency['max'])} | "
+            f"{run['chi']:.2f} | {run['actions']} | {'yes' if run['exact']['exact'] else 'NO'} |"
+        )
+    return [*lines, ""]
+
+
 def render(results: Path) -> str:
     """The whole report, from whatever result files exist under ``results``."""
     lines = [
@@ -281,6 +307,7 @@ def render(results: Path) -> str:
     lines += recovery_sections(_load(results, "spark_recovery"))
     lines += rebalance_section(_load(results, "rebalance"))
     lines += autoscale_section(_load(results, "autoscale_model"))
+    lines += autoscale_live_section(_load(results, "autoscale_live"))
     notes = results / "NOTES.md"
     if notes.exists():
         # What the JSON cannot say: what else ran on the machine during a run, and so on.
