@@ -8,10 +8,13 @@ fresh cluster (r = 1, nodes capped at ``--cap`` tuples/s; the peak needs ``--pea
 nodes at 90%): the feeder emits the pattern open-loop (batches of 100), records every
 tuple's ack latency and, per second, the tuples offered and acked; the controller polls
 every second. Reported: node-seconds over static's, latency p50/p95/max (emit to acked by
-every replica, rescales included), omega per 10 s interval (acked over offered) and chi (the
-share outside 1 ± 0.05), the actions, and whether every count was exact.
+every replica, from when the tuple was due: time spent held back at the source by
+backpressure counts, rescales included), the source's worst lag (seconds of load due and not
+yet emitted), omega per 10 s interval (acked over offered) and chi (the share outside
+1 ± 0.05), the actions, and whether every count was exact.
 
     python bench/autoscale_live.py [--patterns square,sine] [--duration-s 90] [--cap 3000]
+        [--policies static,capacity,target-util,thresholds]
 """
 
 from __future__ import annotations
@@ -63,6 +66,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--duration-s", type=float, default=90.0)
     parser.add_argument("--cap", type=float, default=3000.0, help="tuples/s a node applies")
     parser.add_argument("--peak-nodes", type=int, default=4)
+    parser.add_argument("--policies", default=",".join(POLICIES_RUN))
     args = parser.parse_args(argv)
     before = machine()
     words = load_words(200_000)
@@ -70,7 +74,7 @@ def main(argv: list[str] | None = None) -> None:
     runs = []
     for pattern in args.patterns.split(","):
         schedule = build(pattern, args.duration_s, peak)
-        for policy in POLICIES_RUN:
+        for policy in args.policies.split(","):
             runs.append(run(schedule, policy, args, words))
             print(_line(runs[-1]), flush=True)
     add_ratios_to_static(runs)
@@ -94,7 +98,8 @@ def _line(entry: dict[str, Any]) -> str:
     latency = entry["latency_ms"]
     return (
         f"{entry['pattern']:>8} {entry['policy']:>12}: nodes mean {entry['nodes_mean']:.2f}, "
-        f"p95 {latency['p95']:.0f} ms, max {latency['max']:.0f} ms, chi {entry['chi']:.2f}, "
+        f"p95 {latency['p95']:.0f} ms, max {latency['max']:.0f} ms, "
+        f"source lag max {entry['source_lag_s_max']:.1f} s, chi {entry['chi']:.2f}, "
         f"{entry['actions']} actions, exact {entry['exact']['exact']}"
     )
 
@@ -161,6 +166,8 @@ def run(
         "chi": round(sum(abs(o - 1) > OMEGA_TOLERANCE for o in omegas) / max(1, len(omegas)), 3),
         "offered_per_s": fed["offered_per_s"],
         "acked_per_s": fed["acked_per_s"],
+        "source_lag_s_per_s": fed["lag_s_per_s"],
+        "source_lag_s_max": max(fed["lag_s_per_s"], default=0.0),
         "emitted": fed["emitted"],
         "feeder_error": fed["error"],
         "exact": exact,
@@ -179,15 +186,25 @@ def _by_interval(offered: list[int], acked: list[int]) -> list[tuple[int, int]]:
 def _schedule_feeder(
     cluster_dir: str, words: list[str], schedule_json: dict[str, Any], results: Any
 ) -> None:
-    """Emit ``words`` cyclically at the schedule's rate (tuples due: the integral of the
-    rate, so a change of rate brings no burst), then wait for every ack; put per second the
-    tuples offered (due) and acked, every tuple's ack latency, and the count emitted."""
+    """Emit ``words`` cyclically at the schedule's rate, open-loop: the tuples due by now are
+    the integral of the rate over the wall clock (so a change of rate brings no burst, and a
+    feeder held back by backpressure falls behind instead of lowering the load); after the
+    schedule ends, emit what is still due, then wait for every ack. Put per second the
+    tuples offered (due) and acked, the source's lag (seconds of load due and not emitted),
+    every tuple's ack latency counted from when it was due (time spent waiting at the source
+    counts), and the count emitted."""
     import traceback
+    from bisect import bisect_left
 
     schedule = Schedule.from_json(schedule_json)
     latency_ms = array("f")
     acked_by_second: list[int] = [0] * (int(schedule.duration_s) + 600)
     started = time.monotonic()
+    wall_at_start = time.time()
+    # Per tuple, in emission order: the wall time it was due, and the wall time its emit
+    # call returned (at or after the emit time an ack carries, so a bisection finds it).
+    due_at = array("d")
+    emitted_at = array("d")
 
     def on_acked(rows: Any) -> None:
         now = time.time()
@@ -195,44 +212,57 @@ def _schedule_feeder(
         if second < len(acked_by_second):
             acked_by_second[second] += len(rows)
         for row in rows:
-            latency_ms.append((now - row[4]) * 1000)
+            index = min(bisect_left(emitted_at, row[4]), len(due_at) - 1)
+            latency_ms.append((now - min(row[4], due_at[index])) * 1000)
 
     emitter = cluster_emitter(
         cluster_dir, "bench-autoscale", batch_size=BATCH_SIZE, on_acked=on_acked
     )
     offered_by_second: list[int] = []
+    lag_s_by_second: list[float] = []
     due_total = 0.0
-    emitted = 0
+    integrated_to_s = 0.0
     error = None
     count = len(words)
     emit = emitter.emit
     try:
-        step = 0
         while True:
             now = time.monotonic() - started
-            if now >= schedule.duration_s:
-                break
-            second = int(now)
+            ended = now >= schedule.duration_s
+            now = min(now, schedule.duration_s)
+            second = min(int(now), int(schedule.duration_s) - 1)
             while len(offered_by_second) <= second:
                 offered_by_second.append(0)
-            due_before = due_total
-            due_total += schedule.rate_at(now) * STEP_S
-            offered_by_second[second] += int(due_total) - int(due_before)
-            while emitted < int(due_total):
-                emit(words[emitted % count], 1)
-                emitted += 1
+                lag_s_by_second.append(0.0)
+            # The rate integrated in small steps over the time since the last turn, however
+            # long that turn waited for window room.
+            due_before = int(due_total)
+            while integrated_to_s < now:
+                dt = min(STEP_S, now - integrated_to_s)
+                due_total += schedule.rate_at(integrated_to_s) * dt
+                integrated_to_s += dt
+                while len(due_at) < int(due_total):
+                    due_at.append(wall_at_start + integrated_to_s)
+            offered_by_second[second] += int(due_total) - due_before
+            behind = len(due_at) - len(emitted_at)
+            lag_s = behind / max(1.0, schedule.rate_at(now))
+            lag_s_by_second[second] = max(lag_s_by_second[second], lag_s)
+            for index in range(len(emitted_at), len(due_at)):
+                emit(words[index % count], 1)
+                emitted_at.append(time.time())
             emitter.pump(0)
-            step += 1
-            time.sleep(max(0.0, step * STEP_S - (time.monotonic() - started)))
+            if ended:
+                break
+            time.sleep(max(0.0, integrated_to_s + STEP_S - (time.monotonic() - started)))
         emitter.close(timeout_s=120)
     except Exception:  # reported: the run is recorded as failed
         error = traceback.format_exc()
-    seconds = len(offered_by_second)
     results.put(
         {
-            "emitted": emitted,
+            "emitted": len(emitted_at),
             "offered_per_s": offered_by_second,
-            "acked_per_s": acked_by_second[:seconds],
+            "acked_per_s": acked_by_second[: len(offered_by_second)],
+            "lag_s_per_s": [round(lag, 2) for lag in lag_s_by_second],
             "latency_ms": latency_ms,
             "error": error,
         }
