@@ -15,13 +15,15 @@ Per step (``capacity(config, memory, observation)``):
    it applies is its capacity, whatever the lines say.
 4. Shortly after an action, keep the count while capacity covers the demand: the
    highest of the recent average, the latest sample and the forecast peak (decisions are
-   meant to last).
+   meant to last), or while the ring is saturated (it is catching up what waited).
 5. Choose the smallest ``k`` in ``[nodes_min, nodes_max]`` whose capacity (at
    ``utilization_max``) covers the demand and whose **ring headroom** holds: if the
    hottest node fails, its clockwise neighbour takes its load and catches up the backlog
    within ``recovery_target_s`` (:func:`recovery_s`). The demand includes draining the
-   backlog within ``drain_s``, so a ring still draining one is not scaled in. More nodes
-   than now: scale out at once.
+   backlog within ``drain_s``, so a ring still draining one is not scaled in. A ring whose
+   hottest node is saturated holds the mappers back, so what it sees is only a floor of
+   the workload: outside the cooldown it plans for ``saturated_growth`` times its
+   capacity now. More nodes than now: scale out at once.
 6. Fewer: scale in once the choices of the last ``scale_in_settle_s`` stopped falling, to
    the highest of them (one decision, not a staircase down a falling average), and only
    by nodes whose paid period ends within ``release_window_s`` (**billing-period-aware
@@ -113,6 +115,13 @@ class CapacityConfig:
     """Scale in only if the backlog drains within this long at the smaller count."""
     backlog_saturated_s: float = 2.0
     """A backlog over this many seconds of workload means the ring is saturated."""
+    saturated_utilization: float = 0.97
+    """A node this busy applies all it can: the mappers wait for it, so the workload the
+    ring sees is only a floor of what is offered."""
+    saturated_growth: float = 2.0
+    """A saturated ring (not just scaled) plans for this many times what it applies: the
+    workload waiting at the mappers cannot be measured, and growing step by step would
+    take a decision per step (doubling is what HPA allows per period by default)."""
     billing_period_s: float | None = None
     """A node is paid for in periods from its start (None: release at once)."""
     release_window_s: float = 10.0
@@ -175,12 +184,21 @@ def capacity(
     demand = max(average, peak, forecaster.average(1))
     demand += observation.backlog_tuples / config.drain_s
     usable = config.utilization_max
+    saturated = max(node.utilization for node in observation.nodes) >= (
+        config.saturated_utilization
+    )
+    cooling = now - memory.acted_at_s < config.cooldown_s
+    if saturated and not cooling:
+        demand = max(demand, estimate.now_per_s * config.saturated_growth * usable)
 
     def decided(nodes: int, reason: str, release: tuple[NodeId, ...] = ()) -> Decision:
         return Decision(nodes, reason, release, round(estimate.at(nodes), 1), round(peak, 1))
 
-    # 4.
-    if now - memory.acted_at_s < config.cooldown_s and estimate.now_per_s * usable >= demand:
+    # 4. Shortly after an action, a saturated ring is catching up what waited at the
+    #    mappers: what it applies then is that backlog, not the workload.
+    if cooling and saturated:
+        return decided(count, "recently scaled; catching up what waited"), memory
+    if cooling and estimate.now_per_s * usable >= demand:
         return decided(count, "recently scaled; capacity covers the workload"), memory
     # 5.
     chosen = observation.nodes_max
@@ -198,7 +216,8 @@ def capacity(
     if chosen > count:
         reason = (
             f"workload {demand:,.0f}/s (average {average:,.0f}/s, forecast peak "
-            f"{peak:,.0f}/s): {count} nodes cover {estimate.at(count) * usable:,.0f}/s"
+            f"{peak:,.0f}/s{', saturated' if saturated else ''}): {count} nodes cover "
+            f"{estimate.at(count) * usable:,.0f}/s"
         )
         return decided(chosen, reason), replace(memory, acted_at_s=now)
     # 6. Scale in once the recommendations stopped falling, to the highest of them, and only

@@ -306,3 +306,29 @@ def test_capacity_does_not_scale_in_while_draining_a_backlog() -> None:
     nodes = [report(f"n{i}", 30, 0.9, applied=900, backlog=15_000) for i in range(4)]
     decision, _ = capacity(config, memory, observation(30, *nodes, workload=500))
     assert decision.nodes_wanted >= 4
+
+
+def test_capacity_doubles_a_saturated_ring_in_one_decision_but_not_while_it_catches_up() -> None:
+    config = CapacityConfig(recovery_target_s=None, cooldown_s=10)
+    memory = CapacityMemory()
+    for now in range(30):  # learn a line: 1000/s a node at full utilization
+        u = 0.3 + 0.02 * (now % 10)
+        nodes = [report(f"n{i}", now, u, applied=1000 * u) for i in range(2)]
+        _, memory = capacity(config, memory, observation(now, *nodes, workload=2000 * u))
+    # Saturated: both nodes apply all they can and the mappers wait, so the workload the
+    # ring sees is what it applies, however much more is offered.
+    for now in range(30, 34):
+        nodes = [report(f"n{i}", now, 1.0, applied=1000, backlog=800) for i in range(2)]
+        decision, memory = capacity(config, memory, observation(now, *nodes, workload=2000))
+        if decision.changes(2):
+            break
+    assert decision.nodes_wanted == 4, decision.reason
+    assert "saturated" in decision.reason
+    # Right after the action the larger ring catches up what waited at the mappers:
+    # saturated again, but that is not news.
+    nodes = [
+        report(f"n{i}", now + 6, 1.0, applied=1000, backlog=800, serving_since=now)
+        for i in range(4)
+    ]
+    after, _ = capacity(config, memory, observation(now + 6, *nodes, workload=4000))
+    assert after.nodes_wanted == 4, after.reason
