@@ -77,6 +77,9 @@ class Membership:
         # The load each peer's last heartbeat reported.
         self.peer_load: dict[NodeId, PeerLoad] = {}
         self._standby_turn = 0
+        # Whether a view from a peer or a client was merged yet (else the view is the
+        # spec's, as the node started).
+        self._learned = False
 
     def merge_view(self, incoming: View) -> bool:
         """Merge a view heard from a peer or a client; True if it brought news."""
@@ -109,6 +112,13 @@ class Membership:
             why = ""
         elif marked and not merged_ring.owners:
             why = "marks this node dead and leaves its range to nobody"
+        elif not self._learned and self._on_standby():
+            # A standby node that has heard no view yet knows the ring only from the spec it
+            # started from, whose tokens moves may have long changed: against it, the true
+            # view looks forged (a node added after moves refused every view and never
+            # joined). It serves nothing, so it takes the first view it hears; from then on
+            # it judges views as every node does.
+            why = ""
         else:
             grown = grown_clockwise(node.ring, merged_ring)
             named = ", ".join(grown)
@@ -119,8 +129,15 @@ class Membership:
                 log.warning("refused a view that %s (forged or corrupt): %r", why, incoming)
             return False
         node.set_view(merged)
+        self._learned = True
         self.gossip()
         return True
+
+    def _on_standby(self) -> bool:
+        """True while this node is on standby in its own view (it owns no range and is not
+        joining: it serves and takes over nothing)."""
+        me = self._node.view.get(self._node.node_id)
+        return me is not None and me.status is Status.STANDBY
 
     def view_body(self) -> bytes:
         """This node's view, encoded (once per epoch)."""
