@@ -99,7 +99,12 @@ def _describe(status: dict[str, Any]) -> str:
         f"policy {status['policy']} (pid {status['pid']}), {status['nodes_min']}-"
         f"{status['nodes_max']} nodes, last round {age_s:.1f} s ago",
         f"serving {status['serving']}; workload {status['workload_per_s']:,.0f} tuples/s, "
-        f"backlog {status['backlog_tuples']:,} tuples",
+        f"backlog {status['backlog_tuples']:,} tuples ("
+        + (
+            f"the source reports {status['source']['backlog_tuples']:,} of them)"
+            if status.get("source")
+            else "no source report: the nodes' figures)"
+        ),
         f"decision: {decision['nodes_wanted']} nodes: {decision['reason']}",
     ]
     if decision.get("forecast_per_s") is not None:

@@ -20,10 +20,11 @@ Per step (``capacity(config, memory, observation)``):
    ``utilization_max``) covers the demand and whose **ring headroom** holds: if the
    hottest node fails, its clockwise neighbour takes its load and catches up the backlog
    within ``recovery_target_s`` (:func:`recovery_s`). The demand includes draining the
-   backlog within ``drain_s``, so a ring still draining one is not scaled in. A ring whose
-   hottest node is saturated holds the mappers back, so what it sees is only a floor of
-   the workload: outside the cooldown it plans for ``saturated_growth`` times its
-   capacity now. More nodes than now: scale out at once.
+   backlog within ``drain_s`` (the source's lag too, when it reports), so a ring still
+   draining one is not scaled in. Without the source's figures, a ring whose hottest node
+   is saturated holds the mappers back, so what it sees is only a floor of the workload:
+   outside the cooldown it plans for ``saturated_growth`` times its capacity now. More
+   nodes than now: scale out at once.
 6. Fewer: scale in once the choices of the last ``scale_in_settle_s`` stopped falling, to
    the highest of them (one decision, not a staircase down a falling average), and only
    by nodes whose paid period ends within ``release_window_s`` (**billing-period-aware
@@ -179,14 +180,14 @@ def capacity(
     average = forecaster.average(samples)
     peak = forecaster.peak(config.forecast)
     # The latest sample too: after a step, the new level is the best forecast there is.
-    # And the backlog, drained within drain_s: a saturated ring's workload as the nodes
-    # see it is only what they manage to apply (the rest waits at the mappers).
+    # And the backlog (the nodes' and the source's), drained within drain_s.
     demand = max(average, peak, forecaster.average(1))
     demand += observation.backlog_tuples / config.drain_s
     usable = config.utilization_max
-    saturated = max(node.utilization for node in observation.nodes) >= (
-        config.saturated_utilization
-    )
+    # Without the source's figures, a saturated ring's workload is a floor (with them, the
+    # workload and the lag at the source are known, and the demand above covers both).
+    hottest = max(node.utilization for node in observation.nodes)
+    saturated = observation.source is None and hottest >= config.saturated_utilization
     cooling = now - memory.acted_at_s < config.cooldown_s
     if saturated and not cooling:
         demand = max(demand, estimate.now_per_s * config.saturated_growth * usable)

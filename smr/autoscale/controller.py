@@ -5,11 +5,12 @@ Every ``interval_s``:
 
 1. Observe: ask every node of the cluster for its status. The serving nodes make the
    observation (applied tuples/s, utilisation, inbox, whether a join, leave or move is under
-   way); the workload is what the serving nodes accepted (applied plus waiting) since the
-   last round, per second. A node is dated from when this controller first saw it (its
-   start, for nodes it started) and from when it first saw it serving. A serving node that
-   stops answering keeps its last report for a while: the figures are incomplete, and no
-   policy decides on them.
+   way); the workload is what the source reports arriving when it writes its figures
+   (:mod:`smr.autoscale.source`, whose lag counts as backlog), else what the serving nodes
+   accepted (applied plus waiting) since the last round, per second. A node is dated
+   from when this controller first saw it (its start, for nodes it started) and from when
+   it first saw it serving. A serving node that stops answering keeps its last report for
+   a while: the figures are incomplete, and no policy decides on them.
 2. Decide: one step of the policy.
 3. Act, one node at a time: scale out with a node from the provisioner (a standby first),
    joined where :func:`smr.ring_ops.where_to_join` says; scale in by the nodes the policy
@@ -41,8 +42,9 @@ from typing import Any, Final
 
 from ring.ids import NodeId
 from smr import ring_ops
-from smr.autoscale.observe import Decision, NodeReport, Observation
+from smr.autoscale.observe import Decision, NodeReport, Observation, SourceReport
 from smr.autoscale.policies import PolicyRunner
+from smr.autoscale.source import read_source
 from smr.client import Client, NodeUnreachable
 from smr.provision import LocalProcesses, Provisioner, StandbyPool
 from smr.spec import read_spec
@@ -103,6 +105,7 @@ class Controller:
         self.actions: deque[dict[str, Any]] = deque(maxlen=ACTIONS_KEPT)
         self.last_observation: Observation | None = None
         self._reason_logged = ""
+        self._source_error = ""
 
     def close(self) -> None:
         """Close the controller's sockets."""
@@ -156,9 +159,25 @@ class Controller:
             reports.append(track.last)
         known = {node.id for node in spec.nodes}
         self._tracks = {node: track for node, track in self._tracks.items() if node in known}
-        observation = Observation(now, workload, tuple(reports), self.nodes_min, self.nodes_max)
+        source = self._read_source()
+        if source is not None:
+            workload = source.offered_per_s
+        observation = Observation(
+            now, workload, tuple(reports), self.nodes_min, self.nodes_max, source
+        )
         self.last_observation = observation
         return observation
+
+    def _read_source(self) -> SourceReport | None:
+        """The source's fresh figures, if it writes them; a file that is not a source
+        report is logged (once per kind of error) and ignored."""
+        try:
+            return read_source(self.cluster_dir)
+        except ValueError as error:
+            if str(error) != self._source_error:
+                self._source_error = str(error)
+                log.error("%s; deciding on the nodes' figures", error)
+            return None
 
     # 3.
     def act(self, decision: Decision, serving: int) -> None:
@@ -233,6 +252,7 @@ class Controller:
             "serving": len(observation.nodes),
             "workload_per_s": round(observation.workload_per_s, 1),
             "backlog_tuples": observation.backlog_tuples,
+            "source": asdict(observation.source) if observation.source else None,
             "decision": asdict(decision),
             "actions": list(self.actions),
         }

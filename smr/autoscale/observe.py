@@ -46,21 +46,36 @@ class NodeReport:
 
 
 @dataclass(frozen=True)
+class SourceReport:
+    """What the mapper tier says of its input, when it can (``smr.autoscale.source``): the
+    tuples per second arriving at it, emitted or not, and those arrived and not emitted yet
+    (its lag: a consumer lag, a feeder held back by backpressure). A saturated ring holds
+    the mappers back, so only the source sees the whole workload."""
+
+    offered_per_s: float
+    backlog_tuples: int
+
+
+@dataclass(frozen=True)
 class Observation:
     """Everything a policy decides on, at ``now_s``."""
 
     now_s: float
     workload_per_s: float
-    """Tuples per second offered to the ring over the last interval (what the mappers
-    emitted, not what the nodes applied: a saturated ring applies less)."""
+    """Tuples per second offered to the ring over the last interval: what the source
+    reports when it does, else what the nodes accepted (a floor of it when the ring is
+    saturated: the rest waits at the mappers)."""
     nodes: tuple[NodeReport, ...]
     nodes_min: int
     nodes_max: int
+    source: SourceReport | None = None
+    """The source's own figures, when a fresh report exists."""
 
     @property
     def backlog_tuples(self) -> int:
-        """Tuples waiting in the nodes' inboxes."""
-        return sum(node.backlog_tuples for node in self.nodes)
+        """Tuples waiting: in the nodes' inboxes, and at the source when it reports."""
+        waiting = sum(node.backlog_tuples for node in self.nodes)
+        return waiting + (self.source.backlog_tuples if self.source else 0)
 
     @property
     def applied_per_s(self) -> float:

@@ -21,7 +21,7 @@ from smr.autoscale.capacity import (
 )
 from smr.autoscale.forecast import ForecastConfig, Forecaster
 from smr.autoscale.model import ModelRing
-from smr.autoscale.observe import NodeReport, Observation, incomplete
+from smr.autoscale.observe import NodeReport, Observation, SourceReport, incomplete
 from smr.autoscale.policies import POLICIES, PolicyRunner
 from smr.autoscale.reactive import (
     TargetUtilConfig,
@@ -295,13 +295,20 @@ def test_capacity_makes_one_decision_per_change_of_a_square_wave() -> None:
     assert ring.backlog_tuples < 100
 
 
+def learned(config: CapacityConfig, nodes: int) -> CapacityMemory:
+    """The capacity policy's memory after 30 s of ``nodes`` nodes at 30-48% utilisation,
+    each applying 1000/s at full utilisation."""
+    memory = CapacityMemory()
+    for now in range(30):
+        u = 0.3 + 0.02 * (now % 10)
+        reports = [report(f"n{i}", now, u, applied=1000 * u) for i in range(nodes)]
+        _, memory = capacity(config, memory, observation(now, *reports, workload=1000 * nodes * u))
+    return memory
+
+
 def test_capacity_does_not_scale_in_while_draining_a_backlog() -> None:
     config = CapacityConfig(recovery_target_s=None, cooldown_s=0)
-    memory = CapacityMemory()
-    for now in range(30):  # learn a line: 1000/s a node at full utilization
-        u = 0.3 + 0.02 * (now % 10)
-        nodes = [report(f"n{i}", now, u, applied=1000 * u) for i in range(4)]
-        _, memory = capacity(config, memory, observation(now, *nodes, workload=4000 * u))
+    memory = learned(config, nodes=4)
     # Load fell to 500/s, but a backlog of 60 k tuples waits: 1 node would take minutes.
     nodes = [report(f"n{i}", 30, 0.9, applied=900, backlog=15_000) for i in range(4)]
     decision, _ = capacity(config, memory, observation(30, *nodes, workload=500))
@@ -310,11 +317,7 @@ def test_capacity_does_not_scale_in_while_draining_a_backlog() -> None:
 
 def test_capacity_doubles_a_saturated_ring_in_one_decision_but_not_while_it_catches_up() -> None:
     config = CapacityConfig(recovery_target_s=None, cooldown_s=10)
-    memory = CapacityMemory()
-    for now in range(30):  # learn a line: 1000/s a node at full utilization
-        u = 0.3 + 0.02 * (now % 10)
-        nodes = [report(f"n{i}", now, u, applied=1000 * u) for i in range(2)]
-        _, memory = capacity(config, memory, observation(now, *nodes, workload=2000 * u))
+    memory = learned(config, nodes=2)
     # Saturated: both nodes apply all they can and the mappers wait, so the workload the
     # ring sees is what it applies, however much more is offered.
     for now in range(30, 34):
@@ -332,3 +335,17 @@ def test_capacity_doubles_a_saturated_ring_in_one_decision_but_not_while_it_catc
     ]
     after, _ = capacity(config, memory, observation(now + 6, *nodes, workload=4000))
     assert after.nodes_wanted == 4, after.reason
+
+
+def test_capacity_drains_the_lag_the_source_reports_and_does_not_guess_with_it() -> None:
+    config = CapacityConfig(recovery_target_s=None, cooldown_s=10, drain_s=5)
+    memory = learned(config, nodes=2)
+    # The ring is saturated and the source says what arrives (2,500/s) and what waits
+    # (5,000 tuples): the demand is known, so no doubling, but the lag is drained within
+    # drain_s: 2,500 + 5,000 / 5 = 3,500/s, at 90% of 1,000/s a node: 4 nodes.
+    nodes = [report(f"n{i}", 30, 1.0, applied=1000) for i in range(2)]
+    seen = Observation(30, 2500, tuple(nodes), 1, 8, SourceReport(2500, 5000))
+    assert seen.backlog_tuples == 5000
+    decision, _ = capacity(config, memory, seen)
+    assert decision.nodes_wanted == 4, decision.reason
+    assert "saturated" not in decision.reason
