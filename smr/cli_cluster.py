@@ -53,6 +53,13 @@ def cluster_group() -> None:
     "autoscaling benchmarks and tests) [default: no cap].",
 )
 @click.option(
+    "--balance-above",
+    type=click.FloatRange(min=0, max=1, min_open=True),
+    help="Neighbour balance: a node at least this busy (utilisation, 0 to 1) for 3 s moves "
+    "a third of its load to its clockwise neighbour, if that one is 0.3 less busy "
+    "[default: off].",
+)
+@click.option(
     "--autoscale",
     "policy",
     type=click.Choice(sorted(POLICIES)),
@@ -78,6 +85,7 @@ def cluster_up(
     rejoin_after_fence_s: float,
     zones: str,
     rate_cap_per_s: float | None,
+    balance_above: float | None,
     policy: str | None,
     nodes_min: int | None,
     nodes_max: int | None,
@@ -107,6 +115,7 @@ def cluster_up(
         rejoin_after_fence_ms=round(rejoin_after_fence_s * 1000) or None,
         zones=zone_names,
         apply_rate_cap_per_s=rate_cap_per_s,
+        balance_above=balance_above,
     )
     click.echo(f"cluster of {nodes} nodes up in {cluster_dir}")
     for node in spec.nodes:

@@ -36,6 +36,7 @@ from ring.zones import spread_order
 from smr.client import Client, NodeUnreachable
 from smr.spec import (
     APPLY_RATE_CAP_KEY,
+    BALANCE_ABOVE_KEY,
     CHECKPOINT_INTERVAL_MS_DEFAULT,
     CLUSTER_FILE,
     REJOIN_AFTER_FENCE_KEY,
@@ -263,6 +264,7 @@ def up(
     rejoin_after_fence_ms: int | None = REJOIN_AFTER_FENCE_MS_DEFAULT,
     zones: Sequence[str] = (),
     apply_rate_cap_per_s: float | None = None,
+    balance_above: float | None = None,
 ) -> ClusterSpec:
     """Start a local cluster and return once every node answers a ping (node ``i`` in zone
     ``zones[i % len(zones)]``, see `plan_cluster`).
@@ -292,7 +294,10 @@ def up(
     spec.extra[NEXT_NODE_INDEX_KEY] = nodes
     if apply_rate_cap_per_s is not None:
         spec.extra[APPLY_RATE_CAP_KEY] = apply_rate_cap_per_s
-    spec.apply_rate_cap_per_s()  # refuse a bad cap before any node starts
+    if balance_above is not None:
+        spec.extra[BALANCE_ABOVE_KEY] = balance_above
+    spec.apply_rate_cap_per_s()  # refuse a bad cap or threshold before any node starts
+    spec.balance_above()
     write_spec(cluster_dir, spec)
     # 3.
     for node in spec.nodes:

@@ -193,6 +193,9 @@ class MovePropose(PeerMessage):
     leave: bool
     receiver: NodeId
     copy_holder: NodeId
+    accept_below_ppm: int
+    """A balancing move (``smr.node.balance``): the receiver accepts only while its
+    utilisation, in millionths, is below this; 0 for any other move."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -72,6 +72,7 @@ REJOIN_AFTER_FENCE_KEY: Final = "rejoin_after_fence_ms"
 """The ``extra`` setting for how long after it was fenced a node joins again (null: never)."""
 REJOIN_AFTER_FENCE_MS_DEFAULT: Final = 30_000
 APPLY_RATE_CAP_KEY: Final = "apply_rate_cap_per_s"
+BALANCE_ABOVE_KEY: Final = "balance_above"
 """The ``extra`` setting for the tuples every node applies per second at most (null or
 absent: no cap; ``smr.node.rate_cap``)."""
 
@@ -173,6 +174,16 @@ class ClusterSpec:
             return None
         if not isinstance(value, int | float) or isinstance(value, bool) or value <= 0:
             raise ClusterError(f"extra.{APPLY_RATE_CAP_KEY} must be > 0 or null: {value!r}")
+        return float(value)
+
+    def balance_above(self) -> float | None:
+        """The utilisation past which a node balances with its neighbour (``extra``; None:
+        off)."""
+        value = self.extra.get(BALANCE_ABOVE_KEY)
+        if value is None:
+            return None
+        if not isinstance(value, int | float) or isinstance(value, bool) or not 0 < value <= 1:
+            raise ClusterError(f"extra.{BALANCE_ABOVE_KEY} must be in (0, 1] or null: {value!r}")
         return float(value)
 
     def initial_view(self) -> View:

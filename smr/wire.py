@@ -8,7 +8,7 @@ from __future__ import annotations
 from enum import IntEnum
 from typing import Final, NewType
 
-PROTOCOL_VERSION: Final = 7
+PROTOCOL_VERSION: Final = 8
 
 StreamId = NewType("StreamId", str)
 """One emitter's channels to the nodes: batch numbers and acks are per (stream, node)."""

@@ -191,8 +191,9 @@ class Control:
             "range_share": own_range.share if own_range else 0.0,
             "keys": node.store.key_count(),
             "tuples_per_s": round(node.tuples_per_s, 1),
-            "utilization": round(_utilization(node), 3),
+            "utilization": round(node.utilization(), 3),
             "apply_rate_cap_per_s": node.settings.apply_rate_cap_per_s,
+            "balance_above": node.settings.balance_above,
             "epoch": node.view.epoch,
             "inbox_peak": node.ingest.inbox_peak,
             "rss_bytes": psutil.Process().memory_info().rss,
@@ -229,13 +230,3 @@ def _role(times_fenced: int, owns_a_range: bool) -> str:
     if owns_a_range:
         return "serving"
     return "fenced" if times_fenced else "standby"
-
-
-def _utilization(node: NodeCore) -> float:
-    """The share of the node's capacity in use, 0 to 1: its applied rate over its cap when
-    it has one (the smaller machine the cap emulates would be that busy), else its CPU
-    share of the one core its loop runs on."""
-    cap = node.settings.apply_rate_cap_per_s
-    if cap is not None:
-        return min(1.0, node.tuples_per_s / cap)
-    return min(1.0, node.load.cpu_percent / 100)

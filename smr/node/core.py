@@ -27,6 +27,7 @@ from ring.invariants import InvariantViolation
 from ring.placement import Ring
 from ring.view import Status, View
 from smr.api import Job
+from smr.node.balance import BalanceConfig, Balancer
 from smr.node.control import Control
 from smr.node.handoff import Handoff
 from smr.node.ingest import Ingest
@@ -155,6 +156,8 @@ class NodeCore:
         self.recovery = Recovery(self)
         self.handoff = Handoff(self)
         self.moves = Moves(self)
+        above = self.settings.balance_above
+        self.balancer = Balancer(self, BalanceConfig(above)) if above is not None else None
         self.control = Control(self)
         self.set_view(view)
         self.replication.cover_initial_ranges()
@@ -418,7 +421,8 @@ class NodeCore:
         3. Ask again for snapshots not completed; judge the nearest watched predecessor
            (``Recovery.judge``: probe, take over, or wait for a quorum); ask a node back
            after a false verdict for the state of slots lost here (``Handoff.ask``); the
-           timeouts of moves (``Moves.tick``).
+           timeouts of moves (``Moves.tick``); a busy node's balancing move
+           (``Balancer.tick``, when balance is on).
         4. The applied-tuples rate and the load (``LoadMeter.fold``), and the output flushed.
         """
         now = self.clock()
@@ -446,6 +450,8 @@ class NodeCore:
             self.recovery.judge(now, self.read_at)
         self.handoff.ask(now)
         self.moves.tick(now)
+        if self.balancer is not None and not self.counters.fenced:
+            self.balancer.tick(now)
         # 4.
         mark_time, mark_count = self._rate_mark
         if now - mark_time >= 1.0:
@@ -455,6 +461,15 @@ class NodeCore:
         self.reducer.output.flush()
 
     # -- reports ------------------------------------------------------------------------------
+
+    def utilization(self) -> float:
+        """The share of the node's capacity in use, 0 to 1: its applied rate over its cap
+        when it has one (the smaller machine the cap emulates would be that busy), else its
+        CPU share of the one core its loop runs on."""
+        cap = self.settings.apply_rate_cap_per_s
+        if cap is not None:
+            return min(1.0, self.tuples_per_s / cap)
+        return min(1.0, self.load.cpu_percent / 100)
 
     def under_replicated_slots(self) -> int:
         """Slots of this node's range with fewer than ``r`` complete copies elsewhere: all of

@@ -88,7 +88,9 @@ class Joins:
         if node.ring.range_of(beside) is None:
             raise MoveRefused(f"{beside} owns no range to join beside")
         self.asked = (beside, node.clock())
-        ask = MovePropose(*node.stamp, MoveNumber(0), Slot(0), 0, False, node.node_id, node.node_id)
+        ask = MovePropose(
+            *node.stamp, MoveNumber(0), Slot(0), 0, False, node.node_id, node.node_id, 0
+        )
         node.peer_send(beside, ask)
         log.warning("asked %s to join beside it", beside)
         return f"{node.node_id} asked to join beside {beside}"
@@ -110,7 +112,7 @@ class Joins:
         plan = MovePlan(node.node_id, joiner, joiner, moving, False, True)
         giving = self._moves.begin_giving(plan)
         offer = MovePropose(
-            *node.stamp, giving.number, moving.start, moving.length, False, joiner, joiner
+            *node.stamp, giving.number, moving.start, moving.length, False, joiner, joiner, 0
         )
         node.peer_send(joiner, offer)
 

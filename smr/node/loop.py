@@ -69,6 +69,7 @@ def serve(cluster_dir: Path, node_id: str) -> int:
         checkpoint_interval_ms=spec.checkpoint_interval_ms,
         rejoin_after_fence_ms=spec.rejoin_after_fence_ms(),
         apply_rate_cap_per_s=spec.apply_rate_cap_per_s(),
+        balance_above=spec.balance_above(),
     )
     core = NodeCore(
         NodeId(node_id),

@@ -8,9 +8,10 @@ replica set after the move that holds no copy of them before it. The protocol:
 
 1. Propose (G): plan the move and send ``MovePropose`` to R and H.
 2. Answer (R, H): R accepts if the plan is the same in its view, G is its nearest
-   predecessor, its replica of G is complete and covers the moving slots, and it takes part
-   in no other move; H accepts if the plan is the same in its view and it takes part in no
-   other move. Either refuses otherwise, saying why.
+   predecessor, its replica of G is complete and covers the moving slots, it takes part
+   in no other move, and (a balancing move) it is less busy than the proposal asks; H
+   accepts if the plan is the same in its view and it takes part in no other move. Either
+   refuses otherwise, saying why.
 3. Copy (G to H): a snapshot of the moving slots, then G's checkpoints while the move lasts
    (H keeps their part about the moving slots). H answers ``MoveCopied(through)`` when its
    copy completes and after each checkpoint it applies.
@@ -148,10 +149,12 @@ class Moves:
 
     # -- 1. propose (giver) ---------------------------------------------------------------
 
-    def start(self, keep_share: float | None) -> str:
+    def start(self, keep_share: float | None, accept_below: float | None = None) -> str:
         """Start moving the top of this node's range, split so that about ``keep_share`` of
-        its load stays here; with None, all of it (a leave). Returns what moves; raises
-        ``MoveRefused`` saying why not."""
+        its load stays here; with None, all of it (a leave). With ``accept_below`` (a
+        balancing move, ``smr.node.balance``), the receiver accepts only while its
+        utilisation is below it. Returns what moves; raises ``MoveRefused`` saying why
+        not."""
         node = self._node
         if self.busy:
             raise MoveRefused(f"{node.node_id} already takes part in a move")
@@ -173,6 +176,7 @@ class Moves:
             plan.leave,
             plan.receiver,
             plan.copy_holder,
+            round(accept_below * 1_000_000) if accept_below is not None else 0,
         )
         node.peer_send(plan.receiver, propose)
         node.peer_send(plan.copy_holder, propose)
@@ -254,6 +258,12 @@ class Moves:
             return f"{me}'s replica of {giver} does not cover the moving slots"
         if node.ingest.inbox_full:
             return f"{me} is overloaded (its inbox is full)"
+        busy_ppm = round(node.utilization() * 1_000_000)
+        if message.accept_below_ppm and busy_ppm >= message.accept_below_ppm:
+            return (
+                f"{me} is busy itself ({busy_ppm / 10_000:.0f}% utilised; a balancing move "
+                f"needs under {message.accept_below_ppm / 10_000:.0f}%)"
+            )
         return None
 
     def on_answer(self, identity: bytes, message: MoveAnswer) -> None:

@@ -41,6 +41,10 @@ class NodeSettings:
     # Tuples applied per second at most (smr.node.rate_cap: emulates a smaller machine for
     # benchmarks and tests of autoscaling). None: as fast as the reducer goes.
     apply_rate_cap_per_s: float | None = None
+    # Neighbour balance (smr.node.balance): a node at least this busy (utilisation, 0 to 1)
+    # for a few seconds moves a third of its load to its clockwise neighbour, which accepts
+    # only if it is 0.3 less busy. None: off (moves come from operators and the autoscaler).
+    balance_above: float | None = None
 
 
 @dataclass

@@ -1,0 +1,119 @@
+"""Neighbour load balance, decided by the nodes themselves (DESIGN section 7; the thesis'
+section 6.5): a node that stays busy asks its clockwise neighbour to take the top of its
+range, and the neighbour accepts only if it is not busy itself. No controller takes part:
+if the autoscale controller is down, balance goes on.
+
+The protocol (a move, ``smr.node.moves``, with a load condition):
+
+1. Watch (every tick): the node's utilisation (applied over its cap, else its loop's CPU
+   share). It is *hot* once it has stayed at or above ``above`` for ``sustain_s``.
+2. Propose: a hot node that owns at least two slots, takes part in no move, and made no
+   balancing attempt in the last ``cooldown_s`` starts a move of the top of its range, split
+   so that about ``keep_share`` of its load stays (at the load median, as any move), with
+   the condition ``accept_below`` in the proposal.
+3. Answer: the receiver refuses if its own utilisation is at or above ``accept_below`` (a
+   neighbour itself loaded takes nothing; the whole ring being busy is the autoscaler's
+   business), else the move runs as any other.
+4. Repeat: after ``cooldown_s``, a node still hot tries again, so a hot range walks
+   clockwise, a third of its load at a time, until the nodes around it share it.
+
+The decision is :func:`balance_share`, a pure function, so it is tested on its own.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final
+
+from ring.moves import MoveRefused
+
+if TYPE_CHECKING:
+    from smr.node.core import NodeCore
+
+log = logging.getLogger("smr.node")
+
+# The share of its load a hot node keeps: moving a third leaves room for the neighbour (at
+# most ``accept_below`` busy before) and relieves a saturated node by a third at least.
+KEEP_SHARE: Final = 2 / 3
+SUSTAIN_S: Final = 3.0
+COOLDOWN_S: Final = 10.0
+# How far under the hot threshold a neighbour must be to accept.
+ACCEPT_MARGIN: Final = 0.3
+
+
+@dataclass(frozen=True)
+class BalanceConfig:
+    """When a node balances: hot at ``above`` for ``sustain_s``; a neighbour accepts below
+    ``accept_below``; one attempt per ``cooldown_s``; ``keep_share`` of the load stays."""
+
+    above: float
+    sustain_s: float = SUSTAIN_S
+    cooldown_s: float = COOLDOWN_S
+    keep_share: float = KEEP_SHARE
+
+    def __post_init__(self) -> None:
+        if not 0 < self.above <= 1:
+            raise ValueError(f"the balance threshold is a utilisation in (0, 1], not {self.above}")
+
+    @property
+    def accept_below(self) -> float:
+        """A receiver accepts a balancing move only while less busy than this."""
+        return max(0.05, self.above - ACCEPT_MARGIN)
+
+
+@dataclass(frozen=True)
+class BalanceState:
+    """What the decision remembers: since when the node is hot, its last attempt."""
+
+    hot_since_s: float | None = None
+    attempted_at_s: float | None = None
+
+
+def balance_share(
+    config: BalanceConfig,
+    state: BalanceState,
+    now_s: float,
+    utilization: float,
+    can_move: bool,
+) -> tuple[float | None, BalanceState]:
+    """Steps 1 and 2: the share of its load a node keeps in a balancing move to start now
+    (None: no move), and the new state. ``can_move``: the node owns two slots or more and
+    takes part in no move."""
+    hot_since = state.hot_since_s
+    if utilization < config.above:
+        hot_since = None
+    elif hot_since is None:
+        hot_since = now_s
+    state = BalanceState(hot_since, state.attempted_at_s)
+    if hot_since is None or now_s - hot_since < config.sustain_s or not can_move:
+        return None, state
+    if state.attempted_at_s is not None and now_s - state.attempted_at_s < config.cooldown_s:
+        return None, state
+    return config.keep_share, BalanceState(hot_since, now_s)
+
+
+class Balancer:
+    """One node's side of neighbour balance (the module docstring's protocol)."""
+
+    def __init__(self, node: NodeCore, config: BalanceConfig) -> None:
+        self._node = node
+        self.config = config
+        self._state = BalanceState()
+
+    def tick(self, now_s: float) -> None:
+        """Steps 1 and 2, on the node's tick."""
+        node = self._node
+        own = node.ring.range_of(node.node_id)
+        can_move = own is not None and own.length >= 2 and not node.moves.busy
+        keep, self._state = balance_share(
+            self.config, self._state, now_s, node.utilization(), can_move
+        )
+        if keep is None:
+            return
+        try:
+            what = node.moves.start(keep, accept_below=self.config.accept_below)
+        except MoveRefused as refused:
+            log.info("no balancing move: %s", refused)
+            return
+        log.warning("busy for %.0f s: balancing move: %s", self.config.sustain_s, what)
