@@ -40,6 +40,11 @@ bench: $(STAMP)
 	$(BIN)/python bench/spark_throughput.py
 	$(BIN)/python bench/latency.py
 	$(BIN)/python bench/spark_recovery.py
+	$(BIN)/python bench/false_deaths.py
+	$(BIN)/python bench/snapshot_stall.py
+	$(BIN)/python bench/rebalance.py
+	$(BIN)/python bench/autoscale.py
+	$(BIN)/python bench/autoscale_live.py --duration-s 180
 	$(BIN)/python bench/report.py
 
 clean:

@@ -97,8 +97,11 @@ def add_ratios_to_static(runs: list[dict[str, Any]]) -> None:
     same pattern."""
     for entry in runs:
         static = next(
-            r for r in runs if r["pattern"] == entry["pattern"] and r["policy"] == "static"
+            (r for r in runs if r["pattern"] == entry["pattern"] and r["policy"] == "static"),
+            None,
         )
+        if static is None:
+            raise SystemExit(f"no static run of {entry['pattern']} to compare with: run static")
         entry["node_seconds_ratio"] = round(entry["node_seconds"] / static["node_seconds"], 3)
 
 

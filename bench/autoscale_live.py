@@ -5,16 +5,19 @@ runs a policy; against static peak provisioning in the same run.
 
 Per pattern and policy (and ``static``: the peak's nodes throughout, no controller), on a
 fresh cluster (r = 1, nodes capped at ``--cap`` tuples/s; the peak needs ``--peak-nodes``
-nodes at 90%): the feeder emits the pattern open-loop (batches of 100), records every
-tuple's ack latency and, per second, the tuples offered and acked; the controller polls
-every second. Reported: node-seconds over static's, latency p50/p95/max (emit to acked by
-every replica, from when the tuple was due: time spent held back at the source by
-backpressure counts, rescales included), the source's worst lag (seconds of load due and not
-yet emitted), omega per 10 s interval (acked over offered) and chi (the share outside
-1 ± 0.05), the actions, and whether every count was exact.
+nodes at 90%, and a policy may run up to two more while it catches up): the feeder emits
+the pattern open-loop (batches of 100), records every tuple's ack latency and, per second,
+the tuples offered and acked, and writes the source's figures for the controller
+(``smr.autoscale.source``: the rate due and its lag; not for the ``-nodes-only`` runs, whose
+policy sees only the nodes' figures); the controller polls every second. Reported:
+node-seconds over static's, latency p50/p95/max (emit to acked by every replica, from when
+the tuple was due: time spent held back at the source by backpressure counts, rescales
+included), the source's worst lag (the age of the oldest tuple due and not emitted), omega
+per 10 s interval (acked over offered) and chi (the share outside 1 ± 0.05), the actions,
+and whether every count was exact.
 
     python bench/autoscale_live.py [--patterns square,sine] [--duration-s 90] [--cap 3000]
-        [--policies static,capacity,target-util,thresholds]
+        [--policies static,capacity,capacity-nodes-only,target-util,thresholds]
 """
 
 from __future__ import annotations
@@ -51,13 +54,16 @@ from bench.harness import (  # noqa: E402
 from bench.loads import Schedule, build  # noqa: E402
 
 OUT = RESULTS / "autoscale_live.json"
-POLICIES_RUN: Final = ("static", "capacity", "target-util", "thresholds")
+POLICIES_RUN: Final = ("static", "capacity", "capacity-nodes-only", "target-util", "thresholds")
+# This run's policy decides without the source's figures (the feeder writes none).
+NODES_ONLY: Final = "-nodes-only"
 UTILIZATION_PLANNED: Final = 0.9
 INTERVAL_S: Final = 10
 OMEGA_TOLERANCE: Final = 0.05
 STEP_S: Final = 0.01
 BATCH_SIZE: Final = 100
 NODES_MIN: Final = 2
+NODES_OVER_PEAK: Final = 2
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -112,20 +118,31 @@ def run(
     from smr.autoscale.policies import PolicyRunner
 
     start_nodes = args.peak_nodes if policy == "static" else NODES_MIN
+    # A policy may run a few nodes more than static's peak for a while, to catch up a
+    # backlog that built before a scale-out served.
+    nodes_max = args.peak_nodes + NODES_OVER_PEAK
     with local_cluster(start_nodes, 1, apply_rate_cap_per_s=args.cap) as (cluster_dir, _spec):
         controller = None
         stopping = threading.Event()
         thread = None
         if policy != "static":
             controller = Controller(
-                cluster_dir, PolicyRunner(policy), NODES_MIN, args.peak_nodes, interval_s=1.0
+                cluster_dir,
+                PolicyRunner(policy.removesuffix(NODES_ONLY)),
+                NODES_MIN,
+                nodes_max,
+                interval_s=1.0,
             )
             thread = threading.Thread(target=controller.run, args=(stopping,), daemon=True)
             thread.start()
         counts: list[int] = []
         try:
             with feeder_process(
-                _schedule_feeder, str(cluster_dir), words, schedule.to_json()
+                _schedule_feeder,
+                str(cluster_dir),
+                words,
+                schedule.to_json(),
+                not policy.endswith(NODES_ONLY),
             ) as feeder:
                 started = time.monotonic()
                 while time.monotonic() - started < schedule.duration_s:
@@ -168,6 +185,7 @@ def run(
         "acked_per_s": fed["acked_per_s"],
         "source_lag_s_per_s": fed["lag_s_per_s"],
         "source_lag_s_max": max(fed["lag_s_per_s"], default=0.0),
+        "nodes_max": nodes_max,
         "emitted": fed["emitted"],
         "feeder_error": fed["error"],
         "exact": exact,
@@ -184,7 +202,11 @@ def _by_interval(offered: list[int], acked: list[int]) -> list[tuple[int, int]]:
 
 
 def _schedule_feeder(
-    cluster_dir: str, words: list[str], schedule_json: dict[str, Any], results: Any
+    cluster_dir: str,
+    words: list[str],
+    schedule_json: dict[str, Any],
+    report_source: bool,
+    results: Any,
 ) -> None:
     """Emit ``words`` cyclically at the schedule's rate, open-loop: the tuples due by now are
     the integral of the rate over the wall clock (so a change of rate brings no burst, and a
@@ -192,9 +214,12 @@ def _schedule_feeder(
     schedule ends, emit what is still due, then wait for every ack. Put per second the
     tuples offered (due) and acked, the source's lag (seconds of load due and not emitted),
     every tuple's ack latency counted from when it was due (time spent waiting at the source
-    counts), and the count emitted."""
+    counts), and the count emitted. With ``report_source``, write the source's figures for
+    the controller about once a second (the rate due now, and the tuples due not emitted)."""
     import traceback
     from bisect import bisect_left
+
+    from smr.autoscale.source import write_source
 
     schedule = Schedule.from_json(schedule_json)
     latency_ms = array("f")
@@ -222,6 +247,7 @@ def _schedule_feeder(
     lag_s_by_second: list[float] = []
     due_total = 0.0
     integrated_to_s = 0.0
+    reported_at_s = -1.0
     error = None
     count = len(words)
     emit = emitter.emit
@@ -245,8 +271,12 @@ def _schedule_feeder(
                     due_at.append(wall_at_start + integrated_to_s)
             offered_by_second[second] += int(due_total) - due_before
             behind = len(due_at) - len(emitted_at)
-            lag_s = behind / max(1.0, schedule.rate_at(now))
+            # The age of the oldest tuple due and not emitted.
+            lag_s = time.time() - due_at[len(emitted_at)] if behind > 0 else 0.0
             lag_s_by_second[second] = max(lag_s_by_second[second], lag_s)
+            if report_source and now - reported_at_s >= 1.0:
+                write_source(Path(cluster_dir), schedule.rate_at(now), behind)
+                reported_at_s = now
             for index in range(len(emitted_at), len(due_at)):
                 emit(words[index % count], 1)
                 emitted_at.append(time.time())

@@ -62,9 +62,11 @@ def local_cluster(
     checkpoint_interval_ms: int = 1000,
     job: str = JOB,
     apply_rate_cap_per_s: float | None = None,
+    balance_above: float | None = None,
 ) -> Iterator[tuple[Path, Any]]:
     """A fresh local cluster of ``job`` (the word count unless given) in a temporary
-    directory, its nodes capped at ``apply_rate_cap_per_s`` if given; yields its directory
+    directory, its nodes capped at ``apply_rate_cap_per_s`` and balancing above
+    ``balance_above`` if given; yields its directory
     and ``ClusterSpec``, and stops every node (``smr.cluster.down``) on the way out,
     whatever happened."""
     from smr.cluster import down, up
@@ -79,6 +81,7 @@ def local_cluster(
                 job,
                 checkpoint_interval_ms=checkpoint_interval_ms,
                 apply_rate_cap_per_s=apply_rate_cap_per_s,
+                balance_above=balance_above,
             )
             yield cluster_dir, spec
         finally:
