@@ -161,3 +161,32 @@ def test_a_node_that_stops_answering_is_a_gap_in_the_figures_not_a_smaller_ring(
     finally:
         controller.terminate()
         controller.communicate(timeout=30)
+
+
+def test_the_controller_takes_the_workload_and_lag_from_the_source_when_it_reports(
+    cluster: Cluster,
+) -> None:
+    from smr.autoscale.source import SOURCE_FILE, write_source
+
+    cluster.up(2, "examples.wordcount:job", "--replication", "1")
+    run_args = (
+        "autoscale", "run", "--cluster", str(cluster.dir), "--policy", "thresholds",
+        "--min", "2", "--max", "2", "--interval-s", "0.5", "--duration-s", "2",
+    )  # fmt: skip
+    write_source(cluster.dir, 1234.0, 5678)
+    cluster.smr(*run_args)
+    status = json.loads(
+        cluster.smr("autoscale", "status", "--cluster", str(cluster.dir), "--json").stdout
+    )
+    assert status["source"] == {"offered_per_s": 1234.0, "backlog_tuples": 5678}, status
+    assert status["workload_per_s"] == 1234.0 and status["backlog_tuples"] >= 5678
+    text = cluster.smr("autoscale", "status", "--cluster", str(cluster.dir)).stdout
+    assert "the source reports 5,678 of them" in text, text
+    # A file that is not a source report: said once, and the nodes' figures are used.
+    (cluster.dir / SOURCE_FILE).write_text("{not json")
+    run = cluster.smr(*run_args)
+    assert run.stderr.count("is not a source report") == 1, run.stderr
+    status = json.loads(
+        cluster.smr("autoscale", "status", "--cluster", str(cluster.dir), "--json").stdout
+    )
+    assert status["source"] is None and status["workload_per_s"] < 1234.0
