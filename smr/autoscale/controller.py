@@ -13,10 +13,10 @@ Every ``interval_s``:
    a while: the figures are incomplete, and no policy decides on them.
 2. Decide: one step of the policy.
 3. Act, one node at a time: scale out with a node from the provisioner (a standby first),
-   joined where :func:`smr.ring_ops.where_to_join` says; scale in by the nodes the policy
-   released: each leaves (its range moves to its clockwise neighbour), the ranges it backed
-   up get their copies again, the provisioner stops it. A failed action is logged and
-   recorded; the loop goes on.
+   joined where :func:`smr.ring_ops.where_to_join` says (a node whose join fails is
+   stopped); scale in by the nodes the policy released: each leaves (its range moves to its
+   clockwise neighbour), the ranges it backed up get their copies again, the provisioner
+   stops it. A failed action is logged and recorded; the loop goes on.
 4. Record: ``autoscale.json`` in the cluster directory (written whole, then renamed): the
    policy, its last decision and why, the workload, forecast and capacity, the recent
    actions. ``smr autoscale status`` prints it.
@@ -189,7 +189,13 @@ class Controller:
 
     def _scale_out(self) -> str:
         node = self.provisioner.start()
-        return ring_ops.join(self.cluster_dir, node, None, ACTION_WAIT_S, log.info)
+        try:
+            return ring_ops.join(self.cluster_dir, node, None, ACTION_WAIT_S, log.info)
+        except ring_ops.RingOpError:
+            # Stopped, not offered again: whatever kept it from joining (its log says)
+            # would likely keep it again, and the next scale-out starts a fresh node.
+            self.provisioner.stop(node.id)
+            raise
 
     def _release(self, node_id: str) -> str:
         outcome = ring_ops.move(self.cluster_dir, node_id, None, ACTION_WAIT_S, log.info)
