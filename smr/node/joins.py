@@ -39,7 +39,7 @@ from ring.placement import SlotRange, split_at_load_share
 from ring.view import Status, joining_at, with_status
 from ring.zones import join_position
 from smr.node.move_taking import Agreed
-from smr.protocol import MoveAnswer, MoveCopied, MoveNumber, MovePropose
+from smr.protocol import Gossip, MoveAnswer, MoveCopied, MoveNumber, MovePropose
 
 if TYPE_CHECKING:
     from smr.node.core import NodeCore
@@ -88,6 +88,9 @@ class Joins:
         if node.ring.range_of(beside) is None:
             raise MoveRefused(f"{beside} owns no range to join beside")
         self.asked = (beside, node.clock())
+        # The node asked may not know this one yet (it started a moment ago), and an ask
+        # from a node not in its view is dropped: this node's view goes first.
+        node.peer_send(beside, Gossip(*node.stamp, node.membership.view_body()))
         ask = MovePropose(
             *node.stamp, MoveNumber(0), Slot(0), 0, False, node.node_id, node.node_id, 0
         )
