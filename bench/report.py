@@ -273,21 +273,30 @@ def autoscale_live_section(report: dict[str, Any] | None) -> list[str]:
     lines += [
         f"Each pattern for {report['duration_s']:.0f} s on real node processes capped at "
         f"{_n(report['cap_per_node'])} tuples/s each (r = 1; the peak needs "
-        f"{report['peak_nodes']} nodes at 90%), the controller polling every second, against "
-        "static peak provisioning in the same run: node-seconds over static's, ack latency "
-        "(emit to acked by every replica, rescales included), chi (10 s intervals where "
-        "acked/offered is outside 1 ± 0.05), actions, exactness. Machine: "
-        f"{_machine_line(report)}.",
+        f"{report['peak_nodes']} nodes at 90%; a policy may run two more while it catches "
+        "up), the controller polling every second, against static peak provisioning in the "
+        "same run. The feeder is open-loop: what backpressure holds back waits at the source "
+        "and counts. It writes its rate and lag for the controller (`source.json`), except "
+        "for `capacity-nodes-only`, which sees only the nodes' figures. Node-seconds over "
+        "static's; ack latency from when a tuple was due (rescales included); the source's "
+        "worst lag; chi (10 s intervals where acked/offered is outside 1 ± 0.05); actions; "
+        f"exactness. Machine: {_machine_line(report)}.",
         "",
-        "| pattern | policy | node-seconds | latency p50 | p95 | max | chi | actions | exact |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| pattern | policy | node-seconds | latency p50 | p95 | max | source lag max | chi "
+        "| actions | exact |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for run in report["runs"]:
         latency = run["latency_ms"]
+        lag = run.get("source_lag_s_max")
+        failed = run["actions_failed"]
+        actions = f"{run['actions']} ({failed} failed)" if failed else str(run["actions"])
         lines.append(
             f"| {run['pattern']} | {run['policy']} | {run['node_seconds_ratio']:.2f} | "
             f"{_ms(latency['p50'])} | {_ms(latency['p95'])} | {_ms(latency['max'])} | "
-            f"{run['chi']:.2f} | {run['actions']} | {'yes' if run['exact']['exact'] else 'NO'} |"
+            f"{'-' if lag is None else f'{lag:.1f} s'} | {run['chi']:.2f} | "
+            f"{actions} | "
+            f"{'yes' if run['exact']['exact'] else 'NO'} |"
         )
     return [*lines, ""]
 

@@ -9,8 +9,8 @@ The protocol (a move, ``smr.node.moves``, with a load condition):
    share). It is *hot* once it has stayed at or above ``above`` for ``sustain_s``.
 2. Propose: a hot node that owns at least two slots, takes part in no move, and made no
    balancing attempt in the last ``cooldown_s`` starts a move of the top of its range, split
-   so that about ``keep_share`` of its load stays (at the load median, as any move), with
-   the condition ``accept_below`` in the proposal.
+   by its per-slot rates so that about ``keep_share`` of its load stays, with the condition
+   ``accept_below`` in the proposal.
 3. Answer: the receiver refuses if its own utilisation is at or above ``accept_below`` (a
    neighbour itself loaded takes nothing; the whole ring being busy is the autoscaler's
    business), else the move runs as any other.
