@@ -1,6 +1,7 @@
 """A model of a ring under a workload, in virtual time, for driving policies without
 processes: nodes of a fixed capacity, a key skew, a backlog that grows when the workload
-exceeds what the hottest node can apply, joins that take time.
+exceeds what the hottest node can apply, joins that take time. The workload is known, as
+from a source that reports its figures (``smr.autoscale.source``).
 
 It is what the property tests and the long-horizon comparison of policies run on; the real
 benchmark (``bench/autoscale.py``) runs the same policies against node processes.
@@ -11,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ring.ids import NodeId
-from smr.autoscale.observe import Decision, NodeReport, Observation
+from smr.autoscale.observe import Decision, NodeReport, Observation, SourceReport
 
 
 @dataclass
@@ -89,7 +90,12 @@ class ModelRing:
                 reports.append(
                     NodeReport(node.node, now_s, now_s, node.started_at_s, 0.0, 0.0, 0, True)
                 )
-        return Observation(now_s, workload_per_s, tuple(reports), self.nodes_min, self.nodes_max)
+        # The model knows the workload as a source that reports it does (its backlog is in
+        # the nodes' reports already).
+        source = SourceReport(workload_per_s, 0)
+        return Observation(
+            now_s, workload_per_s, tuple(reports), self.nodes_min, self.nodes_max, source
+        )
 
     def apply(self, decision: Decision, now_s: float) -> None:
         """Carry a decision out: start nodes (serving ``join_s`` later) or release the
