@@ -81,26 +81,44 @@ PORT_ATTEMPTS: Final = 100
 machine only."""
 
 
-def _free_port() -> int:
-    """A loopback port that is free now, chosen below the kernel's ephemeral range.
+def _free_port(taken: set[int]) -> int:
+    """A loopback port that is free now, chosen below the kernel's ephemeral range, and not
+    one of ``taken`` (to which it is added).
 
     The port is released again before the node binds it. A port from the ephemeral range
     (what binding port 0 gives) can be taken in that window by any process's next
     outgoing connection, and a machine running nodes and clients makes many; below the
     range only another listener choosing the same port at the same moment can take it.
+    ``taken`` holds the ports already handed out for the same spec: released after their
+    probe, they would probe free again (a 5-node cluster drew one port twice in about one
+    start in 500, and its second node could not bind).
     """
     low = _ephemeral_low()
     chooser = random.SystemRandom()
     for _ in range(PORT_ATTEMPTS):
         port = chooser.randrange(LISTEN_PORT_MIN, low) if low > LISTEN_PORT_MIN else 0
+        if port in taken:
+            continue
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
             try:
                 probe.bind((LOOPBACK_HOST, port))
             except OSError:
                 continue
             chosen: int = probe.getsockname()[1]
-            return chosen
+        if chosen in taken:
+            continue
+        taken.add(chosen)
+        return chosen
     raise ClusterError(f"no free loopback port found in {PORT_ATTEMPTS} attempts")
+
+
+def _ports_of(spec: ClusterSpec) -> set[int]:
+    """The ports a spec's nodes listen on."""
+    return {
+        int(address.rsplit(":", 1)[1])
+        for node in spec.nodes
+        for address in (node.addr, node.pub_addr)
+    }
 
 
 def _ephemeral_low() -> int:
@@ -137,11 +155,12 @@ def plan_cluster(
         raise ClusterError("a zone name must not be empty")
     zone_of = {NodeId(f"n{i}"): zones[i % len(zones)] if zones else "" for i in range(nodes)}
     token_of = dict(zip(spread_order(zone_of), even_tokens(nodes, slot_bits), strict=True))
+    taken: set[int] = set()
     specs = [
         NodeSpec(
             id=node_id,
-            addr=f"tcp://{LOOPBACK_HOST}:{_free_port()}",
-            pub_addr=f"tcp://{LOOPBACK_HOST}:{_free_port()}",
+            addr=f"tcp://{LOOPBACK_HOST}:{_free_port(taken)}",
+            pub_addr=f"tcp://{LOOPBACK_HOST}:{_free_port(taken)}",
             token=token_of[node_id],
             zone=zone,
         )
@@ -390,10 +409,11 @@ def add_node(cluster_dir: Path, ready_timeout_s: float = 30.0, zone: str = "") -
     # the same id would be taken for it. So ids are never reused in a cluster's life.
     index = _next_node_index(spec)
     spec.extra[NEXT_NODE_INDEX_KEY] = index + 1
+    taken = _ports_of(spec)
     node = NodeSpec(
         id=NodeId(f"n{index}"),
-        addr=f"tcp://{LOOPBACK_HOST}:{_free_port()}",
-        pub_addr=f"tcp://{LOOPBACK_HOST}:{_free_port()}",
+        addr=f"tcp://{LOOPBACK_HOST}:{_free_port(taken)}",
+        pub_addr=f"tcp://{LOOPBACK_HOST}:{_free_port(taken)}",
         token=Token(0),
         zone=zone,
         standby=True,

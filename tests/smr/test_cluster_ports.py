@@ -14,7 +14,9 @@ from smr.spec import ClusterError
 
 def test_ports_are_free_and_below_the_ephemeral_range() -> None:
     low = cluster._ephemeral_low()
-    ports = {cluster._free_port() for _ in range(50)}
+    taken: set[int] = set()
+    ports = {cluster._free_port(taken) for _ in range(50)}
+    assert ports == taken
     assert all(cluster.LISTEN_PORT_MIN <= port < low for port in ports)
     assert len(ports) > 40  # drawn at random, not handed out in order
     for port in list(ports)[:5]:
@@ -36,4 +38,18 @@ def test_no_free_port_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(cluster.socket, "socket", Taken)
     with pytest.raises(ClusterError, match="no free loopback port"):
-        cluster._free_port()
+        cluster._free_port(set())
+
+
+def test_a_spec_never_gets_one_port_twice(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Each port is released after its probe, so a port drawn again probes free again.
+    class Repeating:
+        draws = iter([20_000, 20_000, 20_001, 20_001, 20_000, 20_002, 20_002, 20_003])
+
+        def randrange(self, low: int, high: int) -> int:
+            return next(self.draws)
+
+    monkeypatch.setattr(cluster.random, "SystemRandom", Repeating)
+    spec = cluster.plan_cluster(2, 1, "examples.wordcount:job", 8, 1000, ())
+    ports = [int(a.rsplit(":", 1)[1]) for n in spec.nodes for a in (n.addr, n.pub_addr)]
+    assert sorted(ports) == [20_000, 20_001, 20_002, 20_003]
