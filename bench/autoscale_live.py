@@ -212,10 +212,11 @@ def _schedule_feeder(
     the integral of the rate over the wall clock (so a change of rate brings no burst, and a
     feeder held back by backpressure falls behind instead of lowering the load); after the
     schedule ends, emit what is still due, then wait for every ack. Put per second the
-    tuples offered (due) and acked, the source's lag (seconds of load due and not emitted),
-    every tuple's ack latency counted from when it was due (time spent waiting at the source
-    counts), and the count emitted. With ``report_source``, write the source's figures for
-    the controller about once a second (the rate due now, and the tuples due not emitted)."""
+    tuples offered (due) and acked, the source's lag (the age of the oldest tuple due and
+    not emitted), every tuple's ack latency counted from when it was due (time spent
+    waiting at the source counts), and the count emitted. With ``report_source``, write the
+    source's figures for the controller about once a second (the rate due now, and the
+    tuples due not emitted)."""
     import traceback
     from bisect import bisect_left
 
