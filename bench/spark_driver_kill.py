@@ -131,6 +131,14 @@ class DriverProcess:
                 raise TimeoutError(f"driver {self.pid}: no {name!r} after {timeout_s:.0f} s")
             time.sleep(POLL_S)
 
+    def check_running(self) -> None:
+        """RuntimeError with the driver's log if it has exited (for waits on its batches)."""
+        if self.process.poll() is not None:
+            raise RuntimeError(
+                f"driver {self.pid} exited with {self.process.returncode}; log "
+                f"{self.log_path}: {self.log_tail()}"
+            )
+
     def log_tail(self, lines: int = 15) -> str:
         if not self.log_path.exists():
             return ""
@@ -221,8 +229,10 @@ def measure_recovery(
     after_restart_s: float = 2.0,
     words_per_file: int = 2_000,
     keys_per_file: int = 100_000,
+    batch_timeout_s: float = BATCH_TIMEOUT_S,
 ) -> dict[str, Any]:
-    """One recovery run, in ``workdir`` (kept for its logs; the caller removes it).
+    """One recovery run, in ``workdir`` (kept for its logs; the caller removes it). Each
+    wait for a batch fails after ``batch_timeout_s`` with what it waited for.
 
     1. Preload: ``keys_n`` distinct keys (``synthetic_lines``), files of ``keys_per_file``,
        in the input directory before the driver starts.
@@ -280,17 +290,23 @@ def measure_recovery(
         drivers.append(first)
         ready = first.wait_event("session_ready", SESSION_TIMEOUT_S)
         preload_started = time.time()
-        log.wait_committed([f["name"] for f in preload["files"]], BATCH_TIMEOUT_S, "preload")
+        log.wait_committed(
+            [f["name"] for f in preload["files"]],
+            batch_timeout_s,
+            "preload",
+            first.check_running,
+        )
         record["preload_s"] = time.time() - preload_started
         record["first_session_s"] = ready["session_s"]
         # 3.-4. drip, then kill mid-stream
         dripper.start()
         time.sleep(kill_after_s)
-        deadline = time.monotonic() + BATCH_TIMEOUT_S
+        deadline = time.monotonic() + batch_timeout_s
         while not any(
             name.startswith("drip-") and at is not None
             for name, (_, at) in log.file_commits().items()
         ):
+            first.check_running()
             if time.monotonic() > deadline:
                 raise TimeoutError("no dripped file committed before the kill")
             time.sleep(POLL_S)
@@ -301,7 +317,7 @@ def measure_recovery(
         second = DriverProcess(workdir, "driver2", driver_args)
         drivers.append(second)
         # 6. the first commit after the kill
-        deadline = time.monotonic() + BATCH_TIMEOUT_S
+        deadline = time.monotonic() + batch_timeout_s
         while True:
             after = {b: at for b, at in log.committed().items() if at > kill["killed_at_unix_s"]}
             if after:
@@ -319,7 +335,10 @@ def measure_recovery(
         if dripper.error is not None:
             raise dripper.error
         log.wait_committed(
-            [f["name"] for f in dripper.published], BATCH_TIMEOUT_S, "drained after restart"
+            [f["name"] for f in dripper.published],
+            batch_timeout_s,
+            "drained after restart",
+            second.check_running,
         )
         record["stopped_cleanly"] = second.stop()
         # 8. counts

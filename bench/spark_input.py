@@ -9,6 +9,7 @@ from the checkpoint's file mtimes (``offsets/<batch>``, ``commits/<batch>``), ne
 
 from __future__ import annotations
 
+import bisect
 import collections
 import gzip
 import json
@@ -16,7 +17,7 @@ import os
 import threading
 import time
 import urllib.parse
-from collections.abc import Generator, Iterable, Sequence
+from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -282,15 +283,23 @@ class Batch:
 
 
 class CheckpointLog:
-    """Reads a query's checkpoint: which files each batch took (``sources/0``, including the
-    ``.compact`` files the file source rolls up every 10 batches), when it was planned and when
+    """Reads a query's checkpoint: which files each batch took, when it was planned and when
     it committed (the mtimes of ``offsets/<batch>`` and ``commits/<batch>``, which Spark writes
-    to a temporary file and renames). Source log files never change once written, so they are
-    parsed once."""
+    to a temporary file and renames).
+
+    The file source numbers its own log (``sources/0``, with the ``.compact`` files it rolls
+    up every 10 entries) apart from the query's batches: it writes an entry when it lists new
+    files, before the query writes ``offsets/<batch>``. A driver killed between the two
+    leaves an entry no batch planned, and after a restart the source's numbers run ahead of
+    the batches'. So a file belongs to the first batch whose planned ``logOffset`` (the
+    offset's line in ``offsets/<batch>``) reaches its entry; an entry past every planned
+    offset belongs to no batch yet. Source log and offset files never change once written, so
+    each is parsed once."""
 
     def __init__(self, checkpoint_dir: Path) -> None:
         self.checkpoint_dir = checkpoint_dir
         self._parsed: dict[str, list[tuple[str, int]]] = {}
+        self._log_offsets: dict[int, int | None] = {}
 
     def _mtimes(self, sub: str) -> dict[int, float]:
         directory = self.checkpoint_dir / sub
@@ -308,6 +317,18 @@ class CheckpointLog:
 
     def batches(self) -> dict[int, Batch]:
         """Every batch the checkpoint knows of, by id."""
+        planned = self._mtimes("offsets")
+        for batch_id in planned:
+            if batch_id not in self._log_offsets:
+                self._log_offsets[batch_id] = _parse_log_offset(
+                    self.checkpoint_dir / "offsets" / str(batch_id)
+                )
+        # (log offset, batch) of every planned batch, in batch order; offsets never go back
+        reaches = [
+            (offset, batch_id)
+            for batch_id, offset in sorted(self._log_offsets.items())
+            if offset is not None
+        ]
         files: dict[int, set[str]] = collections.defaultdict(set)
         log_dir = self.checkpoint_dir / "sources" / "0"
         if log_dir.is_dir():
@@ -316,9 +337,10 @@ class CheckpointLog:
                     continue
                 if entry.name not in self._parsed:
                     self._parsed[entry.name] = _parse_source_log(Path(entry.path))
-                for name, batch_id in self._parsed[entry.name]:
-                    files[batch_id].add(name)
-        planned = self._mtimes("offsets")
+                for name, log_id in self._parsed[entry.name]:
+                    at = bisect.bisect_left(reaches, (log_id, -1))
+                    if at < len(reaches):
+                        files[reaches[at][1]].add(name)
         committed = self.committed()
         return {
             batch_id: Batch(
@@ -339,21 +361,41 @@ class CheckpointLog:
             for name in batch.files
         }
 
-    def wait_committed(self, names: Iterable[str], timeout_s: float, what: str) -> None:
-        """Wait until every file of ``names`` is in a committed batch; TimeoutError saying
-        how many are missing otherwise."""
+    def wait_committed(
+        self,
+        names: Iterable[str],
+        timeout_s: float,
+        what: str,
+        check: Callable[[], None] | None = None,
+    ) -> None:
+        """Wait until every file of ``names`` is in a committed batch; TimeoutError naming
+        the missing ones otherwise. ``check`` (say, that the driver still runs) is called on
+        every poll and ends the wait with its error."""
         wanted = set(names)
         deadline = time.monotonic() + timeout_s
         while True:
             done = {n for n, (_, at) in self.file_commits().items() if at is not None}
             if wanted <= done:
                 return
+            if check is not None:
+                check()
             if time.monotonic() > deadline:
+                missing = sorted(wanted - done)
                 raise TimeoutError(
-                    f"{what}: {len(wanted - done)} of {len(wanted)} files not committed after "
-                    f"{timeout_s:.0f} s (checkpoint {self.checkpoint_dir})"
+                    f"{what}: {len(missing)} of {len(wanted)} files not committed after "
+                    f"{timeout_s:.0f} s, first {missing[:5]} (checkpoint {self.checkpoint_dir})"
                 )
             time.sleep(POLL_S)
+
+
+def _parse_log_offset(path: Path) -> int | None:
+    """The file source's ``logOffset`` in an ``offsets/<batch>`` file (``v1``, the batch's
+    metadata, then one offset line per source), None if it has none."""
+    lines = path.read_text().splitlines()
+    if len(lines) < 3 or not lines[2].strip() or lines[2].strip() == "-":
+        return None
+    offset = json.loads(lines[2])
+    return int(offset["logOffset"]) if isinstance(offset, dict) else int(offset)
 
 
 def _parse_source_log(path: Path) -> list[tuple[str, int]]:

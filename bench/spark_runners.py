@@ -284,16 +284,23 @@ def measure_latency(
         spark, baseline, input_dir, checkpoint_dir, sink_dir, state_store, trigger_ms=trigger_ms
     )
     dripper = Dripper(files, input_dir, words_per_s)
+
+    def check_active() -> None:
+        if not query.isActive:
+            raise RuntimeError(f"{baseline} query stopped: {query.exception()}")
+
     try:
-        log.wait_committed(["warmup.txt"], BATCH_TIMEOUT_S, f"{baseline} warm-up")
+        log.wait_committed(["warmup.txt"], BATCH_TIMEOUT_S, f"{baseline} warm-up", check_active)
         dripper.start()
         while not dripper.join(POLL_S):
-            if not query.isActive:
-                raise RuntimeError(f"{baseline} query stopped: {query.exception()}")
+            check_active()
         if dripper.error is not None:
             raise dripper.error
         log.wait_committed(
-            [f["name"] for f in dripper.published], BATCH_TIMEOUT_S, f"{baseline} drained"
+            [f["name"] for f in dripper.published],
+            BATCH_TIMEOUT_S,
+            f"{baseline} drained",
+            check_active,
         )
     finally:
         dripper.stop()

@@ -88,24 +88,31 @@ def test_dripper_publishes_each_file_when_its_words_are_due(workdir: Path) -> No
     assert sorted(p.name for p in workdir.iterdir()) == [f"drip-{i:06d}.txt" for i in range(5)]
 
 
+def _source_log_entries(*pairs: tuple[str, int]) -> str:
+    """A file source log file: ``v1``, then a JSON line per (file name, source log id)."""
+    rows = [json.dumps({"path": f"file:///in/{n}", "timestamp": 0, "batchId": b}) for n, b in pairs]
+    return "v1\n" + "\n".join(rows) + "\n"
+
+
+def _write_batches(workdir: Path, log_offsets: dict[int, int], committed: set[int]) -> None:
+    """``offsets/<batch>`` with the file source's ``logOffset``, and ``commits/<batch>``."""
+    for sub in ("offsets", "commits"):
+        (workdir / sub).mkdir(exist_ok=True)
+    for batch, offset in log_offsets.items():
+        (workdir / "offsets" / str(batch)).write_text(
+            f'v1\n{{"batchWatermarkMs":0}}\n{{"logOffset":{offset}}}'
+        )
+        if batch in committed:
+            (workdir / "commits" / str(batch)).write_text('v1\n{"nextBatchWatermarkMs":0}')
+
+
 def test_checkpoint_log_maps_files_to_batches_through_compact_files(workdir: Path) -> None:
     sources = workdir / "sources" / "0"
     sources.mkdir(parents=True)
-
-    def entries(*pairs: tuple[str, int]) -> str:
-        rows = [
-            json.dumps({"path": f"file:///in/{n}", "timestamp": 0, "batchId": b}) for n, b in pairs
-        ]
-        return "v1\n" + "\n".join(rows) + "\n"
-
-    (sources / "9.compact").write_text(entries(("a.txt", 0), ("b.txt", 9)))
-    (sources / "10").write_text(entries(("c%20d.txt", 10)))
+    (sources / "9.compact").write_text(_source_log_entries(("a.txt", 0), ("b.txt", 9)))
+    (sources / "10").write_text(_source_log_entries(("c%20d.txt", 10)))
     (sources / ".11.tmp").write_text("v1\n{not json")
-    for sub in ("offsets", "commits"):
-        (workdir / sub).mkdir()
-        for batch in (0, 9, 10):
-            (workdir / sub / str(batch)).write_text("v1\n{}")
-    (workdir / "offsets" / "11").write_text("v1\n{}")
+    _write_batches(workdir, {0: 0, 9: 9, 10: 10, 11: 10}, committed={0, 9, 10})
     batches = spark_input.CheckpointLog(workdir).batches()
     assert {b: batch.files for b, batch in batches.items()} == {
         0: ["a.txt"],
@@ -115,6 +122,27 @@ def test_checkpoint_log_maps_files_to_batches_through_compact_files(workdir: Pat
     }
     assert batches[11].committed_at_unix_s is None
     assert batches[10].committed_at_unix_s is not None
+
+
+def test_checkpoint_log_maps_files_by_log_offset_after_a_driver_killed_between_logs(
+    workdir: Path,
+) -> None:
+    # The killed driver wrote source log entry 1 but not offsets/1; the restarted one listed
+    # c.txt as entry 2 and planned batch 1 up to it, so the source's ids run one ahead.
+    sources = workdir / "sources" / "0"
+    sources.mkdir(parents=True)
+    for log_id, name in enumerate(["a.txt", "b.txt", "c.txt", "d.txt"]):
+        (sources / str(log_id)).write_text(_source_log_entries((name, log_id)))
+    _write_batches(workdir, {0: 0, 1: 2}, committed={0, 1})
+    log = spark_input.CheckpointLog(workdir)
+    assert {b: batch.files for b, batch in log.batches().items()} == {
+        0: ["a.txt"],
+        1: ["b.txt", "c.txt"],
+    }
+    commits = log.file_commits()
+    assert set(commits) == {"a.txt", "b.txt", "c.txt"}  # d.txt is in no planned batch yet
+    assert commits["c.txt"][0] == 1
+    assert commits["c.txt"][1] is not None
 
 
 def test_sink_counts_come_from_committed_batches_only(workdir: Path) -> None:
@@ -161,6 +189,7 @@ def test_recovery_after_sigkill_of_the_driver_keeps_counts_exact(workdir: Path) 
         kill_after_s=1.0,
         after_restart_s=0.5,
         words_per_file=500,
+        batch_timeout_s=60.0,  # each wait fails with what it waited for, within the test's time
     )
     assert record["processes_killed"] >= 2  # the Python driver and its JVM at least
     assert record["stragglers"] == []
