@@ -229,6 +229,20 @@ def test_a_pushed_view_giving_a_live_neighbours_range_away_without_a_takeover_is
     assert n0.counters.views_refused == 1
 
 
+def _unwired_core(node: str, view: View) -> NodeCore:
+    """A NodeCore whose messages go nowhere, at time 0: for what one node does with a view."""
+    return NodeCore(
+        NodeId(node),
+        JOB,
+        view,
+        SLOT_BITS,
+        CallbackLinks(lambda identity, frames: True, lambda peer, frames: True),
+        MemoryOutput(node),
+        clock=lambda: 0.0,
+        settings=NodeSettings(replication=1),
+    )
+
+
 def test_a_standby_node_started_from_a_stale_spec_accepts_the_view_moves_made() -> None:
     # Seen in the live autoscale benchmark: after joins and leaves, both original nodes sat
     # on other tokens than the cluster spec's (n1 had taken n2's range over on its leave);
@@ -248,31 +262,13 @@ def test_a_standby_node_started_from_a_stale_spec_accepts_the_view_moves_made() 
             Member(NodeId("n9"), 1, "sim://n9", 0, "", Status.STANDBY, 1),
         ]
     )
-    newcomer = NodeCore(
-        NodeId("n9"),
-        JOB,
-        stale,
-        SLOT_BITS,
-        CallbackLinks(lambda identity, frames: True, lambda peer, frames: True),
-        MemoryOutput("n9"),
-        clock=lambda: 0.0,
-        settings=NodeSettings(replication=1),
-    )
+    newcomer = _unwired_core("n9", stale)
     assert newcomer.membership.merge_view(true)
     assert newcomer.counters.views_refused == 0
     assert newcomer.ring.range_of(NodeId("n1")) == Ring(true, SLOT_BITS).range_of(NodeId("n1"))
     # The same view is refused by a serving node that holds the stale one: it owns a range,
     # so the defence stands.
-    owner = NodeCore(
-        NodeId("n0"),
-        JOB,
-        stale,
-        SLOT_BITS,
-        CallbackLinks(lambda identity, frames: True, lambda peer, frames: True),
-        MemoryOutput("n0"),
-        clock=lambda: 0.0,
-        settings=NodeSettings(replication=1),
-    )
+    owner = _unwired_core("n0", stale)
     grown = View([*true.members.values()][1:2]).merge(stale)
     assert owner.membership.merge_view(grown) is False
     assert owner.counters.views_refused == 1
