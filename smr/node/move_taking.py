@@ -105,6 +105,28 @@ class MoveTaking:
 
     # -- 2. agreeing ------------------------------------------------------------------------
 
+    def unready(self, giver: NodeId, moving: SlotRange, accept_below_ppm: int) -> str | None:
+        """Why this node cannot be the receiver of ``moving`` from ``giver`` now (its replica
+        of the giver incomplete or short of the slots, its inbox full, or, for a balancing
+        move, itself at least ``accept_below_ppm`` utilised), or None if it can."""
+        node = self._node
+        me = node.node_id
+        replica = node.replication.replicas.get(giver)
+        covered = node.replication.covered.get(giver)
+        if replica is None or not replica.is_complete or replica.snapshot_in_progress:
+            return f"{me}'s replica of {giver} is not complete yet"
+        if covered is None or not covered.covers(moving):
+            return f"{me}'s replica of {giver} does not cover the moving slots"
+        if node.ingest.inbox_full:
+            return f"{me} is overloaded (its inbox is full)"
+        busy_ppm = round(node.utilization() * 1_000_000)
+        if accept_below_ppm and busy_ppm >= accept_below_ppm:
+            return (
+                f"{me} is busy itself ({busy_ppm / 10_000:.0f}% utilised; a balancing move "
+                f"needs under {accept_below_ppm / 10_000:.0f}%)"
+            )
+        return None
+
     def agree(self, giver: NodeId, message: MovePropose, plan: MovePlan) -> None:
         """Record an accepted proposal, as the receiver or the copy holder."""
         node = self._node

@@ -250,21 +250,7 @@ class Moves:
             return f"{me}'s view places the move otherwise (views differ; retry)"
         if plan.receiver != me:
             return None
-        replica = node.replication.replicas.get(giver)
-        covered = node.replication.covered.get(giver)
-        if replica is None or not replica.is_complete or replica.snapshot_in_progress:
-            return f"{me}'s replica of {giver} is not complete yet"
-        if covered is None or not covered.covers(moving):
-            return f"{me}'s replica of {giver} does not cover the moving slots"
-        if node.ingest.inbox_full:
-            return f"{me} is overloaded (its inbox is full)"
-        busy_ppm = round(node.utilization() * 1_000_000)
-        if message.accept_below_ppm and busy_ppm >= message.accept_below_ppm:
-            return (
-                f"{me} is busy itself ({busy_ppm / 10_000:.0f}% utilised; a balancing move "
-                f"needs under {message.accept_below_ppm / 10_000:.0f}%)"
-            )
-        return None
+        return self.taking.unready(giver, moving, message.accept_below_ppm)
 
     def on_answer(self, identity: bytes, message: MoveAnswer) -> None:
         """Step 2 at the giver: once both accepted, start the copy (step 3); a refusal
