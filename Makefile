@@ -26,7 +26,8 @@ lint: $(STAMP)
 test: lint
 	$(BIN)/python -m pytest -q
 
-# The tests marked slow (Spark sessions one after another); CI runs them after `make test`.
+# The tests marked slow (30 s or more each: Spark drivers one after another, a whole
+# autoscaling cycle); CI runs them after `make test`.
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow
 

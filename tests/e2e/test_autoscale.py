@@ -64,6 +64,7 @@ def test_autoscale_arguments_are_checked(cluster: Cluster) -> None:
     assert billing.returncode == 2 and "capacity policy only" in billing.stderr
 
 
+@pytest.mark.slow(reason="a whole scale-out and the policy's wait before scale-in: 45-50 s")
 def test_a_saturated_capped_ring_scales_out_then_back_in_and_loses_nothing(
     cluster: Cluster, tmp_path: Path
 ) -> None:

@@ -115,6 +115,7 @@ def _wait_for(condition: object, timeout_s: float, what: str) -> None:
         time.sleep(0.02)
 
 
+@pytest.mark.slow(reason="a Spark driver killed, then a second one started: 30-40 s")
 def test_a_driver_killed_mid_batch_resumes_from_its_checkpoint_exactly_once(
     cluster: Cluster, tmp_path: Path
 ) -> None:
