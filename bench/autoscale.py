@@ -94,14 +94,16 @@ def main(argv: list[str] | None = None) -> None:
 
 def add_ratios_to_static(runs: list[dict[str, Any]]) -> None:
     """Set each run's ``node_seconds_ratio``: its node-seconds over the static run's of the
-    same pattern."""
+    same pattern (of ``static+X`` for a run ``P+X``: the same event without a policy)."""
     for entry in runs:
+        event = entry["policy"].partition("+")[2]
+        baseline = f"static+{event}" if event else "static"
         static = next(
-            (r for r in runs if r["pattern"] == entry["pattern"] and r["policy"] == "static"),
+            (r for r in runs if r["pattern"] == entry["pattern"] and r["policy"] == baseline),
             None,
         )
         if static is None:
-            raise SystemExit(f"no static run of {entry['pattern']} to compare with: run static")
+            raise SystemExit(f"no {baseline} run of {entry['pattern']} to compare with: run it")
         entry["node_seconds_ratio"] = round(entry["node_seconds"] / static["node_seconds"], 3)
 
 
@@ -161,13 +163,25 @@ def run(schedule: Any, policy: str, args: argparse.Namespace) -> dict[str, Any]:
         "nodes_over_time": counts[:: max(1, len(counts) // 600)],
     }
     if runner is not None and isinstance(runner.memory, CapacityMemory):
-        full = [line.at(1.0) for line in runner.memory.lines.values()]
-        known = [value for value in full if value]
-        if known:
-            estimate = sum(known) / len(known)
-            entry["capacity_error"] = round(abs(estimate - args.capacity) / args.capacity, 4)
-        entry["forecast_wape"] = runner.memory.forecaster.wape()
+        entry.update(capacity_figures(runner, args.capacity))
     return entry
+
+
+def capacity_figures(runner: PolicyRunner, capacity_per_node: float) -> dict[str, Any]:
+    """The capacity policy's figures after a run: its estimate of a node's capacity (the
+    mean over nodes of each one's throughput-on-utilisation line at full utilisation), that
+    estimate's error relative to ``capacity_per_node``, and the forecast's WAPE. Empty for
+    another policy."""
+    memory = runner.memory
+    if not isinstance(memory, CapacityMemory):
+        return {}
+    figures: dict[str, Any] = {"forecast_wape": memory.forecaster.wape()}
+    known = [value for line in memory.lines.values() if (value := line.at(1.0))]
+    if known:
+        estimate = sum(known) / len(known)
+        figures["capacity_estimate_per_node"] = round(estimate, 1)
+        figures["capacity_error"] = round(abs(estimate - capacity_per_node) / capacity_per_node, 4)
+    return figures
 
 
 def plot(report: dict[str, Any], png: Path) -> None:

@@ -14,10 +14,19 @@ node-seconds over static's, latency p50/p95/max (emit to acked by every replica,
 the tuple was due: time spent held back at the source by backpressure counts, rescales
 included), the source's worst lag (the age of the oldest tuple due and not emitted), omega
 per 10 s interval (acked over offered) and chi (the share outside 1 ± 0.05), the actions,
-and whether every count was exact.
+whether every count was exact, and for the capacity policy its estimate of a node's capacity
+and that estimate's error against the cap.
+
+A policy named ``P+kill`` runs ``P`` and SIGKILLs the busiest serving node
+``KILL_AFTER_PEAK_S`` after the load first reaches its peak (halfway through the peak if it
+is shorter): reported are when, which node, and how long until the ring caught up (from then
+on, for ``CAUGHT_UP_HOLD_S``, no tuple waited over ``CAUGHT_UP_LATENCY_MS`` from when it was
+due), against the capacity policy's recovery-time target (its ring headroom rule is meant to
+keep it).
 
     python bench/autoscale_live.py [--patterns square,sine] [--duration-s 90] [--cap 3000]
         [--policies static,capacity,capacity-nodes-only,target-util,thresholds]
+        [--policies static+kill,capacity+kill --out bench/results/autoscale_live_kill.json]
 """
 
 from __future__ import annotations
@@ -33,7 +42,7 @@ from typing import Any, Final
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.autoscale import add_ratios_to_static  # noqa: E402
+from bench.autoscale import add_ratios_to_static, capacity_figures  # noqa: E402
 from bench.common import (  # noqa: E402
     RESULTS,
     check_counts,
@@ -64,6 +73,13 @@ STEP_S: Final = 0.01
 BATCH_SIZE: Final = 100
 NODES_MIN: Final = 2
 NODES_OVER_PEAK: Final = 2
+# A run named "P+kill": policy P, and the busiest node SIGKILLed this long after the load
+# first reaches its peak (time for the policy to have scaled out for it).
+KILL: Final = "+kill"
+KILL_AFTER_PEAK_S: Final = 10.0
+# Caught up after a kill: for this long, no tuple due waited longer than this.
+CAUGHT_UP_HOLD_S: Final = 5
+CAUGHT_UP_LATENCY_MS: Final = 1000.0
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -73,6 +89,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--cap", type=float, default=3000.0, help="tuples/s a node applies")
     parser.add_argument("--peak-nodes", type=int, default=4)
     parser.add_argument("--policies", default=",".join(POLICIES_RUN))
+    parser.add_argument("--out", type=Path, default=OUT, help="the JSON (the plot beside it)")
     args = parser.parse_args(argv)
     before = machine()
     words = load_words(200_000)
@@ -94,10 +111,10 @@ def main(argv: list[str] | None = None) -> None:
         "machine": {"before": before, "after": machine()},
         "versions": versions(),
     }
-    write_report(report, OUT, plot)
+    write_report(report, args.out, plot)
     for entry in runs:
         print(f"{_line(entry)}  node-seconds {entry['node_seconds_ratio']:.2f} of static")
-    print(f"wrote {OUT} and {OUT.with_suffix('.png')}")
+    print(f"wrote {args.out} and {args.out.with_suffix('.png')}")
 
 
 def _line(entry: dict[str, Any]) -> str:
@@ -107,6 +124,17 @@ def _line(entry: dict[str, Any]) -> str:
         f"p95 {latency['p95']:.0f} ms, max {latency['max']:.0f} ms, "
         f"source lag max {entry['source_lag_s_max']:.1f} s, chi {entry['chi']:.2f}, "
         f"{entry['actions']} actions, exact {entry['exact']['exact']}"
+        + (_kill_line(entry["kill"]) if entry.get("kill") else "")
+    )
+
+
+def _kill_line(kill: dict[str, Any]) -> str:
+    if not kill["killed"]:
+        return ", no node killed"
+    return (
+        f", {kill['node']} killed at {kill['at_s']:.0f} s: caught up after "
+        f"{kill['caught_up_after_s']} s (target {kill['recovery_target_s']} s), worst "
+        f"{kill['latency_max_ms_until_caught_up']:.0f} ms"
     )
 
 
@@ -117,7 +145,11 @@ def run(
     from smr.autoscale.controller import Controller
     from smr.autoscale.policies import PolicyRunner
 
-    start_nodes = args.peak_nodes if policy == "static" else NODES_MIN
+    killing = policy.endswith(KILL)
+    base_policy = policy.removesuffix(KILL)
+    kill_at_s = _kill_at_s(schedule) if killing else None
+    killed: dict[str, Any] | None = None
+    start_nodes = args.peak_nodes if base_policy == "static" else NODES_MIN
     # A policy may run a few nodes more than static's peak for a while, to catch up a
     # backlog that built before a scale-out served.
     nodes_max = args.peak_nodes + NODES_OVER_PEAK
@@ -125,10 +157,10 @@ def run(
         controller = None
         stopping = threading.Event()
         thread = None
-        if policy != "static":
+        if base_policy != "static":
             controller = Controller(
                 cluster_dir,
-                PolicyRunner(policy.removesuffix(NODES_ONLY)),
+                PolicyRunner(base_policy.removesuffix(NODES_ONLY)),
                 NODES_MIN,
                 nodes_max,
                 interval_s=1.0,
@@ -142,13 +174,16 @@ def run(
                 str(cluster_dir),
                 words,
                 schedule.to_json(),
-                not policy.endswith(NODES_ONLY),
+                not base_policy.endswith(NODES_ONLY),
             ) as feeder:
                 started = time.monotonic()
                 while time.monotonic() - started < schedule.duration_s:
                     time.sleep(1.0)
                     seen = controller.last_observation if controller else None
                     counts.append(len(seen.nodes) if seen else start_nodes)
+                    elapsed_s = time.monotonic() - started
+                    if kill_at_s is not None and killed is None and elapsed_s >= kill_at_s:
+                        killed = _kill_busiest(cluster_dir, elapsed_s)
                 fed = feeder.result(args.duration_s + 180)
         finally:
             stopping.set()
@@ -166,7 +201,9 @@ def run(
         for offered, acked in _by_interval(fed["offered_per_s"], fed["acked_per_s"])
     ]
     latencies = list(fed["latency_ms"])
+    figures = capacity_figures(controller.policy, args.cap) if controller is not None else {}
     return {
+        **figures,
         "pattern": schedule.name,
         "policy": policy,
         "node_seconds": sum(counts),
@@ -184,11 +221,79 @@ def run(
         "offered_per_s": fed["offered_per_s"],
         "acked_per_s": fed["acked_per_s"],
         "source_lag_s_per_s": fed["lag_s_per_s"],
+        "latency_max_ms_by_due_s": fed["latency_max_ms_by_due_s"],
         "source_lag_s_max": max(fed["lag_s_per_s"], default=0.0),
         "nodes_max": nodes_max,
         "emitted": fed["emitted"],
         "feeder_error": fed["error"],
         "exact": exact,
+        "kill": _recovery(killed, fed["latency_max_ms_by_due_s"]) if killing else None,
+    }
+
+
+def _kill_at_s(schedule: Schedule) -> float:
+    """When to kill: ``KILL_AFTER_PEAK_S`` after the rate first reaches its peak (to within
+    2%), or halfway through that first stretch at the peak if it is shorter."""
+    near_peak = 0.98 * schedule.peak_per_s()
+    reached_s = 0.0
+    while reached_s < schedule.duration_s and schedule.rate_at(reached_s) < near_peak:
+        reached_s += 0.5
+    left_s = reached_s
+    while left_s < schedule.duration_s and schedule.rate_at(left_s) >= near_peak:
+        left_s += 0.5
+    return reached_s + min(KILL_AFTER_PEAK_S, (left_s - reached_s) / 2)
+
+
+def _kill_busiest(cluster_dir: Path, elapsed_s: float) -> dict[str, Any]:
+    """SIGKILL the serving node that applies the most tuples per second now."""
+    import os
+    import signal
+
+    from smr.client import Client, NodeUnreachable
+    from smr.spec import read_spec
+
+    nodes = read_spec(cluster_dir).nodes
+    client = Client(timeout_ms=500)
+    try:
+        statuses = client.status_each([node.addr for node in nodes])
+    finally:
+        client.close()
+    rates = {
+        node.id: float(status["tuples_per_s"])
+        for node in nodes
+        if not isinstance(status := statuses[node.addr], NodeUnreachable)
+        and status.get("role") == "serving"
+    }
+    victim = next(node for node in nodes if node.id == max(rates, key=rates.__getitem__))
+    assert victim.pid is not None, f"{victim.id} has no process id in the spec"
+    os.kill(victim.pid, signal.SIGKILL)
+    return {"at_s": round(elapsed_s, 1), "node": victim.id, "its_tuples_per_s": rates[victim.id]}
+
+
+def _recovery(killed: dict[str, Any] | None, latency_max_ms: list[float]) -> dict[str, Any]:
+    """How long after the kill the ring caught up (``CAUGHT_UP_HOLD_S`` seconds of tuples
+    due, none of which waited over ``CAUGHT_UP_LATENCY_MS``), its worst latency meanwhile,
+    and whether that met the capacity policy's recovery-time target."""
+    from smr.autoscale.capacity import CapacityConfig
+
+    target_s = CapacityConfig().recovery_target_s
+    if killed is None:
+        return {"killed": False}
+    first = int(killed["at_s"])
+    caught_up_s = None
+    for second in range(first, len(latency_max_ms) - CAUGHT_UP_HOLD_S + 1):
+        if max(latency_max_ms[second : second + CAUGHT_UP_HOLD_S]) <= CAUGHT_UP_LATENCY_MS:
+            caught_up_s = second
+            break
+    after = latency_max_ms[first : caught_up_s if caught_up_s is not None else None]
+    took_s = max(0.0, caught_up_s - killed["at_s"]) if caught_up_s is not None else None
+    return {
+        **killed,
+        "killed": True,
+        "caught_up_after_s": took_s,
+        "latency_max_ms_until_caught_up": round(max(after, default=0.0), 1),
+        "recovery_target_s": target_s,
+        "within_target": took_s is not None and target_s is not None and took_s <= target_s,
     }
 
 
@@ -225,6 +330,8 @@ def _schedule_feeder(
     schedule = Schedule.from_json(schedule_json)
     latency_ms = array("f")
     acked_by_second: list[int] = [0] * (int(schedule.duration_s) + 600)
+    # The worst latency of the tuples due in each second (for recovery after a kill).
+    latency_max_ms_by_due_s = [0.0] * len(acked_by_second)
     started = time.monotonic()
     wall_at_start = time.time()
     # Per tuple, in emission order: the wall time it was due, and the wall time its emit
@@ -239,7 +346,12 @@ def _schedule_feeder(
             acked_by_second[second] += len(rows)
         for row in rows:
             index = min(bisect_left(emitted_at, row[4]), len(due_at) - 1)
-            latency_ms.append((now - min(row[4], due_at[index])) * 1000)
+            due = min(row[4], due_at[index])
+            waited_ms = (now - due) * 1000
+            latency_ms.append(waited_ms)
+            due_second = min(int(due - wall_at_start), len(latency_max_ms_by_due_s) - 1)
+            if waited_ms > latency_max_ms_by_due_s[due_second]:
+                latency_max_ms_by_due_s[due_second] = waited_ms
 
     emitter = cluster_emitter(
         cluster_dir, "bench-autoscale", batch_size=BATCH_SIZE, on_acked=on_acked
@@ -295,6 +407,9 @@ def _schedule_feeder(
             "acked_per_s": acked_by_second[: len(offered_by_second)],
             "lag_s_per_s": [round(lag, 2) for lag in lag_s_by_second],
             "latency_ms": latency_ms,
+            "latency_max_ms_by_due_s": [
+                round(ms, 1) for ms in latency_max_ms_by_due_s[: len(offered_by_second)]
+            ],
             "error": error,
         }
     )
@@ -316,7 +431,10 @@ def plot(report: dict[str, Any], png: Path) -> None:
                 label=entry["policy"],
                 where="post",
             )
-            if entry["policy"] == "static":
+            kill = entry.get("kill")
+            if kill and kill["killed"]:
+                ax.axvline(kill["at_s"], linestyle=":", linewidth=0.8, color="black")
+            if entry["policy"].startswith("static"):
                 load.plot(entry["offered_per_s"], color="grey", linewidth=0.6)
         ax.set_title(pattern)
         ax.set_xlabel("s")

@@ -266,10 +266,14 @@ def autoscale_section(report: dict[str, Any] | None) -> list[str]:
     return [*lines, ""]
 
 
-def autoscale_live_section(report: dict[str, Any] | None) -> list[str]:
-    lines = ["## Autoscaling (live)", ""]
+def autoscale_live_section(
+    report: dict[str, Any] | None,
+    title: str = "Autoscaling (live)",
+    command: str = "python bench/autoscale_live.py",
+) -> list[str]:
+    lines = [f"## {title}", ""]
     if report is None:
-        return [*lines, "Not run (`python bench/autoscale_live.py`).", ""]
+        return [*lines, f"Not run (`{command}`).", ""]
     lines += [
         f"Each pattern for {report['duration_s']:.0f} s on real node processes capped at "
         f"{_n(report['cap_per_node'])} tuples/s each (r = 1; the peak needs "
@@ -298,6 +302,32 @@ def autoscale_live_section(report: dict[str, Any] | None) -> list[str]:
             f"{actions} | "
             f"{'yes' if run['exact']['exact'] else 'NO'} |"
         )
+    kills = [run for run in report["runs"] if run.get("kill")]
+    if kills:
+        lines += [
+            "",
+            "A `+kill` run SIGKILLs its busiest serving node 10 s after the load first "
+            "reaches its peak (halfway through the peak if it is shorter). Caught up: from "
+            "then on, for 5 s, no tuple due waited over 1 s; the target is the capacity "
+            "policy's recovery time, which its ring headroom rule is meant to keep.",
+            "",
+            "| pattern | policy | node killed | at | caught up after | target | worst latency "
+            "until then |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for run in kills:
+            kill = run["kill"]
+            if not kill["killed"]:
+                lines.append(f"| {run['pattern']} | {run['policy']} | none | | | | |")
+                continue
+            took = kill["caught_up_after_s"]
+            lines.append(
+                f"| {run['pattern']} | {run['policy']} | {kill['node']} ("
+                f"{_n(kill['its_tuples_per_s'])}/s) | {kill['at_s']:.0f} s | "
+                f"{'not in the run' if took is None else f'{took:.1f} s'} | "
+                f"{kill['recovery_target_s']:.0f} s | "
+                f"{_ms(kill['latency_max_ms_until_caught_up'])} |"
+            )
     return [*lines, ""]
 
 
@@ -317,6 +347,12 @@ def render(results: Path) -> str:
     lines += rebalance_section(_load(results, "rebalance"))
     lines += autoscale_section(_load(results, "autoscale_model"))
     lines += autoscale_live_section(_load(results, "autoscale_live"))
+    lines += autoscale_live_section(
+        _load(results, "autoscale_live_kill"),
+        "Autoscaling (live): a node killed at peak",
+        "python bench/autoscale_live.py --policies static+kill,capacity+kill "
+        "--out bench/results/autoscale_live_kill.json",
+    )
     notes = results / "NOTES.md"
     if notes.exists():
         # What the JSON cannot say: what else ran on the machine during a run, and so on.
