@@ -11,7 +11,7 @@ lines go to ``say``; an operation that is refused, called off or too slow raises
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, Final
 
@@ -123,8 +123,16 @@ def serving_in_ring_order(client: Client, spec: ClusterSpec) -> list[dict[str, A
     return sorted(rows, key=lambda row: row["token"])
 
 
+def taken_over(rows: Iterable[dict[str, Any]]) -> set[str]:
+    """The nodes that the views of the nodes answering (their status ``rows``) mark dead:
+    the ring took their ranges over, and a node marked dead that comes back is fenced, so
+    nothing waits for them to answer."""
+    return {node for row in rows for node in row.get("dead_in_view", ())}
+
+
 def wait_replicated(cluster_dir: Path, wait_s: float, say: Say) -> None:
-    """Wait until every node answers and none reports under-replicated slots."""
+    """Wait until every node answers, but those the ring took over (`taken_over`), and none
+    reports under-replicated slots."""
     spec = read_spec(cluster_dir)
     client = Client(timeout_ms=2000)
     try:
@@ -132,9 +140,13 @@ def wait_replicated(cluster_dir: Path, wait_s: float, say: Say) -> None:
         while time.monotonic() < deadline:
             statuses = client.status_each([node.addr for node in spec.nodes])
             rows = [row for row in statuses.values() if not isinstance(row, NodeUnreachable)]
-            if len(rows) == len(spec.nodes) and not any(
-                row["under_replicated_slots"] for row in rows
-            ):
+            gone = taken_over(rows)
+            silent = [
+                node.id
+                for node in spec.nodes
+                if isinstance(statuses[node.addr], NodeUnreachable) and node.id not in gone
+            ]
+            if not silent and not any(row["under_replicated_slots"] for row in rows):
                 say("every range has its copies again")
                 return
             time.sleep(POLL_S)

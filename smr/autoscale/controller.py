@@ -10,13 +10,17 @@ Every ``interval_s``:
    accepted (applied plus waiting) since the last round, per second. A node is dated
    from when this controller first saw it (its start, for nodes it started) and from when
    it first saw it serving. A serving node that stops answering keeps its last report for
-   a while: the figures are incomplete, and no policy decides on them.
+   a while (the figures are incomplete, and no policy decides on them) until the ring has
+   taken it over: once an answering node's view marks it dead, it is gone, and the
+   figures are those of the smaller ring (a policy can then replace it at once).
 2. Decide: one step of the policy.
-3. Act, one node at a time: scale out with a node from the provisioner (a standby first),
-   joined where :func:`smr.ring_ops.where_to_join` says (a node whose join fails is
-   stopped); scale in by the nodes the policy released: each leaves (its range moves to its
-   clockwise neighbour), the ranges it backed up get their copies again, the provisioner
-   stops it. A failed action is logged and recorded; the loop goes on.
+3. Act, one node at a time, and none more once the controller is asked to stop: scale out
+   with a node from the provisioner (a standby first), joined where
+   :func:`smr.ring_ops.where_to_join` says (a node whose join fails is stopped); scale in by
+   the nodes the policy released: each leaves (its range moves to its clockwise neighbour),
+   the ranges it backed up get their copies again (the nodes the ring took over are not
+   waited for), the provisioner stops it. A failed action is logged and recorded; the loop
+   goes on.
 4. Record: ``autoscale.json`` in the cluster directory (written whole, then renamed): the
    policy, its last decision and why, the workload, forecast and capacity, the recent
    actions. ``smr autoscale status`` prints it.
@@ -56,8 +60,8 @@ STATUS_FILE: Final = "autoscale.json"
 ACTIONS_KEPT: Final = 20
 # How long one join or leave may take before the controller gives up following it.
 ACTION_WAIT_S: Final = 60.0
-# A serving node that stops answering keeps its last report in the figures this long (they
-# are incomplete meanwhile: the report grows old); by then its range was taken over.
+# A serving node that stops answering keeps its last report in the figures at most this long
+# (they are incomplete meanwhile: the report grows old), unless the ring takes it over first.
 UNANSWERED_KEPT_S: Final = 10.0
 # The figures in a decision's reason: a reason is logged again only when more than they change.
 _FIGURES: Final = re.compile(r"[\d.,]+")
@@ -117,6 +121,9 @@ class Controller:
         now = self._clock()
         spec = read_spec(self.cluster_dir)
         statuses = self._client.status_each([node.addr for node in spec.nodes])
+        gone = ring_ops.taken_over(
+            row for row in statuses.values() if not isinstance(row, NodeUnreachable)
+        )
         reports: list[NodeReport] = []
         workload = 0.0
         for node in spec.nodes:
@@ -127,10 +134,11 @@ class Controller:
                 isinstance(status, NodeUnreachable)
                 and last is not None
                 and now - last.reported_at_s < UNANSWERED_KEPT_S
+                and node.id not in gone
             ):
                 # A serving node that stopped answering is a gap in the figures, not a
                 # smaller ring: its last report stays (its age makes the figures
-                # incomplete) until its range has long been taken over.
+                # incomplete) until the ring has taken it over.
                 reports.append(last)
                 continue
             if isinstance(status, NodeUnreachable) or status.get("role") != "serving":
@@ -180,12 +188,19 @@ class Controller:
             return None
 
     # 3.
-    def act(self, decision: Decision, serving: int) -> None:
-        """Carry ``decision`` out, one node at a time; each outcome is recorded."""
-        for _ in range(max(0, min(decision.nodes_wanted, self.nodes_max) - serving)):
-            self._record("scale out", self._scale_out)
-        for node_id in decision.release[: max(0, serving - self.nodes_min)]:
-            self._record(f"release {node_id}", partial(self._release, node_id))
+    def act(
+        self, decision: Decision, serving: int, stopping: threading.Event | None = None
+    ) -> None:
+        """Carry ``decision`` out, one node at a time; each outcome is recorded. Once
+        ``stopping`` is set, no further node is started or released."""
+        added = max(0, min(decision.nodes_wanted, self.nodes_max) - serving)
+        released = decision.release[: max(0, serving - self.nodes_min)]
+        actions: list[tuple[str, Callable[[], str]]] = [("scale out", self._scale_out)] * added
+        actions += [(f"release {node}", partial(self._release, node)) for node in released]
+        for what, action in actions:
+            if stopping is not None and stopping.is_set():
+                return
+            self._record(what, action)
 
     def _scale_out(self) -> str:
         node = self.provisioner.start()
@@ -221,8 +236,8 @@ class Controller:
             }
         )
 
-    def step(self) -> Decision:
-        """One round: observe, decide, act, record."""
+    def step(self, stopping: threading.Event | None = None) -> Decision:
+        """One round: observe, decide, act (until ``stopping`` is set), record."""
         observation = self.observe()
         decision = self.policy.step(observation)
         kind = _FIGURES.sub("#", decision.reason)
@@ -230,7 +245,7 @@ class Controller:
             self._reason_logged = kind  # each kind of reason once, not every round
             log.info("decision: %d nodes: %s", decision.nodes_wanted, decision.reason)
         if decision.changes(len(observation.nodes)):
-            self.act(decision, len(observation.nodes))
+            self.act(decision, len(observation.nodes), stopping)
         self.write_status(observation, decision)
         return decision
 
@@ -240,7 +255,7 @@ class Controller:
         while not stopping.is_set() and (ends_at is None or self._clock() < ends_at):
             started = self._clock()
             try:
-                self.step()
+                self.step(stopping)
             except Exception:  # a round that fails (a node restarting, a spec being
                 log.exception("autoscale round failed")  # rewritten) is retried next time
             stopping.wait(max(0.0, self.interval_s - (self._clock() - started)))

@@ -17,6 +17,7 @@ from ring.hashing import slot_of
 from ring.ids import NodeId, Slot
 from ring.moves import MoveRefused
 from ring.placement import Role
+from ring.view import Status
 from ring.zones import one_zone_ranges
 from smr.protocol import (
     DumpReply,
@@ -199,6 +200,11 @@ class Control:
             "rss_bytes": psutil.Process().memory_info().rss,
             "incarnation": node.incarnation,
             "status_in_view": member.status.value if member else None,
+            # The members this node's view marks dead: the ring took them over, so tools
+            # waiting for every node to answer (smr.ring_ops) do not wait for them.
+            "dead_in_view": sorted(
+                m.node_id for m in node.view.members.values() if m.status is Status.DEAD
+            ),
             "zone": member.zone if member else "",
             # The ranges a whole zone's loss would take with it (ring.zones), as this node's
             # view places them.

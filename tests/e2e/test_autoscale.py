@@ -131,14 +131,20 @@ def test_cluster_up_starts_the_controller_and_cluster_down_stops_it(cluster: Clu
     assert bad.returncode == 2 and "--min and --max go with --autoscale" in bad.stderr
 
 
-def test_a_node_that_stops_answering_is_a_gap_in_the_figures_not_a_smaller_ring(
+def test_a_killed_node_leaves_the_figures_once_taken_over_and_the_ring_still_scales_in(
     cluster: Cluster,
 ) -> None:
-    cluster.up(3, "examples.wordcount:job", "--replication", "1")
+    # Seen in the autoscaling benchmark's kill at peak: the controller kept a killed node's
+    # last report for 10 s (no decision meanwhile), and every release after it failed after
+    # 60 s waiting for the dead node to answer. Now the node is gone from the figures once
+    # the ring's views mark it dead, and a release waits only for the nodes alive.
+    cluster.up(4, "examples.wordcount:job", "--replication", "1")
+    paths = books()
+    cluster.feed(*paths, extra=[*FEED_FLAGS, "--no-combine"])
     controller = subprocess.Popen(
         [sys.executable, "-m", "smr", "autoscale", "run", "--cluster", str(cluster.dir),
-         "--policy", "capacity", "--min", "2", "--max", "3", "--interval-s", "0.5",
-         "--duration-s", "30"],
+         "--policy", "thresholds", "--min", "2", "--max", "4", "--interval-s", "0.5",
+         "--duration-s", "16"],
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
@@ -148,20 +154,23 @@ def test_a_node_that_stops_answering_is_a_gap_in_the_figures_not_a_smaller_ring(
             time.sleep(0.2)
         victim = next(n for n in cluster.spec()["nodes"] if n["id"] == "n1")
         os.kill(victim["pid"], signal.SIGKILL)
-        reasons = []
-        deadline = time.monotonic() + 8
-        while time.monotonic() < deadline:
-            status = _autoscale_status(cluster)
-            assert status is not None
-            reasons.append(status["decision"]["reason"])
-            if "the report of n1 is" in reasons[-1]:
-                break
-            time.sleep(0.2)
-        assert "the report of n1 is" in reasons[-1], reasons
-        assert status["serving"] == 3 and not status["actions"], status
+        killed_at = time.monotonic()
+        while (status := _autoscale_status(cluster)) is None or status["serving"] > 3:
+            assert time.monotonic() - killed_at < 5, status
+            time.sleep(0.1)
+        _, err = controller.communicate(timeout=60)
     finally:
-        controller.terminate()
-        controller.communicate(timeout=30)
+        if controller.poll() is None:
+            controller.terminate()
+            controller.communicate(timeout=30)
+    assert controller.returncode == 0, err
+    status = _autoscale_status(cluster)
+    # Idle, the three nodes left are one too many for thresholds: one release, down to min.
+    assert status is not None and len(status["actions"]) == 1, status
+    (action,) = status["actions"]
+    assert action["ok"] and action["action"].startswith("release"), action
+    assert status["serving"] == 2, status
+    assert cluster.counts() == word_counts(paths)
 
 
 def test_the_controller_takes_the_workload_and_lag_from_the_source_when_it_reports(

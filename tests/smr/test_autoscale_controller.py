@@ -1,8 +1,10 @@
 """The autoscale controller's own rules, without node processes: a node whose join fails is
-stopped rather than offered again."""
+stopped rather than offered again; a silent node is a gap in the figures until the ring took
+it over; no action starts once the controller is asked to stop."""
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import pytest
@@ -12,7 +14,8 @@ from smr import ring_ops
 from smr.autoscale.controller import Controller
 from smr.autoscale.observe import Decision
 from smr.autoscale.policies import PolicyRunner
-from smr.spec import NodeSpec
+from smr.client import NodeUnreachable
+from smr.spec import ClusterSpec, NodeSpec, write_spec
 
 
 class Provisioner:
@@ -51,3 +54,73 @@ def test_a_node_whose_join_fails_is_stopped_and_the_next_scale_out_starts_a_fres
     assert provisioner.stopped == ["n5", "n6"]
     assert [a["ok"] for a in controller.actions] == [False, False]
     assert "the join of n5 is off" in controller.actions[0]["outcome"]
+
+
+def _row(node: str, dead: tuple[str, ...] = ()) -> dict[str, object]:
+    """A serving node's status, as far as the controller reads it."""
+    return {
+        "node": node,
+        "role": "serving",
+        "moves": {"under_way": []},
+        "status_in_view": "up",
+        "tuples_applied": 0,
+        "inbox_tuples": 0,
+        "tuples_per_s": 0.0,
+        "utilization": 0.1,
+        "dead_in_view": list(dead),
+    }
+
+
+def test_a_silent_node_is_a_gap_until_the_ring_took_it_over_then_it_is_gone(
+    tmp_path: Path,
+) -> None:
+    nodes = [
+        NodeSpec(
+            NodeId(f"n{i}"), f"tcp://127.0.0.1:{10 + i}", f"tcp://127.0.0.1:{20 + i}", Token(i)
+        )
+        for i in range(3)
+    ]
+    write_spec(tmp_path, ClusterSpec(8, 1, "examples.wordcount:job", nodes))
+    answers: list[dict[str, object]] = []
+    now = [0.0]
+    controller = Controller(
+        tmp_path, PolicyRunner("thresholds"), 1, 4, provisioner=Provisioner(), clock=lambda: now[0]
+    )
+    controller._client.status_each = lambda addrs: {  # type: ignore[method-assign]
+        addr: answer for addr, answer in zip(addrs, answers, strict=True)
+    }
+    try:
+        answers[:] = [_row("n0"), _row("n1"), _row("n2")]
+        assert [r.node for r in controller.observe().nodes] == ["n0", "n1", "n2"]
+        # n1 stops answering: its last report stays (a gap in the figures), not a smaller ring.
+        now[0] = 1.0
+        answers[:] = [_row("n0"), NodeUnreachable("n1"), _row("n2")]
+        seen = controller.observe()
+        assert [r.node for r in seen.nodes] == ["n0", "n1", "n2"]
+        assert seen.nodes[1].reported_at_s == 0.0
+        # The ring took it over: it is gone at once, not after UNANSWERED_KEPT_S.
+        now[0] = 2.0
+        answers[:] = [_row("n0", ("n1",)), NodeUnreachable("n1"), _row("n2")]
+        assert [r.node for r in controller.observe().nodes] == ["n0", "n2"]
+    finally:
+        controller.close()
+
+
+def test_the_controller_starts_no_further_action_once_asked_to_stop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stopping = threading.Event()
+
+    def join(*args: object) -> str:
+        stopping.set()  # asked to stop while the first join runs
+        return "joined"
+
+    monkeypatch.setattr(ring_ops, "join", join)
+    provisioner = Provisioner()
+    controller = Controller(tmp_path, PolicyRunner("thresholds"), 1, 4, provisioner=provisioner)
+    try:
+        controller.act(Decision(4, "test"), 1, stopping)
+    finally:
+        controller.close()
+    assert provisioner.started == ["n5"]
+    assert [a["action"] for a in controller.actions] == ["scale out"]
