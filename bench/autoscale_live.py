@@ -249,25 +249,24 @@ def _kill_busiest(cluster_dir: Path, elapsed_s: float) -> dict[str, Any]:
     import os
     import signal
 
-    from smr.client import Client, NodeUnreachable
+    from smr.client import Client
+    from smr.ring_ops import serving_in_ring_order
     from smr.spec import read_spec
 
-    nodes = read_spec(cluster_dir).nodes
+    spec = read_spec(cluster_dir)
     client = Client(timeout_ms=500)
     try:
-        statuses = client.status_each([node.addr for node in nodes])
+        busiest = max(serving_in_ring_order(client, spec), key=lambda row: row["tuples_per_s"])
     finally:
         client.close()
-    rates = {
-        node.id: float(status["tuples_per_s"])
-        for node in nodes
-        if not isinstance(status := statuses[node.addr], NodeUnreachable)
-        and status.get("role") == "serving"
-    }
-    victim = next(node for node in nodes if node.id == max(rates, key=rates.__getitem__))
+    victim = next(node for node in spec.nodes if node.id == busiest["node"])
     assert victim.pid is not None, f"{victim.id} has no process id in the spec"
     os.kill(victim.pid, signal.SIGKILL)
-    return {"at_s": round(elapsed_s, 1), "node": victim.id, "its_tuples_per_s": rates[victim.id]}
+    return {
+        "at_s": round(elapsed_s, 1),
+        "node": victim.id,
+        "its_tuples_per_s": float(busiest["tuples_per_s"]),
+    }
 
 
 def _recovery(killed: dict[str, Any] | None, latency_max_ms: list[float]) -> dict[str, Any]:
