@@ -114,6 +114,31 @@ def plan_join(ring: Ring, joiner: NodeId, r: int) -> MovePlan:
     return MovePlan(giver, joiner, joiner, moving, False, True)
 
 
+def join_blocked_by(ring: Ring, giver: NodeId, r: int) -> NodeId | None:
+    """A joiner that keeps `giver` from taking a joiner of its own now, or None.
+
+    Joins run side by side unless one's switch would change the owners another backs up. A
+    joiner beside owner ``Q`` is an extra secondary of ``Q`` and of the ``r - 1`` owners
+    before it, and its switch puts it just clockwise of ``Q``: a joiner beside `giver` would
+    fall among those owners, or the other way round, exactly when ``Q`` is `giver` itself
+    or fewer than ``r`` owners away from it in either direction. For ``r = 1`` that is only
+    `giver` itself. Raises `KeyError` if `giver` is not an owner.
+    """
+    owners = ring.owners
+    n = len(owners)
+    at = owners.index(giver) if giver in owners else None
+    if at is None:
+        raise KeyError(f"{giver!r} is not a live owner of this ring")
+    for joiner in ring.joiners:
+        beside = ring.joined_owners(joiner, max(1, r))
+        if not beside:
+            continue
+        distance = (owners.index(beside[0]) - at) % n
+        if min(distance, n - distance) < max(1, r):
+            return joiner
+    return None
+
+
 def moved_view(view: View, plan: MovePlan) -> View:
     """The view once `plan` is done: the receiver's token at the split (and, for a leave,
     the giver on standby; for a join, the joiner up at its token). Written by the receiver,

@@ -99,9 +99,14 @@ def random_schedule(
     # quorum on both sides of a cut, which the partition rules (on the initial ring) do not
     # know of.
     if standby and not any(isinstance(fault, Partition) for fault in schedule):
+        joined_at_ms: int | None = None
         for joiner in standby:
             if rng.random() < JOIN_SHARE:
                 at_ms = rng.randint(0, duration_ms * 9 // 10)
+                if joined_at_ms is not None and rng.random() < TOGETHER_SHARE:
+                    # Joins side by side, as a scale-out by several nodes makes them.
+                    at_ms = joined_at_ms + rng.randint(0, 10)
+                joined_at_ms = at_ms
                 schedule = schedule.with_fault(Join(joiner, rng.choice(nodes), at_ms))
     return schedule
 
@@ -116,6 +121,9 @@ MOVE_SHARE: Final = 1 / 2
 """The share of random schedules with one to three moves (operator commands) in them."""
 JOIN_SHARE: Final = 3 / 4
 """The share of standby nodes asked to join, in schedules without partitions."""
+TOGETHER_SHARE: Final = 1 / 2
+"""The share of joins asked within 10 ms of the one before (joins side by side: a join
+takes some 10 ms in the simulation)."""
 LEAVE_SHARE: Final = 1 / 4
 """The share of those moves that are leaves (the whole range, and the node owns nothing)."""
 

@@ -6,7 +6,8 @@ copy holder. The protocol:
 
 1. Ask (J, on standby): ``MovePropose`` to P naming J as receiver and copy holder, with no
    range: "may I join beside you".
-2. Offer (P): if it can split its range (two slots or more, no other move or joiner), P
+2. Offer (P): if it can split its range (two slots or more, no other move, no joiner
+   within ``r - 1`` owners of it: ``ring.moves.join_blocked_by``), P
    splits it at its load median ``t`` and offers ``[t, end)`` (``MovePropose`` with the
    range); otherwise it refuses (``MoveAnswer``).
 3. Join (J): J writes its own entry ``joining`` at ``t`` (``ring.view.joining_at``) and
@@ -34,7 +35,7 @@ import logging
 from typing import TYPE_CHECKING, Final
 
 from ring.ids import NodeId, Slot, Token
-from ring.moves import MovePlan, MoveRefused, plan_join
+from ring.moves import MovePlan, MoveRefused, join_blocked_by, plan_join
 from ring.placement import SlotRange, split_at_load_share
 from ring.view import Status, joining_at, with_status
 from ring.zones import join_position
@@ -130,8 +131,11 @@ class Joins:
             return "a join needs replication r >= 1: the joiner catches up as a replica"
         if own is None or own.length < 2:
             return f"{me} has no range of two slots or more to split"
-        if self._moves.busy or node.ring.joiners:
-            return f"{me} already takes part in a move, or another node is joining"
+        if self._moves.busy:
+            return f"{me} already takes part in a move"
+        blocking = join_blocked_by(node.ring, me, node.settings.replication)
+        if blocking is not None:
+            return f"{blocking} is joining next to {me}: one join there at a time"
         return None
 
     # -- 3. join (joiner) -----------------------------------------------------------------
