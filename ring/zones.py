@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from functools import partial
 
 from ring.ids import NodeId
 from ring.placement import Ring
@@ -156,11 +157,54 @@ def join_position(
     if len(weights) != len(zones) or len(ties) != len(zones):
         raise ValueError(f"{len(weights)} weights for {len(zones)} owners")
 
-    def badness(index: int) -> tuple[int, float, float, int]:
-        after = [*zones[: index + 1], joiner_zone, *zones[index + 1 :]]
-        return (len(one_zone_windows(after, r)), -weights[index], -ties[index], index)
+    return min(range(len(zones)), key=partial(_join_badness, zones, joiner_zone, r, weights, ties))
 
-    return min(range(len(zones)), key=badness)
+
+def join_positions(
+    zones: Sequence[str],
+    joiner_zones: Sequence[str],
+    r: int,
+    weights: Sequence[float],
+    tie_breaks: Sequence[float] | None = None,
+) -> list[int]:
+    """Where joiners of ``joiner_zones`` join side by side, one index per joiner in that
+    order (as `join_position` chooses), each owner at least ``max(1, r)`` owners away in
+    either direction from every other one chosen, so that no join changes what another
+    joiner backs up (``ring.moves.join_blocked_by``). Shorter than ``joiner_zones`` when
+    the ring has no room for more: the rest join once these have. Raises like
+    `join_position`."""
+    if not zones:
+        raise ValueError("no owner to join beside")
+    ties = tie_breaks if tie_breaks is not None else [0.0] * len(zones)
+    if len(weights) != len(zones) or len(ties) != len(zones):
+        raise ValueError(f"{len(weights)} weights for {len(zones)} owners")
+    n = len(zones)
+    apart = max(1, r)
+    chosen: list[int] = []
+    for joiner_zone in joiner_zones:
+        free = [
+            index
+            for index in range(n)
+            if all(min((index - at) % n, (at - index) % n) >= apart for at in chosen)
+        ]
+        if not free:
+            break
+        chosen.append(min(free, key=partial(_join_badness, zones, joiner_zone, r, weights, ties)))
+    return chosen
+
+
+def _join_badness(
+    zones: Sequence[str],
+    joiner_zone: str,
+    r: int,
+    weights: Sequence[float],
+    ties: Sequence[float],
+    index: int,
+) -> tuple[int, float, float, int]:
+    """How bad joining beside owner ``index`` is: the ranges left with every copy in one
+    zone, then the owner's load and tie break (greater is better), then ring order."""
+    after = [*zones[: index + 1], joiner_zone, *zones[index + 1 :]]
+    return (len(one_zone_windows(after, r)), -weights[index], -ties[index], index)
 
 
 def zone_for_new_node(zones: Sequence[str]) -> str:

@@ -71,17 +71,30 @@ def scale_group() -> None:
 def scale_out_command(
     cluster_dir: Path, count: int, beside: str | None, zone: str | None, wait_s: float
 ) -> None:
-    """Add COUNT nodes, one after the other: a node already on standby (fenced, or left
-    running by 'scale in --keep-running') first, else a new process. Each catches up as an
-    extra replica of the node it joins beside (the busiest, by applied tuples per second,
-    among the places that keep each range's copies in two zones), then takes the top of its
-    range (split at the load median)."""
+    """Add COUNT nodes: a node already on standby (fenced, or left running by 'scale in
+    --keep-running') first, else a new process. Each catches up as an extra replica of the
+    node it joins beside (the busiest, by applied tuples per second, among the places that
+    keep each range's copies in two zones), then takes the top of its range (split at the
+    load median). The joins run side by side where the ring has room (beside owners at
+    least R apart), else one after the other; with --beside, one after the other."""
     provisioner = StandbyPool(LocalProcesses(cluster_dir), size=0)
+    nodes = []
     for _ in range(count):
         node = provisioner.start(zone)
         where = f" in zone {node.zone}" if node.zone else ""
         click.echo(f"{node.id} on standby at {node.addr}{where}")
-        click.echo(_run_join(cluster_dir, node, beside, wait_s))
+        nodes.append(node)
+    if beside is not None:
+        for node in nodes:
+            click.echo(_run_join(cluster_dir, node, beside, wait_s))
+        return
+    outcomes = ring_ops.join_together(cluster_dir, nodes, wait_s, click.echo)
+    failed = [str(outcome) for outcome in outcomes if isinstance(outcome, RingOpError)]
+    for outcome in outcomes:
+        if isinstance(outcome, str):
+            click.echo(outcome)
+    if failed:
+        _fail("; ".join(failed))
 
 
 @scale_group.command("in")

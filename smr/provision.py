@@ -11,13 +11,18 @@ cluster's.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
-from typing import Protocol
+from typing import Final, Protocol
 
 from ring.zones import zone_for_new_node
 from smr import cluster as local_cluster
 from smr.client import Client, NodeUnreachable
 from smr.spec import NodeSpec, read_spec
+
+# A standby node handed out for a join is not handed out again for this long, or until it
+# is off standby (its join started).
+HANDED_OUT_S: Final = 120.0
 
 
 class Provisioner(Protocol):
@@ -72,6 +77,7 @@ class StandbyPool:
         self.inner = inner
         self.size = size
         self._client = client or Client(timeout_ms=1000)
+        self._handed_out: dict[str, float] = {}
 
     def standby(self) -> list[NodeSpec]:
         """The nodes on standby now (they answer, and own nothing)."""
@@ -93,10 +99,21 @@ class StandbyPool:
 
     def start(self, zone: str | None = None) -> NodeSpec:
         """A standby node from the pool, of ``zone`` if one is given (else a new one); the
-        pool refills."""
+        pool refills. A node handed out is not handed out again while it is still on
+        standby (its join not started yet: several start side by side), for at most
+        ``HANDED_OUT_S``."""
+        now = time.monotonic()
         pool = self.standby()
+        on_standby = {node.id for node in pool}
+        self._handed_out = {
+            node_id: at
+            for node_id, at in self._handed_out.items()
+            if node_id in on_standby and now - at < HANDED_OUT_S
+        }
+        pool = [node for node in pool if node.id not in self._handed_out]
         fitting = [node for node in pool if zone is None or node.zone == zone]
         node = fitting[0] if fitting else self.inner.start(zone)
+        self._handed_out[node.id] = now
         left = len(pool) - (1 if fitting else 0)
         for _ in range(self.size - left):
             self.inner.start()

@@ -1,7 +1,7 @@
 """Ring changes an operator or the autoscaler asks for, followed to their end: a move of part
-of a node's range (or all of it: a leave), a join, and the wait until every range has its
-copies again. ``smr move`` / ``smr scale`` (:mod:`smr.cli_ring`) and the autoscale controller
-(:mod:`smr.autoscale.controller`) both use them.
+of a node's range (or all of it: a leave), a join (or several side by side), and the wait
+until every range has its copies again. ``smr move`` / ``smr scale`` (:mod:`smr.cli_ring`)
+and the autoscale controller (:mod:`smr.autoscale.controller`) both use them.
 
 Each asks the node to start, then follows it in the node's status until it ends; progress
 lines go to ``say``; an operation that is refused, called off or too slow raises
@@ -11,11 +11,12 @@ lines go to ``say``; an operation that is refused, called off or too slow raises
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Final
 
-from ring.zones import join_position
+from ring.zones import join_positions
 from smr.client import Client, NodeUnreachable
 from smr.spec import ClusterSpec, NodeSpec, read_spec
 
@@ -23,6 +24,9 @@ from smr.spec import ClusterSpec, NodeSpec, read_spec
 POLL_S: Final = 0.1
 # A joiner that is not joining this long after it asked got no offer (it stopped waiting).
 OFFER_WAIT_S: Final = 3.0
+
+# Refusals of a join that a view a heartbeat newer lifts (smr.node.joins).
+TRANSIENT_REFUSALS: Final = ("owns no range", "is joining next to")
 
 Say = Callable[[str], None]
 
@@ -59,7 +63,7 @@ def move(cluster_dir: Path, node_id: str, fraction: float | None, wait_s: float,
 
 
 def join(cluster_dir: Path, node: NodeSpec, beside: str | None, wait_s: float, say: Say) -> str:
-    """Ask ``node`` (on standby) to join beside ``beside`` (or where :func:`where_to_join`
+    """Ask ``node`` (on standby) to join beside ``beside`` (or where :func:`join_places`
     says) and follow the join to its end; the outcome in words."""
     spec = read_spec(cluster_dir)
     joiner, addr = node.id, node.addr
@@ -67,13 +71,15 @@ def join(cluster_dir: Path, node: NodeSpec, beside: str | None, wait_s: float, s
     try:
         deadline = time.monotonic() + wait_s
         while True:
-            target = beside or where_to_join(client, spec, node)
+            target = beside or join_places(client, spec, [node])[0][1]
             reply = client.join(addr, target)
             if reply.started:
                 break
-            # A node that does not know the ring yet (it hears of it within a heartbeat
-            # or two) refuses; anything else is final.
-            if "owns no range" not in reply.text or time.monotonic() > deadline:
+            # A node that does not know the ring yet, or whose view still shows a join
+            # just done beside it as under way, refuses for a heartbeat or two; anything
+            # else is final.
+            transient = any(reason in reply.text for reason in TRANSIENT_REFUSALS)
+            if not transient or time.monotonic() > deadline:
                 raise RingOpError(f"{joiner} refused: {reply.text}")
             time.sleep(POLL_S)
         say(f"started: {reply.text}")
@@ -99,18 +105,59 @@ def join(cluster_dir: Path, node: NodeSpec, beside: str | None, wait_s: float, s
         client.close()
 
 
-def where_to_join(client: Client, spec: ClusterSpec, joiner: NodeSpec) -> str:
-    """The serving node to join beside: among the places that leave the fewest ranges with
-    every copy in one zone (`ring.zones.join_position`), the one applying the most tuples
-    per second (the largest range on ties)."""
+def join_together(
+    cluster_dir: Path, nodes: Sequence[NodeSpec], wait_s: float, say: Say
+) -> list[str | RingOpError]:
+    """Join ``nodes`` (on standby) side by side: in rounds, each round's joins at once (a
+    thread each), beside the places `join_places` chooses, and followed to their end; the
+    nodes the ring had no room for in a round join in the next. The outcome of each node's
+    join, in the order of ``nodes``: its words, or the `RingOpError` that ended it."""
+    outcomes: dict[str, str | RingOpError] = {}
+    waiting = list(nodes)
+    client = Client(timeout_ms=2000)
+    try:
+        while waiting:
+            try:
+                places = join_places(client, read_spec(cluster_dir), waiting)
+            except RingOpError as error:
+                outcomes.update((node.id, error) for node in waiting)
+                break
+            with ThreadPoolExecutor(max_workers=len(places)) as pool:
+                joins = {
+                    node.id: pool.submit(join, cluster_dir, node, beside, wait_s, say)
+                    for node, beside in places
+                }
+            for node_id, future in joins.items():
+                failure = future.exception()
+                if failure is not None and not isinstance(failure, RingOpError):
+                    raise failure
+                outcomes[node_id] = failure if failure is not None else future.result()
+            waiting = waiting[len(places) :]
+    finally:
+        client.close()
+    return [outcomes[node.id] for node in nodes]
+
+
+def join_places(
+    client: Client, spec: ClusterSpec, joiners: Sequence[NodeSpec]
+) -> list[tuple[NodeSpec, str]]:
+    """The serving nodes that the first of ``joiners`` join beside, side by side: for each
+    in turn, among the places that leave the fewest ranges with every copy in one zone, the
+    one applying the most tuples per second (the largest range on ties), and no two places
+    close enough on the ring that one join changes what another joiner backs up
+    (`ring.zones.join_positions`). At least one place; fewer than ``joiners`` when the ring
+    has no room for more."""
     rows = serving_in_ring_order(client, spec)
     if not rows:
         raise RingOpError("no serving node answers: nothing to join beside")
     rates = [row["tuples_per_s"] for row in rows]
     shares = [row["range_share"] for row in rows]
     zones = [row.get("zone", "") for row in rows]
-    index = join_position(zones, joiner.zone, spec.replication, rates, shares)
-    return str(rows[index]["node"])
+    joiner_zones = [joiner.zone for joiner in joiners]
+    indexes = join_positions(zones, joiner_zones, spec.replication, rates, shares)
+    return [
+        (joiner, str(rows[index]["node"])) for joiner, index in zip(joiners, indexes, strict=False)
+    ]
 
 
 def serving_in_ring_order(client: Client, spec: ClusterSpec) -> list[dict[str, Any]]:

@@ -14,10 +14,10 @@ Every ``interval_s``:
    taken it over: once an answering node's view marks it dead, it is gone, and the
    figures are those of the smaller ring (a policy can then replace it at once).
 2. Decide: one step of the policy.
-3. Act, one node at a time, and none more once the controller is asked to stop: scale out
-   with a node from the provisioner (a standby first), joined where
-   :func:`smr.ring_ops.where_to_join` says (a node whose join fails is stopped); scale in by
-   the nodes the policy released: each leaves (its range moves to its clockwise neighbour),
+3. Act: scale out with nodes from the provisioner (standbys first), joined side by side
+   where :func:`smr.ring_ops.join_places` says (a node whose join fails is stopped); scale
+   in, one node at a time and none more once the controller is asked to stop, by the
+   nodes the policy released: each leaves (its range moves to its clockwise neighbour),
    the ranges it backed up get their copies again (the nodes the ring took over are not
    waited for), the provisioner stops it. A failed action is logged and recorded; the loop
    goes on.
@@ -81,7 +81,8 @@ class _Track:
 class Controller:
     """Runs ``policy`` on the cluster in ``cluster_dir`` (the module docstring's steps).
 
-    Guarantees: at most one action at a time, never below ``nodes_min`` or above
+    Guarantees: one action at a time (a scale-out by several nodes is one action: their
+    joins run side by side), never below ``nodes_min`` or above
     ``nodes_max`` serving nodes; every decision and action is in ``autoscale.json``.
     """
 
@@ -191,26 +192,44 @@ class Controller:
     def act(
         self, decision: Decision, serving: int, stopping: threading.Event | None = None
     ) -> None:
-        """Carry ``decision`` out, one node at a time; each outcome is recorded. Once
-        ``stopping`` is set, no further node is started or released."""
+        """Carry ``decision`` out: the nodes to add join side by side, the nodes to release
+        leave one at a time; each node's outcome is recorded. Once ``stopping`` is set, no
+        further node is released."""
         added = max(0, min(decision.nodes_wanted, self.nodes_max) - serving)
         released = decision.release[: max(0, serving - self.nodes_min)]
-        actions: list[tuple[str, Callable[[], str]]] = [("scale out", self._scale_out)] * added
-        actions += [(f"release {node}", partial(self._release, node)) for node in released]
-        for what, action in actions:
+        if added:
+            self._scale_out(added)
+        for node in released:
             if stopping is not None and stopping.is_set():
                 return
-            self._record(what, action)
+            self._record(f"release {node}", partial(self._release, node))
 
-    def _scale_out(self) -> str:
-        node = self.provisioner.start()
+    def _scale_out(self, count: int) -> None:
+        """Start ``count`` nodes and join them side by side (`smr.ring_ops.join_together`);
+        a node whose join fails is stopped, not offered again: whatever kept it from
+        joining (its log says) would likely keep it again, and the next scale-out starts a
+        fresh node."""
+        started = self._clock()
+        nodes = []
         try:
-            return ring_ops.join(self.cluster_dir, node, None, ACTION_WAIT_S, log.info)
-        except ring_ops.RingOpError:
-            # Stopped, not offered again: whatever kept it from joining (its log says)
-            # would likely keep it again, and the next scale-out starts a fresh node.
-            self.provisioner.stop(node.id)
-            raise
+            for _ in range(count):
+                nodes.append(self.provisioner.start())
+        except Exception as error:  # fewer nodes than asked for: those join
+            self._append_action("scale out", False, f"{type(error).__name__}: {error}", 0.0)
+        try:
+            outcomes: list[str | Exception] = list(
+                ring_ops.join_together(self.cluster_dir, nodes, ACTION_WAIT_S, log.info)
+            )
+        except Exception as error:  # reported for each node; the loop goes on
+            outcomes = [error] * len(nodes)
+        took_s = self._clock() - started
+        for node, outcome in zip(nodes, outcomes, strict=True):
+            if isinstance(outcome, Exception):
+                self.provisioner.stop(node.id)
+                failure = f"{type(outcome).__name__}: {outcome}"
+                self._append_action("scale out", False, failure, took_s)
+            else:
+                self._append_action("scale out", True, outcome, took_s)
 
     def _release(self, node_id: str) -> str:
         outcome = ring_ops.move(self.cluster_dir, node_id, None, ACTION_WAIT_S, log.info)
@@ -224,7 +243,9 @@ class Controller:
             outcome, ok = action(), True
         except Exception as error:  # a failed action is reported; the loop goes on
             outcome, ok = f"{type(error).__name__}: {error}", False
-        took_s = self._clock() - started
+        self._append_action(what, ok, outcome, self._clock() - started)
+
+    def _append_action(self, what: str, ok: bool, outcome: str, took_s: float) -> None:
         (log.info if ok else log.error)("%s: %s (%.1f s)", what, outcome, took_s)
         self.actions.append(
             {

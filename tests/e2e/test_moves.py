@@ -115,7 +115,9 @@ def test_a_node_killed_during_a_move_loses_nothing(cluster: Cluster, victim: str
     assert cluster.counts() == word_counts(paths)
 
 
-def test_two_nodes_scaled_out_during_a_feed_join_and_lose_nothing(cluster: Cluster) -> None:
+def test_two_nodes_scaled_out_during_a_feed_join_side_by_side_and_lose_nothing(
+    cluster: Cluster,
+) -> None:
     cluster.up(3, "examples.wordcount:job", "--replication", "1")
     paths = books()
     feed = cluster.feed_in_background(*paths, extra=FEED_FLAGS)
@@ -126,6 +128,17 @@ def test_two_nodes_scaled_out_during_a_feed_join_and_lose_nothing(cluster: Clust
     assert out.count("done:") == 2, out
     rows = settle(cluster)
     assert set(rows) == {"n0", "n1", "n2", "n3", "n4"}
+    # The two joins ran at once, beside two different givers: each giver's record of its
+    # join spans the time the other one was under way.
+    joins = {
+        giver: record
+        for giver, row in rows.items()
+        for record in row["moves"]["recent"]
+        if record["role"] == "giver" and record["receiver"] in ("n3", "n4")
+    }
+    assert len(joins) == 2, joins
+    spans = [(j["at_unix_s"] - j["total_ms"] / 1000, j["at_unix_s"]) for j in joins.values()]
+    assert max(start for start, _ in spans) < min(end for _, end in spans), spans
     assert all(row["role"] == "serving" for row in rows.values())
     assert sum(r["range_share"] for r in rows.values()) == pytest.approx(1.0)
     assert cluster.counts() == word_counts(paths)

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from ring import Member, NodeId, Ring, Status, Token, View, even_tokens
 from ring.zones import (
     join_position,
+    join_positions,
     one_zone_ranges,
     one_zone_windows,
     spread_order,
@@ -139,6 +140,36 @@ def test_join_position_breaks_ties_of_load_by_the_tie_breaks() -> None:
     # Equal rates: the larger range wins, and without tie breaks the first in ring order.
     assert join_position(["a", "b", "c"], "d", 1, [5.0, 5.0, 1.0], [0.2, 0.5, 0.3]) == 1
     assert join_position(["a", "b", "c"], "d", 1, [5.0, 5.0, 1.0]) == 0
+
+
+@given(
+    st.lists(st.sampled_from("abc"), min_size=1, max_size=12),
+    st.lists(st.sampled_from("abc"), min_size=1, max_size=6),
+    st.integers(1, 3),
+    st.data(),
+)
+def test_join_positions_side_by_side_are_r_apart_and_as_many_as_the_ring_has_room_for(
+    zones: list[str], joiners: list[str], r: int, data: st.DataObject
+) -> None:
+    n = len(zones)
+    weights = data.draw(st.lists(st.floats(0, 100), min_size=n, max_size=n))
+    places = join_positions(zones, joiners, r, weights)
+    # The first place is where a lone joiner would go.
+    assert places[0] == join_position(zones, joiners[0], r, weights)
+    for index, place in enumerate(places):
+        for other in places[index + 1 :]:
+            assert min((place - other) % n, (other - place) % n) >= r
+    # Fewer places than joiners only when no owner is r or more from every place chosen.
+    if len(places) < len(joiners):
+        assert all(any(min((i - p) % n, (p - i) % n) < r for p in places) for i in range(n))
+
+
+def test_join_positions_take_the_busiest_places_that_are_far_enough_apart() -> None:
+    zones = [""] * 6
+    weights = [1.0, 9.0, 8.0, 2.0, 7.0, 3.0]
+    assert join_positions(zones, ["", "", ""], 1, weights) == [1, 2, 4]
+    # r = 2: the owners next to 1 are too close; 4 next, then none is 2 from both.
+    assert join_positions(zones, ["", "", ""], 2, weights) == [1, 4]
 
 
 def test_join_position_rejects_bad_arguments() -> None:

@@ -1,6 +1,7 @@
-"""The autoscale controller's own rules, without node processes: a node whose join fails is
-stopped rather than offered again; a silent node is a gap in the figures until the ring took
-it over; no action starts once the controller is asked to stop."""
+"""The autoscale controller's own rules, without node processes: the nodes of a scale-out
+join side by side, and a node whose join fails is stopped rather than offered again; a silent
+node is a gap in the figures until the ring took it over; no release starts once the
+controller is asked to stop."""
 
 from __future__ import annotations
 
@@ -37,23 +38,27 @@ class Provisioner:
         return []
 
 
-def test_a_node_whose_join_fails_is_stopped_and_the_next_scale_out_starts_a_fresh_one(
+def test_the_nodes_of_a_scale_out_join_together_and_those_whose_join_fails_are_stopped(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def join(*args: object) -> str:
-        raise ring_ops.RingOpError("the join of n5 is off")
+    asked: list[list[str]] = []
 
-    monkeypatch.setattr(ring_ops, "join", join)
+    def join_together(cluster_dir: Path, nodes: list[NodeSpec], *args: object) -> list[object]:
+        asked.append([node.id for node in nodes])
+        return ["joined", ring_ops.RingOpError("the join of n6 is off")]
+
+    monkeypatch.setattr(ring_ops, "join_together", join_together)
     provisioner = Provisioner()
     controller = Controller(tmp_path, PolicyRunner("thresholds"), 1, 4, provisioner=provisioner)
     try:
         controller.act(Decision(4, "test"), 2)
     finally:
         controller.close()
-    assert provisioner.started == ["n5", "n6"]
-    assert provisioner.stopped == ["n5", "n6"]
-    assert [a["ok"] for a in controller.actions] == [False, False]
-    assert "the join of n5 is off" in controller.actions[0]["outcome"]
+    # Both nodes join in one go (side by side), not one after the other.
+    assert asked == [["n5", "n6"]]
+    assert provisioner.stopped == ["n6"]
+    assert [a["ok"] for a in controller.actions] == [True, False]
+    assert "the join of n6 is off" in controller.actions[1]["outcome"]
 
 
 def _row(node: str, dead: tuple[str, ...] = ()) -> dict[str, object]:
@@ -106,21 +111,25 @@ def test_a_silent_node_is_a_gap_until_the_ring_took_it_over_then_it_is_gone(
         controller.close()
 
 
-def test_the_controller_starts_no_further_action_once_asked_to_stop(
+def test_the_controller_releases_no_further_node_once_asked_to_stop(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     stopping = threading.Event()
+    moved: list[str] = []
 
-    def join(*args: object) -> str:
-        stopping.set()  # asked to stop while the first join runs
-        return "joined"
+    def move(cluster_dir: Path, node_id: str, *args: object) -> str:
+        moved.append(node_id)
+        stopping.set()  # asked to stop while the first node leaves
+        return "left"
 
-    monkeypatch.setattr(ring_ops, "join", join)
+    monkeypatch.setattr(ring_ops, "move", move)
+    monkeypatch.setattr(ring_ops, "wait_replicated", lambda *args: None)
     provisioner = Provisioner()
     controller = Controller(tmp_path, PolicyRunner("thresholds"), 1, 4, provisioner=provisioner)
     try:
-        controller.act(Decision(4, "test"), 1, stopping)
+        controller.act(Decision(1, "test", (NodeId("n2"), NodeId("n1"))), 3, stopping)
     finally:
         controller.close()
-    assert provisioner.started == ["n5"]
-    assert [a["action"] for a in controller.actions] == ["scale out"]
+    assert moved == ["n2"]
+    assert provisioner.stopped == ["n2"]
+    assert [a["action"] for a in controller.actions] == ["release n2"]
