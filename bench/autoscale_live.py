@@ -211,6 +211,7 @@ def run(
         "nodes_over_time": counts,
         "actions": len(controller.actions) if controller else 0,
         "actions_failed": sum(not a["ok"] for a in controller.actions) if controller else 0,
+        "action_log": list(controller.actions) if controller else [],
         "latency_ms": {
             "p50": round(percentile(latencies, 0.5) or 0.0, 1),
             "p95": round(percentile(latencies, 0.95) or 0.0, 1),
