@@ -56,8 +56,8 @@ def cluster_group() -> None:
     "--balance-above",
     type=click.FloatRange(min=0, max=1, min_open=True),
     help="Neighbour balance: a node at least this busy (utilisation, 0 to 1) for 3 s moves "
-    "a third of its load to its clockwise neighbour, if that one is 0.3 less busy "
-    "[default: off].",
+    "a third of its load to its clockwise neighbour, if that one is 0.3 less busy (else "
+    "that one passes the request on once, to make room) [default: off].",
 )
 @click.option(
     "--autoscale",

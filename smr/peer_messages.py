@@ -196,6 +196,9 @@ class MovePropose(PeerMessage):
     accept_below_ppm: int
     """A balancing move (``smr.node.balance``): the receiver accepts only while its
     utilisation, in millionths, is below this; 0 for any other move."""
+    passed_on: bool
+    """A balancing move its giver started because it was itself too busy to take one: its
+    receiver, if busy too, does not pass it on further."""
 
 
 @dataclass(frozen=True, slots=True)

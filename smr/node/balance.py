@@ -12,12 +12,20 @@ The protocol (a move, ``smr.node.moves``, with a load condition):
    by its per-slot rates so that about ``keep_share`` of its load stays, with the condition
    ``accept_below`` in the proposal.
 3. Answer: the receiver refuses if its own utilisation is at or above ``accept_below`` (a
-   neighbour itself loaded takes nothing; the whole ring being busy is the autoscaler's
-   business), else the move runs as any other.
-4. Repeat: after ``cooldown_s``, a node still hot tries again, so a hot range walks
+   neighbour itself loaded takes nothing), else the move runs as any other.
+4. Pass on, once: a receiver that refused while at or above ``accept_below`` itself, and
+   that can move and made no balancing attempt in the last ``cooldown_s``, starts a
+   balancing move of its own to its clockwise neighbour ``PASS_ON_AFTER_S`` later (that
+   neighbour is the refused move's copy holder at ``r = 1``, busy with it until the giver
+   has called it off), marked *passed on*: that
+   neighbour, if busy too, refuses without passing it further (beyond two neighbours, the
+   whole ring being busy is the autoscaler's business). A receiver that made room this
+   way is less busy when the hot node tries again.
+5. Repeat: after ``cooldown_s``, a node still hot tries again, so a hot range walks
    clockwise, a third of its load at a time, until the nodes around it share it.
 
-The decision is :func:`balance_share`, a pure function, so it is tested on its own.
+The decisions are :func:`balance_share` and :func:`pass_on_share`, pure functions, so they
+are tested on their own.
 """
 
 from __future__ import annotations
@@ -40,6 +48,9 @@ SUSTAIN_S: Final = 3.0
 COOLDOWN_S: Final = 10.0
 # How far under the hot threshold a neighbour must be to accept.
 ACCEPT_MARGIN: Final = 0.3
+# Step 4: a refusal is passed on this long after it was sent, once the refused move's giver
+# has called it off at its copy holder (one message each way, milliseconds apart).
+PASS_ON_AFTER_S: Final = 0.2
 
 
 @dataclass(frozen=True)
@@ -93,6 +104,24 @@ def balance_share(
     return config.keep_share, BalanceState(hot_since, now_s)
 
 
+def pass_on_share(
+    config: BalanceConfig,
+    state: BalanceState,
+    now_s: float,
+    utilization: float,
+    can_move: bool,
+) -> tuple[float | None, BalanceState]:
+    """Step 4, when this node refused a balancing move that was not passed on: the share of
+    its load it keeps in a balancing move of its own to start now (None: none), and the new
+    state. It passes on only while at or above ``accept_below`` itself, able to move, and
+    out of its cooldown (a pass-on counts as an attempt)."""
+    if utilization < config.accept_below or not can_move:
+        return None, state
+    if state.attempted_at_s is not None and now_s - state.attempted_at_s < config.cooldown_s:
+        return None, state
+    return config.keep_share, BalanceState(state.hot_since_s, now_s)
+
+
 class Balancer:
     """One node's side of neighbour balance (the module docstring's protocol)."""
 
@@ -100,20 +129,42 @@ class Balancer:
         self._node = node
         self.config = config
         self._state = BalanceState()
+        # Step 4: when this node refused a balancing move that it is to pass on.
+        self._refused_at_s: float | None = None
 
     def tick(self, now_s: float) -> None:
-        """Steps 1 and 2, on the node's tick."""
+        """Steps 1, 2 and 4, on the node's tick."""
+        utilization, can_move = self._node.utilization(), self._can_move()
+        refused_at = self._refused_at_s
+        if refused_at is not None and now_s - refused_at >= PASS_ON_AFTER_S:
+            self._refused_at_s = None
+            keep, self._state = pass_on_share(
+                self.config, self._state, now_s, utilization, can_move
+            )
+            if keep is not None:
+                self._start(keep, True, "asked to take load while busy: passing the request on")
+                return
+        keep, self._state = balance_share(self.config, self._state, now_s, utilization, can_move)
+        if keep is not None:
+            self._start(keep, False, f"busy for {self.config.sustain_s:.0f} s")
+
+    def refused(self, now_s: float) -> None:
+        """This node refused a balancing move that was not passed on: step 4 follows on a
+        tick ``PASS_ON_AFTER_S`` from now."""
+        if self._refused_at_s is None:
+            self._refused_at_s = now_s
+
+    def _can_move(self) -> bool:
         node = self._node
         own = node.ring.range_of(node.node_id)
-        can_move = own is not None and own.length >= 2 and not node.moves.busy
-        keep, self._state = balance_share(
-            self.config, self._state, now_s, node.utilization(), can_move
-        )
-        if keep is None:
-            return
+        return own is not None and own.length >= 2 and not node.moves.busy
+
+    def _start(self, keep: float, passed_on: bool, why: str) -> None:
         try:
-            what = node.moves.start(keep, accept_below=self.config.accept_below)
+            what = self._node.moves.start(
+                keep, accept_below=self.config.accept_below, passed_on=passed_on
+            )
         except MoveRefused as refused:
             log.info("no balancing move: %s", refused)
             return
-        log.warning("busy for %.0f s: balancing move: %s", self.config.sustain_s, what)
+        log.warning("%s: balancing move: %s", why, what)

@@ -93,7 +93,7 @@ class Joins:
         # from a node not in its view is dropped: this node's view goes first.
         node.peer_send(beside, Gossip(*node.stamp, node.membership.view_body()))
         ask = MovePropose(
-            *node.stamp, MoveNumber(0), Slot(0), 0, False, node.node_id, node.node_id, 0
+            *node.stamp, MoveNumber(0), Slot(0), 0, False, node.node_id, node.node_id, 0, False
         )
         node.peer_send(beside, ask)
         log.warning("asked %s to join beside it", beside)
@@ -116,7 +116,7 @@ class Joins:
         plan = MovePlan(node.node_id, joiner, joiner, moving, False, True)
         giving = self._moves.begin_giving(plan)
         offer = MovePropose(
-            *node.stamp, giving.number, moving.start, moving.length, False, joiner, joiner, 0
+            *node.stamp, giving.number, moving.start, moving.length, False, joiner, joiner, 0, False
         )
         node.peer_send(joiner, offer)
 

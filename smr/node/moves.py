@@ -149,12 +149,14 @@ class Moves:
 
     # -- 1. propose (giver) ---------------------------------------------------------------
 
-    def start(self, keep_share: float | None, accept_below: float | None = None) -> str:
+    def start(
+        self, keep_share: float | None, accept_below: float | None = None, passed_on: bool = False
+    ) -> str:
         """Start moving the top of this node's range, split so that about ``keep_share`` of
         its load stays here; with None, all of it (a leave). With ``accept_below`` (a
         balancing move, ``smr.node.balance``), the receiver accepts only while its
-        utilisation is below it. Returns what moves; raises ``MoveRefused`` saying why
-        not."""
+        utilisation is below it; ``passed_on``: this node was asked for such a move while
+        too busy to take it. Returns what moves; raises ``MoveRefused`` saying why not."""
         node = self._node
         if self.busy:
             raise MoveRefused(f"{node.node_id} already takes part in a move")
@@ -177,6 +179,7 @@ class Moves:
             plan.receiver,
             plan.copy_holder,
             round(accept_below * 1_000_000) if accept_below is not None else 0,
+            passed_on,
         )
         node.peer_send(plan.receiver, propose)
         node.peer_send(plan.copy_holder, propose)
@@ -228,6 +231,10 @@ class Moves:
             plan = plan_move(node.ring, giver, node.settings.replication, split)
             self.taking.agree(giver, message, plan)
         node.peer_send(giver, MoveAnswer(*node.stamp, message.move, reason is None, reason or ""))
+        balancer = node.balancer
+        asked_to_balance = message.accept_below_ppm > 0 and message.receiver == node.node_id
+        if reason is not None and asked_to_balance and not message.passed_on and balancer:
+            balancer.refused(node.clock())
 
     def _refusal(self, giver: NodeId, message: MovePropose, moving: SlotRange) -> str | None:
         """Why this node refuses the proposal, or None to accept."""

@@ -1,5 +1,6 @@
-"""Neighbour balance's decision (smr.node.balance.balance_share): when a busy node moves part
-of its range, and how often."""
+"""Neighbour balance's decisions (smr.node.balance): when a busy node moves part of its range,
+and how often (balance_share); when a neighbour too busy to take part passes the request on
+(pass_on_share)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from smr.node.balance import BalanceConfig, BalanceState, balance_share
+from smr.node.balance import BalanceConfig, BalanceState, balance_share, pass_on_share
 
 
 def run(config: BalanceConfig, samples: list[tuple[float, float, bool]]) -> list[float]:
@@ -69,3 +70,17 @@ def test_moves_are_never_closer_than_the_cooldown_nor_before_the_sustain_time(
         # busy at every sample of the sustain time before it
         window = [u for now, u, _ in samples if at - config.sustain_s <= now <= at]
         assert all(u >= above for u in window)
+
+
+def test_a_refusing_neighbour_passes_on_only_while_busy_able_to_move_and_out_of_cooldown() -> None:
+    config = BalanceConfig(above=0.9, cooldown_s=10)  # accept_below 0.6
+    fresh = BalanceState()
+    keep, state = pass_on_share(config, fresh, 5.0, 0.7, True)
+    assert keep == config.keep_share and state.attempted_at_s == 5.0
+    # Not busy enough to pass on (it refused for another reason), or unable to move.
+    assert pass_on_share(config, fresh, 5.0, 0.5, True) == (None, fresh)
+    assert pass_on_share(config, fresh, 5.0, 0.7, False) == (None, fresh)
+    # A pass-on is an attempt: none again, and no balancing move of its own, in the cooldown.
+    assert pass_on_share(config, state, 14.0, 0.7, True) == (None, state)
+    assert balance_share(config, BalanceState(0.0, 5.0), 14.0, 0.95, True)[0] is None
+    assert pass_on_share(config, state, 15.0, 0.7, True)[0] == config.keep_share
