@@ -80,6 +80,11 @@ class BalanceState:
     hot_since_s: float | None = None
     attempted_at_s: float | None = None
 
+    def cooling(self, config: BalanceConfig, now_s: float) -> bool:
+        """Whether the last attempt was less than ``cooldown_s`` ago."""
+        attempted = self.attempted_at_s
+        return attempted is not None and now_s - attempted < config.cooldown_s
+
 
 def balance_share(
     config: BalanceConfig,
@@ -99,7 +104,7 @@ def balance_share(
     state = BalanceState(hot_since, state.attempted_at_s)
     if hot_since is None or now_s - hot_since < config.sustain_s or not can_move:
         return None, state
-    if state.attempted_at_s is not None and now_s - state.attempted_at_s < config.cooldown_s:
+    if state.cooling(config, now_s):
         return None, state
     return config.keep_share, BalanceState(hot_since, now_s)
 
@@ -117,7 +122,7 @@ def pass_on_share(
     out of its cooldown (a pass-on counts as an attempt)."""
     if utilization < config.accept_below or not can_move:
         return None, state
-    if state.attempted_at_s is not None and now_s - state.attempted_at_s < config.cooldown_s:
+    if state.cooling(config, now_s):
         return None, state
     return config.keep_share, BalanceState(state.hot_since_s, now_s)
 
