@@ -21,7 +21,7 @@ from smr.client import Client, NodeUnreachable
 from smr.spec import NodeSpec, read_spec
 
 # A standby node handed out for a join is not handed out again for this long, or until it
-# is off standby (its join started).
+# answers off standby (its join started).
 HANDED_OUT_S: Final = 120.0
 
 
@@ -81,13 +81,15 @@ class StandbyPool:
 
     def standby(self) -> list[NodeSpec]:
         """The nodes on standby now (they answer, and own nothing)."""
+        return [node for node, status in self._statuses() if status == "standby"]
+
+    def _statuses(self) -> list[tuple[NodeSpec, str | None]]:
+        """Each node with its status in its own view (None: it does not answer)."""
         nodes = self.inner.nodes()
         statuses = self._client.status_each([node.addr for node in nodes])
         return [
-            node
-            for node in nodes
-            if not isinstance(status := statuses[node.addr], NodeUnreachable)
-            and status.get("status_in_view") == "standby"
+            (node, None if isinstance(status, NodeUnreachable) else status.get("status_in_view"))
+            for node, status in ((node, statuses[node.addr]) for node in nodes)
         ]
 
     def fill(self) -> list[NodeSpec]:
@@ -103,14 +105,21 @@ class StandbyPool:
         standby (its join not started yet: several start side by side), for at most
         ``HANDED_OUT_S``."""
         now = time.monotonic()
-        pool = self.standby()
-        on_standby = {node.id for node in pool}
+        statuses = self._statuses()
+        # A node handed out stays taken until it answers off standby (its join started),
+        # is gone, or HANDED_OUT_S passed; one that does not answer yet (just started)
+        # stays taken too.
+        known: dict[str, str | None] = {node.id: status for node, status in statuses}
         self._handed_out = {
             node_id: at
             for node_id, at in self._handed_out.items()
-            if node_id in on_standby and now - at < HANDED_OUT_S
+            if node_id in known and known[node_id] in ("standby", None) and now - at < HANDED_OUT_S
         }
-        pool = [node for node in pool if node.id not in self._handed_out]
+        pool = [
+            node
+            for node, status in statuses
+            if status == "standby" and node.id not in self._handed_out
+        ]
         fitting = [node for node in pool if zone is None or node.zone == zone]
         node = fitting[0] if fitting else self.inner.start(zone)
         self._handed_out[node.id] = now

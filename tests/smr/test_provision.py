@@ -87,6 +87,22 @@ def test_a_pool_hands_out_a_standby_node_of_the_zone_asked_for_or_starts_one_the
     assert (started.id, started.zone) == ("n2", "c")
 
 
+def test_a_node_handed_out_is_not_handed_out_again_until_its_join_started() -> None:
+    # Several nodes of one scale-out are handed out before any of their joins starts.
+    inner = Started([node(0), node(1)])
+    states: dict[str, str | None] = {"tcp://h:0": "up", "tcp://h:1": "standby"}
+    pool = StandbyPool(inner, size=0, client=Statuses(states))  # type: ignore[arg-type]
+    assert pool.start().id == "n1"
+    assert pool.start().id == "n2"  # n1 is still on standby, but taken
+    states["tcp://h:2"] = "standby"  # n2 answers now, on standby: still taken
+    assert pool.start().id == "n3"
+    # n1 joined, then left and stayed on standby: it is capacity again.
+    states["tcp://h:1"] = "up"
+    assert pool.start().id == "n4"
+    states["tcp://h:1"] = "standby"
+    assert pool.start().id == "n1"
+
+
 def test_a_planned_cluster_deals_zones_in_turn_and_spreads_them_around_the_ring() -> None:
     from smr.cluster import ClusterError, plan_cluster
 
