@@ -110,6 +110,28 @@ def test_seeds_that_once_failed_the_bigger_ring_sweep_pass(seed: int) -> None:
     run_seed(seed, BIG)
 
 
+# Seeds of the default sweep (python -m smr.sim, other seeds than the default run's) that
+# fail because of a known bug not fixed yet: seed -> what goes wrong.
+DEFAULT_SWEEP_KNOWN_FAILING = {
+    900584: "a receiver paused through a leave switches on its stale view after its giver "
+    "and it were both declared dead; the successor took both over and sits on the giver's "
+    "token, not on the receiver's, so the receiver finds no takeover of itself in the view "
+    "that marks it dead, refuses that view as forged, and views never converge",
+}
+
+
+@pytest.mark.parametrize(
+    "seed",
+    [
+        pytest.param(seed, marks=pytest.mark.xfail(strict=True, reason=reason))
+        for seed, reason in sorted(DEFAULT_SWEEP_KNOWN_FAILING.items())
+    ],
+    ids=lambda seed: f"seed{seed}",
+)
+def test_seeds_of_the_default_sweep_with_known_bugs(seed: int) -> None:
+    run_seed(seed)
+
+
 # The same, for the bigger rings on a lossy network (1% of messages dropped, 1% duplicated).
 LOSSY = SweepOptions(
     nodes=(4, 8),
