@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: venv demo test test-slow lint bench clean
+.PHONY: venv demo test test-slow lint bench clean image compose-up compose-down test-compose
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -30,6 +30,24 @@ test: lint
 # autoscaling cycle); CI runs them after `make test`.
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow
+
+# The compose cluster (compose/): `make image` builds smr's image with no registry (a
+# debootstrapped base, then wheels built here; cached, so a second run takes seconds);
+# compose-up starts four nodes and returns once each answers; test-compose runs the tests
+# marked compose (Docker needed; CI runs them after test-slow).
+COMPOSE := $(BIN)/docker-compose -f compose/docker-compose.yml
+
+image: $(STAMP)
+	compose/build-image.sh $(BIN)/python
+
+compose-up: image
+	$(COMPOSE) up -d --wait
+
+compose-down: $(STAMP)
+	$(COMPOSE) down -v
+
+test-compose: image
+	$(BIN)/python -m pytest -q -m compose
 
 # Each script also runs alone; results (JSON and PNG) go to bench/results/.
 bench: $(STAMP)
