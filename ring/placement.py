@@ -374,6 +374,32 @@ def grown_clockwise(old: Ring, new: Ring) -> list[NodeId]:
     return grown
 
 
+def taken_over_in(old: Ring, new: Ring, node_id: NodeId) -> bool:
+    """Whether ``new`` shows ``node_id``, an owner in ``old``, dead and its slots taken over
+    by its successor, so that the node, holding ``old``, fences on it rather than refuse it.
+
+    True when ``new`` marks it dead and an owner that is not leaving sits on its token
+    (``successor_takes_over``), or its clockwise successor in ``old`` holds the slot at its
+    token, on another token than in ``old``. A successor's token moves down past a node's
+    only when it takes that node over; when the node's counter-clockwise neighbour died
+    too, it ends on the neighbour's token, and no owner sits on the node's. Had the slot
+    merely fallen back on the counter-clockwise neighbour, which holds no copy of it, its
+    holder would not be the successor, or (the only owner left) would not have moved.
+    """
+    me = new.view.get(node_id)
+    if me is None or me.status is not Status.DEAD:
+        return False
+    if any(o.token == me.token and o.status is not Status.LEAVING for o in new.view.owners()):
+        return True
+    owners = old.owners
+    if node_id not in owners or len(owners) < 2 or not new.owners:
+        return False
+    successor = owners[(owners.index(node_id) + 1) % len(owners)]
+    before, after = old.view.get(successor), new.view.get(successor)
+    moved = before is not None and after is not None and after.token != before.token
+    return moved and new.primary(Slot(me.token)) == successor
+
+
 def _regained_with_no_takeover(old: Ring, new: Ring, node_id: NodeId) -> bool:
     """Whether ``node_id``, which owned nothing in ``old`` because another owner had moved
     onto its token (it was leaving), owns a range in ``new`` because that owner is marked

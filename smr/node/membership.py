@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 from ring.ids import Epoch, NodeId
-from ring.placement import Ring, grown_clockwise
+from ring.placement import Ring, grown_clockwise, taken_over_in
 from ring.view import Status, View
 from smr.node.throttle import Throttle
 from smr.protocol import (
@@ -94,21 +94,14 @@ class Membership:
         # view just before learning of that takeover sees its switch undone by the mark,
         # and the giver serves the slots again: see smr.node.move_taking.)
         # A taker sits on this node's token and is not leaving (a leaving owner sorts first
-        # on the token it hands over: it takes nothing). A view that marks this node dead
-        # and leaves no owner at all is refused too: applied, it would fence the node and
-        # leave its range to nobody.
+        # on the token it hands over: it takes nothing), or this node's successor holds its
+        # token having taken a run of dead nodes over (ring.placement.taken_over_in). A view
+        # that marks this node dead and leaves no owner at all is refused too: applied, it
+        # would fence the node and leave its range to nobody.
         me = merged.get(node.node_id)
         marked = me is not None and me.status is Status.DEAD and me.incarnation == node.incarnation
-        taken_over = (
-            marked
-            and me is not None
-            and any(
-                owner.token == me.token and owner.status is not Status.LEAVING
-                for owner in merged.owners()
-            )
-        )
         merged_ring = Ring(merged, node.slot_bits)
-        if taken_over:
+        if marked and taken_over_in(node.ring, merged_ring, node.node_id):
             why = ""
         elif marked and not merged_ring.owners:
             why = "marks this node dead and leaves its range to nobody"

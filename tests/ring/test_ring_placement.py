@@ -18,7 +18,7 @@ from ring import (
     View,
     even_tokens,
 )
-from ring.placement import grown_clockwise
+from ring.placement import grown_clockwise, taken_over_in
 from ring.view import successor_takes_over
 from tests.ring.ring_strategies import Placed, member, placed_views, primaries, sample_slots
 
@@ -384,3 +384,35 @@ def test_a_leaver_regaining_its_range_is_growth_only_if_its_receiver_died_untake
     undone = Ring(successor_takes_over(leaving, NodeId("c")).merge(switched), 4)
     assert undone.range_of(NodeId("b")) is not None
     assert grown_clockwise(after_switch, undone) == []
+
+
+@settings(deadline=None, max_examples=60)
+@given(placed_views(min_owners=2), st.data())
+def test_a_node_taken_over_by_its_successor_sees_it_and_a_mere_mark_is_not_a_takeover(
+    placed: Placed, data: st.DataObject
+) -> None:
+    ring = placed.ring()
+    owners = [o for o in ring.owners if placed.view.members[o].status is Status.UP]
+    assume(owners)
+    dead = data.draw(st.sampled_from(owners))
+    after = Ring(successor_takes_over(placed.view, dead), placed.slot_bits)
+    assert taken_over_in(ring, after, dead)
+    # Only marked dead, its slots fall back on its counter-clockwise neighbour: no takeover.
+    marked = Ring(placed.view.mark_dead(dead), placed.slot_bits)
+    assert not taken_over_in(ring, marked, dead)
+
+
+def test_a_successor_that_took_a_run_of_two_over_is_seen_though_it_sits_on_the_other_token() -> (
+    None
+):
+    view = View([member("a", 0), member("b", 4), member("c", 8), member("d", 12)])
+    before = Ring(view, 4)
+    # c and b die; d takes c over (to 8), then b (to 4): nobody sits on c's token.
+    both = successor_takes_over(successor_takes_over(view, NodeId("c")), NodeId("b"))
+    assert all(owner.token != 8 for owner in both.owners())
+    assert taken_over_in(before, Ring(both, 4), NodeId("c"))
+    # A forged view marking c dead where d holds c's slots without having moved (a and b
+    # gone before, d the only owner left): d never took c over.
+    alone = View([member("c", 8), member("d", 12)])
+    forged = alone.mark_dead(NodeId("c"))
+    assert not taken_over_in(Ring(alone, 4), Ring(forged, 4), NodeId("c"))
