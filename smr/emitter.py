@@ -246,8 +246,12 @@ class Emitter:
         self._open_bytes[dest] = 0
         if not combined:
             return
+        # Re-routed or released rows still open for this destination (left for the next
+        # send by a re-route deep in nested pumps) hold older seqs of these slots: they go
+        # first, in this batch. Sent after it, the node's hwm would drop them as duplicates.
+        rows: list[Row] = self._open_rows[dest]
+        self._open_rows[dest] = []
         seqs = self._seqs
-        rows: list[Row] = []
         for key, (slot, value, ts) in combined.items():
             seq = seqs[slot] + 1
             seqs[slot] = seq
