@@ -27,7 +27,7 @@ pytestmark = pytest.mark.compose
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = REPO / "compose" / "docker-compose.yml"
 COMPOSE_BIN = Path(sys.executable).parent / "docker-compose"
-# The books as the image holds them (compose/build-image.sh copies examples/ into /work).
+# The books as the image holds them (compose/build-image.sh copies examples/ into /app).
 BOOKS_IN_IMAGE = [f"examples/data/{Path(book).name}" for book in EXAMPLE_BOOKS]
 
 
