@@ -1,15 +1,20 @@
 """The record of a move a node gives (``smr.node.moves``): where it stands, who answered,
-what was refused meanwhile; and a move in words."""
+what was refused meanwhile; a move in words; and whether the ring still plans it."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import TYPE_CHECKING
 
 from checkpoint.ids import CheckpointNumber
 from ring.ids import NodeId
-from ring.moves import MovePlan
+from ring.moves import MovePlan, MoveRefused, plan_move
+from ring.placement import SlotRange
 from smr.protocol import MoveNumber, StreamId
+
+if TYPE_CHECKING:
+    from smr.node.core import NodeCore
 
 
 class Step(StrEnum):
@@ -50,3 +55,20 @@ def describe(plan: MovePlan) -> str:
         f"{plan.giver} gives {what} ({moving.length} slots) to {plan.receiver}, "
         f"{plan.copy_holder} holding a copy"
     )
+
+
+def still_planned(node: NodeCore, plan: MovePlan) -> bool:
+    """Whether this node's ring still plans ``plan`` (same receiver, copy holder, slots)."""
+    try:
+        again = plan_move(
+            node.ring, plan.giver, node.settings.replication, None if plan.leave else plan.split
+        )
+    except MoveRefused:
+        return False
+    return again == plan
+
+
+def holds(node: NodeCore, moving: SlotRange) -> bool:
+    """Whether this node's own range still covers ``moving``."""
+    own = node.ring.range_of(node.node_id)
+    return own is not None and own.covers(moving)

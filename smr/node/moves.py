@@ -60,7 +60,7 @@ from ring.ids import NodeId, Slot
 from ring.moves import MovePlan, MoveRefused, move_done_in, plan_move
 from ring.placement import SlotRange, split_at_load_share
 from ring.view import OWNING_STATUSES, Status, with_status
-from smr.node.giving import Giving, Step, describe
+from smr.node.giving import Giving, Step, describe, holds, still_planned
 from smr.node.joins import Joins
 from smr.node.move_taking import MoveTaking
 from smr.protocol import (
@@ -423,7 +423,7 @@ class Moves:
                     self._finish()
                 elif giving.step is not Step.COMMITTED:
                     self.call_off(f"{plan.receiver} left the ring")
-                elif _holds(node, plan.moving):
+                elif holds(node, plan.moving):
                     self.call_off(f"{plan.receiver} is gone and never switched", tell=False)
                 else:
                     # Another node took over the slots (the receiver switched, then died).
@@ -433,12 +433,12 @@ class Moves:
                 own = node.ring.range_of(node.node_id)
                 if holder is None or holder.status not in OWNING_STATUSES:
                     self.call_off(f"{plan.copy_holder} left the ring")
-                elif not _holds(node, plan.moving):
+                elif not holds(node, plan.moving):
                     self.call_off("the ring changed under the move")
                 elif plan.leave and own != plan.moving:
                     # A takeover grew the range: the leave would hand over part of it only.
                     self.call_off("this node's range changed while it was leaving")
-                elif not plan.join and not _still_planned(node, plan):
+                elif not plan.join and not still_planned(node, plan):
                     # Deaths changed who would receive or hold a copy of the moving slots.
                     self.call_off("the ring changed under the move")
         self.taking.follow_view()
@@ -585,19 +585,3 @@ class Moves:
             )
         under_way.extend(self.taking.under_way(now))
         return {"under_way": under_way, "recent": list(self.records)[-8:]}
-
-
-def _still_planned(node: NodeCore, plan: MovePlan) -> bool:
-    """Whether this node's ring still plans ``plan`` (same receiver, copy holder, slots)."""
-    try:
-        again = plan_move(
-            node.ring, plan.giver, node.settings.replication, None if plan.leave else plan.split
-        )
-    except MoveRefused:
-        return False
-    return again == plan
-
-
-def _holds(node: NodeCore, moving: SlotRange) -> bool:
-    own = node.ring.range_of(node.node_id)
-    return own is not None and own.covers(moving)
