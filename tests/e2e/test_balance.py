@@ -43,7 +43,7 @@ def test_a_busy_node_moves_load_to_its_idle_neighbour_by_itself(
     took_s = time.monotonic() - started
     rows = settle(cluster)
     given = [r for r in rows["n2"]["moves"]["recent"] if r["role"] == "giver"]
-    assert any(r["outcome"] == "done" for r in given), rows["n2"]["moves"]
+    assert any(r["outcome"] == "done" for r in given), given  # each outcome says why
     assert rows["n2"]["range_share"] < share_before - 0.05, (share_before, rows["n2"])
     assert rows["n0"]["moves_received"] >= 1
     assert all(row["takeovers"] == 0 for row in rows.values())
