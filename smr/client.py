@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import itertools
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
@@ -24,6 +24,8 @@ from smr.protocol import (
     Message,
     MoveReply,
     MoveRequest,
+    NetRuleReply,
+    NetRuleRequest,
     Ping,
     Pong,
     QueryReply,
@@ -51,7 +53,15 @@ CONNECT_TIMEOUT_MS: Final = 500
 DUMP_PAGE_KEYS: Final = 10_000
 
 Reply = TypeVar(
-    "Reply", Pong, ViewReply, StatusReply, DumpReply, QueryReply, RecoverReply, MoveReply
+    "Reply",
+    Pong,
+    ViewReply,
+    StatusReply,
+    DumpReply,
+    QueryReply,
+    RecoverReply,
+    MoveReply,
+    NetRuleReply,
 )
 # The messages that answer a request (they echo its id).
 _REPLIES: Final = (
@@ -63,6 +73,7 @@ _REPLIES: Final = (
     QueryReply,
     RecoverReply,
     MoveReply,
+    NetRuleReply,
 )
 
 
@@ -98,10 +109,14 @@ class Client:
         return answer
 
     def request_each(
-        self, addrs: Sequence[str], make: Callable[[RequestId], Message], expect: type[Reply]
+        self,
+        addrs: Sequence[str],
+        make: Callable[[RequestId], Message] | Mapping[str, Callable[[RequestId], Message]],
+        expect: type[Reply],
     ) -> dict[str, Reply | NodeUnreachable | RuntimeError]:
-        """Send ``make(request id)`` to every address at once and wait for the replies in one
-        poll loop, so that dead nodes cost one timeout in all, not one each.
+        """Send ``make(request id)`` (or ``make[addr](request id)``: a request per address)
+        to every address at once and wait for the replies in one poll loop, so that dead
+        nodes cost one timeout in all, not one each.
 
         Each address maps to its reply, or to the error :meth:`request` would raise for it:
         NodeUnreachable when no connection is made within ``CONNECT_TIMEOUT_MS`` (nothing
@@ -117,7 +132,8 @@ class Client:
             if outbox is None:
                 outbox = self._outboxes[addr] = Outbox(addr)
             request_id = RequestId(next(self._request_ids))
-            pending[addr] = _Pending(outbox, request_id, encode(make(request_id)))
+            request = make[addr](request_id) if isinstance(make, Mapping) else make(request_id)
+            pending[addr] = _Pending(outbox, request_id, encode(request))
         answers: dict[str, Reply | NodeUnreachable | RuntimeError] = {}
         while pending:
             now = time.monotonic()
@@ -183,6 +199,19 @@ class Client:
         """Ask the standby node at ``addr`` to join the ring beside the owner ``beside``;
         whether the join started (it goes on after the answer)."""
         return self.request(addr, lambda req: JoinRequest(req, beside), MoveReply)
+
+    def net_rules_each(self, bodies: dict[str, bytes]) -> dict[str, str | Exception]:
+        """Send each node (by address) its emulated network fault rule
+        (``smr.transport.netfilter.pack_rule``), all at once; each address maps to what the
+        node set, in words, or to why not (NodeUnreachable, NodeRefused)."""
+        requests = {
+            addr: functools.partial(NetRuleRequest, body=body) for addr, body in bodies.items()
+        }
+        replies = self.request_each(list(bodies), requests, NetRuleReply)
+        return {
+            addr: reply if isinstance(reply, Exception) else reply.text
+            for addr, reply in replies.items()
+        }
 
     def status_each(self, addrs: Sequence[str]) -> dict[str, dict[str, Any] | NodeUnreachable]:
         """The status map of every node at ``addrs``, asked at once, or why it is missing."""

@@ -110,6 +110,8 @@ __all__ = [
     "MoveRequest",
     "MoveSwitched",
     "Nack",
+    "NetRuleReply",
+    "NetRuleRequest",
     "NotOwner",
     "Output",
     "PeerMessage",
@@ -335,6 +337,27 @@ class MoveReply:
 
 
 @dataclass(frozen=True, slots=True)
+class NetRuleRequest:
+    """Fault injection (``smr fault``, emulated): a rule on this node's messages to its peers
+    (the body: ``smr.transport.netfilter.pack_rule``), answered by :class:`NetRuleReply`.
+    Served by the node process's loop, not its core (the simulation has a network of its
+    own)."""
+
+    kind: ClassVar[Kind] = Kind.NET_RULE_REQUEST
+    req: RequestId
+    body: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class NetRuleReply:
+    """The rule set, in words (a bad rule gets an ERROR)."""
+
+    kind: ClassVar[Kind] = Kind.NET_RULE
+    req: RequestId
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
 class DumpRequest:
     """Asks for a page of the states a node is primary of, from slot ``start`` on, of about
     ``max_keys`` keys; answered by :class:`DumpReply`."""
@@ -405,6 +428,8 @@ Message: TypeAlias = (
     | MoveRequest
     | MoveReply
     | JoinRequest
+    | NetRuleRequest
+    | NetRuleReply
     | Output
     | PeerMessages
 )

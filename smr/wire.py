@@ -54,6 +54,8 @@ class Kind(IntEnum):
     MOVE_REQUEST = 22
     MOVE = 23
     JOIN_REQUEST = 24
+    NET_RULE_REQUEST = 25
+    NET_RULE = 26
     # Between nodes; every peer message names its sender and the sender's incarnation.
     HEARTBEAT = 40
     GOSSIP = 41

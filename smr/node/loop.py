@@ -25,7 +25,18 @@ from smr.api import load_job
 from smr.node.core import TICK_MS, NodeCore, Timer
 from smr.node.settings import NodeSettings
 from smr.output import OutputSink
+from smr.protocol import (
+    Error,
+    FrameError,
+    Kind,
+    Message,
+    NetRuleReply,
+    NetRuleRequest,
+    decode,
+    encode,
+)
 from smr.spec import read_spec
+from smr.transport.netfilter import FilteredLinks, parse_rule
 
 if TYPE_CHECKING:
     from smr.transport.zeromq import Inbox
@@ -39,6 +50,10 @@ T = TypeVar("T")
 # for the watchers to declare a healthy node dead. Only cyclic garbage that lives longer
 # than this interval escapes collection.
 GC_FREEZE_INTERVAL_MS: Final = 1000
+# How often held messages (emulated network faults) are looked at while a rule is set, and
+# while none is.
+RELEASE_CHECK_S: Final = 0.005
+IDLE_RELEASE_CHECK_S: Final = 0.05
 # The exit code of a node that stopped on a violated invariant (EX_SOFTWARE).
 INVARIANT_VIOLATED_EXIT_CODE: Final = 70
 
@@ -63,7 +78,8 @@ def serve(cluster_dir: Path, node_id: str) -> int:
         log.error("cannot start: %s", error)
         return 2
     output = OutputSink(node_id, cluster_dir / "output" / f"{node_id}.jsonl", publisher.publish)
-    links = ZmqNodeLinks(inbox)
+    zmq_links = ZmqNodeLinks(inbox)
+    links = FilteredLinks(zmq_links)
     settings = NodeSettings(
         replication=spec.replication,
         checkpoint_interval_ms=spec.checkpoint_interval_ms,
@@ -81,24 +97,25 @@ def serve(cluster_dir: Path, node_id: str) -> int:
         settings=settings,
     )
     log.info("serving on %s (output %s), slot_bits=%d", inbox.addr, publisher.addr, spec.slot_bits)
-    beats = StalledLoopBeats(core)
+    beats = StalledLoopBeats(core, links)
     beats.start()
     try:
-        uvloop.run(_run(core, inbox))
+        uvloop.run(_run(core, inbox, links))
     finally:
         beats.stop()
         output.close()
         inbox.close()
         publisher.close()
-        links.close()
+        zmq_links.close()
     log.info("stopped cleanly")
     return 0
 
 
-async def _run(core: NodeCore, inbox: Inbox) -> None:
+async def _run(core: NodeCore, inbox: Inbox, links: FilteredLinks) -> None:
     """Receive turns until SIGTERM or SIGINT: drain what waits (up to the turn's bound),
     apply it, ack it; let timers and signals run; sleep until a message or a timer wakes
-    the loop unless work is left."""
+    the loop unless work is left. Emulated network faults (``links``) are set by the
+    requests the receive path answers itself, and their held messages sent by a task."""
     loop = asyncio.get_running_loop()
     wake = asyncio.Event()
     stopping = asyncio.Event()
@@ -110,8 +127,9 @@ async def _run(core: NodeCore, inbox: Inbox) -> None:
         _every(min(TICK_MS, settings.heartbeat_interval_ms // 2), core.on_timer, Timer.TICK, wake),
         _every(settings.checkpoint_interval_ms, core.on_timer, Timer.CHECKPOINT, wake),
         _every(GC_FREEZE_INTERVAL_MS, _gc_freeze, None, wake),
+        loop.create_task(_release_held(links)),
     ]
-    receive = inbox.receive
+    receive = _receiver(inbox, links)
     try:
         while not stopping.is_set():
             try:
@@ -138,6 +156,49 @@ async def _run(core: NodeCore, inbox: Inbox) -> None:
         core.tick()
 
 
+def _receiver(inbox: Inbox, links: FilteredLinks) -> Callable[[], tuple[bytes, list[bytes]] | None]:
+    """The inbox's receive, less the fault rules (``NET_RULE_REQUEST``), which it applies
+    to ``links`` and answers itself."""
+    rule_kind = bytes((Kind.NET_RULE_REQUEST,))
+
+    def receive() -> tuple[bytes, list[bytes]] | None:
+        while True:
+            received = inbox.receive()
+            if received is None:
+                return None
+            identity, frames = received
+            if not frames or frames[0][:1] != rule_kind:
+                return received
+            inbox.send(identity, encode(_answer_rule(frames, links)))
+
+    return receive
+
+
+def _answer_rule(frames: list[bytes], links: FilteredLinks) -> Message:
+    """Apply the fault rule in ``frames`` to ``links``; the reply, or an error saying why not."""
+    try:
+        request = decode(frames)
+    except FrameError as error:
+        return Error(None, f"bad fault rule: {error}")
+    if not isinstance(request, NetRuleRequest):
+        return Error(None, f"expected a fault rule, got {request.kind.name}")
+    try:
+        text = links.apply(parse_rule(request.body, time.monotonic()))
+    except ValueError as error:
+        return Error(request.req, f"bad fault rule: {error}")
+    log.warning("fault injection (emulated in this node): %s", text)
+    return NetRuleReply(request.req, text)
+
+
+async def _release_held(links: FilteredLinks) -> None:
+    """Send the messages the fault rules held back, each when its time comes (within
+    :data:`RELEASE_CHECK_S` of it while a rule is set)."""
+    while True:
+        next_s = links.release_due()
+        check_s = RELEASE_CHECK_S if links.rules else IDLE_RELEASE_CHECK_S
+        await asyncio.sleep(check_s if next_s is None else min(next_s, check_s))
+
+
 class StalledLoopBeats:
     """Heartbeats from a thread of their own while the node's loop is stalled.
 
@@ -152,8 +213,9 @@ class StalledLoopBeats:
     call that never releases the interpreter would stop it too.
     """
 
-    def __init__(self, core: NodeCore) -> None:
+    def __init__(self, core: NodeCore, links: FilteredLinks | None = None) -> None:
         self._core = core
+        self._links = links
         self._interval_s = core.settings.heartbeat_interval_ms / 1000
         self._stuck_after_s = core.settings.stuck_after_ms / 1000
         self._stopping = threading.Event()
@@ -181,7 +243,9 @@ class StalledLoopBeats:
                     continue
                 stuck = stalled_s >= self._stuck_after_s
                 beats = self._core.membership.stalled_beats(round(stalled_s * 1000), stuck)
-                for _peer, addr, frames in beats:
+                for peer, addr, frames in beats:
+                    if self._links is not None and self._links.cut_off(peer):
+                        continue  # an emulated cut holds every message to it: a beat is late
                     outbox = outboxes.get(addr)
                     if outbox is None:
                         outbox = outboxes[addr] = Outbox(addr, immediate=False)

@@ -1,10 +1,13 @@
 """Plays a scenario of ``smr.scenarios`` against a local cluster's node processes, and
 checks the outcome it expects.
 
-The local process backend carries out faults with signals, as ``smr fault`` does: a
+The local process backend carries out faults as ``smr fault`` does: a
 :class:`~smr.faults.Kill` is SIGKILL; a :class:`~smr.faults.Pause` is SIGSTOP, then SIGCONT
-``duration_ms`` later. Times count from the start of the feed: the moment a node reports
-the first tuple applied (the simulation's mappers start at virtual time 0).
+``duration_ms`` later; a :class:`~smr.faults.Partition` or a :class:`~smr.faults.Delay` is
+a rule for the in-node network filter of each node it touches
+(``smr.fault_backends.emulated_rules``), which ends by itself. Times count from the start
+of the feed: the moment a node reports the first tuple applied (the simulation's mappers
+start at virtual time 0).
 """
 
 from __future__ import annotations
@@ -22,7 +25,8 @@ from typing import Any, Final
 import psutil
 
 from smr.client import Client, NodeUnreachable
-from smr.faults import FaultSchedule, Forge, Kill, Pause, Stall, Starve
+from smr.fault_backends import emulated_rules, send_rules
+from smr.faults import Delay, FaultSchedule, Forge, Kill, Partition, Pause, Stall, Starve
 from smr.scenarios import Scenario
 
 # A signal sent later than this after its time means the run did not follow the schedule
@@ -37,19 +41,15 @@ SETTLE_TIMEOUT_S: Final = 20.0
 
 
 def why_the_local_backend_cannot_run(scenario: Scenario) -> str | None:
-    """None if signals can carry out every fault of ``scenario``; otherwise why not.
-
-    A partition or a delay acts on the messages between nodes: it needs a network filter
-    inside the node (a later issue), which signals to a whole process cannot stand in for.
-    """
+    """None if signals and the in-node network filter can carry out every fault of
+    ``scenario``; otherwise why not."""
     for fault in scenario.schedule:
         if isinstance(fault, Stall):
             return "a stall is a slow reduce call: tests/e2e/test_slow_reducer.py runs one"
         if isinstance(fault, Forge):
             return "a forged view: tests/e2e/test_forged_view.py sends one to real processes"
-        if not isinstance(fault, Kill | Pause | Starve):
-            kind = type(fault).__name__.lower()
-            return f"a {kind} needs the in-node network filter, which does not exist yet"
+        if not isinstance(fault, Kill | Pause | Starve | Partition | Delay):
+            return f"the local backend does not carry out a {type(fault).__name__.lower()}"
     return None
 
 
@@ -60,9 +60,39 @@ class _Signal:
     signum: signal.Signals
 
 
+@dataclass(frozen=True)
+class _Rules:
+    """Filter rules, by node, sent at ``at_ms``: they end by themselves."""
+
+    at_ms: int
+    rules: dict[str, bytes]
+
+
+def _rules(schedule: FaultSchedule, nodes: list[str]) -> list[_Rules]:
+    rules: list[_Rules] = []
+    for fault in schedule:
+        if isinstance(fault, Partition):
+            by_node = emulated_rules(
+                "cut",
+                nodes,
+                fault.group_a,
+                others=fault.group_b,
+                duration_ms=fault.duration_ms,
+            )
+            rules.append(_Rules(fault.at_ms, by_node))
+        elif isinstance(fault, Delay):
+            by_node = emulated_rules(
+                "delay", nodes, [fault.node], delay_ms=fault.extra_ms, duration_ms=fault.duration_ms
+            )
+            rules.append(_Rules(fault.at_ms, by_node))
+    return rules
+
+
 def _signals(schedule: FaultSchedule) -> list[_Signal]:
     signals: list[_Signal] = []
     for fault in schedule:
+        if isinstance(fault, Partition | Delay):
+            continue
         if isinstance(fault, Kill):
             signals.append(_Signal(fault.at_ms, fault.node, signal.SIGKILL))
         elif isinstance(fault, Pause):
@@ -110,15 +140,27 @@ def play(
     pids: Mapping[str, int],
     feed: subprocess.Popen[str],
     started_s: float,
+    addrs: Mapping[str, str] | None = None,
 ) -> None:
-    """Send each fault's signals at its time from ``started_s`` (``time.monotonic()``);
-    every fault must start while ``feed`` still runs. A paused node is resumed whatever
-    happens."""
+    """Send each fault's signals, and its filter rules to the nodes at ``addrs``, at its
+    time from ``started_s`` (``time.monotonic()``); every fault must start while ``feed``
+    still runs. A paused node is resumed whatever happens."""
     paused: set[str] = set()
+    events: list[_Signal | _Rules] = [*_signals(schedule)]
+    if addrs is not None:
+        events += _rules(schedule, sorted(addrs))
+    client = Client(timeout_ms=1000)
     try:
-        for sent in _signals(schedule):
+        for sent in sorted(events, key=lambda event: event.at_ms):
             due_s = started_s + sent.at_ms / 1000
             time.sleep(max(0.0, due_s - time.monotonic()))
+            if isinstance(sent, _Rules):
+                assert feed.poll() is None, f"the feed ended before {sent.at_ms} ms"
+                assert addrs is not None
+                send_rules(client, sent.rules, dict(addrs))
+                late_ms = (time.monotonic() - due_s) * 1000
+                assert late_ms <= SIGNAL_LATE_MS_MAX, f"{sent} set {late_ms:.0f} ms late"
+                continue
             if sent.signum is not signal.SIGCONT:
                 assert feed.poll() is None, f"the feed ended before {sent.at_ms} ms"
             os.kill(pids[sent.node], sent.signum)
@@ -129,6 +171,7 @@ def play(
             elif sent.signum is signal.SIGCONT:
                 paused.discard(sent.node)
     finally:
+        client.close()
         for node in paused:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pids[node], signal.SIGCONT)

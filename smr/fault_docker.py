@@ -1,0 +1,194 @@
+"""``smr fault --backend docker``: faults on the compose cluster's node containers, through
+the Docker engine (the only module that imports the Docker SDK).
+
+A node is the container of the compose project whose hostname is the node's id. Faults:
+
+- ``kill``, ``pause``, ``resume``: the engine's kill (SIGKILL), pause and unpause (the
+  cgroup freezer: the process runs nothing; its connections stay open).
+- ``partition``: DROP rules in each container of one side against the addresses of the
+  other side's containers, inbound and outbound, in chains of their own (``smr-fault-in``
+  from INPUT, ``smr-fault-out`` from OUTPUT; the containers need ``NET_ADMIN``). Packets
+  vanish, connections stay up: TCP resends once the rules go.
+- ``loss``: the ``statistic`` match drops that share of the node's packets each way (not
+  loopback, so its own health check still answers).
+- ``delay``: netem on the container's interface where the kernel has it; otherwise the
+  node's in-node filter (:mod:`smr.transport.netfilter`), and the returned line says so.
+
+Every rule is removed by the container itself after the fault's duration (a detached
+``sleep; iptables -D`` inside it), so a fault heals even if this process is gone; each
+rule carries a comment naming its fault, so removing it never removes a later fault's.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import shlex
+from collections.abc import Sequence
+from typing import Any, Final
+
+import docker
+import docker.errors
+
+from smr.client import Client
+from smr.fault_backends import EMULATED, emulated_rules, send_rules
+from smr.spec import ClusterError
+
+# The port a compose node's inbox listens on (compose/docker-compose.yml).
+NODE_PORT_DEFAULT: Final = 7000
+CHAIN_IN: Final = "smr-fault-in"
+CHAIN_OUT: Final = "smr-fault-out"
+_SETUP: Final = (
+    f"iptables -N {CHAIN_IN} 2>/dev/null; iptables -N {CHAIN_OUT} 2>/dev/null; "
+    f"iptables -C INPUT -j {CHAIN_IN} 2>/dev/null || iptables -I INPUT -j {CHAIN_IN}; "
+    f"iptables -C OUTPUT -j {CHAIN_OUT} 2>/dev/null || iptables -I OUTPUT -j {CHAIN_OUT}"
+)
+_fault_numbers = itertools.count(1)
+
+
+class DockerBackend:
+    """The node containers of compose project ``project``."""
+
+    name = "docker"
+
+    def __init__(self, project: str, node_port: int = NODE_PORT_DEFAULT) -> None:
+        try:
+            self._docker = docker.from_env()
+            self._docker.ping()
+        except docker.errors.DockerException as error:
+            raise ClusterError(f"cannot reach the Docker engine: {error}") from None
+        self._project = project
+        self._node_port = node_port
+        self._client = Client(timeout_ms=2000)
+        if not self._containers():
+            raise ClusterError(
+                f"compose project {project!r} has no node containers (is it up? "
+                f"docker compose -p {project} ps)"
+            )
+
+    # -- finding nodes ---------------------------------------------------------------------------
+
+    def _containers(self) -> dict[str, Any]:
+        label = f"com.docker.compose.project={self._project}"
+        found = {}
+        for container in self._docker.containers.list(all=True, filters={"label": label}):
+            hostname = container.attrs["Config"]["Hostname"]
+            if container.labels.get("com.docker.compose.service") != "client":
+                found[hostname] = container
+        return found
+
+    def nodes(self) -> list[str]:
+        """The project's node containers, by hostname (the node's id)."""
+        return sorted(self._containers())
+
+    def _container(self, node: str) -> Any:
+        containers = self._containers()
+        if node not in containers:
+            raise ClusterError(
+                f"no container of project {self._project!r} is node {node!r} "
+                f"(nodes: {sorted(containers)})"
+            )
+        return containers[node]
+
+    def _ip(self, node: str) -> str:
+        networks = self._container(node).attrs["NetworkSettings"]["Networks"]
+        addresses = [net["IPAddress"] for net in networks.values() if net.get("IPAddress")]
+        if not addresses:
+            raise ClusterError(f"node {node!r} has no address (is its container running?)")
+        return str(addresses[0])
+
+    def _run(self, node: str, script: str) -> tuple[int, str]:
+        try:
+            code, output = self._container(node).exec_run(["sh", "-c", script])
+        except docker.errors.APIError as error:
+            raise ClusterError(f"cannot run a command in node {node!r}: {error}") from None
+        return int(code), output.decode(errors="replace").strip()
+
+    def _apply(self, node: str, rules: Sequence[str], duration_ms: int) -> None:
+        """Add iptables ``rules`` (``CHAIN spec...``) in ``node`` and have the container
+        remove them after ``duration_ms``."""
+        tag = f"smr-fault-{os.getpid()}-{next(_fault_numbers)}"
+        tagged = [f"{rule} -m comment --comment {tag} -j DROP" for rule in rules]
+        add = "; ".join(f"iptables -A {rule}" for rule in tagged)
+        code, output = self._run(node, f"{_SETUP}; {add}")
+        if code != 0:
+            raise ClusterError(f"iptables failed in node {node!r} (NET_ADMIN?): {output}")
+        undo = "; ".join(f"iptables -D {rule}" for rule in tagged)
+        sleep_s = duration_ms / 1000
+        self._container(node).exec_run(["sh", "-c", f"sleep {sleep_s}; {undo}"], detach=True)
+
+    # -- faults ----------------------------------------------------------------------------------
+
+    def kill(self, node: str) -> str:
+        """The engine kills the container (SIGKILL)."""
+        self._engine(node, "kill")
+        return "docker kill (SIGKILL)"
+
+    def pause(self, node: str) -> str:
+        """The engine freezes the container."""
+        self._engine(node, "pause")
+        return "docker pause (cgroup freezer)"
+
+    def resume(self, node: str) -> str:
+        """The engine thaws the container."""
+        self._engine(node, "unpause")
+        return "docker unpause"
+
+    def _engine(self, node: str, verb: str) -> None:
+        try:
+            getattr(self._container(node), verb)()
+        except docker.errors.APIError as error:
+            raise ClusterError(f"docker {verb} {node}: {error.explanation or error}") from None
+
+    def partition(self, group_a: Sequence[str], group_b: Sequence[str], duration_ms: int) -> str:
+        """DROP rules on both sides, against the other side's addresses."""
+        ips = {node: self._ip(node) for node in [*group_a, *group_b]}
+        for side, other in ((group_a, group_b), (group_b, group_a)):
+            for node in side:
+                rules = [f"{CHAIN_IN} -s {ips[peer]}" for peer in other]
+                rules += [f"{CHAIN_OUT} -d {ips[peer]}" for peer in other]
+                self._apply(node, rules, duration_ms)
+        return "iptables DROP between the groups' container addresses"
+
+    def loss(self, node: str, loss_ppm: int, duration_ms: int) -> str:
+        """The ``statistic`` match drops that share of the node's packets each way."""
+        share = f"-m statistic --mode random --probability {loss_ppm / 1_000_000:.6f}"
+        self._apply(
+            node, [f"{CHAIN_IN} ! -i lo {share}", f"{CHAIN_OUT} ! -o lo {share}"], duration_ms
+        )
+        return "iptables statistic DROP, each way"
+
+    def delay(self, node: str, delay_ms: int, jitter_ms: int, duration_ms: int) -> str:
+        """netem on the node's interface, or the in-node filter where there is no netem."""
+        netem = f"tc qdisc replace dev eth0 root netem delay {delay_ms}ms {jitter_ms}ms"
+        code, output = self._run(node, netem)
+        if code == 0:
+            undo = f"sleep {duration_ms / 1000}; tc qdisc del dev eth0 root"
+            self._container(node).exec_run(["sh", "-c", undo], detach=True)
+            return "netem on eth0 (outbound: each way the peers' own delay is not added)"
+        rules = emulated_rules(
+            "delay",
+            self.nodes(),
+            [node],
+            delay_ms=delay_ms,
+            jitter_ms=jitter_ms,
+            duration_ms=duration_ms,
+        )
+        send_rules(self._client, rules, self._addresses(list(rules)))
+        return f"{EMULATED}; netem is missing here ({shlex.quote(output[:80])})"
+
+    def _addresses(self, nodes: Sequence[str]) -> dict[str, str]:
+        return {node: f"tcp://{self._ip(node)}:{self._node_port}" for node in nodes}
+
+    def heal(self) -> str:
+        """Flush the fault chains and netem in every running node container, and every
+        node's filter."""
+        running = [n for n, c in self._containers().items() if c.status == "running"]
+        for node in running:
+            self._run(
+                node,
+                f"iptables -F {CHAIN_IN} 2>/dev/null; iptables -F {CHAIN_OUT} 2>/dev/null; "
+                "tc qdisc del dev eth0 root 2>/dev/null; true",
+            )
+        send_rules(self._client, emulated_rules("heal", running, []), self._addresses(running))
+        return "iptables chains flushed, netem removed, filters healed"
