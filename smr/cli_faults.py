@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 
 import click
 
+from smr.chaos import load_schedule, play
 from smr.fault_backends import (
     FaultBackend,
     FaultLog,
@@ -58,7 +59,7 @@ def _target_options(command: F) -> F:
         backend = _backend(cluster_dir, docker_project)
         if log_path is None and cluster_dir is not None:
             log_path = cluster_dir / "faults.jsonl"
-        return command(backend=backend, log=FaultLog(log_path, backend.name), **kw)
+        return command(backend=backend, log=FaultLog(log_path, backend.name, click.echo), **kw)
 
     return with_target  # type: ignore[return-value]
 
@@ -110,18 +111,12 @@ duration_option = click.option(
 )
 
 
-def _report(log: FaultLog, fault: str, targets: list[str], how: str, **extra: Any) -> None:
-    entry = log.record(fault, targets, how, **extra)
-    lasting = f" for {extra['duration_ms']} ms" if "duration_ms" in extra else ""
-    click.echo(f"{entry['time']} {fault} {' '.join(targets)}{lasting}: {how}")
-
-
 @fault_group.command("kill")
 @click.argument("node_id")
 @_target_options
 def fault_kill(node_id: str, backend: FaultBackend, log: FaultLog) -> None:
     """Kill node NODE_ID at once (SIGKILL): it stays dead."""
-    _report(log, "kill", [node_id], _or_fail(backend.kill, node_id))
+    log.record("kill", [node_id], _or_fail(backend.kill, node_id))
 
 
 @fault_group.command("pause")
@@ -138,13 +133,13 @@ def fault_pause(
     node_id: str, duration_ms: int | None, backend: FaultBackend, log: FaultLog
 ) -> None:
     """Pause node NODE_ID (SIGSTOP, or docker pause): it runs and sends nothing."""
-    _report(log, "pause", [node_id], _or_fail(backend.pause, node_id))
+    log.record("pause", [node_id], _or_fail(backend.pause, node_id))
     if duration_ms is None:
         return
     try:
         time.sleep(duration_ms / 1000)
     finally:  # an interrupted wait resumes the node too
-        _report(log, "resume", [node_id], _or_fail(backend.resume, node_id))
+        log.record("resume", [node_id], _or_fail(backend.resume, node_id))
 
 
 @fault_group.command("resume")
@@ -152,7 +147,7 @@ def fault_pause(
 @_target_options
 def fault_resume(node_id: str, backend: FaultBackend, log: FaultLog) -> None:
     """Resume a paused node NODE_ID (SIGCONT, or docker unpause)."""
-    _report(log, "resume", [node_id], _or_fail(backend.resume, node_id))
+    log.record("resume", [node_id], _or_fail(backend.resume, node_id))
 
 
 @fault_group.command("partition")
@@ -166,7 +161,7 @@ def fault_partition(
     every other node). Traffic inside each group, and with clients and feeders, goes on."""
     group_a, group_b = _or_fail(parse_groups, groups, backend.nodes())
     how = _or_fail(backend.partition, group_a, group_b, duration_ms)
-    _report(log, "partition", [*group_a, "/", *group_b], how, duration_ms=duration_ms)
+    log.record("partition", [*group_a, "/", *group_b], how, duration_ms=duration_ms)
 
 
 @fault_group.command("delay")
@@ -185,7 +180,7 @@ def fault_delay(
 ) -> None:
     """Delay what node NODE_ID sends and receives by DELAY (100ms)."""
     how = _or_fail(backend.delay, node_id, delay, jitter, duration_ms)
-    _report(log, "delay", [node_id], how, duration_ms=duration_ms, delay_ms=delay, jitter_ms=jitter)
+    log.record("delay", [node_id], how, duration_ms=duration_ms, delay_ms=delay, jitter_ms=jitter)
 
 
 @fault_group.command("loss")
@@ -199,11 +194,22 @@ def fault_loss(
     """Lose SHARE (5%) of what node NODE_ID sends and receives."""
     loss_ppm = _or_fail(parse_percent_ppm, share)
     how = _or_fail(backend.loss, node_id, loss_ppm, duration_ms)
-    _report(log, "loss", [node_id], how, duration_ms=duration_ms, loss_ppm=loss_ppm)
+    log.record("loss", [node_id], how, duration_ms=duration_ms, loss_ppm=loss_ppm)
 
 
 @fault_group.command("heal")
 @_target_options
 def fault_heal(backend: FaultBackend, log: FaultLog) -> None:
     """End every partition, delay and loss now (paused nodes stay paused)."""
-    _report(log, "heal", backend.nodes(), _or_fail(backend.heal))
+    log.record("heal", backend.nodes(), _or_fail(backend.heal))
+
+
+@fault_group.command("run")
+@click.argument("schedule_path", type=click.Path(dir_okay=False, path_type=Path))
+@_target_options
+def fault_run(schedule_path: Path, backend: FaultBackend, log: FaultLog) -> None:
+    """Play the chaos schedule in TOML file SCHEDULE_PATH (smr/chaos.py says its format):
+    each fault at its time, until the last one has healed."""
+    schedule = _or_fail(load_schedule, schedule_path)
+    actions = _or_fail(play, schedule, backend, log)
+    click.echo(f"played {schedule_path}: {actions} actions")

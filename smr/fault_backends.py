@@ -23,13 +23,13 @@ import json
 import re
 import signal
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 from smr import cluster as local_cluster
-from smr.client import Client
+from smr.client import Client, NodeUnreachable
 from smr.spec import ClusterError, read_spec
 from smr.transport.netfilter import pack_rule
 
@@ -113,14 +113,18 @@ def emulated_rules(
     return rules
 
 
-def send_rules(client: Client, rules: dict[str, bytes], addr_of: dict[str, str]) -> str:
+def send_rules(
+    client: Client, rules: dict[str, bytes], addr_of: dict[str, str], heal: bool = False
+) -> str:
     """Send each node its rule; what they set, or ClusterError naming the nodes that did not
-    take theirs (those that did heal by themselves after the rule's duration)."""
+    take theirs (those that did heal by themselves after the rule's duration). A ``heal``
+    passes over nodes that do not answer: a dead node holds nothing back."""
     answers = client.net_rules_each({addr_of[node]: body for node, body in rules.items()})
     failed = {
-        node: answers[addr_of[node]]
+        node: answer
         for node in rules
-        if isinstance(answers[addr_of[node]], Exception)
+        if isinstance(answer := answers[addr_of[node]], Exception)
+        and not (heal and isinstance(answer, NodeUnreachable))
     }
     if failed:
         reasons = "; ".join(f"{node}: {error}" for node, error in sorted(failed.items()))
@@ -164,7 +168,7 @@ class LocalBackend:
             if node not in addr_of:
                 raise ClusterError(f"no node {node!r} in the cluster (nodes: {sorted(addr_of)})")
         rules = emulated_rules(action, sorted(addr_of), targets, **fields)
-        return send_rules(self._client, rules, addr_of)
+        return send_rules(self._client, rules, addr_of, heal=action == "heal")
 
     def partition(self, group_a: Sequence[str], group_b: Sequence[str], duration_ms: int) -> str:
         """Each side's filter holds its messages to the other side."""
@@ -188,10 +192,12 @@ class LocalBackend:
 
 @dataclass
 class FaultLog:
-    """What was done when, as JSON lines appended to ``path`` (None: not written)."""
+    """What was done when, as JSON lines appended to ``path`` (None: not written), each
+    also told to ``echo`` in one line."""
 
     path: Path | None
     backend: str
+    echo: Callable[[str], None] | None = None
 
     def record(self, fault: str, targets: Sequence[str], how: str, **extra: Any) -> dict[str, Any]:
         """Append one line and return it: ``time`` (ISO, UTC), ``unix_s``, ``backend``,
@@ -210,6 +216,9 @@ class FaultLog:
         if self.path is not None:
             with self.path.open("a", encoding="utf-8") as log:
                 log.write(json.dumps(entry) + "\n")
+        if self.echo is not None:
+            lasting = f" for {extra['duration_ms']} ms" if "duration_ms" in extra else ""
+            self.echo(f"{entry['time']} {fault} {' '.join(targets)}{lasting}: {how}")
         return entry
 
 

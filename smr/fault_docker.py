@@ -190,5 +190,6 @@ class DockerBackend:
                 f"iptables -F {CHAIN_IN} 2>/dev/null; iptables -F {CHAIN_OUT} 2>/dev/null; "
                 "tc qdisc del dev eth0 root 2>/dev/null; true",
             )
-        send_rules(self._client, emulated_rules("heal", running, []), self._addresses(running))
+        heal = emulated_rules("heal", running, [])
+        send_rules(self._client, heal, self._addresses(running), heal=True)
         return "iptables chains flushed, netem removed, filters healed"
