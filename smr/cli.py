@@ -26,6 +26,7 @@ from smr.channels import DeliveryError
 from smr.cli_autoscale import autoscale_group
 from smr.cli_cluster import cluster_group
 from smr.cli_faults import fault_group
+from smr.cli_node import node_command
 from smr.cli_options import cluster_dir_option
 from smr.cli_ring import move_command, scale_group
 from smr.client import Client, NodeRefused, NodeUnreachable, cluster_view, fetch_view
@@ -485,19 +486,10 @@ main_group.add_command(autoscale_group)
 
 
 main_group.add_command(fault_group)
+main_group.add_command(node_command)
 
 
 # -- the node process ----------------------------------------------------------------------
-
-
-@main_group.command("node", hidden=True)
-@cluster_dir_option
-@click.option("--id", "node_id", required=True)
-def node_command(cluster_dir: Path, node_id: str) -> None:
-    """Run one reducer node in the foreground (started by 'smr cluster up')."""
-    from smr.node import serve
-
-    sys.exit(serve(cluster_dir, node_id))
 
 
 def main(argv: list[str] | None = None) -> None:

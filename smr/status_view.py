@@ -19,7 +19,8 @@ from rich.console import Console
 from rich.measure import Measurement
 from rich.table import Table
 
-from smr.client import Client, NodeUnreachable
+from ring.view import OWNING_STATUSES
+from smr.client import Client, NodeUnreachable, cluster_view
 from smr.spec import ClusterSpec
 
 Row = dict[str, Any]
@@ -71,19 +72,32 @@ _UNBOUNDED_WIDTH: Final = 10_000
 
 
 def collect(spec: ClusterSpec, client: Client) -> list[Row]:
-    """One row per node of ``spec``: its status map with ``state`` "up", or ``state``
-    "unreachable" with the reason. Every node is asked at once."""
-    answers = client.status_each([node.addr for node in spec.nodes])
+    """One row per node of ``spec``, and per owner in the ring's view that the spec does not
+    name (one that joined through the seeds: ``smr node --join``): its status map with
+    ``state`` "up", or ``state`` "unreachable" with the reason. Every node is asked at once."""
+    nodes = [(node.id, node.addr, node.pid) for node in spec.nodes]
+    named = {node.id for node in spec.nodes}
+    try:
+        view = cluster_view(client, [node.addr for node in spec.nodes])
+    except NodeUnreachable:
+        view = None
+    if view is not None:
+        nodes += [
+            (member.node_id, member.addr, None)
+            for member in sorted(view.members.values(), key=lambda m: m.node_id)
+            if member.node_id not in named and member.status in OWNING_STATUSES
+        ]
+    answers = client.status_each([addr for _, addr, _ in nodes])
     rows: list[Row] = []
-    for node in spec.nodes:
-        answer = answers[node.addr]
+    for node_id, addr, pid in nodes:
+        answer = answers[addr]
         if isinstance(answer, NodeUnreachable):
             rows.append(
                 {
-                    "node": node.id,
+                    "node": node_id,
                     "state": "unreachable",
-                    "addr": node.addr,
-                    "pid": node.pid,
+                    "addr": addr,
+                    "pid": pid,
                     "error": str(answer),
                 }
             )

@@ -69,6 +69,7 @@ class Joins:
         self._dropped_at: float | None = None
         # At a fenced node: when it last asked to join again.
         self._rejoin_asked_at = -1e9
+        self._started_at = node.clock()
 
     def reset(self) -> None:
         """Forget every join (fencing)."""
@@ -245,13 +246,16 @@ class Joins:
 
     def rejoin(self, now: float) -> None:
         """A fenced node on standby is capacity: once ``rejoin_after_fence_ms`` passed since
-        it was fenced, it asks to join beside the busiest owner where the zones stay spread
-        (`_where_to_join`), every
-        ``REJOIN_RETRY_S`` until it joined."""
+        it was fenced (or ``join_after_start_ms`` since a node that joins by itself
+        started), it asks to join beside the busiest owner where the zones stay spread
+        (`_where_to_join`), every ``REJOIN_RETRY_S`` until it joined."""
         node = self._node
-        wait_ms = node.settings.rejoin_after_fence_ms
         fenced_at = node.recovery.fenced_at
-        if wait_ms is None or fenced_at is None or now - fenced_at < wait_ms / 1000:
+        if fenced_at is not None:
+            wait_ms, since = node.settings.rejoin_after_fence_ms, fenced_at
+        else:
+            wait_ms, since = node.settings.join_after_start_ms, self._started_at
+        if wait_ms is None or now - since < wait_ms / 1000:
             return
         me = node.view.get(node.node_id)
         if me is None or me.status is not Status.STANDBY or self._moves.busy:

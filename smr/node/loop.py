@@ -35,7 +35,7 @@ from smr.protocol import (
     decode,
     encode,
 )
-from smr.spec import read_spec
+from smr.spec import NodeSpec, read_spec
 from smr.transport.netfilter import FilteredLinks, parse_rule
 
 if TYPE_CHECKING:
@@ -58,9 +58,18 @@ IDLE_RELEASE_CHECK_S: Final = 0.05
 INVARIANT_VIOLATED_EXIT_CODE: Final = 70
 
 
-def serve(cluster_dir: Path, node_id: str) -> int:
+def serve(
+    cluster_dir: Path,
+    node_id: str,
+    newcomer: NodeSpec | None = None,
+    join_after_start_ms: int | None = None,
+) -> int:
     """Run node ``node_id`` of the cluster in ``cluster_dir`` until SIGTERM; returns the exit
-    code (0 after a clean stop, 2 if it could not start)."""
+    code (0 after a clean stop, 2 if it could not start).
+
+    A node the spec does not name starts as ``newcomer``: on standby, known to the ring
+    once its gossip reaches the spec's nodes (its seeds); with ``join_after_start_ms`` it
+    then asks to join by itself (``NodeSettings.join_after_start_ms``)."""
     import uvloop
 
     from smr.transport.zeromq import Inbox, Publisher, ZmqNodeLinks
@@ -70,6 +79,8 @@ def serve(cluster_dir: Path, node_id: str) -> int:
     )
     try:
         spec = read_spec(cluster_dir)
+        if newcomer is not None and node_id not in {node.id for node in spec.nodes}:
+            spec.nodes.append(newcomer)
         me = spec.node(node_id)
         job = load_job(spec.job)
         inbox = Inbox(me.bind_addr)
@@ -86,6 +97,7 @@ def serve(cluster_dir: Path, node_id: str) -> int:
         rejoin_after_fence_ms=spec.rejoin_after_fence_ms(),
         apply_rate_cap_per_s=spec.apply_rate_cap_per_s(),
         balance_above=spec.balance_above(),
+        join_after_start_ms=join_after_start_ms,
     )
     core = NodeCore(
         NodeId(node_id),

@@ -45,6 +45,11 @@ class NodeSettings:
     # for a few seconds moves a third of its load to its clockwise neighbour, which accepts
     # only if it is 0.3 less busy. None: off (moves come from operators and the autoscaler).
     balance_above: float | None = None
+    # A node started on standby by itself (``smr node --join``: a compose replica, a host of
+    # its own) asks to join this long after it started, beside the busiest owner, again
+    # every few seconds until it has joined; the wait lets its gossip reach the ring first.
+    # None: it stays on standby until an operator or the autoscaler asks it to join.
+    join_after_start_ms: int | None = None
 
 
 @dataclass

@@ -1,0 +1,72 @@
+"""``smr node``: run one reducer node in the foreground. Registered on the main group by
+:mod:`smr.cli`."""
+
+from __future__ import annotations
+
+import socket
+import sys
+from pathlib import Path
+from typing import Final
+
+import click
+
+from ring.ids import NodeId, Token
+from smr.cli_options import cluster_dir_option
+
+# A node the spec does not name listens here unless told otherwise (the compose cluster's
+# nodes all do, each at its own host name).
+NEWCOMER_PORT_DEFAULT: Final = 7000
+# How long after it started a node run with --join asks to join (its gossip reaches the
+# ring first).
+JOIN_AFTER_START_MS: Final = 1000
+
+
+@click.command("node")
+@cluster_dir_option
+@click.option("--id", "node_id", help="The node's id (default: this host's name).")
+@click.option(
+    "--port",
+    default=NEWCOMER_PORT_DEFAULT,
+    type=click.IntRange(1, 65534),
+    help="A node the spec does not name: its inbox port (its output's is the next one).",
+)
+@click.option(
+    "--advertise",
+    "advertise_host",
+    help="A node the spec does not name: the host name peers reach it by (default: its id).",
+)
+@click.option("--zone", default="", help="A node the spec does not name: its fault zone.")
+@click.option(
+    "--join",
+    is_flag=True,
+    help="A node the spec does not name: join the ring by itself once started, beside the "
+    "busiest owner (without it, it waits on standby for `smr scale out`).",
+)
+def node_command(
+    cluster_dir: Path,
+    node_id: str | None,
+    port: int,
+    advertise_host: str | None,
+    zone: str,
+    join: bool,
+) -> None:
+    """Run one reducer node in the foreground. `smr cluster up` starts the nodes its spec
+    names; a node the spec does not name (a compose replica, a node on another host)
+    starts on standby, binds every interface and finds the ring through the spec's
+    nodes (the seeds)."""
+    from smr.node import serve
+    from smr.spec import NodeSpec
+
+    node_id = node_id or socket.gethostname()
+    host = advertise_host or node_id
+    newcomer = NodeSpec(
+        id=NodeId(node_id),
+        addr=f"tcp://{host}:{port}",
+        pub_addr=f"tcp://{host}:{port + 1}",
+        token=Token(0),
+        bind_addr=f"tcp://0.0.0.0:{port}",
+        pub_bind_addr=f"tcp://0.0.0.0:{port + 1}",
+        zone=zone,
+        standby=True,
+    )
+    sys.exit(serve(cluster_dir, node_id, newcomer, JOIN_AFTER_START_MS if join else None))
