@@ -33,8 +33,9 @@ test-slow: $(STAMP)
 
 # The compose cluster (compose/): `make image` builds smr's image with no registry (a
 # debootstrapped base, then wheels built here; cached, so a second run takes seconds);
-# compose-up starts four nodes and returns once each answers; test-compose runs the tests
-# marked compose (Docker needed; CI runs them after test-slow).
+# compose-up starts four nodes and a Spark standalone master and worker, and returns once
+# each node answers and the worker has registered; test-compose runs the tests marked
+# compose, tests/compose/test_compose*.py (Docker needed; CI runs them after test-slow).
 COMPOSE := $(BIN)/docker-compose -f compose/docker-compose.yml
 
 image: $(STAMP)
