@@ -1,7 +1,8 @@
 """``smr fault --backend docker``: faults on the compose cluster's node containers, through
 the Docker engine (the only module that imports the Docker SDK).
 
-A node is the container of the compose project whose hostname is the node's id. Faults:
+A node is a container of the compose project that runs ``smr node``; its hostname is the
+node's id. Faults:
 
 - ``kill``, ``pause``, ``resume``: the engine's kill (SIGKILL), pause and unpause (the
   cgroup freezer: the process runs nothing; its connections stay open).
@@ -72,13 +73,13 @@ class DockerBackend:
         label = f"com.docker.compose.project={self._project}"
         found = {}
         for container in self._docker.containers.list(all=True, filters={"label": label}):
-            hostname = container.attrs["Config"]["Hostname"]
-            if container.labels.get("com.docker.compose.service") != "client":
-                found[hostname] = container
+            config = container.attrs["Config"]
+            if (config.get("Cmd") or [])[:2] == ["smr", "node"]:
+                found[config["Hostname"]] = container
         return found
 
     def nodes(self) -> list[str]:
-        """The project's node containers, by hostname (the node's id)."""
+        """The project's node containers (running or not), by hostname (the node's id)."""
         return sorted(self._containers())
 
     def _container(self, node: str) -> Any:
@@ -140,8 +141,17 @@ class DockerBackend:
         except docker.errors.APIError as error:
             raise ClusterError(f"docker {verb} {node}: {error.explanation or error}") from None
 
+    def _running(self) -> list[str]:
+        return sorted(n for n, c in self._containers().items() if c.status == "running")
+
     def partition(self, group_a: Sequence[str], group_b: Sequence[str], duration_ms: int) -> str:
-        """DROP rules on both sides, against the other side's addresses."""
+        """DROP rules on both sides, against the other side's addresses (a container that
+        is not running, killed say, has none and sends nothing: it is passed over)."""
+        running = set(self._running())
+        group_a = [node for node in group_a if node in running]
+        group_b = [node for node in group_b if node in running]
+        if not group_a or not group_b:
+            raise ClusterError("a side of the partition has no running node container")
         ips = {node: self._ip(node) for node in [*group_a, *group_b]}
         for side, other in ((group_a, group_b), (group_b, group_a)):
             for node in side:
@@ -168,7 +178,7 @@ class DockerBackend:
             return "netem on eth0 (outbound: each way the peers' own delay is not added)"
         rules = emulated_rules(
             "delay",
-            self.nodes(),
+            self._running(),
             [node],
             delay_ms=delay_ms,
             jitter_ms=jitter_ms,
@@ -183,7 +193,7 @@ class DockerBackend:
     def heal(self) -> str:
         """Flush the fault chains and netem in every running node container, and every
         node's filter."""
-        running = [n for n, c in self._containers().items() if c.status == "running"]
+        running = self._running()
         for node in running:
             self._run(
                 node,
