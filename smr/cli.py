@@ -20,6 +20,7 @@ from typing import Any, NoReturn
 import click
 
 from checkpoint.ids import MapperId
+from ring.view import View
 from smr import feed_run, spark_checkpoint
 from smr.api import JobLoadError, load_job
 from smr.channels import DeliveryError
@@ -253,10 +254,12 @@ def spark_feed_command(
     if socket_addr is None:
         smr_spark.check_input_dir(Path(input_ref))
     smr_spark.check_java()
-    fetch_view(spec.seeds)
+    view = fetch_view(spec.seeds)
     name = query_name or f"smr-{load_job(job_ref).name}"
     checkpoint = checkpoint_dir or cluster_dir / "spark-checkpoints" / name
-    moved = spark_checkpoint.claim(checkpoint, spec.incarnation, cluster_dir, from_start)
+    # Without an incarnation to compare, an empty ring is what tells a restarted one.
+    ring_keys = _ring_keys(view) if spec.incarnation is None else None
+    moved = spark_checkpoint.claim(checkpoint, spec.incarnation, cluster_dir, from_start, ring_keys)
     if moved is not None:
         click.echo(moved, err=True)
     started = time.monotonic()
@@ -320,6 +323,18 @@ def spark_feed_command(
     if failure is not None:
         click.echo(f"smr: error: {failure}", err=True)
         sys.exit(1)
+
+
+def _ring_keys(view: View) -> int | None:
+    """The keys the ring's owners hold, all told; None if an owner does not answer."""
+    client = Client(timeout_ms=2000)
+    try:
+        rows = client.status_each([member.addr for member in view.owners()])
+    finally:
+        client.close()
+    if any(isinstance(row, NodeUnreachable) for row in rows.values()):
+        return None
+    return sum(int(row["keys"]) for row in rows.values() if isinstance(row, dict))
 
 
 @main_group.command("dump")

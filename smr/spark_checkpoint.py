@@ -9,9 +9,12 @@ before Spark starts:
 
 1. A checkpoint with no progress yet, or one that fed this incarnation: go on (resume).
 2. A checkpoint that fed another incarnation (or that has no record of one while the cluster
-   has one): refuse with :class:`StaleCheckpoint`, one line saying what happened and what to
-   do, unless ``from_start``: then move the old checkpoint aside (``NAME.old-INCARNATION``)
-   and feed everything again.
+   has one), or, where neither names one (a cluster spec written by hand, as the compose
+   cluster's), a checkpoint with progress while the ring holds no key at all: refuse with
+   :class:`StaleCheckpoint`, one line saying what happened and what to do, unless
+   ``from_start``: then move the old checkpoint aside (``NAME.old-INCARNATION``) and feed
+   everything again. (Without incarnations, a ring started again that already holds keys
+   from another feed cannot be told from the one the checkpoint fed.)
 3. When the query has started: write this incarnation into the file.
 """
 
@@ -50,17 +53,30 @@ def has_progress(checkpoint_dir: Path) -> bool:
 
 
 def claim(
-    checkpoint_dir: Path, incarnation: str | None, cluster_dir: Path, from_start: bool
+    checkpoint_dir: Path,
+    incarnation: str | None,
+    cluster_dir: Path,
+    from_start: bool,
+    ring_keys: int | None = None,
 ) -> str | None:
-    """Steps 1 and 2: check that ``checkpoint_dir`` may feed ``incarnation``; StaleCheckpoint
-    if not. Returns a line to show when the old checkpoint was moved aside, else None."""
+    """Steps 1 and 2: check that ``checkpoint_dir`` may feed ``incarnation`` of a ring that
+    holds ``ring_keys`` keys (None: not counted); StaleCheckpoint if not. Returns a line to
+    show when the old checkpoint was moved aside, else None."""
     # 1.
     if not has_progress(checkpoint_dir):
         return None
     fed = fed_incarnation(checkpoint_dir)
-    if fed == incarnation:
+    unknown_empty_ring = fed is None and incarnation is None and ring_keys == 0
+    if fed == incarnation and not unknown_empty_ring:
         return None
     # 2.
+    if not from_start and unknown_empty_ring:
+        raise StaleCheckpoint(
+            f"checkpoint {checkpoint_dir} says input was fed already, but the ring holds no "
+            "key (started again since, empty: a compose `down` without -v keeps the "
+            "checkpoint volume): resuming would skip that input; run again with "
+            "--from-start to feed everything, or give another --checkpoint"
+        )
     if not from_start:
         raise StaleCheckpoint(
             f"checkpoint {checkpoint_dir} fed cluster incarnation {fed or UNKNOWN}, but the "

@@ -53,3 +53,17 @@ def test_from_start_moves_the_old_checkpoint_aside_with_its_record(tmp_path: Pat
     assert (aside / "commits" / "0").exists() and fed_incarnation(aside) == "life1"
     record(checkpoint, "life2")
     assert fed_incarnation(checkpoint) == "life2"
+
+
+def test_with_no_incarnation_on_either_side_an_empty_ring_refuses_a_checkpoint_with_progress(
+    tmp_path: Path,
+) -> None:
+    # A cluster spec written by hand (the compose cluster's) names no incarnation: a ring
+    # started again, empty, is told by its emptiness.
+    checkpoint = checkpoint_with_progress(tmp_path, None)
+    with pytest.raises(StaleCheckpoint, match="the ring holds no key.*--from-start"):
+        claim(checkpoint, None, tmp_path, from_start=False, ring_keys=0)
+    assert claim(checkpoint, None, tmp_path, from_start=False, ring_keys=12) is None
+    assert claim(checkpoint, None, tmp_path, from_start=False, ring_keys=None) is None
+    line = claim(checkpoint, None, tmp_path, from_start=True, ring_keys=0)
+    assert line is not None and not checkpoint.exists()  # moved aside: feeds from the start
