@@ -116,7 +116,7 @@ def test_killed_node_is_gone_by_pid_and_shown_unreachable(cluster: Cluster) -> N
     cluster.up(3)
     pid = next(n["pid"] for n in cluster.spec()["nodes"] if n["id"] == "n2")
     result = cluster.smr("fault", "kill", "n2", "--cluster", str(cluster.dir))
-    assert f"killed n2 (pid {pid})" in result.stdout
+    assert f"kill n2: SIGKILL to pid {pid}" in result.stdout
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
     status = cluster.status()
     assert status["n2"]["state"] == "unreachable"

@@ -161,3 +161,10 @@ def test_a_step_naming_an_unknown_node_or_too_many_is_refused() -> None:
         resolve(greedy, NODES)
     with pytest.raises(ScheduleError, match="cannot read"):
         load_schedule(Path("/nonexistent/chaos.toml"))
+
+
+def test_the_shipped_compose_schedule_parses_and_names_the_compose_nodes() -> None:
+    shipped = load_schedule(Path(__file__).resolve().parents[2] / "compose" / "chaos.toml")
+    resolved = resolve(shipped, NODES)
+    assert [step.action for step, _ in resolved] == ["kill", "partition", "delay", "loss"]
+    assert all(set(targets) <= set(NODES) for _, targets in resolved)
