@@ -45,7 +45,7 @@ compose-up: image
 	$(COMPOSE) up -d --wait
 
 compose-down: $(STAMP)
-	$(COMPOSE) down -v
+	$(COMPOSE) --profile '*' down -v --remove-orphans
 
 test-compose: image
 	$(BIN)/python -m pytest -q -m compose

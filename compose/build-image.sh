@@ -2,7 +2,7 @@
 # Build smr's image (tag smr:latest) for the compose cluster, reaching no registry:
 #   1. the base image (compose/base/build.sh: debootstrap + docker import; cached);
 #   2. the dependencies' image smr-deps:<hash of pyproject.toml>: wheels of smr's
-#      dependencies with the Spark extra, built on the host by PYTHON's pip (which trusts the
+#      dependencies with the Spark and Docker extras (the provisioner runs in a container), built on the host by PYTHON's pip (which trusts the
 #      host's certificates: no build step reaches a package index), installed in a venv on
 #      the base (compose/Dockerfile.deps); built once per pyproject.toml;
 #   3. smr's own wheel and the example jobs on top (compose/Dockerfile): a small context,
@@ -21,7 +21,7 @@ wheel=$(ls "$build"/smr/smr-*.whl)
 deps="smr-deps:$(cksum pyproject.toml | cut -d' ' -f1)"
 if ! docker image inspect "$deps" >/dev/null 2>&1; then
     rm -rf "$build/deps" && mkdir -p "$build/deps"
-    "$python" -m pip wheel -q -w "$build/deps" "$wheel[spark]"
+    "$python" -m pip wheel -q -w "$build/deps" "$wheel[spark,docker]"
     rm -f "$build"/deps/smr-*.whl
     docker build -q -t "$deps" -f compose/Dockerfile.deps "$build/deps" >/dev/null
     rm -rf "$build/deps"

@@ -16,7 +16,8 @@ import click
 from smr.autoscale.capacity import CapacityConfig
 from smr.autoscale.controller import Controller, read_status
 from smr.autoscale.policies import POLICIES, PolicyRunner
-from smr.cli_options import cluster_dir_option
+from smr.cli_options import cluster_dir_option, docker_project_option
+from smr.provision import StandbyPool, provisioner_for
 from smr.spec import ClusterError, read_spec
 
 
@@ -43,6 +44,7 @@ def autoscale_group() -> None:
 @click.option(
     "--duration-s", type=click.FloatRange(0.1), help="Stop after this long [default: on SIGTERM]."
 )
+@docker_project_option
 def autoscale_run(
     cluster_dir: Path,
     policy: str,
@@ -51,6 +53,7 @@ def autoscale_run(
     interval_s: float,
     billing_period_s: float | None,
     duration_s: float | None,
+    docker_project: str | None,
 ) -> None:
     """Run the controller on the cluster in the foreground until SIGTERM or Ctrl-C: every
     interval it polls the nodes, decides, and scales out (a standby node first) or in (a
@@ -64,8 +67,9 @@ def autoscale_run(
     elif billing_period_s is not None:
         raise ClusterError("--billing-period-s applies to the capacity policy only")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s autoscale %(message)s")
+    provisioner = StandbyPool(provisioner_for(cluster_dir, docker_project), size=0)
     controller = Controller(
-        cluster_dir, PolicyRunner(policy, config), nodes_min, nodes_max, interval_s
+        cluster_dir, PolicyRunner(policy, config), nodes_min, nodes_max, interval_s, provisioner
     )
     stopping = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):

@@ -10,7 +10,6 @@ from typing import Final
 
 import click
 
-from ring.ids import NodeId, Token
 from smr.cli_options import cluster_dir_option
 
 # A node the spec does not name listens here unless told otherwise (the compose cluster's
@@ -55,18 +54,8 @@ def node_command(
     starts on standby, binds every interface and finds the ring through the spec's
     nodes (the seeds)."""
     from smr.node import serve
-    from smr.spec import NodeSpec
+    from smr.spec import newcomer
 
     node_id = node_id or socket.gethostname()
-    host = advertise_host or node_id
-    newcomer = NodeSpec(
-        id=NodeId(node_id),
-        addr=f"tcp://{host}:{port}",
-        pub_addr=f"tcp://{host}:{port + 1}",
-        token=Token(0),
-        bind_addr=f"tcp://0.0.0.0:{port}",
-        pub_bind_addr=f"tcp://0.0.0.0:{port + 1}",
-        zone=zone,
-        standby=True,
-    )
-    sys.exit(serve(cluster_dir, node_id, newcomer, JOIN_AFTER_START_MS if join else None))
+    joining = newcomer(node_id, advertise_host or node_id, port, zone)
+    sys.exit(serve(cluster_dir, node_id, joining, JOIN_AFTER_START_MS if join else None))

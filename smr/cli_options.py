@@ -13,3 +13,9 @@ cluster_dir_option = click.option(
     type=click.Path(file_okay=False, path_type=Path),
     help="The cluster's directory (holds cluster.json).",
 )
+
+docker_project_option = click.option(
+    "--docker-project",
+    help="New nodes are containers of this compose project (self: this container's own), "
+    "not local processes; run on the compose network with the engine's socket.",
+)

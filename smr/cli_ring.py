@@ -18,9 +18,9 @@ import click
 
 from ring.zones import one_zone_windows
 from smr import ring_ops
-from smr.cli_options import cluster_dir_option
+from smr.cli_options import cluster_dir_option, docker_project_option
 from smr.client import Client
-from smr.provision import LocalProcesses, StandbyPool
+from smr.provision import StandbyPool, provisioner_for
 from smr.ring_ops import RingOpError
 from smr.spec import NodeSpec, read_spec
 
@@ -67,9 +67,15 @@ def scale_group() -> None:
     "--zone",
     help="The new nodes' fault zone [default: the zone with the fewest nodes].",
 )
+@docker_project_option
 @wait_option
 def scale_out_command(
-    cluster_dir: Path, count: int, beside: str | None, zone: str | None, wait_s: float
+    cluster_dir: Path,
+    count: int,
+    beside: str | None,
+    zone: str | None,
+    docker_project: str | None,
+    wait_s: float,
 ) -> None:
     """Add COUNT nodes: a node already on standby (fenced, or left running by 'scale in
     --keep-running') first, else a new process. Each catches up as an extra replica of the
@@ -77,7 +83,7 @@ def scale_out_command(
     keep each range's copies in two zones), then takes the top of its range (split at the
     load median). The joins run side by side where the ring has room (beside owners at
     least R apart), else one after the other; with --beside, one after the other."""
-    provisioner = StandbyPool(LocalProcesses(cluster_dir), size=0)
+    provisioner = StandbyPool(provisioner_for(cluster_dir, docker_project), size=0)
     nodes = []
     for _ in range(count):
         node = provisioner.start(zone)
@@ -105,8 +111,11 @@ def scale_out_command(
     is_flag=True,
     help="Leave the node running on standby (owning nothing) instead of stopping it.",
 )
+@docker_project_option
 @wait_option
-def scale_in_command(cluster_dir: Path, node_id: str, keep_running: bool, wait_s: float) -> None:
+def scale_in_command(
+    cluster_dir: Path, node_id: str, keep_running: bool, docker_project: str | None, wait_s: float
+) -> None:
     """NODE_ID leaves the ring: its whole range moves to its clockwise neighbour (with
     r + 1 copies throughout); once every range it backed up has its copies again, the
     node stops."""
@@ -117,7 +126,7 @@ def scale_in_command(cluster_dir: Path, node_id: str, keep_running: bool, wait_s
     # snapshot now. Until every node reports none under-replicated, say so and wait.
     _wait_replicated(cluster_dir, wait_s)
     if not keep_running:
-        LocalProcesses(cluster_dir).stop(node_id)
+        provisioner_for(cluster_dir, docker_project).stop(node_id)
         click.echo(f"{node_id} stopped and removed from {cluster_dir}")
 
 

@@ -1,5 +1,6 @@
-"""``smr fault --backend docker``: faults on the compose cluster's node containers, through
-the Docker engine (the only module that imports the Docker SDK).
+"""``smr fault --docker-project NAME``: faults on a compose cluster's node containers,
+through the Docker engine (:mod:`smr.docker_engine`). ``NAME`` ``self`` is the project of
+the container the command runs in.
 
 A node is a container of the compose project that runs ``smr node``; its hostname is the
 node's id. Faults:
@@ -28,10 +29,8 @@ import shlex
 from collections.abc import Sequence
 from typing import Any, Final
 
-import docker
-import docker.errors
-
 from smr.client import Client
+from smr.docker_engine import DockerError, engine, ip_of, node_containers, own_project
 from smr.fault_backends import EMULATED, emulated_rules, send_rules
 from smr.spec import ClusterError
 
@@ -53,12 +52,8 @@ class DockerBackend:
     name = "docker"
 
     def __init__(self, project: str, node_port: int = NODE_PORT_DEFAULT) -> None:
-        try:
-            self._docker = docker.from_env()
-            self._docker.ping()
-        except docker.errors.DockerException as error:
-            raise ClusterError(f"cannot reach the Docker engine: {error}") from None
-        self._project = project
+        self._docker = engine()
+        self._project = own_project(self._docker) if project == "self" else project
         self._node_port = node_port
         self._client = Client(timeout_ms=2000)
         if not self._containers():
@@ -70,13 +65,7 @@ class DockerBackend:
     # -- finding nodes ---------------------------------------------------------------------------
 
     def _containers(self) -> dict[str, Any]:
-        label = f"com.docker.compose.project={self._project}"
-        found = {}
-        for container in self._docker.containers.list(all=True, filters={"label": label}):
-            config = container.attrs["Config"]
-            if (config.get("Cmd") or [])[:2] == ["smr", "node"]:
-                found[config["Hostname"]] = container
-        return found
+        return node_containers(self._docker, self._project)
 
     def nodes(self) -> list[str]:
         """The project's node containers (running or not), by hostname (the node's id)."""
@@ -92,16 +81,15 @@ class DockerBackend:
         return containers[node]
 
     def _ip(self, node: str) -> str:
-        networks = self._container(node).attrs["NetworkSettings"]["Networks"]
-        addresses = [net["IPAddress"] for net in networks.values() if net.get("IPAddress")]
-        if not addresses:
+        address = ip_of(self._container(node))
+        if address is None:
             raise ClusterError(f"node {node!r} has no address (is its container running?)")
-        return str(addresses[0])
+        return address
 
     def _run(self, node: str, script: str) -> tuple[int, str]:
         try:
             code, output = self._container(node).exec_run(["sh", "-c", script])
-        except docker.errors.APIError as error:
+        except DockerError as error:
             raise ClusterError(f"cannot run a command in node {node!r}: {error}") from None
         return int(code), output.decode(errors="replace").strip()
 
@@ -138,8 +126,8 @@ class DockerBackend:
     def _engine(self, node: str, verb: str) -> None:
         try:
             getattr(self._container(node), verb)()
-        except docker.errors.APIError as error:
-            raise ClusterError(f"docker {verb} {node}: {error.explanation or error}") from None
+        except DockerError as error:
+            raise ClusterError(f"docker {verb} {node}: {error}") from None
 
     def _running(self) -> list[str]:
         return sorted(n for n, c in self._containers().items() if c.status == "running")

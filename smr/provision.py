@@ -6,7 +6,7 @@ nodes do: a started node is on standby until it is asked to join). ``smr scale o
 (processes on this machine, recorded in the cluster's ``cluster.json``: the default) and
 :class:`StandbyPool` (keeps a few standby nodes started ahead on top of another provisioner,
 so that a join does not wait for a process to start). The Docker one is the compose
-cluster's.
+cluster's (:mod:`smr.provision_docker`; :func:`provisioner_for` chooses).
 """
 
 from __future__ import annotations
@@ -40,6 +40,16 @@ class Provisioner(Protocol):
     def nodes(self) -> list[NodeSpec]:
         """Every node this provisioner started and has not stopped."""
         ...
+
+
+def provisioner_for(cluster_dir: Path, docker_project: str | None) -> Provisioner:
+    """The Docker provisioner of ``docker_project`` if one is named
+    (:mod:`smr.provision_docker`), else local processes."""
+    if docker_project is None:
+        return LocalProcesses(cluster_dir)
+    from smr.provision_docker import DockerNodes
+
+    return DockerNodes(cluster_dir, docker_project)
 
 
 class LocalProcesses:

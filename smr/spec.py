@@ -120,6 +120,22 @@ class NodeSpec:
             self.pub_bind_addr = self.pub_addr
 
 
+def newcomer(node_id: str, host: str, port: int, zone: str = "") -> NodeSpec:
+    """A node the spec does not name (``smr node``, a container the Docker provisioner
+    starts): on standby, reached at ``host`` (inbox ``port``, output ``port + 1``), bound
+    on every interface."""
+    return NodeSpec(
+        id=NodeId(node_id),
+        addr=f"tcp://{host}:{port}",
+        pub_addr=f"tcp://{host}:{port + 1}",
+        token=Token(0),
+        bind_addr=f"tcp://0.0.0.0:{port}",
+        pub_bind_addr=f"tcp://0.0.0.0:{port + 1}",
+        zone=zone,
+        standby=True,
+    )
+
+
 @dataclass
 class ClusterSpec:
     """A whole cluster: the ring's parameters, the job, the nodes and the seed addresses.

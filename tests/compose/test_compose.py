@@ -9,6 +9,7 @@ Docker missing is a failure here, not a skip: these tests exist to check the con
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -57,6 +58,25 @@ class Project:
         command += ["run", "--rm", "-T", "client", "smr", *args]
         return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
+    @contextlib.contextmanager
+    def slow_feed(self) -> Iterator[subprocess.Popen[str]]:
+        """Feed the books twice through a client container, in small batches with one in
+        flight per node and no combine (about 30 s here), while the ``with`` block runs;
+        on leaving it, wait for the feed, which must exit 0 (it is killed if the block
+        raised)."""
+        feed = self.smr_in_background(
+            "feed", "--cluster", "/cluster", "--batch-size", "10", "--window", "1",
+            "--no-combine", *BOOKS_IN_IMAGE, *BOOKS_IN_IMAGE,
+        )  # fmt: skip
+        try:
+            yield feed
+            out, err = feed.communicate(timeout=300)
+            assert feed.returncode == 0, f"{out}\n{err}"
+        finally:
+            if feed.poll() is None:
+                feed.kill()
+                feed.wait()
+
     def container(self, service: str) -> str:
         """The id of ``service``'s container."""
         container_id = self.compose("ps", "-q", service).stdout.strip()
@@ -90,7 +110,12 @@ def project() -> Iterator[Project]:
         print(f"{project.name} healthy in {time.monotonic() - started:.1f} s")
         yield project
     finally:
-        project.compose("down", "-v", "--timeout", "5", check=False, timeout_s=120)
+        # Every profile's services (a started autoscaler), and the orphans: node containers
+        # the Docker provisioner added.
+        project.compose(
+            "--profile", "*", "down", "-v", "--remove-orphans", "--timeout", "5",
+            check=False, timeout_s=120,
+        )  # fmt: skip
 
 
 def test_four_nodes_come_up_healthy_and_the_books_fed_come_out_exact(project: Project) -> None:

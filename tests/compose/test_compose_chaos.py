@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from tests.compose import test_compose
-from tests.compose.test_compose import BOOKS_IN_IMAGE, REPO, Project
+from tests.compose.test_compose import REPO, Project
 from tests.e2e.conftest import EXAMPLE_BOOKS, word_counts
 
 pytestmark = pytest.mark.compose
@@ -69,40 +69,21 @@ def test_a_chaos_schedule_of_real_network_faults_loses_nothing(
     schedule = tmp_path / "chaos.toml"
     schedule.write_text(SCHEDULE)
     log = tmp_path / "faults.jsonl"
-    # The books twice, in small batches, one in flight per node, no combine: the feed lasts
-    # about 30 s here, past the schedule's 12 s.
-    feed = project.smr_in_background(
-        "feed", "--cluster", "/cluster", "--batch-size", "10", "--window", "1", "--no-combine",
-        *BOOKS_IN_IMAGE, *BOOKS_IN_IMAGE,
-    )  # fmt: skip
-    try:
+    with project.slow_feed() as feed:
         time.sleep(2)  # the client container starts and the feed begins
         assert feed.poll() is None, "the feed ended before the schedule: nothing was tested"
         played = subprocess.run(
             [
-                sys.executable,
-                "-m",
-                "smr",
-                "fault",
-                "run",
-                str(schedule),
-                "--log",
-                str(log),
-                "--docker-project",
-                project.name,
+                sys.executable, "-m", "smr", "fault", "run", str(schedule), "--log", str(log),
+                "--docker-project", project.name,
             ],
             capture_output=True,
             text=True,
             cwd=REPO,
             timeout=120,
-        )
+        )  # fmt: skip
         assert played.returncode == 0, f"{played.stdout}\n{played.stderr}"
         fed_through_every_fault = feed.poll() is None
-        out, err = feed.communicate(timeout=300)
-    finally:
-        if feed.poll() is None:
-            feed.kill()
-    assert feed.returncode == 0, f"{out}\n{err}"
     assert fed_through_every_fault, "the feed ended before the schedule did"
     assert project.counts() == word_counts(EXAMPLE_BOOKS * 2)
 

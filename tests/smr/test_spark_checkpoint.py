@@ -61,7 +61,7 @@ def test_with_no_incarnation_on_either_side_an_empty_ring_refuses_a_checkpoint_w
     # A cluster spec written by hand (the compose cluster's) names no incarnation: a ring
     # started again, empty, is told by its emptiness.
     checkpoint = checkpoint_with_progress(tmp_path, None)
-    with pytest.raises(StaleCheckpoint, match="the ring holds no key.*--from-start"):
+    with pytest.raises(StaleCheckpoint, match=r"the ring holds no key.*--from-start"):
         claim(checkpoint, None, tmp_path, from_start=False, ring_keys=0)
     assert claim(checkpoint, None, tmp_path, from_start=False, ring_keys=12) is None
     assert claim(checkpoint, None, tmp_path, from_start=False, ring_keys=None) is None
