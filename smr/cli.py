@@ -21,14 +21,14 @@ import click
 
 from checkpoint.ids import MapperId
 from ring.view import View
-from smr import feed_run, spark_checkpoint
+from smr import feed_run, seeds, spark_checkpoint
 from smr.api import JobLoadError, load_job
 from smr.channels import DeliveryError
 from smr.cli_autoscale import autoscale_group
 from smr.cli_cluster import cluster_group
 from smr.cli_faults import fault_group
 from smr.cli_node import node_command
-from smr.cli_options import cluster_dir_option
+from smr.cli_options import cluster_dir_option, cluster_option
 from smr.cli_ring import move_command, scale_group
 from smr.client import Client, NodeRefused, NodeUnreachable, cluster_view, fetch_view
 from smr.emitter import (
@@ -90,7 +90,7 @@ job_of_cluster_option = click.option(
 
 
 @main_group.command("feed")
-@cluster_dir_option
+@cluster_option
 @job_of_cluster_option
 @click.option("--batch-size", default=BATCH_SIZE_DEFAULT, show_default=True, type=click.IntRange(1))
 @click.option(
@@ -124,7 +124,7 @@ job_of_cluster_option = click.option(
 @click.option("--progress/--no-progress", default=None, help="Progress bar (default: on a TTY).")
 @click.argument("files", nargs=-1, required=True)
 def feed_command(
-    cluster_dir: Path,
+    cluster_arg: str,
     job_ref: str | None,
     batch_size: int,
     batch_bytes: int,
@@ -140,8 +140,9 @@ def feed_command(
     Resumable: a feed stopped part-way (interrupted, killed, a node unreachable) delivers
     exactly the rest when run again with the same arguments, and a finished one nothing.
     """
-    spec = read_spec(cluster_dir)
-    job_ref = feeder_job(spec, cluster_dir, job_ref)
+    cluster = seeds.resolve(cluster_arg)
+    spec = cluster.spec
+    job_ref = feeder_job(spec, cluster.where, job_ref)
     job = load_job(job_ref)
     check_inputs(files)
     for path in dict.fromkeys(files):
@@ -168,8 +169,7 @@ def feed_command(
         flags=tuple(flags),
     )
     code = feed_run.run(
-        cluster_dir,
-        spec,
+        cluster,
         job_ref,
         job,
         files,
@@ -248,7 +248,7 @@ def spark_feed_command(
 
     # User errors before Spark's start-up time: the job, the input, Java, the cluster.
     spec = read_spec(cluster_dir)
-    job_ref = feeder_job(spec, cluster_dir, job_ref)
+    job_ref = feeder_job(spec, str(cluster_dir / "cluster.json"), job_ref)
     load_job(job_ref)
     socket_addr = smr_spark.parse_socket_ref(input_ref)
     if socket_addr is None:
@@ -338,11 +338,11 @@ def _ring_keys(view: View) -> int | None:
 
 
 @main_group.command("dump")
-@cluster_dir_option
+@cluster_option
 @click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False, path_type=Path))
-def dump_command(cluster_dir: Path, out_path: Path) -> None:
+def dump_command(cluster_arg: str, out_path: Path) -> None:
     """Write every key's state, one JSON object per line, read from each slot's primary."""
-    spec = read_spec(cluster_dir)
+    spec = seeds.resolve(cluster_arg).spec
     client = Client()
     keys = 0
     temporary = out_path.with_name(out_path.name + ".partial")
@@ -363,16 +363,16 @@ def dump_command(cluster_dir: Path, out_path: Path) -> None:
 
 
 @main_group.command("query")
-@cluster_dir_option
+@cluster_option
 @click.argument("key")
 @click.option("--int-key", is_flag=True, help="Treat KEY as an integer key.")
-def query_command(cluster_dir: Path, key: str, int_key: bool) -> None:
+def query_command(cluster_arg: str, key: str, int_key: bool) -> None:
     """Print the state of one KEY, read from its primary."""
     from ring.hashing import slot_of
     from ring.placement import Ring
 
     typed_key: str | int = _int_key(key) if int_key else key
-    spec = read_spec(cluster_dir)
+    spec = seeds.resolve(cluster_arg).spec
     client = Client()
     try:
         view = cluster_view(client, spec.seeds)
@@ -394,14 +394,14 @@ def _int_key(key: str) -> int:
 
 
 @main_group.command("status")
-@cluster_dir_option
+@cluster_option
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def status_command(cluster_dir: Path, as_json: bool) -> None:
+def status_command(cluster_arg: str, as_json: bool) -> None:
     """Show the ring: node, token, range share, keys, tuples/s, reduce errors, bad frames,
     under-replicated slots. Exits 1 if any node does not answer."""
     from smr import status_view
 
-    spec = read_spec(cluster_dir)
+    spec = seeds.resolve(cluster_arg, timeout_ms=1000).spec
     client = Client(timeout_ms=1000)
     try:
         rows = status_view.collect(spec, client)
@@ -410,7 +410,7 @@ def status_command(cluster_dir: Path, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps({"nodes": rows}, indent=2))
     else:
-        status_view.print_table(rows, f"smr cluster {cluster_dir}")
+        status_view.print_table(rows, f"smr cluster {cluster_arg}")
         moves = status_view.moves_line(rows)
         if moves is not None:
             click.echo(moves)
@@ -429,15 +429,15 @@ def status_command(cluster_dir: Path, as_json: bool) -> None:
 
 
 @main_group.command("recover")
-@cluster_dir_option
+@cluster_option
 @click.option(
     "--accept-loss",
     is_flag=True,
     help="Bring the lost slots back, empty: their old state is gone for good.",
 )
-def recover_command(cluster_dir: Path, accept_loss: bool) -> None:
+def recover_command(cluster_arg: str, accept_loss: bool) -> None:
     """Show, or accept, slots whose state was lost beyond the replication factor."""
-    spec = read_spec(cluster_dir)
+    spec = seeds.resolve(cluster_arg).spec
     client = Client(timeout_ms=1000)
     try:
         offline: dict[str, tuple[str, int]] = {}
@@ -459,15 +459,15 @@ def recover_command(cluster_dir: Path, accept_loss: bool) -> None:
 
 
 @main_group.command("tail")
-@cluster_dir_option
+@cluster_option
 @click.option("--count", default=0, type=click.IntRange(0), help="Stop after N records (0: never).")
 @click.option(
     "--timeout-s", default=0.0, type=click.FloatRange(0), help="Stop after S seconds idle."
 )
-def tail_command(cluster_dir: Path, count: int, timeout_s: float) -> None:
+def tail_command(cluster_arg: str, count: int, timeout_s: float) -> None:
     """Print reducers' output records as they are emitted."""
-    spec = read_spec(cluster_dir)
-    subscriber = Subscriber([n.pub_addr for n in spec.nodes])
+    spec = seeds.resolve(cluster_arg).spec
+    subscriber = Subscriber([n.pub_addr for n in spec.nodes if n.pub_addr])
     printed = 0
     try:
         while count == 0 or printed < count:

@@ -14,6 +14,14 @@ cluster_dir_option = click.option(
     help="The cluster's directory (holds cluster.json).",
 )
 
+cluster_option = click.option(
+    "--cluster",
+    "cluster_arg",
+    required=True,
+    metavar="DIR|HOST:PORT,...",
+    help="The cluster's directory (holds cluster.json), or seed addresses of its nodes.",
+)
+
 docker_project_option = click.option(
     "--docker-project",
     help="New nodes are containers of this compose project (self: this container's own), "

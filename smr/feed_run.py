@@ -35,7 +35,7 @@ from smr.channels import DeliveryError
 from smr.client import Client, NodeUnreachable, fetch_view
 from smr.emitter import Emitter
 from smr.feed import FeedPosition, FeedResult, feed, total_bytes
-from smr.spec import ClusterSpec
+from smr.seeds import ClusterRef
 
 
 class FeedNotResumable(Exception):
@@ -158,10 +158,10 @@ def duplicates_line(before: NodeCounters, after: NodeCounters) -> str | None:
 
 
 def resume_command(
-    cluster_dir: Path, job_ref: str, options: Sequence[str], paths: Sequence[str]
+    cluster_arg: str, job_ref: str, options: Sequence[str], paths: Sequence[str]
 ) -> str:
     """The command that runs this feed again (it then delivers only what is missing)."""
-    words = ["smr", "feed", "--cluster", str(cluster_dir), "--job", job_ref, *options, *paths]
+    words = ["smr", "feed", "--cluster", cluster_arg, "--job", job_ref, *options, *paths]
     return shlex.join(words)
 
 
@@ -181,8 +181,7 @@ class FeedOptions:
 
 
 def run(
-    cluster_dir: Path,
-    spec: ClusterSpec,
+    cluster: ClusterRef,
     job_ref: str,
     job: Job,
     paths: Sequence[str],
@@ -190,7 +189,8 @@ def run(
     say: Callable[[str], None],
     report: Callable[[str], None],
 ) -> int:
-    """``smr feed``: feed ``paths`` into the cluster and return the exit code.
+    """``smr feed``: feed ``paths`` into ``cluster`` and return the exit code (its records
+    go in the cluster's state directory).
 
     1. Derive the mapper id (:func:`feed_mapper_id`) unless given; with ``combine``, refuse
        a rerun whose earlier run saw other owners (:func:`check_combine_resumable`).
@@ -201,12 +201,13 @@ def run(
     4. Say what was fed; return 1 if any record failed (map, a bad emit, too long).
     """
     # 1.
+    spec = cluster.spec
     view = fetch_view(spec.seeds)
     combine = options.combine and job.combine is not None
     mapper_id = options.mapper_id or feed_mapper_id(
         spec.incarnation, job_ref, paths, options.batch_size if combine else None
     )
-    record_path = cluster_dir / "feeds" / f"{mapper_id}.json"
+    record_path = cluster.state_dir / "feeds" / f"{mapper_id}.json"
     if combine and "-" not in paths:
         check_combine_resumable(record_path, view)
     emitter = Emitter(
@@ -246,7 +247,7 @@ def run(
             else:
                 report(
                     "to resume (the nodes drop what they already have), run the same command: "
-                    + resume_command(cluster_dir, job_ref, options.flags, paths)
+                    + resume_command(cluster.arg, job_ref, options.flags, paths)
                 )
             return 2
         if combine:

@@ -427,7 +427,7 @@ def _str(
     return value
 
 
-def feeder_job(spec: ClusterSpec, cluster_dir: Path, job_ref: str | None) -> str:
+def feeder_job(spec: ClusterSpec, where: str, job_ref: str | None) -> str:
     """The job a feeder runs: the cluster's, which ``--job`` may only repeat.
 
     A feeder with another job's ``map`` would send its tuples to nodes folding them with
@@ -439,6 +439,6 @@ def feeder_job(spec: ClusterSpec, cluster_dir: Path, job_ref: str | None) -> str
         if load_job(job_ref) is load_job(spec.job):  # two names for one job
             return spec.job
     raise ClusterError(
-        f"--job {job_ref} is not the cluster's job {spec.job} (in {cluster_dir / 'cluster.json'}): "
+        f"--job {job_ref} is not the cluster's job {spec.job} (in {where}): "
         f"its nodes run {spec.job}'s reduce; omit --job or pass --job {spec.job}"
     )

@@ -185,6 +185,7 @@ class Control:
         return {
             "node": node.node_id,
             "pid": os.getpid(),
+            **node.cluster_info,
             "role": _role(node.counters.fenced, own_range is not None),
             # Only an owner's token places it: a standby keeps its old token in the view,
             # which the node that took its range over now holds too.

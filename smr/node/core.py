@@ -122,6 +122,9 @@ class NodeCore:
         self.job = job
         self.slot_bits = slot_bits
         self.settings = settings
+        # What the node process started from, for clients that know only a seed address
+        # (``smr.client.spec_from_seeds``): the cluster spec as JSON and the output's address.
+        self.cluster_info: dict[str, Any] = {}
         self.clock = clock
         self._links = links
         self._frame_bytes_max = frame_bytes_max

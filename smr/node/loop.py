@@ -35,7 +35,7 @@ from smr.protocol import (
     decode,
     encode,
 )
-from smr.spec import NodeSpec, read_spec
+from smr.spec import NodeSpec, read_spec, spec_to_json
 from smr.transport.netfilter import FilteredLinks, parse_rule
 
 if TYPE_CHECKING:
@@ -108,6 +108,7 @@ def serve(
         output,
         settings=settings,
     )
+    core.cluster_info = {"cluster": spec_to_json(spec), "pub_addr": me.pub_addr}
     log.info("serving on %s (output %s), slot_bits=%d", inbox.addr, publisher.addr, spec.slot_bits)
     beats = StalledLoopBeats(core, links)
     beats.start()

@@ -120,8 +120,9 @@ def project() -> Iterator[Project]:
 
 def test_four_nodes_come_up_healthy_and_the_books_fed_come_out_exact(project: Project) -> None:
     status = project.smr("status", "--cluster", "/cluster")
+    by_seed = project.smr("status", "--cluster", "n2:7000")  # no spec: a seed address
     for node in ("n0", "n1", "n2", "n3"):
-        assert node in status, status
+        assert node in status and node in by_seed, (status, by_seed)
     out = project.smr("feed", "--cluster", "/cluster", *BOOKS_IN_IMAGE)
     assert project.counts() == word_counts(EXAMPLE_BOOKS), out
 
