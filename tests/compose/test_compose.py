@@ -54,20 +54,18 @@ class Project:
         return self.compose("run", "--rm", "-T", "client", "smr", *args, timeout_s=timeout_s).stdout
 
     def smr_in_background(self, *args: str) -> subprocess.Popen[str]:
-        command = [str(COMPOSE_BIN), "-f", str(COMPOSE_FILE), "-p", self.name]
-        command += ["run", "--rm", "-T", "client", "smr", *args]
+        """``smr ARGS`` in a client container, not waited for."""
+        return self.in_background("run", "--rm", "-T", "client", "smr", *args)
+
+    def in_background(self, *args: str) -> subprocess.Popen[str]:
+        """``docker compose ARGS`` on the project, not waited for."""
+        command = [str(COMPOSE_BIN), "-f", str(COMPOSE_FILE), "-p", self.name, *args]
         return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
     @contextlib.contextmanager
-    def slow_feed(self) -> Iterator[subprocess.Popen[str]]:
-        """Feed the books twice through a client container, in small batches with one in
-        flight per node and no combine (about 30 s here), while the ``with`` block runs;
-        on leaving it, wait for the feed, which must exit 0 (it is killed if the block
-        raised)."""
-        feed = self.smr_in_background(
-            "feed", "--cluster", "/cluster", "--batch-size", "10", "--window", "1",
-            "--no-combine", *BOOKS_IN_IMAGE, *BOOKS_IN_IMAGE,
-        )  # fmt: skip
+    def feeding(self, feed: subprocess.Popen[str]) -> Iterator[subprocess.Popen[str]]:
+        """Run the ``with`` block while ``feed`` runs; on leaving it, wait for the feed,
+        which must exit 0 (it is killed if the block raised)."""
         try:
             yield feed
             out, err = feed.communicate(timeout=300)
@@ -76,6 +74,16 @@ class Project:
             if feed.poll() is None:
                 feed.kill()
                 feed.wait()
+
+    def slow_feed(self) -> contextlib.AbstractContextManager[subprocess.Popen[str]]:
+        """:meth:`feeding` the books twice through a client container, in small batches with
+        one in flight per node and no combine (about 30 s here)."""
+        return self.feeding(
+            self.smr_in_background(
+                "feed", "--cluster", "/cluster", "--batch-size", "10", "--window", "1",
+                "--no-combine", *BOOKS_IN_IMAGE, *BOOKS_IN_IMAGE,
+            )
+        )  # fmt: skip
 
     def container(self, service: str) -> str:
         """The id of ``service``'s container."""

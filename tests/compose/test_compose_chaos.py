@@ -1,5 +1,6 @@
 """A chaos schedule over the compose cluster (``smr fault run --docker-project``), played from
-this host by the Docker backend while the books are fed: one node container is killed,
+this host by the Docker backend while the books are fed (through a client container, and
+through Spark: the feeder service on the standalone cluster): one node container is killed,
 another is cut off by iptables rules inside the containers past the failure timeout and
 healed, a third is delayed. Nothing is lost, key by key; the cut-off node was really cut
 (its neighbour took its range over from the copies it holds, and after the heal it found
@@ -12,21 +13,25 @@ test-compose``.
 
 from __future__ import annotations
 
+import gzip
 import json
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.compose import test_compose
 from tests.compose.test_compose import REPO, Project
-from tests.e2e.conftest import EXAMPLE_BOOKS, word_counts
+from tests.e2e.conftest import EXAMPLE_BOOKS, JOB, word_counts
 
 pytestmark = pytest.mark.compose
 
 project = test_compose.project
+# The books cut into this many files for a Spark feed that lasts past the schedule.
+CHUNKS = 40
 
 # r = 1 on n0..n3: n1 and n3 are not neighbours, so losing both is within tolerance once
 # n1's range is copied again (n2 took it over at 1 s; the cut starts at 4 s).
@@ -52,7 +57,7 @@ duration = "3s"
 """
 
 
-def statuses(project: Project) -> dict[str, dict[str, object]]:
+def statuses(project: Project) -> dict[str, dict[str, Any]]:
     """Each node's status row (``smr status --json`` in a client container; it exits 1
     while a node does not answer)."""
     result = project.compose(
@@ -63,14 +68,58 @@ def statuses(project: Project) -> dict[str, dict[str, object]]:
     return {row["node"]: row for row in json.loads(result.stdout)["nodes"]}
 
 
+@pytest.fixture(autouse=True)
+def chunked_books(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The input folder the Spark worker and feeder mount (set before the cluster comes up):
+    the books cut into CHUNKS files, which the feeder reads one per micro-batch, so that a
+    Spark feed lasts as long as a schedule (the books whole take it about 2 s)."""
+    folder = tmp_path / "books"
+    folder.mkdir()
+    lines: list[str] = []
+    for book in EXAMPLE_BOOKS:
+        with gzip.open(book, "rt", encoding="utf-8", errors="replace") as text:
+            lines += text
+    step = -(-len(lines) // CHUNKS)
+    for n in range(CHUNKS):
+        (folder / f"part-{n:03d}.txt").write_text("".join(lines[n * step : (n + 1) * step]))
+    monkeypatch.setenv("SMR_INPUT", str(folder))
+    return folder
+
+
+def spark_feed(project: Project) -> subprocess.Popen[str]:
+    """The feeder service's spark-feed on the standalone cluster, a file per micro-batch."""
+    return project.in_background(
+        "run", "--rm", "-T", "feeder", "smr", "spark-feed", "--cluster", "/cluster",
+        "--job", JOB, "--input", "/input", "--master", "spark://spark-master:7077",
+        "--max-files-per-trigger", "1", "--once",
+    )  # fmt: skip
+
+
+def wait_for_tuples(project: Project, feed: subprocess.Popen[str]) -> None:
+    """Return once a node has applied a tuple (Spark takes seconds to start)."""
+    deadline = time.monotonic() + 120
+    while not any(row.get("tuples_applied") for row in statuses(project).values()):
+        assert feed.poll() is None, f"the feed ended before any tuple: {feed.communicate()}"
+        assert time.monotonic() < deadline, "no tuple applied in 120 s"
+        time.sleep(0.5)
+
+
+@pytest.mark.parametrize("feeder", ["client", "spark"])
 def test_a_chaos_schedule_of_real_network_faults_loses_nothing(
-    project: Project, tmp_path: Path
+    project: Project, tmp_path: Path, feeder: str
 ) -> None:
     schedule = tmp_path / "chaos.toml"
     schedule.write_text(SCHEDULE)
     log = tmp_path / "faults.jsonl"
-    with project.slow_feed() as feed:
-        time.sleep(2)  # the client container starts and the feed begins
+    if feeder == "client":
+        feeding, books = project.slow_feed(), EXAMPLE_BOOKS * 2
+    else:
+        feeding, books = project.feeding(spark_feed(project)), EXAMPLE_BOOKS
+    with feeding as feed:
+        if feeder == "client":
+            time.sleep(2)  # the client container starts and the feed begins
+        else:
+            wait_for_tuples(project, feed)
         assert feed.poll() is None, "the feed ended before the schedule: nothing was tested"
         played = subprocess.run(
             [
@@ -85,7 +134,7 @@ def test_a_chaos_schedule_of_real_network_faults_loses_nothing(
         assert played.returncode == 0, f"{played.stdout}\n{played.stderr}"
         fed_through_every_fault = feed.poll() is None
     assert fed_through_every_fault, "the feed ended before the schedule did"
-    assert project.counts() == word_counts(EXAMPLE_BOOKS * 2)
+    assert project.counts() == word_counts(books)
 
     logged = [json.loads(line) for line in log.read_text().splitlines()]
     assert [entry["fault"] for entry in logged] == ["kill", "partition", "delay"], logged

@@ -158,7 +158,8 @@ class Cluster:
         return {key: state["count"] for key, state in self.dump().items()}
 
     def spec(self) -> dict[str, Any]:
-        return json.loads((self.dir / "cluster.json").read_text())
+        spec: dict[str, Any] = json.loads((self.dir / "cluster.json").read_text())
+        return spec
 
     def pids(self) -> list[int]:
         if not (self.dir / "cluster.json").exists():
