@@ -63,18 +63,8 @@ Reply = TypeVar(
     MoveReply,
     NetRuleReply,
 )
-# The messages that answer a request (they echo its id).
-_REPLIES: Final = (
-    Error,
-    Pong,
-    ViewReply,
-    StatusReply,
-    DumpReply,
-    QueryReply,
-    RecoverReply,
-    MoveReply,
-    NetRuleReply,
-)
+# The messages that answer a request (they echo its id): an error, or a reply above.
+_REPLIES: Final = (Error, *Reply.__constraints__)
 
 
 class NodeUnreachable(Exception):
