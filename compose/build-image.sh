@@ -15,10 +15,31 @@ build=compose/.build
 started=$(date +%s)
 
 compose/base/build.sh
+deps="smr-deps:$(cksum pyproject.toml | cut -d' ' -f1)"
+# smr's own layer is cached by the contents of what goes into it (the sources, the example
+# jobs, the packaging: git's hashes of them, any change not committed, any new file) and the
+# dependencies' image it sits on: unchanged, nothing is built. Outside a git work tree it is
+# always built.
+sources_sum() {
+    local paths=(smr ring checkpoint examples pyproject.toml compose/Dockerfile)
+    if ! git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+        date +%s%N
+        return
+    fi
+    { git ls-files -s -- "${paths[@]}"
+      git diff HEAD -- "${paths[@]}"
+      git ls-files -z --others --exclude-standard -- "${paths[@]}" | xargs -0 -r cat
+      echo "$deps"; } | cksum | cut -d' ' -f1
+}
+sources=$(sources_sum)
+if [ "$(docker image inspect smr:latest --format '{{index .Config.Labels "smr.sources"}}' 2>/dev/null)" = "$sources" ] \
+    && docker image inspect "$deps" >/dev/null 2>&1; then
+    echo "smr:latest is up to date (sources $sources)"
+    exit 0
+fi
 rm -rf "$build/smr" && mkdir -p "$build/smr"
 "$python" -m pip wheel -q --no-deps -w "$build/smr" .
 wheel=$(ls "$build"/smr/smr-*.whl)
-deps="smr-deps:$(cksum pyproject.toml | cut -d' ' -f1)"
 if ! docker image inspect "$deps" >/dev/null 2>&1; then
     rm -rf "$build/deps" && mkdir -p "$build/deps"
     "$python" -m pip wheel -q -w "$build/deps" "$wheel[spark,docker]"
@@ -27,5 +48,6 @@ if ! docker image inspect "$deps" >/dev/null 2>&1; then
     rm -rf "$build/deps"
 fi
 cp -r examples "$build/smr/examples"
-docker build -q --build-arg "DEPS=$deps" -t smr:latest -f compose/Dockerfile "$build/smr" >/dev/null
+docker build -q --build-arg "DEPS=$deps" --label "smr.sources=$sources" -t smr:latest \
+    -f compose/Dockerfile "$build/smr" >/dev/null
 echo "built smr:latest in $(( $(date +%s) - started )) s: $(docker image inspect smr:latest --format '{{.Size}}' | awk '{printf "%.0f MB", $1 / 1e6}')"
