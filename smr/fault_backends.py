@@ -252,7 +252,7 @@ def parse_groups(words: Sequence[str], nodes: Sequence[str]) -> tuple[list[str],
     the other is every other node). ValueError if a side is empty, the sides overlap or a
     node is unknown."""
     text = " ".join(words)
-    sides = [side for side in text.split("/")]
+    sides = text.split("/")
     if len(sides) > 2:
         raise ValueError(f"a partition has two sides, one '/' between them: {text!r}")
     groups = [[n for n in re.split(r"[,\s]+", side) if n] for side in sides]
