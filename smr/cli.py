@@ -467,6 +467,13 @@ def recover_command(cluster_arg: str, accept_loss: bool) -> None:
 def tail_command(cluster_arg: str, count: int, timeout_s: float) -> None:
     """Print reducers' output records as they are emitted."""
     spec = seeds.resolve(cluster_arg).spec
+    unknown = [node.id for node in spec.nodes if not node.pub_addr]
+    if unknown:
+        click.echo(
+            f"smr: warning: not following the output of {', '.join(unknown)}: "
+            "they did not say where it is (not answering)",
+            err=True,
+        )
     subscriber = Subscriber([n.pub_addr for n in spec.nodes if n.pub_addr])
     printed = 0
     try:

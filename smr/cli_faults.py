@@ -83,21 +83,28 @@ def _backend(cluster_dir: Path | None, docker_project: str | None) -> FaultBacke
 
 
 def _or_fail(action: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """``action(...)``, with a ClusterError (or a bad value) as one line and exit code 1."""
+    """``action(...)``; a ClusterError (or a bad value) becomes a user error: one line,
+    exit code 2."""
     try:
         return action(*args, **kwargs)
     except (ClusterError, ValueError) as error:
         raise click.ClickException(str(error)) from None
 
 
-def _duration(_ctx: click.Context, _param: click.Parameter, value: str | None) -> int | None:
+def _ms(_ctx: click.Context, _param: click.Parameter, value: str | None) -> int | None:
+    """A duration option's value in ms (0 allowed: a jitter)."""
     if value is None:
         return None
     try:
-        duration_ms = parse_duration_ms(value)
+        return parse_duration_ms(value)
     except ValueError as error:
         raise click.BadParameter(str(error)) from None
-    if duration_ms <= 0 and _param.name != "jitter":
+
+
+def _duration(ctx: click.Context, param: click.Parameter, value: str | None) -> int | None:
+    """A duration option's value in ms, more than 0 (a fault's length, a delay)."""
+    duration_ms = _ms(ctx, param, value)
+    if duration_ms is not None and duration_ms <= 0:
         raise click.BadParameter(f"must be more than 0, not {value!r}")
     return duration_ms
 
@@ -167,7 +174,7 @@ def fault_partition(
 @fault_group.command("delay")
 @click.argument("node_id")
 @click.argument("delay", callback=_duration)
-@click.option("--jitter", "jitter", default="0ms", callback=_duration, help="± this much.")
+@click.option("--jitter", "jitter", default="0ms", callback=_ms, help="± this much.")
 @duration_option
 @_target_options
 def fault_delay(

@@ -11,10 +11,8 @@ from typing import Final
 import click
 
 from smr.cli_options import cluster_dir_option
+from smr.spec import NEWCOMER_PORT_DEFAULT
 
-# A node the spec does not name listens here unless told otherwise (the compose cluster's
-# nodes all do, each at its own host name).
-NEWCOMER_PORT_DEFAULT: Final = 7000
 # How long after it started a node run with --join asks to join (its gossip reaches the
 # ring first).
 JOIN_AFTER_START_MS: Final = 1000

@@ -32,10 +32,8 @@ from typing import Any, Final
 from smr.client import Client
 from smr.docker_engine import DockerError, engine, ip_of, node_containers, own_project
 from smr.fault_backends import EMULATED, emulated_rules, send_rules
-from smr.spec import ClusterError
+from smr.spec import NEWCOMER_PORT_DEFAULT, ClusterError
 
-# The port a compose node's inbox listens on (compose/docker-compose.yml).
-NODE_PORT_DEFAULT: Final = 7000
 CHAIN_IN: Final = "smr-fault-in"
 CHAIN_OUT: Final = "smr-fault-out"
 _SETUP: Final = (
@@ -51,7 +49,7 @@ class DockerBackend:
 
     name = "docker"
 
-    def __init__(self, project: str, node_port: int = NODE_PORT_DEFAULT) -> None:
+    def __init__(self, project: str, node_port: int = NEWCOMER_PORT_DEFAULT) -> None:
         self._docker = engine()
         self._project = own_project(self._docker) if project == "self" else project
         self._node_port = node_port
@@ -71,8 +69,11 @@ class DockerBackend:
         """The project's node containers (running or not), by hostname (the node's id)."""
         return sorted(self._containers())
 
-    def _container(self, node: str) -> Any:
-        containers = self._containers()
+    def _container(self, node: str, containers: dict[str, Any] | None = None) -> Any:
+        """Node ``node``'s container, from ``containers`` if the caller listed them already
+        (one listing per fault, not one per step)."""
+        if containers is None:
+            containers = self._containers()
         if node not in containers:
             raise ClusterError(
                 f"no container of project {self._project!r} is node {node!r} "
@@ -80,31 +81,35 @@ class DockerBackend:
             )
         return containers[node]
 
-    def _ip(self, node: str) -> str:
-        address = ip_of(self._container(node))
+    def _running(self) -> dict[str, Any]:
+        return {n: c for n, c in sorted(self._containers().items()) if c.status == "running"}
+
+    def _ip(self, node: str, container: Any) -> str:
+        address = ip_of(container)
         if address is None:
             raise ClusterError(f"node {node!r} has no address (is its container running?)")
         return address
 
-    def _run(self, node: str, script: str) -> tuple[int, str]:
+    def _run(self, node: str, container: Any, script: str, detach: bool = False) -> tuple[int, str]:
         try:
-            code, output = self._container(node).exec_run(["sh", "-c", script])
+            code, output = container.exec_run(["sh", "-c", script], detach=detach)
         except DockerError as error:
             raise ClusterError(f"cannot run a command in node {node!r}: {error}") from None
+        if detach:
+            return 0, ""
         return int(code), output.decode(errors="replace").strip()
 
-    def _apply(self, node: str, rules: Sequence[str], duration_ms: int) -> None:
+    def _apply(self, node: str, container: Any, rules: Sequence[str], duration_ms: int) -> None:
         """Add iptables ``rules`` (``CHAIN spec...``) in ``node`` and have the container
         remove them after ``duration_ms``."""
         tag = f"smr-fault-{os.getpid()}-{next(_fault_numbers)}"
         tagged = [f"{rule} -m comment --comment {tag} -j DROP" for rule in rules]
         add = "; ".join(f"iptables -A {rule}" for rule in tagged)
-        code, output = self._run(node, f"{_SETUP}; {add}")
+        code, output = self._run(node, container, f"{_SETUP}; {add}")
         if code != 0:
             raise ClusterError(f"iptables failed in node {node!r} (NET_ADMIN?): {output}")
         undo = "; ".join(f"iptables -D {rule}" for rule in tagged)
-        sleep_s = duration_ms / 1000
-        self._container(node).exec_run(["sh", "-c", f"sleep {sleep_s}; {undo}"], detach=True)
+        self._run(node, container, f"sleep {duration_ms / 1000}; {undo}", detach=True)
 
     # -- faults ----------------------------------------------------------------------------------
 
@@ -129,65 +134,63 @@ class DockerBackend:
         except DockerError as error:
             raise ClusterError(f"docker {verb} {node}: {error}") from None
 
-    def _running(self) -> list[str]:
-        return sorted(n for n, c in self._containers().items() if c.status == "running")
-
     def partition(self, group_a: Sequence[str], group_b: Sequence[str], duration_ms: int) -> str:
         """DROP rules on both sides, against the other side's addresses (a container that
         is not running, killed say, has none and sends nothing: it is passed over)."""
-        running = set(self._running())
+        running = self._running()
         group_a = [node for node in group_a if node in running]
         group_b = [node for node in group_b if node in running]
         if not group_a or not group_b:
             raise ClusterError("a side of the partition has no running node container")
-        ips = {node: self._ip(node) for node in [*group_a, *group_b]}
+        ips = {node: self._ip(node, running[node]) for node in [*group_a, *group_b]}
         for side, other in ((group_a, group_b), (group_b, group_a)):
             for node in side:
                 rules = [f"{CHAIN_IN} -s {ips[peer]}" for peer in other]
                 rules += [f"{CHAIN_OUT} -d {ips[peer]}" for peer in other]
-                self._apply(node, rules, duration_ms)
+                self._apply(node, running[node], rules, duration_ms)
         return "iptables DROP between the groups' container addresses"
 
     def loss(self, node: str, loss_ppm: int, duration_ms: int) -> str:
         """The ``statistic`` match drops that share of the node's packets each way."""
         share = f"-m statistic --mode random --probability {loss_ppm / 1_000_000:.6f}"
-        self._apply(
-            node, [f"{CHAIN_IN} ! -i lo {share}", f"{CHAIN_OUT} ! -o lo {share}"], duration_ms
-        )
+        rules = [f"{CHAIN_IN} ! -i lo {share}", f"{CHAIN_OUT} ! -o lo {share}"]
+        self._apply(node, self._container(node), rules, duration_ms)
         return "iptables statistic DROP, each way"
 
     def delay(self, node: str, delay_ms: int, jitter_ms: int, duration_ms: int) -> str:
         """netem on the node's interface, or the in-node filter where there is no netem."""
+        running = self._running()
+        container = self._container(node, running)
         netem = f"tc qdisc replace dev eth0 root netem delay {delay_ms}ms {jitter_ms}ms"
-        code, output = self._run(node, netem)
+        code, output = self._run(node, container, netem)
         if code == 0:
             undo = f"sleep {duration_ms / 1000}; tc qdisc del dev eth0 root"
-            self._container(node).exec_run(["sh", "-c", undo], detach=True)
-            return "netem on eth0 (outbound: each way the peers' own delay is not added)"
+            self._run(node, container, undo, detach=True)
+            return "netem on eth0 (the node's outbound packets)"
         rules = emulated_rules(
-            "delay",
-            self._running(),
-            [node],
-            delay_ms=delay_ms,
-            jitter_ms=jitter_ms,
+            "delay", list(running), [node], delay_ms=delay_ms, jitter_ms=jitter_ms,
             duration_ms=duration_ms,
-        )
-        send_rules(self._client, rules, self._addresses(list(rules)))
+        )  # fmt: skip
+        send_rules(self._client, rules, self._addresses(running))
         return f"{EMULATED}; netem is missing here ({shlex.quote(output[:80])})"
 
-    def _addresses(self, nodes: Sequence[str]) -> dict[str, str]:
-        return {node: f"tcp://{self._ip(node)}:{self._node_port}" for node in nodes}
+    def _addresses(self, containers: dict[str, Any]) -> dict[str, str]:
+        return {
+            node: f"tcp://{self._ip(node, container)}:{self._node_port}"
+            for node, container in containers.items()
+        }
 
     def heal(self) -> str:
         """Flush the fault chains and netem in every running node container, and every
         node's filter."""
         running = self._running()
-        for node in running:
+        for node, container in running.items():
             self._run(
                 node,
+                container,
                 f"iptables -F {CHAIN_IN} 2>/dev/null; iptables -F {CHAIN_OUT} 2>/dev/null; "
                 "tc qdisc del dev eth0 root 2>/dev/null; true",
             )
-        heal = emulated_rules("heal", running, [])
+        heal = emulated_rules("heal", list(running), [])
         send_rules(self._client, heal, self._addresses(running), heal=True)
         return "iptables chains flushed, netem removed, filters healed"

@@ -33,9 +33,15 @@ from smr.docker_engine import (
     node_containers,
     own_project,
 )
-from smr.spec import ClusterError, NodeSpec, newcomer, read_spec, write_spec
+from smr.spec import (
+    NEWCOMER_PORT_DEFAULT,
+    ClusterError,
+    NodeSpec,
+    newcomer,
+    read_spec,
+    write_spec,
+)
 
-NODE_PORT: Final = 7000
 SERVICE_LABEL: Final = "provisioned-node"
 READY_TIMEOUT_S: Final = 30.0
 STOP_GRACE_S: Final = 5
@@ -65,7 +71,16 @@ class DockerNodes:
         template = self._template()
         host = template.attrs["HostConfig"]
         name = f"{self.project}-x{uuid.uuid4().hex[:6]}"
-        command = ["smr", "node", "--cluster", "/cluster", "--id", name, "--port", str(NODE_PORT)]
+        command = [
+            "smr",
+            "node",
+            "--cluster",
+            "/cluster",
+            "--id",
+            name,
+            "--port",
+            str(NEWCOMER_PORT_DEFAULT),
+        ]
         if zone:
             command += ["--zone", zone]
         mounts = [
@@ -92,7 +107,7 @@ class DockerNodes:
             )
         except DockerError as error:
             raise ClusterError(f"cannot start a node container: {error}") from None
-        node = newcomer(name, name, NODE_PORT, zone or "")
+        node = newcomer(name, name, NEWCOMER_PORT_DEFAULT, zone or "")
         self._wait_ready(container, name)
         spec = read_spec(self.cluster_dir)
         spec.nodes.append(node)
@@ -110,7 +125,7 @@ class DockerNodes:
                 address = ip_of(container)
                 if address is not None:
                     try:
-                        client.ping(f"tcp://{address}:{NODE_PORT}")
+                        client.ping(f"tcp://{address}:{NEWCOMER_PORT_DEFAULT}")
                         return
                     except NodeUnreachable:
                         pass
@@ -126,8 +141,9 @@ class DockerNodes:
     def stop(self, node_id: str) -> None:
         """Stop and remove the node's container and drop it from the spec."""
         spec = read_spec(self.cluster_dir)
+        gone = {node.addr for node in spec.nodes if node.id == node_id}
         spec.nodes = [node for node in spec.nodes if node.id != node_id]
-        spec.seeds = [addr for addr in spec.seeds if addr != f"tcp://{node_id}:{NODE_PORT}"]
+        spec.seeds = [addr for addr in spec.seeds if addr not in gone]
         write_spec(self.cluster_dir, spec)
         container = node_containers(self._docker, self.project).get(node_id)
         if container is not None:

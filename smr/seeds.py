@@ -82,8 +82,9 @@ def spec_from_seeds(seeds: list[str], timeout_ms: int = 2000) -> ClusterSpec:
     1. Ask every seed's status at once; the first to answer gives the spec it started from.
     2. Ask the seeds' views and merge them: the nodes are the live members (dead ones are
        gone; standby ones are capacity), at the addresses the view holds.
-    3. Ask those members' status at once for their output addresses (a member that does
-       not answer keeps the spec's, if it names one).
+    3. Ask the other members' status at once for their output addresses (a member that
+       does not answer keeps the spec's, if it names one, else has none: ``smr tail``
+       says it cannot follow it).
     """
     client = Client(timeout_ms=timeout_ms)
     try:
@@ -105,8 +106,9 @@ def spec_from_seeds(seeds: list[str], timeout_ms: int = 2000) -> ClusterSpec:
         except NodeUnreachable as error:
             raise ClusterError(str(error)) from None
         members = [m for m in view.members.values() if m.status is not Status.DEAD]
-        # 3.
-        statuses = client.status_each([member.addr for member in members])
+        # 3. (the seeds that answered step 1 are not asked again)
+        statuses: dict[str, Any] = dict(rows)
+        statuses.update(client.status_each([m.addr for m in members if m.addr not in statuses]))
     finally:
         client.close()
     named = {node.id: node for node in spec.nodes}

@@ -120,6 +120,11 @@ class NodeSpec:
             self.pub_bind_addr = self.pub_addr
 
 
+NEWCOMER_PORT_DEFAULT: Final = 7000
+"""Where a node the spec does not name listens unless told otherwise (the compose
+cluster's nodes all do, each at its own host name; its output is the next port)."""
+
+
 def newcomer(node_id: str, host: str, port: int, zone: str = "") -> NodeSpec:
     """A node the spec does not name (``smr node``, a container the Docker provisioner
     starts): on standby, reached at ``host`` (inbox ``port``, output ``port + 1``), bound

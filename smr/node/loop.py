@@ -50,10 +50,9 @@ T = TypeVar("T")
 # for the watchers to declare a healthy node dead. Only cyclic garbage that lives longer
 # than this interval escapes collection.
 GC_FREEZE_INTERVAL_MS: Final = 1000
-# How often held messages (emulated network faults) are looked at while a rule is set, and
-# while none is.
+# How often held messages (emulated network faults) are looked at while a rule is set; with
+# no rule and nothing held, the task sleeps until a rule comes.
 RELEASE_CHECK_S: Final = 0.005
-IDLE_RELEASE_CHECK_S: Final = 0.05
 # The exit code of a node that stopped on a violated invariant (EX_SOFTWARE).
 INVARIANT_VIOLATED_EXIT_CODE: Final = 70
 
@@ -140,9 +139,10 @@ async def _run(core: NodeCore, inbox: Inbox, links: FilteredLinks) -> None:
         _every(min(TICK_MS, settings.heartbeat_interval_ms // 2), core.on_timer, Timer.TICK, wake),
         _every(settings.checkpoint_interval_ms, core.on_timer, Timer.CHECKPOINT, wake),
         _every(GC_FREEZE_INTERVAL_MS, _gc_freeze, None, wake),
-        loop.create_task(_release_held(links)),
     ]
-    receive = _receiver(inbox, links)
+    rule_set = asyncio.Event()
+    timers.append(loop.create_task(_release_held(links, rule_set)))
+    receive = _receiver(inbox, links, rule_set)
     try:
         while not stopping.is_set():
             try:
@@ -169,9 +169,11 @@ async def _run(core: NodeCore, inbox: Inbox, links: FilteredLinks) -> None:
         core.tick()
 
 
-def _receiver(inbox: Inbox, links: FilteredLinks) -> Callable[[], tuple[bytes, list[bytes]] | None]:
+def _receiver(
+    inbox: Inbox, links: FilteredLinks, rule_set: asyncio.Event
+) -> Callable[[], tuple[bytes, list[bytes]] | None]:
     """The inbox's receive, less the fault rules (``NET_RULE_REQUEST``), which it applies
-    to ``links`` and answers itself."""
+    to ``links`` and answers itself, setting ``rule_set``."""
     rule_kind = bytes((Kind.NET_RULE_REQUEST,))
 
     def receive() -> tuple[bytes, list[bytes]] | None:
@@ -183,6 +185,7 @@ def _receiver(inbox: Inbox, links: FilteredLinks) -> Callable[[], tuple[bytes, l
             if not frames or frames[0][:1] != rule_kind:
                 return received
             inbox.send(identity, encode(_answer_rule(frames, links)))
+            rule_set.set()
 
     return receive
 
@@ -203,13 +206,17 @@ def _answer_rule(frames: list[bytes], links: FilteredLinks) -> Message:
     return NetRuleReply(request.req, text)
 
 
-async def _release_held(links: FilteredLinks) -> None:
+async def _release_held(links: FilteredLinks, rule_set: asyncio.Event) -> None:
     """Send the messages the fault rules held back, each when its time comes (within
-    :data:`RELEASE_CHECK_S` of it while a rule is set)."""
+    :data:`RELEASE_CHECK_S` of it while a rule is set); with no rule and nothing held, wait
+    for ``rule_set``."""
     while True:
         next_s = links.release_due()
-        check_s = RELEASE_CHECK_S if links.rules else IDLE_RELEASE_CHECK_S
-        await asyncio.sleep(check_s if next_s is None else min(next_s, check_s))
+        if next_s is None and not links.rules:
+            rule_set.clear()
+            await rule_set.wait()
+            continue
+        await asyncio.sleep(RELEASE_CHECK_S if next_s is None else min(next_s, RELEASE_CHECK_S))
 
 
 class StalledLoopBeats:

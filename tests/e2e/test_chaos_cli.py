@@ -69,5 +69,7 @@ def test_a_chaos_schedule_on_real_processes_loses_nothing_and_is_logged(
     assert all(entry["backend"] == "local" for entry in logged)
     assert "emulated" in logged[0]["how"] and "SIGSTOP" in logged[1]["how"]
     status = cluster.status()
-    # Every fault was shorter than the failure detector's timeout: nobody was taken over.
+    # Nobody was taken over: the pause and the delay are shorter than the failure timeout,
+    # and the partition splits the four owners two and two, so neither side has the
+    # majority that declaring a node dead on silence needs.
     assert all(row.get("takeovers", 0) == 0 for row in status.values()), status
