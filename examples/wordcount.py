@@ -1,6 +1,11 @@
 """Word count: the number of occurrences of every word, kept as ``state["count"]``.
 
-A word is a match of ``[a-z0-9']+`` in the lower-cased line.
+A word is a match of ``[a-z0-9']+`` in the lower-cased line. Two forms of the same job:
+
+- ``job``: a ``map`` per line and a ``reduce`` per tuple, the plain form any job can take;
+- ``fast``: a ``map_batch`` that finds the words of many lines in one regular-expression
+  pass, and the built-in count (``smr.agg``), which folds them per key on the mapper side
+  and applies them in bulk on the nodes. Same state, several times the throughput.
 """
 
 from __future__ import annotations
@@ -8,7 +13,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from smr import Job
+from smr import Job, agg
 
 WORD = re.compile(r"[a-z0-9']+")
 
@@ -30,3 +35,12 @@ def add(a: int, b: int) -> int:
 
 
 job = Job("wordcount", map=split_words, reduce=count, combine=add)
+
+
+def split_lines(lines: list[str]) -> tuple[list[str], list[int]]:
+    """The words of many lines at once: keys, and a value per key (ignored by the count)."""
+    words = WORD.findall("\n".join(lines).lower())
+    return words, [1] * len(words)
+
+
+fast = Job("wordcount", map_batch=split_lines, reduce=agg.count())

@@ -4,6 +4,7 @@ The user API is :class:`Job`; see ``smr.api`` for the contract of ``map``, ``red
 ``combine``.
 """
 
+from smr import agg
 from smr.api import Job, JobLoadError, load_job
 
-__all__ = ["Job", "JobLoadError", "load_job"]
+__all__ = ["Job", "JobLoadError", "agg", "load_job"]

@@ -12,6 +12,18 @@
   must be associative and agree with ``reduce`` (``reduce`` of the combined value has the same
   effect as ``reduce`` of each).
 
+Faster forms of each, for work in bulk:
+
+- ``reduce`` may be built from aggregators (``smr.agg``: ``reduce=agg.fields(n=agg.count())``,
+  or one aggregator alone): no ``combine`` is needed, and nodes apply whole batches at once.
+- ``reduce_batch(keys, values, states)`` instead of ``reduce``: ``keys`` are distinct,
+  ``values[i]`` lists the values of ``keys[i]`` in arrival order, ``states[i]`` is its state
+  to mutate. Exactly-once as ``reduce``; if it raises, none of the batch's states change and
+  the batch's tuples are counted as failed and logged. It cannot ``emit``.
+- ``map_batch(records) -> (keys, values)`` beside or instead of ``map``: two equal-length
+  sequences (lists, or anything iterable such as numpy or Arrow arrays) for a list of records.
+  If it raises, every record of the list fails.
+
 Reducers must not depend on the order of tuples from different mappers (DESIGN section 4);
 the order of one mapper's tuples for one key is kept.
 
@@ -24,36 +36,127 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from smr.agg import Aggregation, Aggregator
+
 Key = str | int
 Emit = Callable[[Key, Any], None]
 MapFn = Callable[[Any, Emit], None]
+MapBatchFn = Callable[[list[Any]], tuple[Iterable[Key], Iterable[Any]]]
 ReduceFn = Callable[[Key, Any, dict[str, Any], Emit], None]
+ReduceBatchFn = Callable[[list[Key], list[list[Any]], list[dict[str, Any]]], None]
 CombineFn = Callable[[Any, Any], Any]
 
 
 @dataclass(frozen=True)
 class Job:
-    """A streaming MapReduce job: what mappers run (``map``, ``combine``) and what reducer
-    nodes run (``reduce``). ``name`` identifies the job in logs and mapper ids."""
+    """A streaming MapReduce job: what mappers run (``map`` or ``map_batch``, ``combine``)
+    and what reducer nodes run (``reduce`` or ``reduce_batch``). ``name`` identifies the job
+    in logs and mapper ids. A ``reduce`` of aggregators (``smr.agg``) brings its own
+    ``combine``; giving one too is an error."""
 
     name: str
-    map: MapFn
-    reduce: ReduceFn
+    map: MapFn | None = None
+    reduce: ReduceFn | Aggregation | Aggregator | None = None
     combine: CombineFn | None = None
+    reduce_batch: ReduceBatchFn | None = None
+    map_batch: MapBatchFn | None = None
 
     def __post_init__(self) -> None:
         if not self.name or not isinstance(self.name, str):
             raise ValueError(f"a job needs a non-empty name, got {self.name!r}")
-        for role in ("map", "reduce"):
-            if not callable(getattr(self, role)):
-                raise TypeError(f"job {self.name!r}: {role} must be callable")
-        if self.combine is not None and not callable(self.combine):
-            raise TypeError(f"job {self.name!r}: combine must be callable or None")
+        if self.map is None and self.map_batch is None:
+            raise TypeError(f"job {self.name!r} needs a map or a map_batch")
+        if (self.reduce is None) == (self.reduce_batch is None):
+            raise TypeError(f"job {self.name!r} needs a reduce or a reduce_batch (one of them)")
+        if isinstance(self.reduce, Aggregator):
+            object.__setattr__(self, "reduce", Aggregation({self.reduce.default_name: self.reduce}))
+        for role in ("map", "reduce", "combine", "reduce_batch", "map_batch"):
+            function = getattr(self, role)
+            if function is not None and not callable(function):
+                raise TypeError(f"job {self.name!r}: {role} must be callable or None")
+        if isinstance(self.reduce, Aggregation):
+            if self.combine is not None:
+                raise TypeError(
+                    f"job {self.name!r}: a reduce of aggregators combines by itself; drop combine="
+                )
+            object.__setattr__(self, "combine", self.reduce.merge)
+
+    @property
+    def tuple_reduce(self) -> ReduceFn:
+        """The reduce as a function of one tuple ``(key, value, state, emit)``, whatever form
+        the job gives it in (an aggregation takes a partial, as travels; a ``reduce_batch``
+        gets a batch of one)."""
+        reduce = self.reduce
+        if isinstance(reduce, Aggregation):
+            return reduce
+        if reduce is None or isinstance(reduce, Aggregator):
+            reduce_batch = self.reduce_batch
+            assert reduce_batch is not None
+
+            def reduce_one(key: Key, value: Any, state: dict[str, Any], emit: Emit) -> None:
+                reduce_batch([key], [[value]], [state])
+
+            return reduce_one
+        return reduce
+
+    @property
+    def aggregation(self) -> Aggregation | None:
+        """The job's reduce when it is made of aggregators."""
+        return self.reduce if isinstance(self.reduce, Aggregation) else None
+
+    def mapper(self) -> MapFn:
+        """``map(record, emit)`` as mappers run it: emits what travels (with aggregators,
+        each value lifted into its partial), built from ``map_batch`` when there is no
+        ``map``."""
+        aggregation = self.aggregation
+        user_map = self.map
+        if user_map is None:
+            map_batch = self.map_batch
+            assert map_batch is not None
+
+            def map_one(record: Any, emit: Emit) -> None:
+                keys, values = map_batch([record])
+                for key, value in zip(keys, values, strict=True):
+                    emit(key, value)
+
+            user_map = map_one
+        if aggregation is None:
+            return user_map
+        lift = aggregation.lift
+        mapped = user_map
+
+        def map_lifted(record: Any, emit: Emit) -> None:
+            mapped(record, lambda key, value: emit(key, lift(value)))
+
+        return map_lifted
+
+    def batch_mapper(
+        self,
+    ) -> Callable[[list[Any]], tuple[Sequence[Key], Sequence[Any], int]] | None:
+        """``map_batch`` as mappers run it, returning ``(keys, values, produced)``: what
+        travels (with aggregators, folded per key: :meth:`smr.agg.Aggregation.lift_many`)
+        and how many tuples ``map_batch`` produced; None when the job has no ``map_batch``."""
+        map_batch = self.map_batch
+        if map_batch is None:
+            return None
+        aggregation = self.aggregation
+
+        def run(records: list[Any]) -> tuple[Sequence[Key], Sequence[Any], int]:
+            keys, values = map_batch(records)
+            keys = keys if isinstance(keys, list) else list(keys)
+            values = values if isinstance(values, list) else list(values)
+            if len(keys) != len(values):
+                raise ValueError(f"map_batch returned {len(keys)} keys and {len(values)} values")
+            if aggregation is not None:
+                return (*aggregation.lift_many(keys, values), len(keys))
+            return keys, values, len(keys)
+
+        return run
 
 
 class JobLoadError(Exception):

@@ -109,4 +109,6 @@ def decode_batch_body(body: bytes, count: int, slot_count: int) -> BatchColumns:
         if not key_types <= {str, int}:
             bad = sorted(t.__name__ for t in key_types - {str, int})
             raise FrameError(f"keys must be str or int, got {', '.join(bad)}")
-    return BatchColumns(slots, seqs, keys, values, ts)  # type: ignore[arg-type]
+    # Lists, not arrays: the apply path walks them more than once, and a list hands out
+    # the same int objects each time instead of making them anew.
+    return BatchColumns(slots.tolist(), seqs.tolist(), keys, values, ts)  # type: ignore[arg-type]

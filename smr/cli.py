@@ -45,6 +45,7 @@ from smr.spec import ClusterError, feeder_job, read_spec
 from smr.text_check import not_text_reason
 from smr.transport import TransportError
 from smr.transport.zeromq import Subscriber
+from smr.values import state_json
 
 USER_ERRORS = (
     spark_checkpoint.StaleCheckpoint,
@@ -352,7 +353,7 @@ def dump_command(cluster_arg: str, out_path: Path) -> None:
         with open(temporary, "w", encoding="utf-8") as out:
             for member in view.owners():
                 for _slot, key, state in client.dump(member.addr):
-                    out.write(json.dumps({"key": key, "state": state}) + "\n")
+                    out.write(state_json({"key": key, "state": state}) + "\n")
                     keys += 1
         temporary.replace(out_path)
     finally:
@@ -380,7 +381,7 @@ def query_command(cluster_arg: str, key: str, int_key: bool) -> None:
         answer = client.query(owner.addr, typed_key)
     finally:
         client.close()
-    click.echo(json.dumps({"key": typed_key, "node": owner.node_id, **answer}))
+    click.echo(state_json({"key": typed_key, "node": owner.node_id, **answer}))
 
 
 def _int_key(key: str) -> int:

@@ -36,6 +36,9 @@ MAP_FAILURES_REPORTED_MAX: Final = 5
 MAX_RECORD_BYTES_DEFAULT: Final = 1 << 20
 # What is read at once while skipping the rest of a line over the bound.
 SKIP_READ_BYTES: Final = 1 << 16
+# Records a job's map_batch gets at once: enough that its per-call costs (and, with
+# aggregators, one fold per distinct key) are spread thin, few enough to stay small in memory.
+MAP_BATCH_RECORDS: Final = 2000
 # Standard input that pauses this long gets its open batches sent, so a slow producer's
 # tuples do not wait for a full batch.
 STDIN_LINGER_MS: Final = 100
@@ -168,30 +171,67 @@ def feed(
 
     Per record: 1. read it (bounded); 2. run ``map``, collecting its emits; 3. only if
     ``map`` returned, hand them to the emitter, which checks them all before it emits any
-    (``Emitter.emit_record``)."""
+    (``Emitter.emit_record``). A job with ``map_batch`` takes ``MAP_BATCH_RECORDS`` records
+    at a time (fewer at the end of a file, or when standard input pauses) through steps 2
+    and 3 together: they all contribute, or, if ``map_batch`` raises or one of their
+    tuples cannot travel, none does and each counts as failed."""
     started = time.monotonic()
     position = position if position is not None else FeedPosition()
     records = 0
     counts = {"map": 0, "emit": 0, "long": 0}
+    reported = 0
     pairs: list[tuple[Any, Any]] = []
     collect = pairs.append
     emit_record = emitter.emit_record
-    user_map = job.map
+    user_map = job.mapper()
+    batch_map = job.batch_mapper()
+    # With map_batch: records waiting to be mapped together, with the line the first came from.
+    chunk: list[str] = []
+    chunk_start = FeedPosition()
+    # Tuples map_batch produced that its aggregators folded before they reached the emitter.
+    folded_away = 0
 
     def collect_pair(key: Any, value: Any) -> None:
         collect((key, value))
 
-    def failed(kind: str, message: str) -> None:
-        counts[kind] += 1
-        if sum(counts.values()) <= MAP_FAILURES_REPORTED_MAX:
+    def failed(kind: str, message: str, records_failed: int = 1) -> None:
+        nonlocal reported
+        counts[kind] += records_failed
+        reported += 1
+        if reported <= MAP_FAILURES_REPORTED_MAX:
             report(message)
         pairs.clear()
+
+    def map_chunk() -> None:
+        """Map the waiting records with ``map_batch`` and emit all their tuples, or none."""
+        if not chunk:
+            return
+        assert batch_map is not None
+        where = f"{chunk_start.path}:{chunk_start.line}-{position.line}"
+        nonlocal folded_away
+        try:
+            keys, values, produced = batch_map(chunk)
+        except Exception as error:
+            failed(
+                "map", f"map_batch failed at {where}: {type(error).__name__}: {error}", len(chunk)
+            )
+        else:
+            try:
+                emit_record(list(zip(keys, values, strict=True)))
+                folded_away += produced - len(keys)
+            except EmitError as error:
+                failed("emit", f"bad emit in the records at {where}: {error}", len(chunk))
+        chunk.clear()
+
+    def on_idle() -> None:
+        map_chunk()
+        emitter.flush()
 
     done_bytes = 0
     for path in paths:
         raw: IO[bytes] | None = None
         if path == "-":
-            lines = _stdin_records(emitter.flush, max_record_bytes)
+            lines = _stdin_records(on_idle, max_record_bytes)
         else:
             lines, raw = _open_records(path, max_record_bytes)
         position.path = path
@@ -207,6 +247,13 @@ def feed(
                         "(--max-record-bytes): skipped",
                     )
                     continue
+                if batch_map is not None:
+                    if not chunk:
+                        chunk_start.path, chunk_start.line = path, number
+                    chunk.append(line.rstrip("\r\n"))
+                    if len(chunk) >= MAP_BATCH_RECORDS:
+                        map_chunk()
+                    continue
                 try:
                     user_map(line.rstrip("\r\n"), collect_pair)
                 except Exception as error:
@@ -220,19 +267,20 @@ def feed(
                 pairs.clear()
                 if progress is not None and raw is not None and number % 4096 == 0:
                     progress(done_bytes + raw.tell())
+            map_chunk()
         finally:
             if raw is not None:
                 done_bytes += raw.tell()
                 raw.close()
         if progress is not None:
             progress(done_bytes)
-    unreported = sum(counts.values()) - MAP_FAILURES_REPORTED_MAX
+    unreported = reported - MAP_FAILURES_REPORTED_MAX
     if unreported > 0:
-        report(f"... {unreported} more failed records")
+        report(f"... {unreported} more failures")
     emitter.close()
     return FeedResult(
         records,
-        emitter.tuples_emitted,
+        emitter.tuples_emitted + folded_away,
         emitter.tuples_sent,
         counts["map"],
         time.monotonic() - started,

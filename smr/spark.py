@@ -12,7 +12,8 @@ The life of a micro-batch ``b`` of query ``Q``:
 3. The task runs ``map`` over its records in order. With the job's ``combine``, emits are
    folded per key over chunks of :data:`COMBINE_RECORDS` records, and each chunk is emitted
    in first-seen order: chunk boundaries depend on the records only, so a re-run folds the
-   same way and gives the same tuples the same seqs.
+   same way and gives the same tuples the same seqs. A job with ``map_batch`` gets each
+   chunk in one call (with aggregators, its tuples folded per key).
 4. Before the task returns it drains its emitter: every tuple is acked by all ``r + 1``
    nodes of its replica set. A task that raises aborts its emitter (the retry starts clean).
 5. When every task has returned, the sink returns and Spark commits ``b``: a committed batch
@@ -407,7 +408,9 @@ def _emit_partition(
     records_in = (row[0] for row in rows) if settings.single_column else (r.asDict() for r in rows)
     try:
         # 3. Map (and fold) in record order.
-        if settings.combine and job.combine is not None:
+        if job.map_batch is not None:
+            records, tuples = _map_batches(job, records_in, emitter.emit)
+        elif settings.combine and job.combine is not None:
             records, tuples = _map_combined(job, records_in, emitter.emit)
         else:
             emitted_before = emitter.tuples_emitted
@@ -426,10 +429,37 @@ def _emit_partition(
 def _map_plain(job: Job, records: Iterator[Any], emit: Callable[[Any, Any], None]) -> int:
     """Run ``map`` over ``records``; return how many there were."""
     count = 0
-    user_map = job.map
+    user_map = job.mapper()
     for count, record in enumerate(records, 1):  # noqa: B007 - the last count is the total
         user_map(record, emit)
     return count
+
+
+def _map_batches(
+    job: Job, records: Iterator[Any], emit: Callable[[Any, Any], None]
+) -> tuple[int, int]:
+    """Run ``map_batch`` over chunks of :data:`COMBINE_RECORDS` records in order (with
+    aggregators, folded per key within each); return the records and the tuples emitted."""
+    batch_map = job.batch_mapper()
+    assert batch_map is not None
+    count = emitted = 0
+    chunk: list[Any] = []
+    for count, record in enumerate(records, 1):  # noqa: B007 - the last count is the total
+        chunk.append(record)
+        if len(chunk) >= COMBINE_RECORDS:
+            emitted += _emit_all(batch_map(chunk), emit)
+            chunk.clear()
+    if chunk:
+        emitted += _emit_all(batch_map(chunk), emit)
+    return count, emitted
+
+
+def _emit_all(columns: tuple[Any, Any, int], emit: Callable[[Any, Any], None]) -> int:
+    """Emit what ``Job.batch_mapper`` returned; return how many tuples ``map_batch`` made."""
+    keys, values, produced = columns
+    for key, value in zip(keys, values, strict=True):
+        emit(key, value)
+    return produced
 
 
 def _map_combined(
@@ -451,7 +481,7 @@ def _map_combined(
             folded[key] = value
 
     count = 0
-    user_map = job.map
+    user_map = job.mapper()
     for count, record in enumerate(records, 1):
         user_map(record, fold)
         if count % COMBINE_RECORDS == 0:

@@ -18,6 +18,8 @@ rest:
 
 from __future__ import annotations
 
+import base64
+import json
 from typing import Any, Final
 
 import msgpack
@@ -177,3 +179,15 @@ def _check_field_value(name: str, value: Any) -> None:
             "to None, bool, int (64-bit), float, str, bytes, and lists, tuples and dicts of "
             "those (a set: store a sorted list)"
         ) from None
+
+
+def state_json(record: Any) -> str:
+    """``record`` (states read from nodes) as one line of JSON. A state may hold what JSON has
+    no form for: bytes become ``{"base64": "..."}`` (the aggregators' sketches are bytes)."""
+    return json.dumps(record, default=_json_default)
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, bytes | bytearray):
+        return {"base64": base64.b64encode(value).decode("ascii")}
+    raise TypeError(f"{type(value).__name__} has no JSON form")

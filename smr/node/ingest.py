@@ -26,8 +26,10 @@ batch's mapper id is the tuples' identity for dedup, the stream names the channe
 6. Otherwise the batch joins the bounded inbox and the channel advances. When the inbox is
    full the node stops reading its socket, so the socket queue and then TCP push back on the
    mappers: backpressure, never a drop.
-7. Applying a batch runs ``reduce`` per tuple, skipping tuples with ``seq <= hwm`` (already
-   applied); only then is the batch acked (a slow node acks slowly).
+7. Applying a batch skips tuples with ``seq <= hwm`` (already applied) and reduces the rest:
+   per tuple, per batch (``reduce_batch``), or, with aggregators, the batches of one turn
+   together (``smr.node.reducer.Reducer.apply``); only then is the batch acked (a slow node
+   acks slowly).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
+from checkpoint.bulk import Columns
 from checkpoint.ids import MapperId
 from checkpoint.loss import RESERVED_MAPPER_PREFIX
 from ring.invariants import InvariantViolation
@@ -56,6 +59,7 @@ from smr.protocol import (
 )
 
 if TYPE_CHECKING:
+    from checkpoint.store import BatchOutcome
     from smr.node.core import NodeCore
 
 # Decoded batches waiting to be applied. At 1000 tuples a batch this is at most 256k tuples
@@ -261,7 +265,10 @@ class Ingest:
         started = clock()
         stop_at = started + APPLY_SECONDS_PER_TURN
         load = node.load
+        store = node.store
         applied = 0
+        # Aggregators apply the turn's batches together (each key written once per turn).
+        together: list[Columns] | None = [] if reducer.in_bulk else None
         while self.inbox and budget > 0 and clock() < stop_at:
             pending = self.inbox.popleft()
             if pending.batch is not None:
@@ -280,23 +287,30 @@ class Ingest:
                 continue
             budget -= len(batch)
             self.inbox_tuples -= len(batch)
-            outcome = node.store.apply_batch(
-                pending.mapper, batch.slots, batch.seqs, batch.keys, batch.values, reducer.reduce_fn
-            )
+            columns = (pending.mapper, batch.slots, batch.seqs, batch.keys, batch.values)
             counters.batches += 1
-            counters.tuples_applied += outcome.applied
             applied += len(batch)
             load.note_batch(batch.slots)
-            counters.tuples_duplicate += outcome.duplicates
-            if outcome.failed:
-                counters.tuples_failed += outcome.failed
-                reducer.note_failures(outcome.failed, outcome.failures)
+            if together is not None:
+                together.append(columns)
+            else:
+                self._count(reducer.apply(store, [columns]))
+        if together:
+            self._count(reducer.apply(store, together))
         self.behind = bool(self.inbox)
         if applied:
             load.note_apply(applied, clock() - started)
             if rate_cap is not None:
                 rate_cap.spend(applied)
         reducer.flush_emits()
+
+    def _count(self, outcome: BatchOutcome) -> None:
+        counters = self._node.counters
+        counters.tuples_applied += outcome.applied
+        counters.tuples_duplicate += outcome.duplicates
+        if outcome.failed:
+            counters.tuples_failed += outcome.failed
+            self._node.reducer.note_failures(outcome.failed, outcome.failures)
 
     def send_acks(self) -> None:
         """Send one cumulative ack per channel that advanced since the last call."""

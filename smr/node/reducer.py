@@ -8,7 +8,8 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
-from checkpoint.store import ReduceFn
+from checkpoint.bulk import BatchReduceFn, Columns, apply_folds, apply_reduce_batch
+from checkpoint.store import FAILURE_EXAMPLES_MAX, BatchOutcome, ReduceFn, StateStore
 from smr.api import Job
 from smr.output import OutputSink
 from smr.values import check_state
@@ -20,7 +21,8 @@ ERROR_LOGS_PER_SECOND: Final = 5
 
 
 class Reducer:
-    """The job's ``reduce`` as the state store calls it (``reduce_fn(key, value, state)``).
+    """The job's reduce as the node applies it: :meth:`apply` for batches, and
+    ``reduce_fn(key, value, state)`` per tuple (the state store's form).
 
     Guarantees: what a call emits reaches the output only if the call returned normally,
     and only at :meth:`flush_emits` (after the batch it belongs to was applied); a failing
@@ -37,10 +39,51 @@ class Reducer:
         self._error_log_window_start = 0.0
         self._error_logs_in_window = 0
         self._errors_unlogged = 0
+        # Aggregators are applied in bulk; the per-tuple reduce_fn serves the replay of a
+        # takeover (checkpoint.promote) for every kind of reduce.
+        self.aggregation = job.aggregation
+        self._reduce_batch = self._wrap_batch(job)
         self.reduce_fn: ReduceFn = self._wrap(job)
 
+    @property
+    def in_bulk(self) -> bool:
+        """Whether batches are best applied many at once (aggregators)."""
+        return self.aggregation is not None
+
+    def apply(self, store: StateStore, batches: Sequence[Columns]) -> BatchOutcome:
+        """Apply ``batches`` (in order) to ``store`` by the job's kind of reduce: aggregators
+        all at once (``checkpoint.bulk.apply_folds``), ``reduce_batch`` one call per batch,
+        ``reduce`` per tuple. One outcome for them all."""
+        if self.aggregation is not None:
+            return apply_folds(store, batches, self.aggregation)
+        total = BatchOutcome()
+        for columns in batches:
+            if self._reduce_batch is not None:
+                outcome = apply_reduce_batch(store, columns, self._reduce_batch)
+            else:
+                outcome = store.apply_batch(*columns, self.reduce_fn)
+            total.applied += outcome.applied
+            total.duplicates += outcome.duplicates
+            total.failed += outcome.failed
+            total.failures.extend(outcome.failures[: FAILURE_EXAMPLES_MAX - len(total.failures)])
+        return total
+
+    def _wrap_batch(self, job: Job) -> BatchReduceFn | None:
+        user_reduce_batch = job.reduce_batch
+        if user_reduce_batch is None:
+            return None
+
+        def reduce_batch(
+            keys: list[Any], values: list[list[Any]], states: list[dict[str, Any]]
+        ) -> None:
+            user_reduce_batch(keys, values, states)
+            for state in states:
+                check_state(state)
+
+        return reduce_batch
+
     def _wrap(self, job: Job) -> ReduceFn:
-        user_reduce = job.reduce
+        user_reduce = job.tuple_reduce
         tuple_emits: list[tuple[Any, Any]] = []
         emitted = self._emitted
         emit = tuple_emits.append

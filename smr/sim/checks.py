@@ -113,7 +113,7 @@ def promoted_copy(holder: NodeCore, owner: NodeId, slots: list[Slot]) -> StateSt
     copy = PrimaryCopy(
         replication.replicas.get(owner) or PeerReplica(), replication.backups.get(owner)
     )
-    reduce = sim_job().reduce
+    reduce = sim_job().tuple_reduce
 
     def reduce_fn(key: Any, value: Any, state: dict[str, Any]) -> None:
         reduce(key, value, state, lambda key, value: None)

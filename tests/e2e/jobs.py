@@ -6,8 +6,8 @@ import os
 import time
 from typing import Any
 
-from examples.wordcount import add, count, split_words
-from smr import Job
+from examples.wordcount import WORD, add, count, split_words
+from smr import Job, agg
 
 POISON = "zzpoison"
 
@@ -143,3 +143,49 @@ def split_words_slowly(line: str, emit: Any) -> None:
 
 failing_once = Job("failing-once", map=split_words_failing_once, reduce=count, combine=add)
 slow_wordcount = Job("slow-wordcount", map=split_words_slowly, reduce=count, combine=add)
+
+
+def _first_letters(line: str, emit: Any) -> None:
+    """Per word: its first letter as the key, the word as the value."""
+    for word in WORD.findall(line.lower()):
+        emit(word[0], word)
+
+
+# Per first letter: how many words, their letters in all, the shortest and longest length,
+# the mean length, the distinct words (exact and estimated), the three longest lengths and
+# the latest word: every built-in aggregator over real nodes.
+letters = Job(
+    "letters",
+    map=_first_letters,
+    reduce=agg.fields(
+        n=agg.count(),
+        chars=agg.sum(of=len),
+        shortest=agg.min(of=len),
+        longest=agg.max(of=len),
+        mean=agg.mean(of=len),
+        words=agg.distinct(),
+        words_approx=agg.approx_distinct(),
+        top=agg.top_k(3, of=len),
+        latest=agg.last(),
+    ),
+)
+
+
+def _count_batch(keys: list[Any], values: list[list[Any]], states: list[dict[str, Any]]) -> None:
+    for state, counts in zip(states, values, strict=True):
+        state["count"] = state.get("count", 0) + sum(counts)
+
+
+# Word count through reduce_batch.
+batch_count = Job("wordcount", map=split_words, reduce_batch=_count_batch, combine=add)
+
+
+def _count_batch_refusing_poison(
+    keys: list[Any], values: list[list[Any]], states: list[dict[str, Any]]
+) -> None:
+    _count_batch(keys, values, states)
+    if POISON in keys:
+        raise ValueError(f"refusing a batch with {POISON}")
+
+
+batch_poison = Job("wordcount", map=split_words, reduce_batch=_count_batch_refusing_poison)

@@ -1,0 +1,261 @@
+"""Applying tuples in bulk: the duplicate cut per slot, folds per key, a batch reduce.
+
+The per-tuple path (``StateStore.apply_batch``) reads, copies, reduces and diffs one tuple at
+a time. Here the same guarantees hold with work per batch or per key instead:
+
+- :func:`consume` cuts duplicates with one comparison per slot of the batch (seqs of one
+  ``(mapper, slot)`` increase within a batch, as the emitter sends them), in C-level passes
+  (``dict``, ``map``) when no tuple is a duplicate, which is the common case.
+- :func:`apply_folds` applies built-in aggregations (``smr.agg``): the fresh tuples of many
+  batches are merged per key first, then each key's state is read and written once.
+- :func:`apply_reduce_batch` hands a batch's fresh tuples, grouped by key, to a user's
+  ``reduce_batch(keys, values, states)`` in one call; if it raises, nothing changes.
+
+Both count every tuple once in a :class:`~checkpoint.store.BatchOutcome`, consume tuples
+whose reduction failed (a deterministic failure is never retried forever), and write only
+into the ``active`` fragment, like the per-tuple path, so checkpoints are unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from itertools import repeat
+from operator import gt
+from typing import Any, Protocol, TypeAlias, cast
+
+from checkpoint.delta import PLAIN_TYPES
+from checkpoint.ids import Key, MapperId
+from checkpoint.store import _MUTABLE_TYPES, FAILURE_EXAMPLES_MAX, BatchOutcome, StateStore
+
+Columns: TypeAlias = tuple[MapperId, Sequence[int], Sequence[int], Sequence[Key], Sequence[Any]]
+"""One batch as ``(mapper, slots, seqs, keys, values)``."""
+
+BatchReduceFn: TypeAlias = Callable[[list[Key], list[list[Any]], list[dict[str, Any]]], None]
+"""``reduce_batch(keys, values, states)``: ``keys`` distinct, ``values[i]`` the values of
+``keys[i]`` in arrival order, ``states[i]`` its state, a private dict it mutates."""
+
+
+class KeyFold(Protocol):
+    """A reduction applied per key with many tuples at once (``smr.agg.Aggregation``).
+
+    ``merge`` combines two partial values of one key (associative, in arrival order);
+    ``fold_key(fields, partial)`` returns the new values of the fields it owns, given the
+    key's current fields (None when the key has none); it must not mutate ``fields``.
+    ``owned`` names those fields; ``mutable_values`` says whether a value it writes may be
+    of a mutable type (then reads deep-copy it, as for a reducer's); ``additive`` that
+    partials are numbers merged by ``+`` and ``fold_key`` adds them to the one owned field,
+    within the 64-bit range (both then run inline)."""
+
+    owned: frozenset[str]
+    mutable_values: bool
+    additive: bool
+
+    def merge(self, a: Any, b: Any) -> Any: ...
+
+    def fold_key(self, fields: Mapping[str, Any] | None, partial: Any) -> dict[str, Any]: ...
+
+
+def consume(
+    store: StateStore, mapper: MapperId, slots: Sequence[int], seqs: Sequence[int]
+) -> tuple[int, list[int] | None]:
+    """The duplicate cut for one batch: raise the hwms past its tuples and return
+    ``(duplicates, fresh)``, ``fresh`` None when every tuple is fresh, else the rows to apply.
+
+    1. If every tuple's seq is above its slot's hwm (one C-level pass: ``map`` and ``all``),
+       every tuple is fresh: each slot's hwm becomes its last seq in the batch (seqs of a
+       ``(mapper, slot)`` increase along a batch: the emitter numbers them so) and the
+       batch's slots are marked dirty.
+    2. Otherwise (a resend overlapping what was applied, a replay), cut tuple by tuple as
+       ``StateStore.apply_batch`` does.
+    """
+    hwm_of_slot = cast(dict[int, int], store._hwm.setdefault(mapper, {}))
+    dirty = cast(set[int], store._hwm_dirty_slots)
+    # 1.
+    if all(map(gt, seqs, map(hwm_of_slot.get, slots, repeat(0)))):
+        hwm_of_slot.update(zip(slots, seqs, strict=True))
+        dirty.update(slots)
+        return 0, None
+    # 2.
+    hwm_get = hwm_of_slot.get
+    fresh: list[int] = []
+    for row, (slot, seq) in enumerate(zip(slots, seqs, strict=True)):
+        if seq > hwm_get(slot, 0):
+            hwm_of_slot[slot] = seq
+            fresh.append(row)
+    dirty.update(slots[row] for row in fresh)
+    return len(slots) - len(fresh), fresh
+
+
+def _fresh_columns(
+    store: StateStore, columns: Columns
+) -> tuple[int, Sequence[int], Sequence[Key], Sequence[Any]]:
+    """``(duplicates, slots, keys, values)`` of the batch's fresh tuples (see ``consume``)."""
+    mapper, slots, seqs, keys, values = columns
+    duplicates, fresh = consume(store, mapper, slots, seqs)
+    if fresh is None:
+        return 0, slots, keys, values
+    return (
+        duplicates,
+        [slots[row] for row in fresh],
+        [keys[row] for row in fresh],
+        [values[row] for row in fresh],
+    )
+
+
+def apply_folds(store: StateStore, batches: Iterable[Columns], fold: KeyFold) -> BatchOutcome:
+    """Apply ``batches`` (in order) through ``fold``: each key's state is written once.
+
+    1. Per batch, the duplicate cut (:func:`consume`).
+    2. The fresh tuples of all the batches are merged per key, in arrival order (``+``
+       when the fold is ``additive``, else ``fold.merge``; a first batch whose keys are
+       distinct costs one ``dict`` call).
+    3. Per key: its current fields (``active`` alone when it holds every owned field, else
+       the merged fragments), ``fold.fold_key``, and the new fields written into
+       ``active``. A key whose fold raises keeps its state; its tuples count as failed.
+
+    The caller must not let a checkpoint swap run between the batches it passes.
+    """
+    outcome = BatchOutcome()
+    grouped: dict[Key, Any] = {}
+    slot_of: dict[Key, int] = {}
+    fresh_keys: list[Sequence[Key]] = []
+    merge = fold.merge
+    additive = fold.additive
+    total = 0
+    # 1. and 2.
+    for columns in batches:
+        total += len(columns[3])
+        duplicates, slots, keys, values = _fresh_columns(store, columns)
+        outcome.duplicates += duplicates
+        fresh_keys.append(keys)
+        slot_of.update(zip(keys, slots, strict=True))
+        if not grouped:
+            grouped = dict(zip(keys, values, strict=True))
+            if len(grouped) == len(keys):
+                continue
+            grouped = {}
+        get = grouped.get
+        if additive:
+            for key, value in zip(keys, values, strict=True):
+                grouped[key] = get(key, 0) + value
+        else:
+            for key, value in zip(keys, values, strict=True):
+                old = get(key, _ABSENT)
+                grouped[key] = value if old is _ABSENT else merge(old, value)
+    # 3.
+    active = cast(dict[int, dict[Key, dict[str, Any]]], store.active)
+    active_get = active.get
+    owned = fold.owned
+    fold_key = fold.fold_key
+    tombstones_possible = store._active_has_tombstones or store._inactive_has_tombstones
+    failed_keys: list[tuple[Key, BaseException]] = []
+    mutables = fold.mutable_values
+    if additive and len(owned) == 1 and not tombstones_possible:
+        # The common case inline: a key whose active fields hold the one owned field takes
+        # the sum in place; the others (and a sum past 64 bits) go the general way below.
+        (name,) = owned
+        general: dict[Key, Any] = {}
+        for key, partial in grouped.items():
+            active_keys = active_get(slot_of[key])
+            fields = None if active_keys is None else active_keys.get(key)
+            field = None if fields is None else fields.get(name)
+            if fields is None or field is None:
+                general[key] = partial
+                continue
+            try:
+                summed = field + partial
+            except TypeError:
+                summed = None  # not numbers (a broken feeder): fold_key says why below
+            if summed is None or (summed.__class__ is int and not _INT_MIN <= summed < _INT_END):
+                general[key] = partial
+                continue
+            fields[name] = summed
+        grouped = general
+    for key, partial in grouped.items():
+        slot = slot_of[key]
+        active_keys = active_get(slot)
+        fields = None if active_keys is None else active_keys.get(key)
+        current: Mapping[str, Any] | None = fields
+        if fields is None or tombstones_possible or not owned <= fields.keys():
+            current = store._merged(slot, key)  # type: ignore[arg-type]
+        try:
+            written = fold_key(current, partial)
+        except Exception as error:
+            failed_keys.append((key, error))
+            continue
+        if mutables and not store._holds_mutables:
+            store._holds_mutables = any(
+                value.__class__ not in PLAIN_TYPES and isinstance(value, _MUTABLE_TYPES)
+                for value in written.values()
+            )
+        if fields is not None:
+            fields.update(written)
+        elif active_keys is not None:
+            active_keys[key] = written
+        else:
+            active[slot] = {key: written}
+    if failed_keys:
+        failed = {key for key, _ in failed_keys}
+        outcome.failed = sum(1 for keys in fresh_keys for key in keys if key in failed)
+        outcome.failures = failed_keys[:FAILURE_EXAMPLES_MAX]
+    outcome.applied = total - outcome.duplicates - outcome.failed
+    return outcome
+
+
+def apply_reduce_batch(
+    store: StateStore, columns: Columns, reduce_batch: BatchReduceFn
+) -> BatchOutcome:
+    """Apply one batch through a user's ``reduce_batch`` in one call.
+
+    1. The duplicate cut (:func:`consume`).
+    2. Group the fresh tuples by key (first appearance order; values in arrival order).
+    3. Read each key's state as a private dict (``StateStore.read``), keep a copy of it.
+    4. Call ``reduce_batch(keys, values, states)``. If it raises, no state changes and
+       every fresh tuple counts as failed (one example, the exception).
+    5. Otherwise commit each key's change (``StateStore.commit``: only the changed fields).
+    """
+    outcome = BatchOutcome()
+    # 1.
+    duplicates, slots, keys, values = _fresh_columns(store, columns)
+    outcome.duplicates = duplicates
+    if not keys:
+        return outcome
+    # 2.
+    slot_of: dict[Key, int] = dict(zip(keys, slots, strict=True))
+    grouped: dict[Key, list[Any]] = {}
+    for key, value in zip(keys, values, strict=True):
+        bucket = grouped.get(key)
+        if bucket is None:
+            grouped[key] = [value]
+        else:
+            bucket.append(value)
+    # 3.
+    group_keys = list(grouped)
+    read = store.read
+    states = [read(slot_of[key], key) for key in group_keys]  # type: ignore[arg-type]
+    befores = [dict(state) for state in states]
+    # 4.
+    try:
+        reduce_batch(group_keys, list(grouped.values()), states)
+    except Exception as error:
+        outcome.failed = len(keys)
+        outcome.failures = [(group_keys[0], error)]
+        return outcome
+    # 5.
+    commit = store.commit
+    for key, before, state in zip(group_keys, befores, states, strict=True):
+        commit(slot_of[key], key, before, state)  # type: ignore[arg-type]
+    outcome.applied = len(keys)
+    return outcome
+
+
+# The range of ints a checkpoint encodes (as smr.values.check_state requires of every field).
+_INT_MIN = -(1 << 63)
+_INT_END = 1 << 64
+
+
+class _Absent:
+    """No partial merged for the key yet (None may be a partial)."""
+
+
+_ABSENT = _Absent()
