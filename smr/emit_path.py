@@ -3,11 +3,13 @@
 Each closure binds what it touches to locals once; the emitter mutates those very lists in
 place (``Emitter._set_view``), so they stay valid across view changes. A tuple joins the
 open batch of its slot's primary; a batch closes at ``batch_size`` tuples, and before a
-tuple that would take its estimated encoded size past ``batch_bytes``.
+tuple that would take its estimated encoded size past ``batch_bytes``; without combine,
+every open batch closes at an emit ``linger_ms`` or more after the first tuple opened.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final
@@ -51,6 +53,25 @@ def _byte_bounds(emitter: Emitter) -> tuple[int, int, bool]:
     return small_row_bytes, big_rows_bytes_max, small_row_bytes >= FAST_ROW_BYTES_MAX
 
 
+def _make_linger(emitter: Emitter) -> Callable[[float], None]:
+    """``linger(emitted_at)`` after a tuple is added: the first tuple opened since the last
+    flush sets when the open batches must go (``linger_ms`` later); the first emit at or past
+    that time flushes them all, full or not."""
+    flush_due = emitter._flush_due
+    flush = emitter.flush
+    linger_s = emitter._linger_s
+    never = math.inf
+
+    def linger(emitted_at: float) -> None:
+        due = flush_due[0]
+        if emitted_at >= due:
+            flush()
+        elif due == never:
+            flush_due[0] = emitted_at + linger_s
+
+    return linger
+
+
 def make_emit(emitter: Emitter) -> EmitPair:
     """The emit closures without combine: a tuple joins the open rows of its primary.
 
@@ -68,6 +89,7 @@ def make_emit(emitter: Emitter) -> EmitPair:
     small_row_bytes, big_rows_bytes_max, fast = _byte_bounds(emitter)
     dispatch = emitter._dispatch_rows
     now = time.time
+    linger = _make_linger(emitter)
 
     def emit_sized(key: Any, value: Any, size: int) -> None:
         slot = slot_cache_get(key)
@@ -83,9 +105,12 @@ def make_emit(emitter: Emitter) -> EmitPair:
         seq = seqs[slot] + 1
         seqs[slot] = seq
         rows = open_rows[dest]
-        rows.append((slot, seq, key, value, now()))
+        emitted_at = now()
+        rows.append((slot, seq, key, value, emitted_at))
         if len(rows) >= batch_size:
             dispatch(dest)
+        else:
+            linger(emitted_at)
 
     def emit(key: Any, value: Any) -> None:
         # A cached key was checked when cached; the class test comes first, since an
@@ -102,9 +127,12 @@ def make_emit(emitter: Emitter) -> EmitPair:
                 seq = seqs[slot] + 1
                 seqs[slot] = seq
                 rows = open_rows[dest]
-                rows.append((slot, seq, key, value, now()))
+                emitted_at = now()
+                rows.append((slot, seq, key, value, emitted_at))
                 if len(rows) >= batch_size:
                     dispatch(dest)
+                else:
+                    linger(emitted_at)
                 return
         emit_sized(key, value, row_bytes(key, value, batch_bytes))
 
@@ -113,7 +141,9 @@ def make_emit(emitter: Emitter) -> EmitPair:
 
 def make_combining_emit(emitter: Emitter) -> EmitPair:
     """The emit closures with combine: a key already open in its batch is folded into it
-    (only a new key adds a row, and only rows are added up by bytes)."""
+    (only a new key adds a row, and only rows are added up by bytes). No ``linger_ms``:
+    combined rows get their seqs when their batch closes, so where batches close must
+    depend on the tuples only, never on time, for a rerun to give them the same identities."""
     slot_cache_get = emitter._slot_cache.get
     find_slot = emitter._slot
     dest_of_slot = emitter._dest_of_slot
@@ -188,3 +218,34 @@ def make_emit_record(
             emit(key, value)
 
     return emit_record
+
+
+def make_emit_many(
+    emitter: Emitter, emit_sized: Callable[[Any, Any, int], None]
+) -> Callable[[Sequence[Any], Sequence[Any]], None]:
+    """``emit_many(keys, values)``: as ``emit_record`` over ``zip(keys, values)`` (all checked,
+    then all emitted, or none), for many tuples at once: each is checked once and emitted
+    through ``emit_sized`` without a second look."""
+    slot_cache_get = emitter._slot_cache.get
+    batch_bytes = emitter.batch_bytes
+    fast = _byte_bounds(emitter)[2]
+
+    def emit_many(keys: Sequence[Any], values: Sequence[Any]) -> None:
+        if len(keys) != len(values):
+            raise ValueError(f"emit_many got {len(keys)} keys and {len(values)} values")
+        sizes = [
+            0
+            if (
+                value.__class__ is int
+                and not value >> 63
+                and fast
+                and (key.__class__ is str or key.__class__ is int)
+                and slot_cache_get(key) is not None
+            )
+            else row_bytes(key, value, batch_bytes)
+            for key, value in zip(keys, values, strict=True)
+        ]
+        for key, value, size in zip(keys, values, sizes, strict=True):
+            emit_sized(key, value, size)
+
+    return emit_many

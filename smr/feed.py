@@ -38,7 +38,7 @@ MAX_RECORD_BYTES_DEFAULT: Final = 1 << 20
 SKIP_READ_BYTES: Final = 1 << 16
 # Records a job's map_batch gets at once: enough that its per-call costs (and, with
 # aggregators, one fold per distinct key) are spread thin, few enough to stay small in memory.
-MAP_BATCH_RECORDS: Final = 2000
+MAP_BATCH_RECORDS: Final = 10_000
 # Standard input that pauses this long gets its open batches sent, so a slow producer's
 # tuples do not wait for a full batch.
 STDIN_LINGER_MS: Final = 100
@@ -183,6 +183,7 @@ def feed(
     pairs: list[tuple[Any, Any]] = []
     collect = pairs.append
     emit_record = emitter.emit_record
+    emit_many = emitter.emit_many
     user_map = job.mapper()
     batch_map = job.batch_mapper()
     # With map_batch: records waiting to be mapped together, with the line the first came from.
@@ -217,7 +218,7 @@ def feed(
             )
         else:
             try:
-                emit_record(list(zip(keys, values, strict=True)))
+                emit_many(keys, values)
                 folded_away += produced - len(keys)
             except EmitError as error:
                 failed("emit", f"bad emit in the records at {where}: {error}", len(chunk))

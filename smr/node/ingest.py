@@ -184,9 +184,9 @@ class Ingest:
             return
         try:
             slots, seqs = decode_batch_ids(message.body, message.n, node.ring.slot_count)
-            roles = node.roles
             slot_set = set(slots)
-            slot_roles = {roles[slot] for slot in slot_set}
+            # C-level passes: a set of per-slot lookups costs a Python loop per slot otherwise.
+            slot_roles = set(map(node.roles.__getitem__, slot_set))
             batch = None
             if slot_roles == {Role.PRIMARY}:
                 batch = decode_batch_body(message.body, message.n, node.ring.slot_count)
@@ -198,7 +198,7 @@ class Ingest:
         #    (the backup is filed and evicted by that primary's checkpoints: a batch that
         #    straddled two primaries would never be evicted whole), or refuse.
         primary_of = node.ring.primary_index_by_slot
-        if slot_roles == {Role.SECONDARY} and len({primary_of[slot] for slot in slot_set}) == 1:
+        if slot_roles == {Role.SECONDARY} and len(set(map(primary_of.__getitem__, slot_set))) == 1:
             if node.replication.back_up(mapper, message.body, slots, seqs):
                 self._expected[stream] = ChannelNumber(chan + 1)
                 # Acked in channel order, after any primary batch of this channel still queued.

@@ -3,6 +3,7 @@ emit, and batches cut by bytes."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -92,3 +93,57 @@ def test_rows_merged_by_a_reroute_are_split_into_bodies_within_twice_the_budget(
     parts = encode_within(rows, 10_000)
     assert [row for part, _ in parts for row in part] == rows
     assert all(len(body) <= 10_000 for _, body in parts)
+
+
+def test_open_batches_go_at_the_first_emit_past_linger_ms_and_not_before() -> None:
+    transport = AckingTransport()
+    emitter = _acking_emitter(transport, linger_ms=30)
+    emitter.emit("a", 1)
+    emitter.emit("b", 1)
+    assert transport.bodies == []
+    time.sleep(0.05)
+    emitter.emit("a", 1)  # past linger_ms since the first opened: everything open goes
+    assert sum(count for count, _ in transport.bodies) == 3
+    emitter.emit("c", 1)  # the first tuple of a new wait
+    assert sum(count for count, _ in transport.bodies) == 3
+    emitter.close()
+    assert emitter.tuples_acked == emitter.tuples_sent == 4
+
+
+def test_a_combining_emitter_never_closes_a_batch_by_time() -> None:
+    # Combined rows take their seqs when their batch closes: time must not decide it.
+    transport = AckingTransport()
+    emitter = _acking_emitter(transport, combine=lambda a, b: a + b, linger_ms=1)
+    emitter.emit("a", 1)
+    time.sleep(0.01)
+    emitter.emit("a", 1)
+    emitter.emit("b", 1)
+    assert transport.bodies == []
+    emitter.close()
+    assert sum(count for count, _ in transport.bodies) == 2
+
+
+def test_without_linger_a_batch_waits_until_it_is_full_or_flushed() -> None:
+    transport = AckingTransport()
+    emitter = _acking_emitter(transport, linger_ms=None)
+    emitter.emit("a", 1)
+    time.sleep(0.03)
+    emitter.emit("b", 1)
+    assert transport.bodies == []
+    emitter.flush()
+    assert sum(count for count, _ in transport.bodies) == 2
+    with pytest.raises(ValueError, match="linger_ms"):
+        _acking_emitter(transport, linger_ms=-1)
+
+
+def test_emit_many_checks_every_tuple_before_it_emits_any() -> None:
+    transport = AckingTransport()
+    emitter = _acking_emitter(transport)
+    with pytest.raises(EmitError):
+        emitter.emit_many(["a", "b", None], [1, 2, 3])
+    with pytest.raises(ValueError, match="2 keys and 1 values"):
+        emitter.emit_many(["a", "b"], [1])
+    assert emitter.tuples_emitted == 0
+    emitter.emit_many(["a", "b", "a"], [1, 2, 3])
+    emitter.close()
+    assert emitter.tuples_acked == 3
