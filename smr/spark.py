@@ -13,7 +13,8 @@ The life of a micro-batch ``b`` of query ``Q``:
    folded per key over chunks of :data:`COMBINE_RECORDS` records, and each chunk is emitted
    in first-seen order: chunk boundaries depend on the records only, so a re-run folds the
    same way and gives the same tuples the same seqs. A job with ``map_batch`` gets each
-   chunk in one call (with aggregators, its tuples folded per key).
+   chunk in one call (with aggregators, its tuples folded per key), and its tasks read
+   the records as Arrow batches (``mapInArrow``) instead of Spark rows.
 4. Before the task returns it drains its emitter: every tuple is acked by all ``r + 1``
    nodes of its replica set. A task that raises aborts its emitter (the retry starts clean).
 5. When every task has returned, the sink returns and Spark commits ``b``: a committed batch
@@ -43,6 +44,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from functools import partial
+from itertools import chain
 from pathlib import Path
 from typing import Any, Final
 
@@ -84,6 +86,9 @@ class FeedSettings:
     batch_size: int
     window_batches: int
     single_column: bool
+    arrow: bool = False
+    """Tasks get the records as Arrow batches (``mapInArrow``): for a job with
+    ``map_batch``, which takes many records at once anyway."""
 
 
 @dataclass(frozen=True)
@@ -250,6 +255,7 @@ def feed_settings(
         batch_size=batch_size,
         window_batches=window_batches,
         single_column=single_column,
+        arrow=job.map_batch is not None,
     )
 
 
@@ -298,17 +304,21 @@ def emit(
 
     def run_batch(batch_df: Any, batch_id: int) -> None:
         started = time.monotonic()
-        records_before, tuples_before = records.value, tuples.value
-        batch_df.rdd.foreachPartition(partial(_emit_partition, settings, batch_id, records, tuples))
-        if on_batch is not None:
-            on_batch(
-                BatchReport(
-                    batch_id,
-                    records.value - records_before,
-                    tuples.value - tuples_before,
-                    time.monotonic() - started,
-                )
+        if settings.arrow:
+            counts = batch_df.mapInArrow(
+                partial(_emit_arrow_partition, settings, batch_id), "records long, tuples long"
+            ).collect()
+            batch_records = sum(row["records"] for row in counts)
+            batch_tuples = sum(row["tuples"] for row in counts)
+        else:
+            records_before, tuples_before = records.value, tuples.value
+            batch_df.rdd.foreachPartition(
+                partial(_emit_partition, settings, batch_id, records, tuples)
             )
+            batch_records = records.value - records_before
+            batch_tuples = tuples.value - tuples_before
+        if on_batch is not None:
+            on_batch(BatchReport(batch_id, batch_records, batch_tuples, time.monotonic() - started))
 
     writer = df.writeStream.queryName(settings.query).foreachBatch(run_batch)
     if checkpoint_dir is not None:
@@ -394,7 +404,35 @@ def _worker_emitter(settings: FeedSettings) -> tuple[Emitter, Job]:
 def _emit_partition(
     settings: FeedSettings, batch_id: int, records_done: Any, tuples_done: Any, rows: Iterable[Any]
 ) -> None:
-    """One task: steps 2-4 of the module docstring for partition ``p`` of batch ``batch_id``."""
+    """One task over Spark rows (``foreachPartition``): steps 2-4 of the module docstring
+    for partition ``p`` of batch ``batch_id``, counted in the accumulators."""
+    records_in = (row[0] for row in rows) if settings.single_column else (r.asDict() for r in rows)
+    records, tuples = _emit_records(settings, batch_id, records_in)
+    records_done.add(records)
+    tuples_done.add(tuples)
+
+
+def _emit_arrow_partition(
+    settings: FeedSettings, batch_id: int, batches: Iterator[Any]
+) -> Iterator[Any]:
+    """One task over Arrow record batches (``mapInArrow``, for a job with ``map_batch``):
+    the records come as Arrow columns, turned into Python values a column at a time, not as
+    Spark rows one by one. Yields one row: the records and the tuples emitted."""
+    import pyarrow as pa
+
+    if settings.single_column:
+        records_in = chain.from_iterable(batch.column(0).to_pylist() for batch in batches)
+    else:
+        records_in = chain.from_iterable(batch.to_pylist() for batch in batches)
+    records, tuples = _emit_records(settings, batch_id, records_in)
+    yield pa.RecordBatch.from_pydict({"records": [records], "tuples": [tuples]})
+
+
+def _emit_records(
+    settings: FeedSettings, batch_id: int, records_in: Iterator[Any]
+) -> tuple[int, int]:
+    """Steps 2-4 of the module docstring for this task's partition; returns the records
+    and the tuples ``map`` made (before folding)."""
     from pyspark import TaskContext
 
     context = TaskContext.get()
@@ -405,11 +443,10 @@ def _emit_partition(
     emitter.begin_mapper(
         MapperId(f"{settings.query}/{partition}"), seq_base=batch_id << SEQ_BATCH_SHIFT
     )
-    records_in = (row[0] for row in rows) if settings.single_column else (r.asDict() for r in rows)
     try:
         # 3. Map (and fold) in record order.
         if job.map_batch is not None:
-            records, tuples = _map_batches(job, records_in, emitter.emit)
+            records, tuples = _map_batches(job, records_in, emitter.emit_many)
         elif settings.combine and job.combine is not None:
             records, tuples = _map_combined(job, records_in, emitter.emit)
         else:
@@ -422,8 +459,7 @@ def _emit_partition(
         del _worker_emitters[settings]
         emitter.abort()
         raise
-    records_done.add(records)
-    tuples_done.add(tuples)
+    return records, tuples
 
 
 def _map_plain(job: Job, records: Iterator[Any], emit: Callable[[Any, Any], None]) -> int:
@@ -436,7 +472,7 @@ def _map_plain(job: Job, records: Iterator[Any], emit: Callable[[Any, Any], None
 
 
 def _map_batches(
-    job: Job, records: Iterator[Any], emit: Callable[[Any, Any], None]
+    job: Job, records: Iterator[Any], emit_many: Callable[[Any, Any], None]
 ) -> tuple[int, int]:
     """Run ``map_batch`` over chunks of :data:`COMBINE_RECORDS` records in order (with
     aggregators, folded per key within each); return the records and the tuples emitted."""
@@ -447,18 +483,17 @@ def _map_batches(
     for count, record in enumerate(records, 1):  # noqa: B007 - the last count is the total
         chunk.append(record)
         if len(chunk) >= COMBINE_RECORDS:
-            emitted += _emit_all(batch_map(chunk), emit)
+            emitted += _emit_all(batch_map(chunk), emit_many)
             chunk.clear()
     if chunk:
-        emitted += _emit_all(batch_map(chunk), emit)
+        emitted += _emit_all(batch_map(chunk), emit_many)
     return count, emitted
 
 
-def _emit_all(columns: tuple[Any, Any, int], emit: Callable[[Any, Any], None]) -> int:
+def _emit_all(columns: tuple[Any, Any, int], emit_many: Callable[[Any, Any], None]) -> int:
     """Emit what ``Job.batch_mapper`` returned; return how many tuples ``map_batch`` made."""
     keys, values, produced = columns
-    for key, value in zip(keys, values, strict=True):
-        emit(key, value)
+    emit_many(keys, values)
     return produced
 
 

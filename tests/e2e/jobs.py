@@ -6,7 +6,7 @@ import os
 import time
 from typing import Any
 
-from examples.wordcount import WORD, add, count, split_words
+from examples.wordcount import WORD, add, count, split_lines, split_words
 from smr import Job, agg
 
 POISON = "zzpoison"
@@ -189,3 +189,26 @@ def _count_batch_refusing_poison(
 
 
 batch_poison = Job("wordcount", map=split_words, reduce_batch=_count_batch_refusing_poison)
+
+
+_map_batch_calls = 0
+
+
+def _split_lines_failing_once(lines: list[str]) -> tuple[list[str], list[int]]:
+    """The fast word count's map_batch, raising once in the whole run: on a worker's second
+    call (its first chunk's tuples already emitted) if the marker file named by
+    $SMR_TEST_FAIL_MARKER does not exist yet; it waits a second first, so that those tuples
+    are acked and applied: the retry must re-send them."""
+    global _map_batch_calls
+    _map_batch_calls += 1
+    if _map_batch_calls == 2:
+        try:
+            os.close(os.open(os.environ[FAIL_MARKER_ENV], os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            return split_lines(lines)
+        time.sleep(1.0)
+        raise RuntimeError("injected task failure after emitting")
+    return split_lines(lines)
+
+
+failing_once_fast = Job("failing-once", map_batch=_split_lines_failing_once, reduce=agg.count())

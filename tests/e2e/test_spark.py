@@ -107,6 +107,39 @@ def test_a_task_that_fails_after_emitting_is_retried_exactly_once(
     assert cluster.counts() == word_counts(paths)
 
 
+def test_a_map_batch_job_feeds_through_arrow_exactly(cluster: Cluster, tmp_path: Path) -> None:
+    paths = split_books(tmp_path / "input", files=6)
+    cluster.up(3, "examples.wordcount:fast", "--replication", "1")
+    result = spark_feed(
+        cluster,
+        tmp_path / "input",
+        job="examples.wordcount:fast",
+        extra=("--max-files-per-trigger", "3"),
+    )
+    total_words = sum(word_counts(paths).values())
+    assert f"fed {total_words:,} tuples from " in result.stdout
+    assert cluster.counts() == word_counts(paths)
+
+
+def test_a_map_batch_task_that_fails_after_emitting_is_retried_exactly_once(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    # One file in one partition: more records than a map_batch call takes, so the task
+    # emits its first chunk before its second call fails.
+    paths = split_books(tmp_path / "input", files=1)
+    marker = tmp_path / "failed-once"
+    cluster.up(3, "tests.e2e.jobs:failing_once_fast", "--replication", "1")
+    spark_feed(
+        cluster,
+        tmp_path / "input",
+        job="tests.e2e.jobs:failing_once_fast",
+        env={FAIL_MARKER_ENV: str(marker)},
+    )
+    assert marker.exists(), "the injected failure never ran"
+    assert duplicates_dropped(cluster) > 0, "the retry re-sent nothing already applied"
+    assert cluster.counts() == word_counts(paths)
+
+
 def _wait_for(condition: object, timeout_s: float, what: str) -> None:
     deadline = time.monotonic() + timeout_s
     while not condition():  # type: ignore[operator]
