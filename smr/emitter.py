@@ -122,6 +122,7 @@ class Emitter:
 
     ``on_acked``, if given, is called with the rows ``(slot, seq, key, value, emit_time_s)``
     of every batch once all the nodes of its replica set acked it (latency measurement).
+    ``linger_ms`` (None: never) goes by those emit times, wall-clock time, not ``clock``.
     """
 
     def __init__(

@@ -226,15 +226,17 @@ SCENARIOS: tuple[Scenario, ...] = (
     ),
     Scenario(
         # n2 and n3 (r=2) hear each other, but two of six owners are no majority: neither
-        # declares n0 or n1 dead, and n4 takes both over, nearest first.
+        # declares n0 or n1 dead, and n4 takes both over, nearest first. The cut lasts long
+        # enough for two takeovers one after the other on a slow, loaded machine too (the
+        # second starts only once the first has made n4 n2's watcher).
         "a_minority_cut_off_together_declares_nobody_dead_and_the_majority_takes_it_over",
         nodes=6,
         replication=2,
-        schedule=FaultSchedule((Partition((n2, n3), (n0, n1, n4, n5), 500, 1800),)),
+        schedule=FaultSchedule((Partition((n2, n3), (n0, n1, n4, n5), 500, 3000),)),
         expect=Expectation(
             takeovers=(Takeover(n4, n3), Takeover(n4, n2)), fenced=(n2, n3), quorum_missed=(n2,)
         ),
-        feed_ms_min=2400,
+        feed_ms_min=3600,
     ),
     Scenario(
         # Only the link between n1 and its watcher n2 is cut: n2 suspects n1, the other
