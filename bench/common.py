@@ -38,8 +38,10 @@ RESULTS = REPO / "bench" / "results"
 SHARED_TEXT = REPO.parent / "shared" / "data" / "text"
 WORD = re.compile(r"[a-z0-9']+")
 JOB = "examples.wordcount:job"
+FAST_JOB = "examples.wordcount:fast"
 
 __all__ = [
+    "FAST_JOB",
     "JOB",
     "REPO",
     "RESULTS",

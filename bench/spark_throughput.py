@@ -6,17 +6,21 @@ What is measured (``--runs`` times each, round-robin, on a fresh cluster and che
 - **smr, Python feeder**: ``smr feed``'s loop (the job's ``map`` over every line, then the
   emitter) in its own process into a local cluster of 3 nodes, for ``r`` = 0, 1, 2, with and
   without the job's ``combine``: words from the first record to the last ack.
+- **smr, fast form** (``examples.wordcount:fast``): the same, for the word count written
+  with ``map_batch`` and the built-in count (it folds by itself: no separate combine).
 - **smr, Spark feeder**: ``smr.spark.emit`` in a Spark session on ``local[2]`` (the same
   session as the baselines), the files read ``--files-per-trigger`` at a time with the
   available-now trigger, for the same ``r`` and ``combine``: words from the first batch's
   start to the last batch's last ack.
 - **Spark baselines** (``bench/spark_queries.py``): (a) native ``groupBy(word).count()``
-  on RocksDB, (b1) ``applyInPandasWithState``, (b2) ``transformWithStateInPandas``: words of
-  the committed batches from the first batch's start to the last commit. The Python-state
-  baselines are slow, so they run only the first ``--python-batches`` batches.
+  on RocksDB, at several micro-batch sizes (``--native-files-per-trigger``; its cost per
+  word falls as batches grow, so its best size in the run is the baseline), (b1)
+  ``applyInPandasWithState``, (b2) ``transformWithStateInPandas``: words of the committed
+  batches from the first batch's start to the last commit. The Python-state baselines are
+  slow, so they run only the first ``--python-batches`` batches.
 
 Every run's final counts are checked against plain Python's over the files it consumed. The
-headline is each row's median words/s as a ratio of baseline (a)'s median in the same run.
+headline is each row's median words/s as a ratio of baseline (a)'s best median in the run.
 JSON in ``bench/results/spark_throughput.json``, plot beside it.
 
     python bench/spark_throughput.py [--runs 3] [--words 1000000]
@@ -36,7 +40,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench import spark_input, spark_queries, spark_runners
-from bench.common import JOB, RESULTS, check_counts, machine, spread, versions
+from bench.common import FAST_JOB, JOB, RESULTS, check_counts, machine, spread, versions
 from bench.harness import (
     cluster_emitter,
     dump_counts,
@@ -50,11 +54,18 @@ NODES = 3
 REPLICATIONS = (0, 1, 2)
 
 
-def _python_feeder(cluster_dir: str, paths: list[str], combine: bool, results: Any) -> None:
+# The two forms of the word count (examples/wordcount.py): per line and per tuple, or
+# map_batch with the built-in count (aggregators fold on the mapper side by themselves).
+JOBS = {"": JOB, "fast": FAST_JOB}
+
+
+def _python_feeder(
+    cluster_dir: str, paths: list[str], combine: bool, job_ref: str, results: Any
+) -> None:
     from smr.api import load_job
     from smr.feed import feed
 
-    job = load_job(JOB)
+    job = load_job(job_ref)
     emitter = cluster_emitter(
         cluster_dir,
         f"bench-{uuid.uuid4().hex[:8]}",
@@ -64,11 +75,14 @@ def _python_feeder(cluster_dir: str, paths: list[str], combine: bool, results: A
     results.put({"words": result.tuples_emitted, "elapsed_s": result.elapsed_s})
 
 
-def run_python_feeder(paths: list[str], replication: int, combine: bool) -> dict[str, Any]:
-    """One ``smr feed`` run into a fresh 3-node cluster; counts checked."""
-    with local_cluster(NODES, replication) as (cluster_dir, spec):
+def run_python_feeder(
+    paths: list[str], replication: int, combine: bool, form: str = ""
+) -> dict[str, Any]:
+    """One ``smr feed`` run of the word count's ``form`` into a fresh 3-node cluster; counts
+    checked."""
+    with local_cluster(NODES, replication, job=JOBS[form]) as (cluster_dir, spec):
         result: dict[str, Any] = run_feeder(
-            _python_feeder, str(cluster_dir), paths, combine, timeout_s=900
+            _python_feeder, str(cluster_dir), paths, combine, JOBS[form], timeout_s=900
         )
         counted = dump_counts([n.addr for n in spec.nodes])
     expected = spark_input.directory_counts(Path(paths[0]).parent)
@@ -76,6 +90,7 @@ def run_python_feeder(paths: list[str], replication: int, combine: bool) -> dict
         "system": "smr-python",
         "replication": replication,
         "combine": combine,
+        "form": form,
         "words_per_s": result["words"] / result["elapsed_s"],
         **result,
         **check_counts(counted, expected),
@@ -83,20 +98,25 @@ def run_python_feeder(paths: list[str], replication: int, combine: bool) -> dict
 
 
 def run_spark_feeder(
-    spark: Any, input_dir: Path, replication: int, combine: bool, files_per_trigger: int
+    spark: Any,
+    input_dir: Path,
+    replication: int,
+    combine: bool,
+    files_per_trigger: int,
+    form: str = "",
 ) -> dict[str, Any]:
-    """One ``smr.spark.emit`` run (available-now) into a fresh 3-node cluster; counts
-    checked."""
+    """One ``smr.spark.emit`` run (available-now) of the word count's ``form`` into a fresh
+    3-node cluster; counts checked."""
     from smr import spark as smr_spark
 
     reports: list[tuple[float, smr_spark.BatchReport]] = []
     with (
-        local_cluster(NODES, replication) as (cluster_dir, spec),
+        local_cluster(NODES, replication, job=JOBS[form]) as (cluster_dir, spec),
         tempfile.TemporaryDirectory(prefix="smr-bench-spark-feed-") as checkpoint,
     ):
         query = smr_spark.emit(
             smr_spark.text_files(spark, input_dir, files_per_trigger),
-            JOB,
+            JOBS[form],
             cluster_dir,
             query=f"bench-{uuid.uuid4().hex[:8]}",
             checkpoint_dir=Path(checkpoint),
@@ -116,6 +136,7 @@ def run_spark_feeder(
         "system": "smr-spark",
         "replication": replication,
         "combine": combine,
+        "form": form,
         "words": words,
         "batches": len(reports),
         "elapsed_s": last_end - first_start,
@@ -127,9 +148,14 @@ def run_spark_feeder(
 
 
 def label(run: dict[str, Any]) -> str:
-    """A row's name: system, and for smr the replication and combine."""
+    """A row's name: system, and for smr the replication and combine (or the fast form);
+    for Spark's native count its micro-batch size when several were run."""
     if run["system"] in ("smr-python", "smr-spark"):
+        if run.get("form"):
+            return f"{run['system']} r={run['replication']} {run['form']}"
         return f"{run['system']} r={run['replication']}{' combine' if run['combine'] else ''}"
+    if run.get("files_per_trigger_label"):
+        return f"spark-{run['system']} {run['files_per_trigger_label']}"
     return f"spark-{run['system']}"
 
 
@@ -143,10 +169,18 @@ def summarise(runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
         row["words_per_s"] = spread([r.get("words_per_s") for r in row["runs"]])
         row["exact"] = all(r.get("exact", False) for r in row["runs"])
         del row["runs"]
-    baseline = rows.get("spark-native", {}).get("words_per_s", {}).get("median")
-    for row in rows.values():
+    # The baseline is Spark's native count at its best micro-batch size in this run.
+    natives = {
+        name: row["words_per_s"]["median"]
+        for name, row in rows.items()
+        if name.startswith("spark-native") and row["words_per_s"]["median"]
+    }
+    best_native = max(natives, key=natives.__getitem__) if natives else None
+    baseline = natives.get(best_native) if best_native else None
+    for name, row in rows.items():
         median = row["words_per_s"]["median"]
         row["ratio_to_native"] = median / baseline if baseline and median else None
+        row["baseline"] = name == best_native
     return rows
 
 
@@ -182,6 +216,11 @@ def main() -> None:
     parser.add_argument("--files", type=int, default=20)
     parser.add_argument("--files-per-trigger", type=int, default=4)
     parser.add_argument("--python-batches", type=int, default=2)
+    parser.add_argument(
+        "--native-files-per-trigger",
+        default="4,10,20",
+        help="micro-batch sizes for Spark's native count, in files (its best is the baseline)",
+    )
     parser.add_argument("--out", type=Path, default=RESULTS / "spark_throughput.json")
     args = parser.parse_args()
 
@@ -204,22 +243,35 @@ def main() -> None:
         for run_index in range(args.runs):
             print(f"run {run_index + 1}/{args.runs}", flush=True)
             for replication in REPLICATIONS:
-                for combine in (False, True):
-                    record(run_python_feeder(paths, replication, combine))
+                for combine, form in ((False, ""), (True, ""), (True, "fast")):
+                    record(run_python_feeder(paths, replication, combine, form))
                     record(
                         run_spark_feeder(
-                            spark, input_dir, replication, combine, args.files_per_trigger
+                            spark, input_dir, replication, combine, args.files_per_trigger, form
                         )
                     )
+            for files in (int(f) for f in args.native_files_per_trigger.split(",")):
+                result = spark_runners.measure_throughput(
+                    spark, "native", input_dir, workdir, files
+                )
+                words_per_batch = written["words"] * min(files, args.files) // args.files
+                record(
+                    {
+                        "system": "native",
+                        "files_per_trigger_label": f"{words_per_batch // 1000:,}k-word batches",
+                        **result,
+                    }
+                )
             for baseline in spark_queries.BASELINES:
-                batches_max = None if baseline == "native" else args.python_batches
+                if baseline == "native":
+                    continue
                 result = spark_runners.measure_throughput(
                     spark,
                     baseline,
                     input_dir,
                     workdir,
                     args.files_per_trigger,
-                    batches_max=batches_max,
+                    batches_max=args.python_batches,
                 )
                 record({"system": baseline, **result})
         spark.stop()
@@ -235,6 +287,7 @@ def main() -> None:
             "files": args.files,
             "files_per_trigger": args.files_per_trigger,
             "python_state_batches": args.python_batches,
+            "native_files_per_trigger": args.native_files_per_trigger,
             "runs": args.runs,
             "spark_master": "local[2]",
         },

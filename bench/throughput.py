@@ -10,6 +10,12 @@ What is measured, all in one run (the machine is noisy, so only ratios within a 
   without ``combine``; tuples/s from the first emit until every tuple is acked, counting
   input tuples (before combine).
 
+- **node apply**, in one process: the same batch bodies (1000 rows of the books' words, raw
+  or folded per batch as the aggregators' partials are) decoded and applied as a node does,
+  through a per-tuple ``reduce``, a ``reduce_batch`` and the built-in count, against a bare
+  Python dict loop that decodes the same bodies and adds the same counts; best of
+  ``--apply-rounds`` interleaved rounds, counts checked.
+
 Each configuration runs ``--runs`` times; the JSON in ``bench/results/throughput.json``
 holds every run, the median and the spread (min, max), the machine and the versions; a
 plot goes to ``bench/results/throughput.png``. The headline is the engine's median at batch
@@ -106,6 +112,131 @@ def run_raw(words: list[str], batch_size: int) -> dict[str, Any]:
     return {"tuples": received, "elapsed_s": elapsed, "tuples_per_s": received / elapsed}
 
 
+# -- node apply, in one process -------------------------------------------------------------
+
+
+def apply_batches(words: list[str], batch_size: int, combine: bool) -> list[tuple[int, bytes]]:
+    """The books' words as the emitter sends them to a node owning every slot: batch bodies
+    of ``batch_size`` rows, ``(word, count)`` folded per batch with ``combine`` (as the job's
+    combine and the aggregators' partials do), else ``(word, 1)``; with their row counts."""
+    from collections import Counter
+
+    from ring.hashing import SLOT_BITS_DEFAULT, slot_of
+    from smr.batch_body import encode_batch_body
+
+    slots_of: dict[str, int] = {}
+    seqs = [0] * (1 << SLOT_BITS_DEFAULT)
+    bodies = []
+    step = batch_size * (3 if combine else 1)  # a combined batch holds about a third as many
+    for start in range(0, len(words), step):
+        chunk = words[start : start + step]
+        if combine:
+            counted = Counter(chunk)
+            keys, values = list(counted), list(counted.values())
+        else:
+            keys, values = chunk, [1] * len(chunk)
+        slots = []
+        batch_seqs = []
+        for key in keys:
+            slot = slots_of.get(key)
+            if slot is None:
+                slot = slots_of[key] = slot_of(key, SLOT_BITS_DEFAULT)
+            seqs[slot] += 1
+            slots.append(slot)
+            batch_seqs.append(seqs[slot])
+        body = encode_batch_body(slots, batch_seqs, keys, values, [0.0] * len(keys))
+        bodies.append((len(keys), body))
+    return bodies
+
+
+def _bare_dict_loop(bodies: list[tuple[int, bytes]]) -> dict[str, int]:
+    """The fair floor for the engine's overhead: decode each body's keys and values (msgpack,
+    as a node must) and add the counts into one dict, one tuple at a time."""
+    import msgpack
+
+    counts: dict[str, int] = {}
+    get = counts.get
+    for count, body in bodies:
+        keys, values = msgpack.unpackb(body[20 * count :], use_list=False)
+        for key, value in zip(keys, values, strict=True):
+            counts[key] = get(key, 0) + value
+    return counts
+
+
+def _engine_apply(bodies: list[tuple[int, bytes]], job_ref: str) -> dict[str, int]:
+    """What a node does with the same bodies: decode and validate each, apply it through the
+    job's reduce as ``smr.node.ingest`` does (aggregators: ``APPLY_TUPLES_PER_TURN`` tuples
+    a turn), with a checkpoint swap and merge every second's worth (20 turns)."""
+    from checkpoint.store import StateStore
+    from ring.hashing import SLOT_BITS_DEFAULT
+    from smr.api import load_job
+    from smr.batch_body import decode_batch_body
+    from smr.node.ingest import APPLY_TUPLES_PER_TURN
+    from smr.node.reducer import Reducer
+    from smr.output import OutputSink
+
+    store = StateStore()
+    sink = OutputSink("bench", Path(os.devnull), lambda frames: None)
+    reducer = Reducer(load_job(job_ref), sink, time.monotonic)
+    turn: list[Any] = []
+    turn_tuples = turns = 0
+    for count, body in bodies:
+        columns = decode_batch_body(body, count, 1 << SLOT_BITS_DEFAULT)
+        turn.append(("bench", columns.slots, columns.seqs, columns.keys, columns.values))
+        turn_tuples += count
+        if turn_tuples >= APPLY_TUPLES_PER_TURN or not reducer.in_bulk:
+            reducer.apply(store, turn)
+            turn, turn_tuples, turns = [], 0, turns + 1
+            if turns % 20 == 0:
+                store.swap()
+                store.merge_inactive()
+    if turn:
+        reducer.apply(store, turn)
+    return {key: state["count"] for _, key, state in store.items()}
+
+
+APPLY_JOBS = {
+    "per-tuple reduce": "examples.wordcount:job",
+    "reduce_batch": "examples.wordcount:batched",
+    "aggregators": "examples.wordcount:fast",
+}
+
+
+def run_apply(words: list[str], batch_size: int, combine: bool, rounds: int) -> dict[str, Any]:
+    """Tuples/s of each way of applying the same bodies, in one process, interleaved
+    ``rounds`` times (best of the rounds), with each one's ratio to the bare dict loop; the
+    counts of every way are checked against the loop's."""
+    import gc
+
+    bodies = apply_batches(words, batch_size, combine)
+    tuples = sum(count for count, _ in bodies)
+    expected = _bare_dict_loop(bodies)
+    best: dict[str, float] = {}
+    for _ in range(rounds):
+        for name, run in [("bare dict loop", _bare_dict_loop)] + [
+            (name, lambda b, ref=ref: _engine_apply(b, ref)) for name, ref in APPLY_JOBS.items()
+        ]:
+            gc.collect()
+            started = time.perf_counter()
+            counts = run(bodies)
+            elapsed = time.perf_counter() - started
+            if counts != expected:
+                raise AssertionError(f"{name}: counts differ from the bare loop's")
+            best[name] = min(best.get(name, elapsed), elapsed)
+    bare = best["bare dict loop"]
+    return {
+        "bodies": len(bodies),
+        "tuples": tuples,
+        "words": len(words),
+        "combined": combine,
+        "rounds": rounds,
+        "ways": {
+            name: {"tuples_per_s": tuples / elapsed, "ratio_to_bare_loop": bare / elapsed}
+            for name, elapsed in best.items()
+        },
+    }
+
+
 # -- engine --------------------------------------------------------------------------------
 
 
@@ -188,11 +319,22 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--tuples", type=int, default=1_000_000)
     parser.add_argument("--batch-sizes", default="100,1000")
+    parser.add_argument("--apply-rounds", type=int, default=3)
     parser.add_argument("--out", type=Path, default=RESULTS / "throughput.json")
     args = parser.parse_args()
     words = load_words(args.tuples)
     load_before = os.getloadavg()
     batch_sizes = [int(b) for b in args.batch_sizes.split(",")]
+    node_apply = {}
+    for combine in (False, True):
+        name = "combined batches" if combine else "raw batches"
+        node_apply[name] = run_apply(words, 1000, combine, args.apply_rounds)
+        ways = node_apply[name]["ways"]
+        print(
+            f"node apply, {name}: "
+            + ", ".join(f"{way} {w['ratio_to_bare_loop']:.2f}x" for way, w in ways.items()),
+            flush=True,
+        )
     configurations: dict[str, dict[str, Any]] = {}
     for batch_size in batch_sizes:
         name = f"raw batch {batch_size}"
@@ -219,6 +361,7 @@ def main() -> None:
         "tuples_per_run": len(words),
         "runs_per_configuration": args.runs,
         "configurations": configurations,
+        "node_apply": node_apply,
         "headline": {
             "engine_to_raw_ratio_batch_100": (engine_100 / raw_100)
             if raw_100 and engine_100

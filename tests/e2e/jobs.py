@@ -6,7 +6,7 @@ import os
 import time
 from typing import Any
 
-from examples.wordcount import WORD, add, count, split_lines, split_words
+from examples.wordcount import WORD, add, count, count_batch, split_lines, split_words
 from smr import Job, agg
 
 POISON = "zzpoison"
@@ -171,19 +171,10 @@ letters = Job(
 )
 
 
-def _count_batch(keys: list[Any], values: list[list[Any]], states: list[dict[str, Any]]) -> None:
-    for state, counts in zip(states, values, strict=True):
-        state["count"] = state.get("count", 0) + sum(counts)
-
-
-# Word count through reduce_batch.
-batch_count = Job("wordcount", map=split_words, reduce_batch=_count_batch, combine=add)
-
-
 def _count_batch_refusing_poison(
     keys: list[Any], values: list[list[Any]], states: list[dict[str, Any]]
 ) -> None:
-    _count_batch(keys, values, states)
+    count_batch(keys, values, states)
     if POISON in keys:
         raise ValueError(f"refusing a batch with {POISON}")
 

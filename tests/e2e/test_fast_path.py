@@ -87,8 +87,8 @@ def test_every_aggregator_over_real_nodes_equals_plain_python(cluster: Cluster) 
 
 
 def test_reduce_batch_counts_exactly(cluster: Cluster) -> None:
-    cluster.up(3, "tests.e2e.jobs:batch_count", "--replication", "1")
-    cluster.feed(*EXAMPLE_BOOKS, job="tests.e2e.jobs:batch_count")
+    cluster.up(3, "examples.wordcount:batched", "--replication", "1")
+    cluster.feed(*EXAMPLE_BOOKS, job="examples.wordcount:batched")
     assert cluster.counts() == word_counts(EXAMPLE_BOOKS)
 
 
