@@ -80,18 +80,24 @@ def decode_batch_ids(body: bytes, count: int, slot_count: int) -> tuple[array[in
     return slots, seqs
 
 
-def decode_batch_body(body: bytes, count: int, slot_count: int) -> BatchColumns:
+def decode_batch_body(
+    body: bytes,
+    count: int,
+    slot_count: int,
+    ids: tuple[array[int], array[int]] | None = None,
+) -> BatchColumns:
     """Decode and validate a batch body.
 
     Layout: ``count`` little-endian ``uint32`` slots, ``count`` ``uint64`` seqs, ``count``
-    ``float64`` timestamps, then msgpack ``[keys, values]``.
+    ``float64`` timestamps, then msgpack ``[keys, values]``. ``ids``, if given, are the
+    body's slots and seqs as :func:`decode_batch_ids` returned them (not decoded again).
 
     Guarantees: every column has ``count`` rows, every slot is ``< slot_count``, every seq
     ``>= 1``, every key a ``str`` or an ``int``. Raises :class:`FrameError` otherwise.
     """
     if len(body) < 20 * count:
         raise FrameError(f"batch body of {len(body)} bytes is too short for {count} tuples")
-    slots, seqs = decode_batch_ids(body, count, slot_count)
+    slots, seqs = ids if ids is not None else decode_batch_ids(body, count, slot_count)
     ts = array("d")
     ts.frombytes(body[12 * count : 20 * count])
     if not _LITTLE_ENDIAN:

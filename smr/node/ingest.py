@@ -183,13 +183,16 @@ class Ingest:
             node.reply(identity, encode(Error(None, text)))
             return
         try:
-            slots, seqs = decode_batch_ids(message.body, message.n, node.ring.slot_count)
-            slot_set = set(slots)
+            ids = slots, seqs = decode_batch_ids(message.body, message.n, node.ring.slot_count)
+            # Seqs rise per slot within a batch: this is each slot's highest (a backup's
+            # eviction key), and its keys are the batch's slots.
+            last_seq_by_slot = dict(zip(slots, seqs, strict=True))
+            slot_set = last_seq_by_slot.keys()
             # C-level passes: a set of per-slot lookups costs a Python loop per slot otherwise.
             slot_roles = set(map(node.roles.__getitem__, slot_set))
             batch = None
             if slot_roles == {Role.PRIMARY}:
-                batch = decode_batch_body(message.body, message.n, node.ring.slot_count)
+                batch = decode_batch_body(message.body, message.n, node.ring.slot_count, ids)
         except FrameError as error:
             node.bad_frame(identity, f"batch {chan} from {mapper} on {stream}: {error}")
             node.reply(identity, encode(Error(None, str(error))))
@@ -199,7 +202,7 @@ class Ingest:
         #    straddled two primaries would never be evicted whole), or refuse.
         primary_of = node.ring.primary_index_by_slot
         if slot_roles == {Role.SECONDARY} and len(set(map(primary_of.__getitem__, slot_set))) == 1:
-            if node.replication.back_up(mapper, message.body, slots, seqs):
+            if node.replication.back_up(mapper, message.body, len(slots), last_seq_by_slot):
                 self._expected[stream] = ChannelNumber(chan + 1)
                 # Acked in channel order, after any primary batch of this channel still queued.
                 self.inbox.append(Pending(identity, stream, mapper, chan, None))

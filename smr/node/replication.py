@@ -10,7 +10,6 @@ Snapshots (full copies after a range change or a gap) are in :mod:`smr.node.snap
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
@@ -123,10 +122,11 @@ class Replication:
     # -- secondary: tuple backup and replicas -----------------------------------------------
 
     def back_up(
-        self, mapper: MapperId, body: bytes, slots: Sequence[int], seqs: Sequence[int]
+        self, mapper: MapperId, body: bytes, tuple_count: int, last_seq_by_slot: dict[int, int]
     ) -> bool:
-        """Keep a batch for its primary until a checkpoint covers it; True if kept (the
-        caller then advances the channel and acks it in channel order).
+        """Keep a batch (its raw body, its tuple count, and each slot's highest seq in it)
+        for its primary until a checkpoint covers it; True if kept (the caller then advances
+        the channel and acks it in channel order).
 
         The bound (DESIGN section 5), in two steps:
 
@@ -138,7 +138,7 @@ class Replication:
            evicted older batches. Nothing is dropped.
         """
         node = self._node
-        primary = node.ring.primary(Slot(slots[0]))
+        primary = node.ring.primary(Slot(next(iter(last_seq_by_slot))))
         held_bytes = self.backup_bytes
         bound_bytes = node.settings.backup_bytes_max
         # 1.
@@ -149,9 +149,7 @@ class Replication:
             node.counters.backup_refused_full += 1
             return False
         replica = self.replica(primary)
-        # Seqs rise per slot within a batch, so the last one seen per slot is its highest.
-        last_seq_by_slot = dict(zip(slots, seqs, strict=True))
-        backed_up = BackedUpBatch(mapper, body, len(slots), last_seq_by_slot)  # type: ignore[arg-type]
+        backed_up = BackedUpBatch(mapper, body, tuple_count, last_seq_by_slot)  # type: ignore[arg-type]
         self.backups.setdefault(primary, TupleBackup()).add(backed_up, replica.hwm)
         node.counters.backup_batches += 1
         return True
