@@ -18,14 +18,15 @@ Each aggregator reads the emitted value, or a part of it with ``of``: a str take
 The state fields each writes (``name`` is its field in ``fields``):
 
 - ``count()``: ``name``, the number of tuples.
-- ``sum(of)``, ``min(of)``, ``max(of)``: ``name``, a number (min and max: anything ordered).
+- ``sum(of)``, ``min(of)``, ``max(of)``: ``name``, a number (each takes numbers only, so
+  that partials always merge: a str among numbers fails its record in the mapper).
 - ``mean(of)``: ``name`` the mean, beside ``name.sum`` and ``name.n`` it is kept from.
 - ``distinct(of)``: ``name`` the exact number of distinct values, beside ``name.values``,
   all of them (memory grows with them: for many, use ``approx_distinct``).
 - ``approx_distinct(of, precision)``: ``name`` a HyperLogLog estimate (standard error about
   ``1.04 / 2**(precision/2)``: 3.3% at the default 10), beside ``name.hll``, its
   ``2**precision`` one-byte registers: the memory per key is bounded.
-- ``top_k(k, of)``: ``name``, the ``k`` largest values, largest first.
+- ``top_k(k, of)``: ``name``, the ``k`` largest values (numbers), largest first.
 - ``last(of)``: ``name``, the value of the key's latest tuple (per mapper, in emit order).
 """
 
@@ -146,7 +147,7 @@ class _Min(Aggregator):
     default_name = "min"
 
     def lift(self, value: Any) -> Any:
-        return self.picked(value)
+        return _number(self.picked(value), "min()")
 
     def merge(self, a: Any, b: Any) -> Any:
         return b if b < a else a
@@ -159,7 +160,7 @@ class _Max(Aggregator):
     default_name = "max"
 
     def lift(self, value: Any) -> Any:
-        return self.picked(value)
+        return _number(self.picked(value), "max()")
 
     def merge(self, a: Any, b: Any) -> Any:
         return b if b > a else a
@@ -282,10 +283,10 @@ class _TopK(Aggregator):
     k: int = 10
 
     def lift(self, value: Any) -> tuple[Any, ...]:
-        return (self.picked(value),)
+        return (_number(self.picked(value), "top_k()"),)
 
     def merge(self, a: Any, b: Any) -> tuple[Any, ...]:
-        return tuple(heapq.nlargest(self.k, a + b))
+        return tuple(heapq.nlargest(self.k, tuple(a) + tuple(b)))
 
     def fold(self, current: Any, partial: Any) -> Any:
         return self.merge(tuple(current or ()), tuple(partial))
@@ -365,23 +366,7 @@ class Aggregation:
             ((name, only),) = items
             self.lift: Callable[[Any], Any] = only.lift
             self.merge: Callable[[Any, Any], Any] = only.merge
-            if isinstance(only, _Count | _Sum):
-                what = f"{type(only).default_name}()"
-
-                def fold_add(fields: Mapping[str, Any] | None, partial: Any) -> dict[str, Any]:
-                    # The common case, written out: no call per key but this one.
-                    if fields is not None:
-                        current = fields.get(name)
-                        if current is not None:
-                            partial = current + partial
-                    if partial.__class__ is int and not INT_MIN <= partial < INT_END:
-                        raise AggregateError(
-                            f"{what} reached {partial}, outside the 64-bit range state keeps"
-                        )
-                    return {name: partial}
-
-                self.fold_key = fold_add
-            elif type(only).fold_fields is Aggregator.fold_fields:
+            if type(only).fold_fields is Aggregator.fold_fields:
                 fold = only.fold
 
                 def fold_one(fields: Mapping[str, Any] | None, partial: Any) -> dict[str, Any]:

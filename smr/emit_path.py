@@ -18,6 +18,7 @@ from smr.values import (
     HEADER_BYTES_MAX,
     ROW_FIXED_BYTES,
     SCALAR_BYTES_MAX,
+    EmitError,
     row_bytes,
 )
 
@@ -165,8 +166,8 @@ def make_combining_emit(emitter: Emitter) -> EmitPair:
         dest = dest_of_slot[slot]
         combined = open_combined[dest]
         entry = combined.get(key)
-        counter._combined_emits += 1
         if entry is None:
+            counter._combined_emits += 1
             if size > small_row_bytes:
                 held = open_bytes[dest] + size
                 if held > big_rows_bytes_max:
@@ -177,7 +178,15 @@ def make_combining_emit(emitter: Emitter) -> EmitPair:
             if len(combined) >= batch_size:
                 dispatch(dest)
         else:
-            entry[1] = combine(entry[1], value)
+            try:
+                entry[1] = combine(entry[1], value)
+            except Exception as error:
+                # Said as a bad emit, not a crash: the feeder reports the record and goes on
+                # (its earlier tuples already folded in stay: combine had taken them).
+                raise EmitError(
+                    f"combine raised {type(error).__name__}: {error} for key {key!r}"
+                ) from error
+            counter._combined_emits += 1
 
     def emit(key: Any, value: Any) -> None:
         if (

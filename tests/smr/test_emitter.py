@@ -147,3 +147,17 @@ def test_emit_many_checks_every_tuple_before_it_emits_any() -> None:
     emitter.emit_many(["a", "b", "a"], [1, 2, 3])
     emitter.close()
     assert emitter.tuples_acked == 3
+
+
+def test_a_combine_that_raises_is_a_bad_emit_not_a_crash() -> None:
+    transport = AckingTransport()
+
+    def fussy(a: Any, b: Any) -> Any:
+        return a + b  # an int and a str: TypeError
+
+    emitter = _acking_emitter(transport, combine=fussy)
+    emitter.emit("a", 1)
+    with pytest.raises(EmitError, match="combine raised TypeError"):
+        emitter.emit("a", "x")
+    emitter.close()
+    assert emitter.tuples_emitted == emitter.tuples_acked == 1
