@@ -203,38 +203,13 @@ def make_combining_emit(emitter: Emitter) -> EmitPair:
     return emit, emit_sized
 
 
-def make_emit_record(
-    emitter: Emitter, emit: Callable[[Any, Any], None]
-) -> Callable[[Sequence[tuple[Any, Any]]], None]:
-    """``emit_record(pairs)``: check every pair of one record, then ``emit`` them all; a bad
-    one raises :class:`smr.values.EmitError` before any is emitted, so a record's tuples go
-    out all or none. The common pair is checked inline as in ``emit``."""
-    slot_cache_get = emitter._slot_cache.get
-    batch_bytes = emitter.batch_bytes
-    fast = _byte_bounds(emitter)[2]
-
-    def emit_record(pairs: Sequence[tuple[Any, Any]]) -> None:
-        for key, value in pairs:
-            if not (
-                value.__class__ is int
-                and not value >> 63
-                and fast
-                and (key.__class__ is str or key.__class__ is int)
-                and slot_cache_get(key) is not None
-            ):
-                row_bytes(key, value, batch_bytes)
-        for key, value in pairs:
-            emit(key, value)
-
-    return emit_record
-
-
 def make_emit_many(
     emitter: Emitter, emit_sized: Callable[[Any, Any, int], None]
 ) -> Callable[[Sequence[Any], Sequence[Any]], None]:
-    """``emit_many(keys, values)``: as ``emit_record`` over ``zip(keys, values)`` (all checked,
-    then all emitted, or none), for many tuples at once: each is checked once and emitted
-    through ``emit_sized`` without a second look."""
+    """``emit_many(keys, values)``: check every tuple (the common one inline, as in ``emit``;
+    the others by :func:`smr.values.row_bytes`), then emit them all through ``emit_sized``
+    without a second look: a bad one raises :class:`smr.values.EmitError` before any is
+    emitted, so they go out all or none."""
     slot_cache_get = emitter._slot_cache.get
     batch_bytes = emitter.batch_bytes
     fast = _byte_bounds(emitter)[2]
@@ -258,3 +233,17 @@ def make_emit_many(
             emit_sized(key, value, size)
 
     return emit_many
+
+
+def make_emit_record(
+    emit_many: Callable[[Sequence[Any], Sequence[Any]], None],
+) -> Callable[[Sequence[tuple[Any, Any]]], None]:
+    """``emit_record(pairs)``: the pairs of one record through ``emit_many``, so they go out
+    all or none (a bad one raises :class:`smr.values.EmitError` before any is emitted)."""
+
+    def emit_record(pairs: Sequence[tuple[Any, Any]]) -> None:
+        if pairs:
+            keys, values = zip(*pairs, strict=True)
+            emit_many(keys, values)
+
+    return emit_record

@@ -202,10 +202,10 @@ class Emitter:
         self.emit: Callable[[Any, Any], None]
         self.emit_sized: Callable[[Any, Any, int], None]
         self.emit, self.emit_sized = make_combining_emit(self) if combine else make_emit(self)
-        # emit_record(pairs): every pair of one record checked, then all emitted, or none;
-        # emit_many(keys, values) the same for two columns (a map_batch's).
-        self.emit_record = make_emit_record(self, self.emit)
+        # emit_many(keys, values): every tuple checked, then all emitted, or none (a
+        # map_batch's columns); emit_record(pairs) the same for the pairs of one record.
         self.emit_many = make_emit_many(self, self.emit_sized)
+        self.emit_record = make_emit_record(self.emit_many)
 
     # -- routing ----------------------------------------------------------------------------
 
