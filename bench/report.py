@@ -118,6 +118,40 @@ def throughput_section(report: dict[str, Any] | None) -> list[str]:
     return [*lines, ""]
 
 
+def node_apply_section(report: dict[str, Any] | None) -> list[str]:
+    """The node's apply against a bare dict loop, and the engine against the raw transport
+    (``bench/throughput.py``)."""
+    lines = ["## Node apply and transport", ""]
+    if report is None or "node_apply" not in report:
+        return [*lines, "Not run (`python bench/throughput.py`).", ""]
+    lines += [
+        "In one process, the same batch bodies (1000 rows of the books' words, raw, or folded "
+        "per batch as the aggregators' partials are) decoded and applied as a node does, "
+        "against a bare Python dict loop that decodes the same bodies and adds the same "
+        f"counts; best of {report['node_apply']['raw batches']['rounds']} interleaved rounds, "
+        "counts checked. Then the engine (1 node, a feeder process, every tuple acked) against "
+        "the raw pyzmq + msgpack ceiling between two processes, medians of "
+        f"{report['runs_per_configuration']} runs. Machine: {_machine_line(report)}.",
+        "",
+        "| batches | apply | tuples/s | ratio to the bare loop |",
+        "|---|---|---|---|",
+    ]
+    for batches, run in report["node_apply"].items():
+        for way, figures in run["ways"].items():
+            lines.append(
+                f"| {batches} | {way} | {_n(figures['tuples_per_s'])} | "
+                f"{_ratio(figures['ratio_to_bare_loop'])} |"
+            )
+    lines += ["", "| configuration | tuples/s | ratio to raw at its batch size |", "|---|---|---|"]
+    configurations = report["configurations"]
+    for name, summary in configurations.items():
+        batch = name.split("batch ")[1].split()[0]
+        raw = configurations.get(f"raw batch {batch}", {}).get("median_tuples_per_s")
+        median = summary["median_tuples_per_s"]
+        lines.append(f"| {name} | {_n(median)} | {_ratio(median / raw if raw else None)} |")
+    return [*lines, ""]
+
+
 def latency_section(report: dict[str, Any] | None) -> list[str]:
     lines = ["## Latency", ""]
     if report is None:
@@ -348,6 +382,7 @@ def render(results: Path) -> str:
         "",
     ]
     lines += throughput_section(_load(results, "spark_throughput"))
+    lines += node_apply_section(_load(results, "throughput"))
     lines += latency_section(_load(results, "latency"))
     lines += recovery_sections(_load(results, "spark_recovery"))
     lines += rebalance_section(_load(results, "rebalance"))

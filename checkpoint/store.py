@@ -524,10 +524,11 @@ class StateStore:
         """The key's merged live fields as a fresh dict (values shared), or None if none."""
         master_keys = self.master.get(slot)
         master_fields = None if master_keys is None else master_keys.get(key)
-        inactive_keys = self.inactive.get(slot)
         active_keys = self.active.get(slot)
-        inactive_fields = None if inactive_keys is None else inactive_keys.get(key)
         active_fields = None if active_keys is None else active_keys.get(key)
+        # The inactive fragment lives only while a delta is shipped: usually empty.
+        inactive_keys = self.inactive.get(slot) if self.inactive else None
+        inactive_fields = None if inactive_keys is None else inactive_keys.get(key)
         if inactive_fields is None and active_fields is None:
             # Fast path: master never holds a tombstone or an empty key.
             return None if master_fields is None else dict(master_fields)
@@ -536,8 +537,9 @@ class StateStore:
             merged.update(inactive_fields)
         if active_fields is not None:
             merged.update(active_fields)
-        for name in [name for name, value in merged.items() if value is TOMBSTONE]:
-            del merged[name]
+        if self._active_has_tombstones or self._inactive_has_tombstones:
+            for name in [name for name, value in merged.items() if value is TOMBSTONE]:
+                del merged[name]
         return merged or None
 
     def _keys_of(self, slot: Slot) -> set[Key]:
