@@ -82,3 +82,66 @@ def test_a_long_line_is_never_read_whole() -> None:
     records = list(_file_records(data, 1000))
     assert records == ["a\n", None, "b\r\n", "last"]
     assert data.largest_read <= 1 << 16
+
+
+def _split_many(lines: list[str]) -> tuple[list[Any], list[int]]:
+    if any("MAPFAIL" in line for line in lines):
+        raise RuntimeError("marker")
+    keys: list[Any] = [(1, 2) if w == "TUPLEKEY" else w for line in lines for w in line.split()]
+    return keys, [1] * len(keys)
+
+
+def _run_batched(
+    tmp_path: Path, text: str, monkeypatch: Any, chunk: int
+) -> tuple[Any, list[str], list[Any]]:
+    monkeypatch.setattr("smr.feed.MAP_BATCH_RECORDS", chunk)
+    path = tmp_path / "in.txt"
+    path.write_text(text)
+    transport = AckingTransport()
+    view = View([Member(NodeId("a"), 1, "tcp://a", Token(0), "", Status.UP, 1)])
+    emitter = Emitter(view, SLOT_BITS, MapperId("m"), transport=transport)
+    job = Job("many", map_batch=_split_many, reduce=lambda k, v, s, e: None)
+    reports: list[str] = []
+    result = feed(job, emitter, [str(path)], reports.append, max_record_bytes=100)
+    keys = []
+    for count, body in transport.bodies:
+        keys.extend(decode_batch_body(body, count, 1 << SLOT_BITS).keys)
+    return result, reports, keys
+
+
+def test_map_batch_takes_records_in_chunks_and_a_failed_chunk_fails_all_its_records(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    text = "a b\nc\n" + "x" * 500 + "\nd MAPFAIL\ne\nf TUPLEKEY\ng\nh\n"
+    result, reports, keys = _run_batched(tmp_path, text, monkeypatch, chunk=2)
+    # Chunks of two records (the long line is skipped and in none): [a b, c], [d MAPFAIL, e]
+    # (map_batch raised), [f TUPLEKEY, g] (a key that cannot travel), [h].
+    assert sorted(keys) == ["a", "b", "c", "h"]
+    assert (result.records, result.records_too_long) == (8, 1)
+    assert (result.map_failures, result.emit_failures) == (2, 2)
+    assert result.tuples_emitted == 4
+    path = tmp_path / "in.txt"
+    assert f"map_batch failed at {path}:4-5: RuntimeError: marker" in reports
+    assert any(r.startswith(f"bad emit in the records at {path}:6-7: key (1, 2)") for r in reports)
+
+
+def test_a_fast_word_count_feed_reports_the_words_before_folding(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    from examples.wordcount import fast
+
+    monkeypatch.setattr("smr.feed.MAP_BATCH_RECORDS", 3)
+    path = tmp_path / "in.txt"
+    path.write_text("the cat the\nthe hat\na cat\nthe end\n")
+    transport = AckingTransport()
+    view = View([Member(NodeId("a"), 1, "tcp://a", Token(0), "", Status.UP, 1)])
+    emitter = Emitter(view, SLOT_BITS, MapperId("m"), transport=transport, combine=fast.combine)
+    result = feed(fast, emitter, [str(path)], lambda line: None)
+    sent: dict[str, int] = {}
+    for count, body in transport.bodies:
+        columns = decode_batch_body(body, count, 1 << SLOT_BITS)
+        for key, value in zip(columns.keys, columns.values, strict=True):
+            sent[key] = sent.get(key, 0) + value
+    assert sent == {"the": 4, "cat": 2, "hat": 1, "a": 1, "end": 1}
+    assert result.tuples_emitted == 9
+    assert result.tuples_sent < 9
