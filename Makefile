@@ -58,6 +58,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/soak.py
 	$(BIN)/python bench/spark_baselines.py throughput
 	$(BIN)/python bench/spark_throughput.py
+	$(BIN)/python bench/spark_batch_size.py
 	$(BIN)/python bench/latency.py
 	$(BIN)/python bench/spark_recovery.py
 	$(BIN)/python bench/false_deaths.py

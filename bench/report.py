@@ -118,6 +118,40 @@ def throughput_section(report: dict[str, Any] | None) -> list[str]:
     return [*lines, ""]
 
 
+def batch_size_section(report: dict[str, Any] | None) -> list[str]:
+    """smr's Spark feeder and Spark's native count at the same micro-batch sizes
+    (``bench/spark_batch_size.py``)."""
+    lines = ["## Throughput against micro-batch size", ""]
+    if report is None:
+        return [*lines, "Not run (`python bench/spark_batch_size.py`).", ""]
+    config = report["config"]
+    lines += [
+        f"The same {config['words']:,} words in {config['files']} files, read a number of "
+        "files per micro-batch, by smr's Spark feeder (the fast word count, "
+        f"`{config['job']}`, into 3 nodes at r = {config['replication']}) and by Spark's "
+        f"native `groupBy(word).count()` on RocksDB, round-robin in one session on "
+        f"{config['spark_master']}; input words per second, median of {config['runs']} runs "
+        f"(min-max); counts checked. Machine: {_machine_line(report)}.",
+        "",
+        "| words per micro-batch | smr, Spark feeder | Spark native | smr / native | exact |",
+        "|---|---|---|---|---|",
+    ]
+    for size, row in report["sizes"].items():
+        exact = row["smr"]["exact"] and row["native"]["exact"]
+        lines.append(
+            f"| {int(size):,} | {_spread(row['smr']['words_per_s'])} | "
+            f"{_spread(row['native']['words_per_s'])} | {_ratio(row['ratio'])} | "
+            f"{'yes' if exact else 'NO'} |"
+        )
+    best = report["best"]
+    lines += [
+        "",
+        f"Best of each: smr {_n(best['smr'])} words/s, Spark native {_n(best['native'])} "
+        f"words/s: {_ratio(best['ratio'])}.",
+    ]
+    return [*lines, ""]
+
+
 def node_apply_section(report: dict[str, Any] | None) -> list[str]:
     """The node's apply against a bare dict loop, and the engine against the raw transport
     (``bench/throughput.py``)."""
@@ -382,6 +416,7 @@ def render(results: Path) -> str:
         "",
     ]
     lines += throughput_section(_load(results, "spark_throughput"))
+    lines += batch_size_section(_load(results, "spark_batch_size"))
     lines += node_apply_section(_load(results, "throughput"))
     lines += latency_section(_load(results, "latency"))
     lines += recovery_sections(_load(results, "spark_recovery"))
