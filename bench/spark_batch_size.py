@@ -72,7 +72,7 @@ def main() -> None:
                     spark, "native", input_dir, workdir, files
                 )
                 for system, result in (("smr", smr), ("native", native)):
-                    runs.append({"run": run_index, "files": files, "system": system, **result})
+                    runs.append({**result, "run": run_index, "files": files, "system": system})
                     print(
                         f"run {run_index + 1} {files * words_per_file:>9,} words/batch "
                         f"{system:7} {result['words_per_s']:>10,.0f} words/s "
@@ -82,6 +82,29 @@ def main() -> None:
         spark.stop()
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+    report = {
+        "benchmark": "spark_batch_size",
+        "machine": machine(),
+        "versions": {**versions(), **spark_queries.spark_versions()},
+        "config": {
+            "nodes": 3,
+            "replication": REPLICATION,
+            "words": written["words"],
+            "files": args.files,
+            "runs": args.runs,
+            "spark_master": "local[2]",
+            "job": "examples.wordcount:fast",
+        },
+        **summarise(runs, sizes, words_per_file),
+        "runs": runs,
+    }
+    write_report(report, args.out, plot, json_default=str)
+    print(f"best smr / best native: {report['best']['ratio']:.2f}; wrote {args.out}")
+
+
+def summarise(runs: list[dict[str, Any]], sizes: list[int], words_per_file: int) -> dict[str, Any]:
+    """Per size (in words per batch): each system's spread of words/s, exactness and smr's
+    median over native's; and the best median of each, and their ratio."""
     summary: dict[int, dict[str, Any]] = {}
     for files in sizes:
         row: dict[str, Any] = {}
@@ -98,25 +121,8 @@ def main() -> None:
         system: max(row[system]["words_per_s"]["median"] or 0 for row in summary.values())
         for system in ("smr", "native")
     }
-    report = {
-        "benchmark": "spark_batch_size",
-        "machine": machine(),
-        "versions": {**versions(), **spark_queries.spark_versions()},
-        "config": {
-            "nodes": 3,
-            "replication": REPLICATION,
-            "words": written["words"],
-            "files": args.files,
-            "runs": args.runs,
-            "spark_master": "local[2]",
-            "job": "examples.wordcount:fast",
-        },
-        "sizes": summary,
-        "best": {**best, "ratio": best["smr"] / best["native"] if best["native"] else None},
-        "runs": runs,
-    }
-    write_report(report, args.out, plot, json_default=str)
-    print(f"best smr / best native: {report['best']['ratio']:.2f}; wrote {args.out}")
+    ratio = best["smr"] / best["native"] if best["native"] else None
+    return {"sizes": summary, "best": {**best, "ratio": ratio}}
 
 
 if __name__ == "__main__":
