@@ -217,15 +217,14 @@ class _Distinct(Aggregator):
         hash(picked)  # an unhashable value fails here, in the mapper, not on the node
         return (picked,)
 
-    def merge(self, a: Any, b: Any) -> tuple[Any, ...]:
-        seen = set(a)
-        return tuple(a) + tuple(x for x in b if x not in seen)
+    def merge(self, a: Any, b: Any) -> list[Any]:
+        return _gathered(a, b)  # repeats are dropped at the fold
 
     def fold_fields(
         self, name: str, fields: Mapping[str, Any] | None, partial: Any, out: dict[str, Any]
     ) -> None:
         values = () if fields is None else fields.get(f"{name}.values", ())
-        merged = self.merge(values, tuple(partial)) if values else tuple(dict.fromkeys(partial))
+        merged = tuple(dict.fromkeys((*values, *partial)))
         out[f"{name}.values"] = merged
         out[name] = len(merged)
 
@@ -242,8 +241,8 @@ class _ApproxDistinct(Aggregator):
         packed = msgpack.packb(self.picked(value), use_bin_type=True)
         return (mmh3.hash64(packed, signed=False)[0],)
 
-    def merge(self, a: Any, b: Any) -> tuple[int, ...]:
-        return tuple(a) + tuple(b)
+    def merge(self, a: Any, b: Any) -> list[int]:
+        return _gathered(a, b)
 
     def fold_fields(
         self, name: str, fields: Mapping[str, Any] | None, partial: Any, out: dict[str, Any]
@@ -263,6 +262,16 @@ class _ApproxDistinct(Aggregator):
                 registers[index] = rank
         out[f"{name}.hll"] = bytes(registers)
         out[name] = hll_estimate(registers)
+
+
+def _gathered(a: Any, b: Any) -> list[Any]:
+    """The items of partials ``a`` and ``b`` in one list, ``b``'s after ``a``'s. A list made by
+    an earlier merge belongs to the merging side (lifts and decoded batches make tuples), so
+    it grows in place: a key merged once per emit costs each emit its own items, not a copy
+    of everything gathered before."""
+    gathered: list[Any] = a if a.__class__ is list else list(a)
+    gathered.extend(b)
+    return gathered
 
 
 def hll_estimate(registers: Sequence[int]) -> int:

@@ -121,6 +121,7 @@ def test_a_map_batch_job_feeds_through_arrow_exactly(cluster: Cluster, tmp_path:
     assert cluster.counts() == word_counts(paths)
 
 
+@pytest.mark.slow(reason="a second Spark driver after the Arrow feed's: 30 s")
 def test_a_map_batch_task_that_fails_after_emitting_is_retried_exactly_once(
     cluster: Cluster, tmp_path: Path
 ) -> None:
