@@ -1,7 +1,8 @@
 """smr: a fault-tolerant, stateful streaming MapReduce engine.
 
 The user API is :class:`Job`; see ``smr.api`` for the contract of ``map``, ``reduce`` and
-``combine``.
+``combine`` and their bulk forms (``map_batch``, ``reduce_batch``), and ``smr.agg`` for the
+built-in aggregators.
 """
 
 from smr import agg

@@ -31,13 +31,17 @@ def _split_with_bad_emits(line: str, emit: Any) -> None:
             emit(word, 1)
 
 
-def _run(tmp_path: Path, text: str, **options: Any) -> tuple[Any, list[str], list[Any]]:
+def _run(
+    tmp_path: Path, text: str, job: Job | None = None, **options: Any
+) -> tuple[Any, list[str], list[Any]]:
+    """Feed ``text`` through ``job`` (the bad-emit job by default) into an acking emitter;
+    the result, the reports and every key sent."""
     path = tmp_path / "in.txt"
     path.write_text(text)
     transport = AckingTransport()
     view = View([Member(NodeId("a"), 1, "tcp://a", Token(0), "", Status.UP, 1)])
     emitter = Emitter(view, SLOT_BITS, MapperId("m"), transport=transport)
-    job = Job("bad", map=_split_with_bad_emits, reduce=lambda k, v, s, e: None)
+    job = job or Job("bad", map=_split_with_bad_emits, reduce=lambda k, v, s, e: None)
     reports: list[str] = []
     result = feed(job, emitter, [str(path)], reports.append, **options)
     keys = []
@@ -95,18 +99,8 @@ def _run_batched(
     tmp_path: Path, text: str, monkeypatch: Any, chunk: int
 ) -> tuple[Any, list[str], list[Any]]:
     monkeypatch.setattr("smr.feed.MAP_BATCH_RECORDS", chunk)
-    path = tmp_path / "in.txt"
-    path.write_text(text)
-    transport = AckingTransport()
-    view = View([Member(NodeId("a"), 1, "tcp://a", Token(0), "", Status.UP, 1)])
-    emitter = Emitter(view, SLOT_BITS, MapperId("m"), transport=transport)
     job = Job("many", map_batch=_split_many, reduce=lambda k, v, s, e: None)
-    reports: list[str] = []
-    result = feed(job, emitter, [str(path)], reports.append, max_record_bytes=100)
-    keys = []
-    for count, body in transport.bodies:
-        keys.extend(decode_batch_body(body, count, 1 << SLOT_BITS).keys)
-    return result, reports, keys
+    return _run(tmp_path, text, job, max_record_bytes=100)
 
 
 def test_map_batch_takes_records_in_chunks_and_a_failed_chunk_fails_all_its_records(
