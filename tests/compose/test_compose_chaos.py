@@ -141,16 +141,21 @@ def test_a_chaos_schedule_of_real_network_faults_loses_nothing(
     assert "iptables" in logged[1]["how"], logged[1]
     assert "netem" in logged[2]["how"], logged[2]  # netem, or the filter where it is missing
 
+    # n3, fenced, comes back as incarnation 2 on standby, owning nothing; a fenced node asks
+    # to join again rejoin_after_fence_ms (30 s) later, so on a slow machine, where the feed
+    # outlasts the schedule by that much, it may already own a range again by a join.
     deadline = time.monotonic() + 30
     while True:
         rows = statuses(project)
         n3 = rows["n3"]
-        settled = n3.get("status_in_view") == "standby" and n3.get("incarnation") == 2
+        settled = n3.get("incarnation") == 2 and n3.get("status_in_view") in ("standby", "up")
         if settled or time.monotonic() > deadline:
             break
         time.sleep(1)
     assert rows["n1"]["state"] == "unreachable", rows["n1"]
     assert [r["dead"] for r in rows["n2"]["takeover_records"]] == ["n1"], rows["n2"]
     assert [r["dead"] for r in rows["n0"]["takeover_records"]] == ["n3"], rows["n0"]
-    assert (n3["fenced"], n3["range_share"], n3["keys"]) == (1, 0.0, 0), n3
-    assert settled, f"n3 is not on standby, empty, as a new incarnation: {n3}"
+    assert settled, f"n3 is not back as a new incarnation: {n3}"
+    assert n3["fenced"] == 1, n3
+    if n3["status_in_view"] == "standby":
+        assert (n3["range_share"], n3["keys"]) == (0.0, 0), n3
