@@ -359,9 +359,7 @@ class Simulation:
                 give_up_after_s=config.give_up_after_s,
                 clock=self.clock.seconds,
                 transport=transport,
-                # The linger goes by wall time (the rows' emit times): a run must depend on
-                # its seed and virtual clock alone.
-                linger_ms=None,
+                linger_ms=None,  # it goes by wall time; a run depends on its seed alone
             )
             self.emitters[name] = emitter
             process = MapperProcess(self, name, self._feed(emitter, transport, words))
