@@ -74,14 +74,15 @@ def _make_linger(emitter: Emitter) -> Callable[[float], None]:
 
 
 def make_emit(emitter: Emitter) -> EmitPair:
-    """The emit closures without combine: a tuple joins the open rows of its primary.
+    """The emit closures without combine: a tuple joins the open rows of its primary, with
+    its position in the mapper's stream as its seq.
 
     The common tuple (a key already in the slot cache, hence checked once and short, with a
     non-negative int value under 2**63) is checked inline with a few type tests; any other
     goes through :func:`smr.values.row_bytes`."""
     slot_cache_get = emitter._slot_cache.get
     find_slot = emitter._slot
-    seqs = emitter._seqs
+    position = emitter._position
     dest_of_slot = emitter._dest_of_slot
     open_rows = emitter._open_rows
     open_bytes = emitter._open_bytes
@@ -103,8 +104,8 @@ def make_emit(emitter: Emitter) -> EmitPair:
                 dispatch(dest)  # close the batch before this row would take it over
                 held = size
             open_bytes[dest] = held
-        seq = seqs[slot] + 1
-        seqs[slot] = seq
+        seq = position[0] + 1
+        position[0] = seq
         rows = open_rows[dest]
         emitted_at = now()
         rows.append((slot, seq, key, value, emitted_at))
@@ -125,8 +126,8 @@ def make_emit(emitter: Emitter) -> EmitPair:
             slot = slot_cache_get(key)
             if slot is not None:
                 dest = dest_of_slot[slot]
-                seq = seqs[slot] + 1
-                seqs[slot] = seq
+                seq = position[0] + 1
+                position[0] = seq
                 rows = open_rows[dest]
                 emitted_at = now()
                 rows.append((slot, seq, key, value, emitted_at))

@@ -2,10 +2,13 @@
 
 An :class:`Emitter` belongs to one mapper id. The life of a tuple in it:
 
-1. ``emit(key, value)`` computes the key's slot (cached per key), gives the tuple the next
-   ``seq`` of that slot, and appends it to the open batch of the slot's primary (with a
-   ``combine``, a tuple whose key is already in the open batch is folded into it instead, and
-   seqs are given when the batch closes).
+1. ``emit(key, value)`` computes the key's slot (cached per key), gives the tuple its
+   position in the mapper's stream as its ``seq`` (1 for the first tuple after
+   :meth:`Emitter.begin_mapper`'s base; so seqs rise per slot, with gaps, and a tuple's
+   identity depends on the tuples emitted before it alone, not on batching), and appends it
+   to the open batch of the slot's primary (with a ``combine``, a tuple whose key is already
+   in the open batch is folded into it instead, and each combined row takes the next seq of
+   its slot when the batch closes).
 2. A batch closes when it holds ``batch_size`` tuples, when the next tuple would take its
    encoded size past ``batch_bytes`` (each tuple's size is found by the check at emit,
    :func:`smr.values.row_bytes`), on ``flush()``, and, without ``combine``, at the first
@@ -170,6 +173,9 @@ class Emitter:
         self._on_acked = on_acked
         self._channels: dict[NodeId, Channel] = {}
         self._addr_of: dict[NodeId, str] = {}
+        # The last seq given: without combine, the position of the last tuple emitted (one
+        # item, shared with the emit closures); with combine, the last seq of each slot.
+        self._position = [0]
         self._seqs = [0] * (1 << slot_bits)
         self._slot_cache: dict[Any, int] = {}
         # Open batches per destination index; rows, or key -> [slot, value, ts] with combine.
@@ -508,11 +514,18 @@ class Emitter:
 
     @property
     def tuples_emitted(self) -> int:
-        """Tuples passed to ``emit`` so far (counted from the per-slot seqs without combine,
-        one per tuple, so no path that sends rows can miss or repeat one)."""
+        """Tuples passed to ``emit`` so far (without combine, read off the position, one
+        per tuple, so no path that sends rows can miss or repeat one)."""
         if self._combine is None:
-            return self._emitted_before + sum(self._seqs) - self._seq_base * len(self._seqs)
+            return self._emitted_before + self._position[0] - self._seq_base
         return self._emitted_before + self._combined_emits
+
+    @property
+    def position(self) -> int:
+        """Without combine, the seq of the last tuple emitted: the ``seq_base`` of
+        :meth:`begin_mapper` plus the tuples emitted since. A mapper that emits the same
+        tuples in the same order from a position sends them with the same identities."""
+        return self._position[0]
 
     @property
     def unacked_batches(self) -> int:
@@ -520,8 +533,8 @@ class Emitter:
         return sum(len(c.unacked) for c in self._channels.values())
 
     def begin_mapper(self, mapper_id: MapperId, seq_base: int = 0) -> None:
-        """Send the following tuples as mapper ``mapper_id``, with per-slot seqs from
-        ``seq_base + 1``.
+        """Send the following tuples as mapper ``mapper_id``, with seqs from
+        ``seq_base + 1`` (positions without combine, per slot with it).
 
         Only between mappers: every earlier tuple must be acked (:meth:`drain`), because a
         batch's mapper id is the emitter's at the time it is sent, resends included. A mapper
@@ -535,6 +548,7 @@ class Emitter:
         self._emitted_before = self.tuples_emitted
         self.mapper_id = mapper_id
         self._seq_base = seq_base
+        self._position[0] = seq_base
         self._seqs[:] = [seq_base] * len(self._seqs)
         self._combined_emits = 0
 

@@ -8,7 +8,7 @@ The life of a micro-batch ``b`` of query ``Q``:
    driver.
 2. Every partition ``p`` of the batch runs as one task on a Python worker. The worker's
    emitter (cached per worker process and cluster, so its sockets outlive the task) begins
-   mapper ``"Q/p"`` with per-slot seqs from ``b << 32``.
+   mapper ``"Q/p"`` with seqs (stream positions) from ``b << 32``.
 3. The task runs ``map`` over its records in order. With the job's ``combine``, emits are
    folded per key over chunks of :data:`COMBINE_RECORDS` records, and each chunk is emitted
    in first-seen order: chunk boundaries depend on the records only, so a re-run folds the
@@ -54,7 +54,7 @@ from smr.client import NodeUnreachable, fetch_view
 from smr.emitter import BATCH_SIZE_DEFAULT, WINDOW_BATCHES_DEFAULT, Emitter
 from smr.spec import read_spec
 
-# Seqs of batch b start above b << SEQ_BATCH_SHIFT: room for 2**32 tuples per slot per task.
+# Seqs of batch b start above b << SEQ_BATCH_SHIFT: room for 2**32 tuples per task.
 SEQ_BATCH_SHIFT: Final = 32
 # Records folded together before their combined tuples are emitted (see step 3 above):
 # bounds the fold's memory by the keys of this many records.
