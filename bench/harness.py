@@ -229,20 +229,15 @@ def signal_at_once(
 
 
 def dump_counts(addrs: Sequence[str]) -> dict[Any, int]:
-    """Every key's ``count``, dumped from each slot's primary in the live view of the nodes
+    """Every key's ``count``, scanned from each slot's primary in the live view of the nodes
     at ``addrs`` (as ``smr dump`` does); AssertionError if a key is dumped twice."""
-    from smr.client import Client, cluster_view
+    from smr.connection import connect
 
-    client = Client()
     counts: dict[Any, int] = {}
-    try:
-        view = cluster_view(client, addrs)
-        for member in view.owners():
-            for _slot, key, state in client.dump(member.addr):
-                assert key not in counts, f"key {key!r} dumped twice"
-                counts[key] = state["count"]
-    finally:
-        client.close()
+    with connect(addrs) as cluster:
+        for key, state in cluster.scan():
+            assert key not in counts, f"key {key!r} dumped twice"
+            counts[key] = state["count"]
     return counts
 
 

@@ -30,7 +30,8 @@ from smr.cli_faults import fault_group
 from smr.cli_node import node_command
 from smr.cli_options import cluster_dir_option, cluster_option
 from smr.cli_ring import move_command, scale_group
-from smr.client import Client, NodeRefused, NodeUnreachable, cluster_view, fetch_view
+from smr.client import Client, NodeRefused, NodeUnreachable, fetch_view
+from smr.connection import connect
 from smr.emitter import (
     BATCH_BYTES_DEFAULT,
     BATCH_BYTES_MAX,
@@ -343,23 +344,18 @@ def _ring_keys(view: View) -> int | None:
 @click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False, path_type=Path))
 def dump_command(cluster_arg: str, out_path: Path) -> None:
     """Write every key's state, one JSON object per line, read from each slot's primary."""
-    spec = seeds.resolve(cluster_arg).spec
-    client = Client()
     keys = 0
     temporary = out_path.with_name(out_path.name + ".partial")
     signal.signal(signal.SIGTERM, _interrupt)  # so that the finally below runs
     try:
-        view = cluster_view(client, spec.seeds)
-        with open(temporary, "w", encoding="utf-8") as out:
-            for member in view.owners():
-                for _slot, key, state in client.dump(member.addr):
-                    out.write(state_json({"key": key, "state": state}) + "\n")
-                    keys += 1
+        with connect(cluster_arg) as cluster, open(temporary, "w", encoding="utf-8") as out:
+            for key, state in cluster.scan():
+                out.write(state_json({"key": key, "state": state}) + "\n")
+                keys += 1
         temporary.replace(out_path)
     finally:
         # On every way out but success (replaced above), no half-written dump is left.
         temporary.unlink(missing_ok=True)
-        client.close()
     click.echo(f"dumped {keys} keys to {out_path}")
 
 
@@ -369,19 +365,11 @@ def dump_command(cluster_arg: str, out_path: Path) -> None:
 @click.option("--int-key", is_flag=True, help="Treat KEY as an integer key.")
 def query_command(cluster_arg: str, key: str, int_key: bool) -> None:
     """Print the state of one KEY, read from its primary."""
-    from ring.hashing import slot_of
-    from ring.placement import Ring
-
     typed_key: str | int = _int_key(key) if int_key else key
-    spec = seeds.resolve(cluster_arg).spec
-    client = Client()
-    try:
-        view = cluster_view(client, spec.seeds)
-        owner = view.members[Ring(view, spec.slot_bits).primary(slot_of(typed_key, spec.slot_bits))]
-        answer = client.query(owner.addr, typed_key)
-    finally:
-        client.close()
-    click.echo(state_json({"key": typed_key, "node": owner.node_id, **answer}))
+    with connect(cluster_arg) as cluster:
+        state = cluster.get(typed_key)
+        node, slot = cluster.owner_of(typed_key)
+    click.echo(state_json({"key": typed_key, "node": node, "slot": slot, "state": state}))
 
 
 def _int_key(key: str) -> int:
@@ -402,12 +390,8 @@ def status_command(cluster_arg: str, as_json: bool) -> None:
     under-replicated slots. Exits 1 if any node does not answer."""
     from smr import status_view
 
-    spec = seeds.resolve(cluster_arg, timeout_ms=1000).spec
-    client = Client(timeout_ms=1000)
-    try:
-        rows = status_view.collect(spec, client)
-    finally:
-        client.close()
+    with connect(cluster_arg, timeout_s=1.0) as cluster:
+        rows = cluster.status()
     if as_json:
         click.echo(json.dumps({"nodes": rows}, indent=2))
     else:

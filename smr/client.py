@@ -1,4 +1,4 @@
-"""Control requests to nodes: ping, view, status, dump, query.
+"""Control requests to nodes: ping, view, status, dump, query, output.
 
 Every request carries an id that its reply echoes; a reply that does not come within the
 timeout raises :class:`NodeUnreachable` naming the node and its address.
@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import itertools
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
@@ -26,6 +26,8 @@ from smr.protocol import (
     MoveRequest,
     NetRuleReply,
     NetRuleRequest,
+    OutputReply,
+    OutputRequest,
     Ping,
     Pong,
     QueryReply,
@@ -51,6 +53,8 @@ REQUEST_TIMEOUT_MS_DEFAULT: Final = 2000
 # a node that is gone. A paused or busy node is still waited for up to the timeout.
 CONNECT_TIMEOUT_MS: Final = 500
 DUMP_PAGE_KEYS: Final = 10_000
+# Keys per query of many keys (the node's cap, smr.node.control.QUERY_KEYS_MAX).
+QUERY_KEYS_MAX: Final = 10_000
 
 Reply = TypeVar(
     "Reply",
@@ -62,6 +66,7 @@ Reply = TypeVar(
     RecoverReply,
     MoveReply,
     NetRuleReply,
+    OutputReply,
 )
 # The messages that answer a request (they echo its id): an error, or a reply above.
 _REPLIES: Final = (Error, *Reply.__constraints__)
@@ -221,18 +226,47 @@ class Client:
         )
         return answer
 
-    def dump(self, addr: str) -> Iterator[tuple[int, Any, dict[str, Any]]]:
-        """Every ``(slot, key, state)`` the node at ``addr`` is primary of, page by page."""
-        start: Slot | None = Slot(0)
-        while start is not None:
-            reply = self.request(
-                addr,
-                functools.partial(DumpRequest, start=start, max_keys=DUMP_PAGE_KEYS),
-                DumpReply,
-            )
-            for slot, key, state in unpack_body(reply.body):
-                yield slot, key, dict(state)
-            start = reply.next_start
+    def query_each(
+        self, keys_by_addr: Mapping[str, Sequence[str | int]]
+    ) -> dict[str, list[dict[str, Any]] | NodeUnreachable | RuntimeError]:
+        """Ask every address for its keys (at most ``QUERY_KEYS_MAX`` each), all at once;
+        each address maps to its answers, in the order of its keys (as :meth:`query`), or
+        to why not."""
+        requests = {
+            addr: functools.partial(QueryRequest, body=pack_body(list(keys)))
+            for addr, keys in keys_by_addr.items()
+        }
+        answers: dict[str, list[dict[str, Any]] | NodeUnreachable | RuntimeError] = {}
+        for addr, reply in self.request_each(list(requests), requests, QueryReply).items():
+            answers[addr] = reply if isinstance(reply, Exception) else list(unpack_body(reply.body))
+        return answers
+
+    def dump_page(
+        self, addr: str, start: Slot, end: Slot, max_keys: int = DUMP_PAGE_KEYS
+    ) -> tuple[list[tuple[Any, dict[str, Any]]], Slot | None]:
+        """One page of ``(key, state)`` of slots ``[start, end)`` from the node at ``addr``,
+        and the first slot it did not serve (None: all up to ``end``), see
+        :class:`smr.protocol.DumpRequest`: a page holds whole slots of which the node was
+        primary, from ``start``."""
+        reply = self.request(
+            addr,
+            functools.partial(DumpRequest, start=start, end=end, max_keys=max_keys),
+            DumpReply,
+        )
+        return [(key, dict(state)) for _slot, key, state in unpack_body(reply.body)], (
+            reply.next_start
+        )
+
+    def output_each(
+        self, offsets: Mapping[str, int], max_bytes: int
+    ) -> dict[str, OutputReply | NodeUnreachable | RuntimeError]:
+        """Each address's output lines from its offset (about ``max_bytes``), asked all at
+        once; or why not (NodeRefused when the offset is past the end of its file)."""
+        requests = {
+            addr: functools.partial(OutputRequest, offset=offset, max_bytes=max_bytes)
+            for addr, offset in offsets.items()
+        }
+        return self.request_each(list(requests), requests, OutputReply)
 
     def close(self) -> None:
         """Close every socket."""

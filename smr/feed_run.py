@@ -32,7 +32,8 @@ from checkpoint.ids import MapperId
 from ring.view import View
 from smr.api import Job
 from smr.channels import DeliveryError
-from smr.client import Client, NodeUnreachable, fetch_view
+from smr.client import Client, NodeUnreachable
+from smr.connection import Cluster
 from smr.emitter import Emitter
 from smr.feed import FeedPosition, FeedResult, feed, total_bytes
 from smr.seeds import ClusterRef
@@ -202,24 +203,24 @@ def run(
     """
     # 1.
     spec = cluster.spec
-    view = fetch_view(spec.seeds)
     combine = options.combine and job.combine is not None
     mapper_id = options.mapper_id or feed_mapper_id(
         spec.incarnation, job_ref, paths, options.batch_size if combine else None
     )
-    record_path = cluster.state_dir / "feeds" / f"{mapper_id}.json"
-    if combine and "-" not in paths:
-        check_combine_resumable(record_path, view)
-    emitter = Emitter(
-        view,
-        spec.slot_bits,
-        mapper_id,
-        replication=spec.replication,
-        combine=job.combine if combine else None,
+    # The feed writes through a connection, as any program does (smr.connection).
+    connection = Cluster(
+        cluster,
+        job=job if combine else None,
+        mapper_id=mapper_id,
         batch_size=options.batch_size,
         batch_bytes=options.batch_bytes,
         window_batches=options.window_batches,
     )
+    view = connection.view()
+    record_path = cluster.state_dir / "feeds" / f"{mapper_id}.json"
+    if combine and "-" not in paths:
+        check_combine_resumable(record_path, view)
+    emitter = connection.writer()
     owners_at_start = _owners(view)
     addrs = {str(m.node_id): m.addr for m in view.members.values()}
     client = Client(timeout_ms=1000)
@@ -233,7 +234,7 @@ def run(
         except (KeyboardInterrupt, DeliveryError) as error:
             # 3.
             reason = "interrupted" if isinstance(error, KeyboardInterrupt) else str(error)
-            emitter.abort()
+            connection.abort()
             if combine:
                 _record_run(record_path, owners_at_start, emitter)
             where = f"{position.path}:{position.line}" if position.path else "the start"
@@ -256,6 +257,7 @@ def run(
     finally:
         signal.signal(signal.SIGTERM, previous_sigterm)
         client.close()
+        connection.abort()  # every tuple was acked, or the feed stops here anyway
     # 4.
     say(
         f"fed {result.tuples_emitted} tuples from {result.records} records "

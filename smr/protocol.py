@@ -17,7 +17,8 @@ ints non-negative) and returns the record; :func:`encode` turns a record back in
 :data:`Message` is the union of all records: handlers ``match`` on the record type and read
 attributes, never header keys. Messages between nodes (:class:`PeerMessage`) all start with
 the sender, its incarnation and its view's epoch; they are defined in
-:mod:`smr.peer_messages`, and the version, the kinds and the id types in :mod:`smr.wire`
+:mod:`smr.peer_messages`, the reads a program sends (dump pages, queries, output reads) in
+:mod:`smr.read_messages`, and the version, the kinds and the id types in :mod:`smr.wire`
 (every name is importable from here).
 
 A tuple batch keeps the channel fields (stream id, channel batch number, view epoch) and
@@ -38,13 +39,13 @@ import operator
 import types
 import typing
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar, Final, TypeAlias
 
 import msgpack
 
 from checkpoint.ids import MapperId
-from ring.ids import Epoch, NodeId, Slot
+from ring.ids import Epoch, NodeId
 from smr.peer_messages import (
     Checkpoint,
     CheckpointRequest,
@@ -68,6 +69,15 @@ from smr.peer_messages import (
     StateRequest,
     Suspect,
     Vouch,
+)
+from smr.read_messages import (
+    DumpReply,
+    DumpRequest,
+    Output,
+    OutputReply,
+    OutputRequest,
+    QueryReply,
+    QueryRequest,
 )
 from smr.wire import (
     FRAME_BYTES_MAX_DEFAULT,
@@ -114,6 +124,8 @@ __all__ = [
     "NetRuleRequest",
     "NotOwner",
     "Output",
+    "OutputReply",
+    "OutputRequest",
     "PeerMessage",
     "PeerMessages",
     "Ping",
@@ -357,56 +369,6 @@ class NetRuleReply:
     text: str
 
 
-@dataclass(frozen=True, slots=True)
-class DumpRequest:
-    """Asks for a page of the states a node is primary of, from slot ``start`` on, of about
-    ``max_keys`` keys; answered by :class:`DumpReply`."""
-
-    kind: ClassVar[Kind] = Kind.DUMP_REQUEST
-    req: RequestId
-    start: Slot
-    max_keys: int
-
-
-@dataclass(frozen=True, slots=True)
-class DumpReply:
-    """A page of ``[slot, key, state]`` entries (the body)."""
-
-    kind: ClassVar[Kind] = Kind.DUMP
-    req: RequestId
-    next_start: Slot | None = field(metadata={"wire": "next"})
-    """The slot the next page starts at; None after the last page."""
-    body: bytes
-
-
-@dataclass(frozen=True, slots=True)
-class QueryRequest:
-    """Asks for the state of one key (the body, msgpack); answered by :class:`QueryReply`."""
-
-    kind: ClassVar[Kind] = Kind.QUERY_REQUEST
-    req: RequestId
-    body: bytes
-
-
-@dataclass(frozen=True, slots=True)
-class QueryReply:
-    """``{"owner": bool, "slot": int, "state": dict | None}`` (the body, msgpack)."""
-
-    kind: ClassVar[Kind] = Kind.QUERY
-    req: RequestId
-    body: bytes
-
-
-@dataclass(frozen=True, slots=True)
-class Output:
-    """``n`` lines the reducers of node ``node`` emitted (the body, UTF-8), published."""
-
-    kind: ClassVar[Kind] = Kind.OUTPUT
-    node: NodeId
-    n: int
-    body: bytes
-
-
 Message: TypeAlias = (
     Batch
     | Ack
@@ -431,6 +393,8 @@ Message: TypeAlias = (
     | NetRuleRequest
     | NetRuleReply
     | Output
+    | OutputRequest
+    | OutputReply
     | PeerMessages
 )
 """One decoded, validated message: a record of one of the kinds."""

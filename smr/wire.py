@@ -56,6 +56,8 @@ class Kind(IntEnum):
     JOIN_REQUEST = 24
     NET_RULE_REQUEST = 25
     NET_RULE = 26
+    OUTPUT_REQUEST = 27
+    OUTPUT_LINES = 28
     # Between nodes; every peer message names its sender and the sender's incarnation.
     HEARTBEAT = 40
     GOSSIP = 41

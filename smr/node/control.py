@@ -1,4 +1,4 @@
-"""Control requests from clients and the CLI: ping, view, status, dump and query.
+"""Control requests from clients and the CLI: ping, view, status, dump, query and output.
 
 Each answer echoes the request's ``req`` id. Reads serve only slots this node is primary
 of in its own view, so a client that follows the view reads each key from one node.
@@ -19,6 +19,7 @@ from ring.moves import MoveRefused
 from ring.placement import Role
 from ring.view import Status
 from ring.zones import one_zone_ranges
+from smr.output import OutputGone
 from smr.protocol import (
     DumpReply,
     DumpRequest,
@@ -27,6 +28,8 @@ from smr.protocol import (
     JoinRequest,
     MoveReply,
     MoveRequest,
+    OutputReply,
+    OutputRequest,
     Ping,
     Pong,
     QueryReply,
@@ -50,6 +53,8 @@ log = logging.getLogger("smr.node")
 
 # A dump page holds at most this many keys, so one reply stays well under the frame cap.
 DUMP_KEYS_PER_PAGE_MAX: Final = 20_000
+# A query of many keys names at most this many (a client splits a longer list).
+QUERY_KEYS_MAX: Final = 10_000
 
 
 class Control:
@@ -75,19 +80,20 @@ class Control:
         self._node.reply(identity, encode(StatusReply(message.req, body)))
 
     def on_dump_request(self, identity: bytes, message: DumpRequest) -> None:
-        """One page of the state of the slots this node is primary of, from slot ``start``;
-        a page ends between slots, and ``next`` names the slot the next page starts at."""
+        """One page of the state of slots ``[start, end)``, served in order while this node
+        is their primary: the page ends between slots, when it holds ``max_keys`` keys or at
+        the first slot this node is not primary of, and ``next`` names that slot (None when
+        the page reached ``end``), so the reader knows exactly what it read."""
         node = self._node
-        start = message.start
         max_keys = min(max(message.max_keys, 1), DUMP_KEYS_PER_PAGE_MAX)
+        end = min(message.end, 1 << node.slot_bits)
         roles = node.roles
-        owned = sorted(s for s in node.store.slots() if s >= start and roles[s] == Role.PRIMARY)
         entries: list[tuple[int, Any, dict[str, Any]]] = []
         next_slot: Slot | None = None
-        for index, slot in enumerate(owned):
+        for slot in range(message.start, end):
             # A page ends between slots, never inside one, so a slot is never split.
-            if len(entries) >= max_keys:
-                next_slot = owned[index]
+            if len(entries) >= max_keys or roles[slot] != Role.PRIMARY:
+                next_slot = Slot(slot)
                 break
             entries.extend(node.store.items([Slot(slot)]))
         try:
@@ -96,6 +102,17 @@ class Control:
             self._refuse_unencodable(identity, message.req, entries)
             return
         node.reply(identity, encode(DumpReply(message.req, next_slot, body)))
+
+    def on_output_request(self, identity: bytes, message: OutputRequest) -> None:
+        """This node's output lines from ``offset`` (``smr.output.OutputSink.read``); ERROR
+        if the offset is past the end of its file."""
+        node = self._node
+        try:
+            lines, next_offset, size = node.reducer.output.read(message.offset, message.max_bytes)
+        except (OutputGone, OSError) as error:
+            node.reply(identity, encode(Error(message.req, str(error))))
+            return
+        node.reply(identity, encode(OutputReply(message.req, next_offset, size, lines)))
 
     def on_recover_request(self, identity: bytes, message: RecoverRequest) -> None:
         """An operator accepts the loss of this node's offline slots: they serve again, from
@@ -144,18 +161,28 @@ class Control:
         node.reply(identity, encode(MoveReply(message.req, True, text)))
 
     def on_query_request(self, identity: bytes, message: QueryRequest) -> None:
-        """The state of one key, if this node is its primary (``owner`` says whether)."""
+        """The state of one key, or of each of a list of keys (at most
+        ``QUERY_KEYS_MAX``), with whether this node is its primary (``owner``): the state
+        is read only where it is, so each answer is the key's state as of one apply turn."""
         node = self._node
-        key = unpack_body(message.body)
-        if type(key) not in (str, int):
-            raise FrameError(f"query key must be str or int, got {type(key).__name__}")
-        slot = slot_of(key, node.slot_bits)
-        owner = node.roles[slot] == Role.PRIMARY
-        state = node.store.get(slot, key) if owner else None
+        asked = unpack_body(message.body)
+        keys = list(asked) if isinstance(asked, tuple) else [asked]
+        if len(keys) > QUERY_KEYS_MAX:
+            raise FrameError(f"a query asks for at most {QUERY_KEYS_MAX} keys, not {len(keys)}")
+        for key in keys:
+            if type(key) not in (str, int):
+                raise FrameError(f"query key must be str or int, got {type(key).__name__}")
+        answers: list[dict[str, Any]] = []
+        for key in keys:
+            slot = slot_of(key, node.slot_bits)
+            owner = node.roles[slot] == Role.PRIMARY
+            state = node.store.get(slot, key) if owner else None
+            answers.append({"owner": owner, "slot": slot, "state": state})
         try:
-            body = pack_body({"owner": owner, "slot": slot, "state": state})
+            body = pack_body(answers if isinstance(asked, tuple) else answers[0])
         except Exception:  # msgpack raises several types
-            self._refuse_unencodable(identity, message.req, [(slot, key, state or {})])
+            entries = [(a["slot"], k, a["state"] or {}) for k, a in zip(keys, answers, strict=True)]
+            self._refuse_unencodable(identity, message.req, entries)
             return
         node.reply(identity, encode(QueryReply(message.req, body)))
 

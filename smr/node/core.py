@@ -59,6 +59,7 @@ from smr.protocol import (
     MovePropose,
     MoveRequest,
     MoveSwitched,
+    OutputRequest,
     PeerMessages,
     Ping,
     Probe,
@@ -289,6 +290,8 @@ class NodeCore:
                 self.control.on_dump_request(identity, message)
             case QueryRequest():
                 self.control.on_query_request(identity, message)
+            case OutputRequest():
+                self.control.on_output_request(identity, message)
             case RecoverRequest():
                 self.control.on_recover_request(identity, message)
             case MoveRequest():

@@ -47,6 +47,10 @@ class MemoryOutput(OutputSink):
     def flush(self) -> None:
         """Nothing to write."""
 
+    def read(self, offset: int, max_bytes: int) -> tuple[bytes, int, int]:
+        """Nothing to read: the simulation keeps records in memory only."""
+        return b"", offset, offset
+
     def close(self) -> None:
         """Nothing to close."""
 

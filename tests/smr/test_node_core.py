@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from checkpoint.ids import MapperId
 from ring.hashing import slot_of
 from ring.ids import Epoch, NodeId, Slot, Token
-from ring.placement import Ring
+from ring.placement import Ring, Role
 from ring.view import Member, Status, View
 from smr.api import Job
 from smr.batch_body import encode_batch_body
@@ -234,18 +234,30 @@ def test_random_frames_never_raise_or_change_state(
     assert harness.core.store.key_count() == 0
 
 
-def test_dump_pages_cover_every_owned_key_once(node: Harness) -> None:
+def test_dump_pages_cover_every_owned_key_once_and_stop_at_a_slot_not_owned(
+    node: Harness,
+) -> None:
     pairs = [(k, 1) for k in node.own_keys]
     node.deliver(node.batch_frames(1, pairs))
+    slot_count = 1 << SLOT_BITS
     seen: list[str] = []
-    start: Slot | None = Slot(0)
-    while start is not None:
+    start = 0
+    while start < slot_count:
         node.replies.clear()
-        node.core.on_frames(PEER, encode(DumpRequest(RequestId(1), start, 7)))
+        request = DumpRequest(RequestId(1), Slot(start), Slot(slot_count), 7)
+        node.core.on_frames(PEER, encode(request))
         ((_, reply),) = node.replies
         assert isinstance(reply, DumpReply)
-        seen.extend(key for _slot, key, _state in unpack_body(reply.body))
-        start = reply.next_start
+        entries = unpack_body(reply.body)
+        end = slot_count if reply.next_start is None else reply.next_start
+        # Every slot served lies in [start, end), and the node is primary of each.
+        assert all(start <= slot < end for slot, _key, _state in entries)
+        assert all(node.core.roles[s] == Role.PRIMARY for s in range(start, end))
+        if reply.next_start == start:
+            assert entries == () and node.core.roles[start] != Role.PRIMARY
+            end = start + 1
+        seen.extend(key for _slot, key, _state in entries)
+        start = end
     assert sorted(seen) == sorted(node.own_keys)
 
 

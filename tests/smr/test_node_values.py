@@ -4,6 +4,7 @@ raises is counted; only a broken invariant stops the node."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,8 @@ from smr.protocol import (
     Ack,
     DumpRequest,
     Error,
+    OutputReply,
+    OutputRequest,
     Ping,
     Pong,
     QueryReply,
@@ -27,6 +30,7 @@ from smr.protocol import (
     StatusRequest,
     encode,
     pack_body,
+    unpack_body,
 )
 from tests.smr.test_node_core import PEER, SLOT_BITS, Harness
 
@@ -72,7 +76,7 @@ def test_dump_and_query_of_a_state_that_cannot_be_encoded_answer_error_naming_th
     node.deliver(node.batch_frames(1, [(good, 1)]))
     # As if stored before states were checked.
     node.core.store.commit(slot_of(bad, SLOT_BITS), bad, {}, {"seen": {1, 2}})
-    reply = _request(node, encode(DumpRequest(RequestId(1), Slot(0), 1000)))
+    reply = _request(node, encode(DumpRequest(RequestId(1), Slot(0), Slot(1 << SLOT_BITS), 1000)))
     assert isinstance(reply, Error) and repr(bad) in reply.message
     reply = _request(node, encode(QueryRequest(RequestId(2), pack_body(bad))))
     assert isinstance(reply, Error) and repr(bad) in reply.message
@@ -106,3 +110,44 @@ def test_a_broken_invariant_in_a_handler_still_stops_the_node(
     monkeypatch.setattr(node.core.control, "on_status_request", broken)
     with pytest.raises(InvariantViolation):
         node.core.on_frames(PEER, encode(StatusRequest(RequestId(1))))
+
+
+def test_a_query_of_many_keys_answers_each_in_the_order_asked(node: Harness) -> None:
+    a, b = node.own_keys[0], node.own_keys[1]
+    node.deliver(node.batch_frames(1, [(a, 1), (a, 2), (b, 5)]))
+    missing = "no-such-key-here"
+    reply = _request(node, encode(QueryRequest(RequestId(1), pack_body([b, missing, a]))))
+    assert isinstance(reply, QueryReply)
+    answers = unpack_body(reply.body)
+    assert [answer["state"] for answer in answers] == [{"count": 5}, None, {"count": 3}]
+    assert answers[0]["owner"] is True
+
+
+def test_a_query_of_a_bad_key_in_a_list_is_a_bad_frame(node: Harness) -> None:
+    node.replies.clear()
+    node.core.on_frames(PEER, encode(QueryRequest(RequestId(1), pack_body(["a", [1]]))))
+    assert node.replies == []
+    assert node.core.counters.bad_frames == 1
+
+
+def test_output_reads_whole_lines_from_an_offset_and_refuse_one_past_the_end(
+    node: Harness,
+) -> None:
+    output = node.core.reducer.output
+    output.extend([("k", 1), ("k", "x" * 300), ("j", 3)])
+    output.flush()
+    reply = _request(node, encode(OutputRequest(RequestId(1), 0, 100)))
+    assert isinstance(reply, OutputReply)
+    first = reply.body.decode().splitlines()
+    assert [json.loads(line)["value"] for line in first] == [1]
+    rest = _request(node, encode(OutputRequest(RequestId(2), reply.next_offset, 100)))
+    assert isinstance(rest, OutputReply)
+    # A line longer than max_bytes still comes whole.
+    assert json.loads(rest.body.decode().splitlines()[0])["value"] == "x" * 300
+    end = node.output_path.stat().st_size
+    tail = _request(node, encode(OutputRequest(RequestId(3), end, 100)))
+    assert isinstance(tail, OutputReply) and (tail.body, tail.next_offset) == (b"", end)
+    size_only = _request(node, encode(OutputRequest(RequestId(5), 0, 0)))
+    assert isinstance(size_only, OutputReply) and (size_only.body, size_only.size) == (b"", end)
+    past = _request(node, encode(OutputRequest(RequestId(4), end + 1, 100)))
+    assert isinstance(past, Error) and "past the end" in past.message

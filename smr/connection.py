@@ -1,0 +1,532 @@
+"""``smr.connect``: feed a cluster from any program, read its state while it streams, and
+follow its output.
+
+::
+
+    import smr
+
+    with smr.connect("clusters/demo") as cluster:       # or "host:port,host:port"
+        cluster.emit_many((word, 1) for word in words)
+        position = cluster.flush()                       # every tuple acked by r + 1 nodes
+        print(cluster.get("whale"))                      # {"count": 1687}
+        for key, state in cluster.scan(prefix="wh"):
+            ...
+
+A :class:`Cluster` writes like ``smr feed`` (the same emitter: routing, batching,
+backpressure, the same checks of keys and values) and reads from each key's primary, the
+only node whose state for the key is current. Every call that talks to nodes asks them in
+parallel and gives up after ``timeout_s`` with :class:`Unreachable`; reads wait that long
+for a takeover or a move to finish before they give up. ``smr feed``, ``smr dump``,
+``smr query`` and ``smr status`` are built on it.
+
+Exactly once across restarts: without ``combine``, a tuple's identity is its mapper id and
+its position in the mapper's stream (see :mod:`smr.emitter`). A program that names its
+stream (``mapper_id``), records the position :meth:`Cluster.flush` returns together with
+its own input offset, and after a crash connects again with both and re-emits from that
+offset sends every tuple once: what had reached the nodes after the flush is dropped as a
+duplicate. With ``combine``, identities depend on how tuples were batched, so such a
+connection starts at position 0 only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import os
+import time
+import uuid
+from collections import deque
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Final
+
+from checkpoint.ids import MapperId
+from ring.hashing import slot_of
+from ring.ids import Slot
+from ring.placement import Ring
+from ring.view import Status, View
+from smr import seeds, status_view
+from smr.api import Job, load_job
+from smr.channels import DeliveryError
+from smr.client import QUERY_KEYS_MAX, Client, NodeUnreachable, cluster_view
+from smr.emitter import BATCH_SIZE_DEFAULT, LINGER_MS_DEFAULT, WINDOW_BATCHES_DEFAULT, Emitter
+from smr.protocol import OutputReply
+from smr.seeds import ClusterRef
+from smr.values import EmitError
+
+__all__ = [
+    "Cluster",
+    "DeliveryError",
+    "EmitError",
+    "OutputRecord",
+    "Subscription",
+    "Unreachable",
+    "connect",
+]
+
+TIMEOUT_S_DEFAULT: Final = 5.0
+# One request waits at most this long: a dead node refuses connections at once, a paused
+# one is given up on after it, and the call retries (another node, a newer view) until its
+# own timeout.
+REQUEST_TIMEOUT_MS: Final = 1000
+# Pairs of an iterator checked and emitted together by emit_many.
+EMIT_CHUNK_PAIRS: Final = 10_000
+SCAN_PAGE_KEYS: Final = 10_000
+OUTPUT_READ_BYTES: Final = 1 << 20
+# How often a subscription asks the nodes for new output when there was none.
+OUTPUT_POLL_S: Final = 0.1
+VIEW_REFRESH_S: Final = 1.0
+
+
+class Unreachable(NodeUnreachable):
+    """A call could not reach the nodes it needed within its timeout (the message names
+    them, or the slot or key it could not read)."""
+
+
+@dataclass(frozen=True, slots=True)
+class OutputRecord:
+    """One record a reducer emitted: the node that emitted it, its key and its value."""
+
+    node: str
+    key: Any
+    value: Any
+
+
+def connect(
+    cluster: str | os.PathLike[str] | Sequence[str],
+    *,
+    job: Job | str | None = None,
+    mapper_id: str | None = None,
+    position: int = 0,
+    timeout_s: float = TIMEOUT_S_DEFAULT,
+    batch_size: int = BATCH_SIZE_DEFAULT,
+    window_batches: int = WINDOW_BATCHES_DEFAULT,
+    linger_ms: float | None = LINGER_MS_DEFAULT,
+) -> Cluster:
+    """A connection to ``cluster``: a cluster directory (holding ``cluster.json``), seed
+    addresses as ``"host:port,host:port"``, or a list of ``"host:port"``.
+
+    ``job`` (a :class:`smr.Job` or a ``module:attribute`` reference) gives the ``combine``
+    that writes apply; ``mapper_id`` names the stream this program writes (default: a new
+    random one) and ``position`` is where it resumes (a value :meth:`Cluster.flush`
+    returned; only without ``combine``). The seeds are asked for the ring now:
+    :class:`smr.spec.ClusterError` if none answers, ValueError for a bad argument.
+    """
+    if not isinstance(position, int) or position < 0:
+        raise ValueError(f"position must be an int of at least 0, not {position!r}")
+    if isinstance(job, str):
+        job = load_job(job)
+    if position and job is not None and job.combine is not None:
+        raise ValueError(
+            "a connection with the job's combine starts at position 0: combined tuples' "
+            "identities depend on how they were batched, so a resumed stream could not match"
+        )
+    if isinstance(cluster, os.PathLike):
+        cluster = os.fspath(cluster)
+    elif not isinstance(cluster, str):
+        cluster = ",".join(cluster)
+    ref = seeds.resolve(cluster, timeout_ms=round(timeout_s * 1000))
+    return Cluster(
+        ref,
+        job=job,
+        mapper_id=mapper_id,
+        position=position,
+        timeout_s=timeout_s,
+        batch_size=batch_size,
+        window_batches=window_batches,
+        linger_ms=linger_ms,
+    )
+
+
+class Cluster:
+    """A program's connection to a cluster: write tuples, read state, follow output.
+
+    Not thread-safe: use one from one thread at a time (``smr.aio`` runs one on a thread of
+    its own). Closing it (or leaving its ``with`` block) flushes what was emitted and
+    releases its sockets.
+    """
+
+    def __init__(
+        self,
+        ref: ClusterRef,
+        *,
+        job: Job | None = None,
+        mapper_id: str | None = None,
+        position: int = 0,
+        timeout_s: float = TIMEOUT_S_DEFAULT,
+        batch_size: int = BATCH_SIZE_DEFAULT,
+        batch_bytes: int | None = None,
+        window_batches: int = WINDOW_BATCHES_DEFAULT,
+        linger_ms: float | None = LINGER_MS_DEFAULT,
+    ) -> None:
+        if timeout_s <= 0:
+            raise ValueError(f"timeout_s must be positive, not {timeout_s}")
+        self.ref = ref
+        self.spec = ref.spec
+        self.timeout_s = timeout_s
+        self.mapper_id = MapperId(mapper_id or f"client-{uuid.uuid4().hex[:16]}")
+        self._job = job
+        self._start_position = position
+        self._emitter_options: dict[str, Any] = {
+            "batch_size": batch_size,
+            "window_batches": window_batches,
+            "linger_ms": linger_ms,
+        }
+        if batch_bytes is not None:
+            self._emitter_options["batch_bytes"] = batch_bytes
+        self._emitter: Emitter | None = None
+        self._client = Client(timeout_ms=min(REQUEST_TIMEOUT_MS, round(timeout_s * 1000)))
+        self._view: View | None = None
+        self._view_at = 0.0
+        self._closed = False
+
+    # -- the ring ------------------------------------------------------------------------------
+
+    def view(self, refresh: bool = False) -> View:
+        """The ring's view as the nodes last told it (asked again with ``refresh``)."""
+        if self._view is None or refresh:
+            addrs = list(self.spec.seeds)
+            if self._view is not None:
+                addrs += [
+                    m.addr
+                    for m in self._view.members.values()
+                    if m.status is not Status.DEAD and m.addr not in addrs
+                ]
+            try:
+                view = cluster_view(self._client, addrs)
+            except NodeUnreachable as error:
+                raise Unreachable(str(error)) from None
+            self._view = view if self._view is None else self._view.merge(view)
+            self._view_at = time.monotonic()
+        return self._view
+
+    def owner_of(self, key: str | int) -> tuple[str, int]:
+        """The node that is primary of ``key`` by the current view, and the key's slot."""
+        slot = slot_of(_checked_key(key), self.spec.slot_bits)
+        return str(Ring(self.view(), self.spec.slot_bits).primary(Slot(slot))), slot
+
+    def status(self) -> list[dict[str, Any]]:
+        """Every node's status row, as ``smr status --json`` shows it (a node that does not
+        answer has a row saying so)."""
+        return status_view.collect(self.spec, self._client)
+
+    # -- writing -------------------------------------------------------------------------------
+
+    def writer(self) -> Emitter:
+        """The emitter this connection writes through (made at the first write)."""
+        if self._closed:
+            raise RuntimeError("this connection is closed")
+        if self._emitter is None:
+            combine = self._job.combine if self._job is not None else None
+            emitter = Emitter(
+                self.view(),
+                self.spec.slot_bits,
+                self.mapper_id,
+                replication=self.spec.replication,
+                combine=combine,
+                **self._emitter_options,
+            )
+            if self._start_position:
+                emitter.begin_mapper(self.mapper_id, seq_base=self._start_position)
+            self._emitter = emitter
+        return self._emitter
+
+    def emit(self, key: str | int, value: Any) -> None:
+        """Send one tuple. A key or value that cannot travel raises
+        :class:`smr.values.EmitError` at once, and nothing is sent. Blocks while the nodes
+        are a full window behind (backpressure); delivery is confirmed by :meth:`flush`."""
+        self.writer().emit(key, value)
+
+    def emit_many(self, pairs: Iterable[tuple[str | int, Any]]) -> None:
+        """Send ``(key, value)`` pairs, in order. A sequence is checked whole before any pair
+        is sent (all or none); an iterator is checked and sent ``EMIT_CHUNK_PAIRS`` at a
+        time, and an EmitError says how many of its pairs went before the bad one's chunk."""
+        emit_many = self.writer().emit_many
+        if isinstance(pairs, Sequence):
+            chunks: Iterable[Sequence[tuple[Any, Any]]] = [pairs]
+        else:
+            chunks = _chunks(pairs, EMIT_CHUNK_PAIRS)
+        sent = 0
+        for chunk in chunks:
+            if not chunk:
+                continue
+            try:
+                keys, values = zip(*chunk, strict=True)
+            except (TypeError, ValueError):
+                raise EmitError("emit_many takes (key, value) pairs") from None
+            try:
+                emit_many(keys, values)
+            except EmitError as error:
+                if sent:
+                    raise EmitError(f"{error} (after {sent} pairs were sent)") from None
+                raise
+            sent += len(chunk)
+
+    def flush(self, timeout: float | None = None) -> int:
+        """Send every tuple emitted so far and wait until each is acked by all the ``r + 1``
+        nodes of its replica set; :class:`smr.channels.DeliveryError` if that cannot happen
+        (within ``timeout`` seconds, if given). Returns the stream's position: the count of
+        tuples emitted under this mapper id (with ``position`` given at connect, counted
+        from there), the value to resume from."""
+        if self._emitter is not None:
+            self._emitter.drain(timeout)
+        return self.position
+
+    @property
+    def position(self) -> int:
+        """Where the stream is: the tuples emitted so far, from the connect position."""
+        if self._emitter is None:
+            return self._start_position
+        if self._emitter._combine is None:
+            return self._emitter.position
+        return self._emitter.tuples_emitted
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def get(self, key: str | int) -> dict[str, Any] | None:
+        """The state of ``key`` (a dict of fields), or None if it has none, read from its
+        primary: the state as of one apply turn, never a half-applied tuple."""
+        return self.get_many([key])[key]
+
+    def get_many(self, keys: Iterable[str | int]) -> dict[str | int, dict[str, Any] | None]:
+        """The state of each key (None for a key without one), asking every primary for its
+        keys at once. Keys whose node does not answer, or is no longer their primary, are
+        asked again by a fresher view until ``timeout_s``; then :class:`Unreachable`."""
+        wanted = list(dict.fromkeys(_checked_key(key) for key in keys))
+        states: dict[str | int, dict[str, Any] | None] = {}
+        deadline = time.monotonic() + self.timeout_s
+        pending = wanted
+        while pending:
+            ring = Ring(self.view(), self.spec.slot_bits)
+            by_addr: dict[str, list[str | int]] = {}
+            for key in pending:
+                primary = ring.primary(Slot(slot_of(key, self.spec.slot_bits)))
+                by_addr.setdefault(ring.view.members[primary].addr, []).append(key)
+            retry: list[str | int] = []
+            failures: list[str] = []
+            for round_keys in _rounds(by_addr, QUERY_KEYS_MAX):
+                for addr, answer in self._client.query_each(round_keys).items():
+                    if isinstance(answer, Exception):
+                        failures.append(str(answer))
+                        retry.extend(round_keys[addr])
+                        continue
+                    for key, entry in zip(round_keys[addr], answer, strict=True):
+                        if entry["owner"]:
+                            states[key] = _state(entry["state"])
+                        else:
+                            retry.append(key)
+            pending = retry
+            if pending:
+                self._wait_for_view(deadline, f"{len(pending)} keys", failures)
+        return {key: states[key] for key in wanted}
+
+    def scan(self, prefix: str | None = None) -> Iterator[tuple[str | int, dict[str, Any]]]:
+        """Every ``(key, state)``, slot by slot, a page at a time from each slot's primary
+        (with ``prefix``, only the string keys that start with it). Each slot is read whole
+        from one node that was its primary, so a takeover or a move mid-scan repeats no key
+        and misses none; a slot whose primary cannot be reached within ``timeout_s`` raises
+        :class:`Unreachable`."""
+        slot_count = 1 << self.spec.slot_bits
+        slot = 0
+        deadline = time.monotonic() + self.timeout_s
+        while slot < slot_count:
+            ring = Ring(self.view(), self.spec.slot_bits)
+            primary = ring.primary(Slot(slot))
+            end = slot + 1
+            while end < slot_count and ring.primary(Slot(end)) == primary:
+                end += 1
+            addr = ring.view.members[primary].addr
+            try:
+                entries, next_start = self._client.dump_page(
+                    addr, Slot(slot), Slot(end), SCAN_PAGE_KEYS
+                )
+            except NodeUnreachable as error:
+                self._wait_for_view(deadline, f"slot {slot}", [str(error)])
+                continue
+            for key, state in entries:
+                if prefix is None or (isinstance(key, str) and key.startswith(prefix)):
+                    yield key, state
+            if next_start == slot:
+                # The node is not this slot's primary any more: a newer view says who is.
+                self._wait_for_view(deadline, f"slot {slot}", [f"{primary} moved it"])
+                continue
+            slot = end if next_start is None else next_start
+            deadline = time.monotonic() + self.timeout_s
+
+    def _wait_for_view(self, deadline: float, what: str, failures: list[str]) -> None:
+        """Pause briefly and ask for a newer view, or raise Unreachable past ``deadline``."""
+        if time.monotonic() >= deadline:
+            reasons = "; ".join(dict.fromkeys(failures)) or "no answer"
+            raise Unreachable(f"could not read {what} within {self.timeout_s} s: {reasons}")
+        time.sleep(0.05)
+        with contextlib.suppress(Unreachable):
+            self.view(refresh=True)
+
+    # -- output --------------------------------------------------------------------------------
+
+    def subscribe(
+        self, position: Mapping[str, int] | str = "end", idle_timeout_s: float | None = None
+    ) -> Subscription:
+        """The records reducers emit, as ``smr tail`` shows them, from ``position``: "end"
+        (from now), "start" (everything each node's output holds), or a
+        :attr:`Subscription.position` taken earlier (node -> byte offset)."""
+        return Subscription(self, position, idle_timeout_s)
+
+    # -- the end -------------------------------------------------------------------------------
+
+    def close(self, timeout: float | None = None) -> None:
+        """Flush (see :meth:`flush`) and release every socket, also when flushing fails."""
+        if self._closed:
+            return
+        try:
+            if self._emitter is not None:
+                self._emitter.close(timeout)
+        finally:
+            self._closed = True
+            self._client.close()
+
+    def abort(self) -> None:
+        """Release every socket at once, without waiting for unacked tuples (a program
+        with a ``mapper_id`` resumes them from its last flushed position)."""
+        if self._emitter is not None:
+            self._emitter.abort()
+        self._closed = True
+        self._client.close()
+
+    def __enter__(self) -> Cluster:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        # Leaving on an error must not wait out a flush: the error says what went wrong.
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+
+
+class Subscription:
+    """An iterator of :class:`OutputRecord`, read from each node's output file in order.
+
+    :attr:`position` (node -> byte offset) always points just after the last record
+    returned: give it to :meth:`Cluster.subscribe` to go on from there. Records of a node
+    that does not answer are read when it answers again; a node's records come in the order
+    it wrote them, those of different nodes interleaved. Iteration ends after
+    ``idle_timeout_s`` without a record (never, by default).
+    """
+
+    def __init__(
+        self, cluster: Cluster, position: Mapping[str, int] | str, idle_timeout_s: float | None
+    ) -> None:
+        if isinstance(position, str) and position not in ("start", "end"):
+            raise ValueError(f'position must be "start", "end" or a mapping, not {position!r}')
+        self._cluster = cluster
+        self._start = position
+        self.position: dict[str, int] = dict(position) if isinstance(position, Mapping) else {}
+        self._idle_timeout_s = idle_timeout_s
+        self._pending: deque[tuple[str, int, OutputRecord]] = deque()
+        if position == "end":
+            self._place_new_nodes()  # "from now" is now, not at the first read
+
+    def __iter__(self) -> Iterator[OutputRecord]:
+        return self
+
+    def __next__(self) -> OutputRecord:
+        idle_since = time.monotonic()
+        while not self._pending:
+            self._read()
+            if self._pending:
+                break
+            if (
+                self._idle_timeout_s is not None
+                and time.monotonic() - idle_since >= self._idle_timeout_s
+            ):
+                raise StopIteration
+            time.sleep(OUTPUT_POLL_S)
+        node, end_offset, record = self._pending.popleft()
+        self.position[node] = end_offset
+        return record
+
+    def _place_new_nodes(self) -> dict[str, str]:
+        """The live nodes (id -> address), each first seen given its starting offset: its
+        end when following from now, else 0 (all it holds)."""
+        cluster = self._cluster
+        view = cluster.view(refresh=time.monotonic() - cluster._view_at > VIEW_REFRESH_S)
+        addrs = {
+            str(member.node_id): member.addr
+            for member in view.members.values()
+            if member.status is not Status.DEAD
+        }
+        new = [node for node in addrs if node not in self.position]
+        if new and self._start == "end":
+            sizes = cluster._client.output_each({addrs[n]: 0 for n in new}, 0)
+            for node in new:
+                size = sizes[addrs[node]]
+                if isinstance(size, OutputReply):
+                    self.position[node] = size.size
+        elif new:
+            self.position.update(dict.fromkeys(new, 0))
+        return addrs
+
+    def _read(self) -> None:
+        """Read the next lines of every live node into ``_pending``, each with the offset
+        just after it (a node that does not answer is read next time; one that refuses
+        its offset, its output file replaced, raises RuntimeError)."""
+        cluster = self._cluster
+        addrs = self._place_new_nodes()
+        offsets = {addrs[n]: self.position[n] for n in addrs if n in self.position}
+        replies = cluster._client.output_each(offsets, OUTPUT_READ_BYTES)
+        for node, addr in addrs.items():
+            reply = replies.get(addr)
+            if isinstance(reply, RuntimeError):
+                raise RuntimeError(f"cannot follow the output of {node}: {reply}")
+            if not isinstance(reply, OutputReply):
+                continue
+            offset = offsets[addr]
+            for line in reply.body.splitlines(keepends=True):
+                offset += len(line)
+                entry = json.loads(line)
+                self._pending.append(
+                    (node, offset, OutputRecord(entry["node"], entry["key"], entry["value"]))
+                )
+
+
+def _checked_key(key: Any) -> str | int:
+    """``key`` if it can be a key (a str, or an int that is not a bool); TypeError if not."""
+    if key.__class__ is str or key.__class__ is int:
+        return key
+    raise TypeError(f"a key is a str or an int, not {type(key).__name__}: {key!r}")
+
+
+def _state(raw: Any) -> dict[str, Any] | None:
+    return None if raw is None else dict(raw)
+
+
+def _chunks(pairs: Iterable[tuple[Any, Any]], size: int) -> Iterator[list[tuple[Any, Any]]]:
+    iterator = iter(pairs)
+    while chunk := list(itertools.islice(iterator, size)):
+        yield chunk
+
+
+def _rounds(
+    keys_by_addr: dict[str, list[str | int]], per_request: int
+) -> Iterator[dict[str, list[str | int]]]:
+    """The keys of each address split into requests of at most ``per_request`` keys, one
+    request per address per round."""
+    offset = 0
+    while True:
+        round_keys = {
+            addr: keys[offset : offset + per_request]
+            for addr, keys in keys_by_addr.items()
+            if len(keys) > offset
+        }
+        if not round_keys:
+            return
+        yield round_keys
+        offset += per_request

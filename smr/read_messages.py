@@ -1,0 +1,93 @@
+"""The messages that read a cluster (DESIGN section 9): state by slot range or by key, and
+the reducers' output, by offset or as a published stream. Encoded and decoded by
+:mod:`smr.protocol`, like every message."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from ring.ids import NodeId, Slot
+from smr.wire import Kind, RequestId
+
+
+@dataclass(frozen=True, slots=True)
+class DumpRequest:
+    """Asks for a page of the states of slots ``[start, end)``, of about ``max_keys`` keys;
+    answered by :class:`DumpReply`. The node serves slots in order from ``start`` while it
+    is their primary, and stops at the first it is not: a reader learns from the reply
+    exactly which slots it read, and asks the rest of the new owner."""
+
+    kind: ClassVar[Kind] = Kind.DUMP_REQUEST
+    req: RequestId
+    start: Slot
+    end: Slot
+    max_keys: int
+
+
+@dataclass(frozen=True, slots=True)
+class DumpReply:
+    """A page of ``[slot, key, state]`` entries (the body) holding every key of the slots
+    from the request's ``start`` up to ``next_start``: each slot whole, never split."""
+
+    kind: ClassVar[Kind] = Kind.DUMP
+    req: RequestId
+    next_start: Slot | None = field(metadata={"wire": "next"})
+    """The first slot not served: the page was full there, or the node is not its primary
+    (equal to ``start`` when it is not even that one's); None when every slot up to ``end``
+    was served."""
+    body: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class QueryRequest:
+    """Asks for the state of one key, or of a list of keys (the body, msgpack); answered by
+    :class:`QueryReply`."""
+
+    kind: ClassVar[Kind] = Kind.QUERY_REQUEST
+    req: RequestId
+    body: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class QueryReply:
+    """``{"owner": bool, "slot": int, "state": dict | None}`` per key asked (the body,
+    msgpack): one map for one key, a list in the order asked for a list."""
+
+    kind: ClassVar[Kind] = Kind.QUERY
+    req: RequestId
+    body: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class OutputRequest:
+    """Asks for the node's output records from byte ``offset`` of its output file, at most
+    about ``max_bytes`` of them; answered by :class:`OutputReply`."""
+
+    kind: ClassVar[Kind] = Kind.OUTPUT_REQUEST
+    req: RequestId
+    offset: int
+    max_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class OutputReply:
+    """Whole output lines (the body, UTF-8 JSON lines) from the request's offset up to
+    ``next_offset``, where the next read starts; ``size`` is the file's size then (a
+    request of 0 bytes reads no line and learns where the output ends)."""
+
+    kind: ClassVar[Kind] = Kind.OUTPUT_LINES
+    req: RequestId
+    next_offset: int = field(metadata={"wire": "next"})
+    size: int
+    body: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Output:
+    """``n`` lines the reducers of node ``node`` emitted (the body, UTF-8), published."""
+
+    kind: ClassVar[Kind] = Kind.OUTPUT
+    node: NodeId
+    n: int
+    body: bytes
