@@ -57,7 +57,7 @@ def percentiles(samples: Sequence[float]) -> dict[str, float | None]:
     }
 
 
-def _feeder(
+def paced_feeder(
     cluster_dir: str,
     words: list[str],
     rate: float | None,
@@ -123,7 +123,7 @@ def run_smr(
     """One smr run on a fresh 3-node ``r = 1`` cluster (see steps 1 and 2)."""
     with local_cluster(NODES, REPLICATION) as (cluster_dir, _spec):
         result: dict[str, Any] = run_feeder(
-            _feeder, str(cluster_dir), words, rate, seconds, linger_ms, timeout_s=seconds + 600
+            paced_feeder, str(cluster_dir), words, rate, seconds, linger_ms, timeout_s=seconds + 600
         )
     return result
 

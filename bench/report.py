@@ -220,6 +220,50 @@ def latency_section(report: dict[str, Any] | None) -> list[str]:
     return [*lines, ""]
 
 
+def client_section(report: dict[str, Any] | None) -> list[str]:
+    """``smr.connect`` (``bench/client.py``): a program's writes against ``smr feed``, its
+    reads during a feed and idle, and the scan rate."""
+    lines = ["## The Python client", ""]
+    if report is None:
+        return [*lines, "Not run (`python bench/client.py`).", ""]
+    config, how = report["config"], report["how"]
+    lines += [
+        f"{config['nodes']} nodes, r = {config['replication']}, {_n(config['words'])} words, "
+        f"medians of {config['runs']} runs (min-max). Writers: {how['writers']}. Reads: "
+        f"{how['reads']}; the load is {config['load_fraction']:.0%} of the program's rate "
+        f"without combine ({_n(config['load_words_per_s'])} words/s), "
+        f"`get_many` of {config['get_many_keys']} keys. Machine: {_machine_line(report)}.",
+        "",
+        "| writes | `smr feed` | `emit_many` | `emit_many` / `smr feed` |",
+        "|---|---|---|---|",
+    ]
+    for mode, entry in report["writers"].items():
+        lines.append(
+            f"| {mode.replace('_', ' ')} | {_spread(entry['feed_words_per_s'])} words/s | "
+            f"{_spread(entry['program_words_per_s'])} words/s | "
+            f"{_ratio(entry['program_over_feed'])} |"
+        )
+    summary = report["reads"]["summary"]
+    lines += ["", "| read | p50 | p99 |", "|---|---|---|"]
+    for name, label in (
+        ("get_loaded_ms", "`get`, during the feed"),
+        ("get_idle_ms", "`get`, idle"),
+        ("get_many_loaded_ms", "`get_many`, during the feed"),
+        ("get_many_idle_ms", "`get_many`, idle"),
+    ):
+        cells = " | ".join(_fine_ms(summary[name][q]) for q in ("p50", "p99"))
+        lines.append(f"| {label} | {cells} |")
+    lines += ["", f"`scan`: {_spread(summary['scan_keys_per_s'])} keys/s.", ""]
+    return lines
+
+
+def _fine_ms(figure: dict[str, Any]) -> str:
+    """``median (min-max)`` of a spread of milliseconds, to 0.1 ms."""
+    if figure.get("median") is None:
+        return "-"
+    return f"{figure['median']:.1f} ms ({figure['min']:.1f} - {figure['max']:.1f})"
+
+
 def recovery_sections(report: dict[str, Any] | None) -> list[str]:
     lines = ["## Recovery", ""]
     if report is None:
@@ -419,6 +463,7 @@ def render(results: Path) -> str:
     lines += batch_size_section(_load(results, "spark_batch_size"))
     lines += node_apply_section(_load(results, "throughput"))
     lines += latency_section(_load(results, "latency"))
+    lines += client_section(_load(results, "client"))
     lines += recovery_sections(_load(results, "spark_recovery"))
     lines += rebalance_section(_load(results, "rebalance"))
     lines += autoscale_section(_load(results, "autoscale_model"))
