@@ -287,7 +287,8 @@ class Cluster:
 
     def get(self, key: str | int) -> dict[str, Any] | None:
         """The state of ``key`` (a dict of fields), or None if it has none, read from its
-        primary: the state as of one apply turn, never a half-applied tuple."""
+        primary: the state as of one apply turn (no half-applied tuple, none applied twice),
+        holding every tuple a returned :meth:`flush` covered, also after a takeover."""
         return self.get_many([key])[key]
 
     def get_many(self, keys: Iterable[str | int]) -> dict[str | int, dict[str, Any] | None]:
