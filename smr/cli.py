@@ -19,6 +19,7 @@ from typing import Any, NoReturn
 
 import click
 
+import smr
 from checkpoint.ids import MapperId
 from ring.view import View
 from smr import feed_run, seeds, spark_checkpoint
@@ -41,7 +42,12 @@ from smr.emitter import (
 from smr.feed import MAX_RECORD_BYTES_DEFAULT, InputError, check_inputs
 from smr.feed_run import FeedNotResumable, FeedOptions
 from smr.protocol import FrameError, Output, decode
-from smr.spark import MASTER_DEFAULT, MAX_FILES_PER_TRIGGER_DEFAULT, BatchReport, SparkFeedError
+from smr.spark_setup import (
+    MASTER_DEFAULT,
+    MAX_FILES_PER_TRIGGER_DEFAULT,
+    SparkFeedError,
+    SparkMissing,
+)
 from smr.spec import ClusterError, feeder_job, read_spec
 from smr.text_check import not_text_reason
 from smr.transport import TransportError
@@ -52,6 +58,7 @@ USER_ERRORS = (
     spark_checkpoint.StaleCheckpoint,
     FeedNotResumable,
     SparkFeedError,
+    SparkMissing,
     ClusterError,
     JobLoadError,
     NodeUnreachable,
@@ -71,6 +78,7 @@ def fail(message: str) -> NoReturn:
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(smr.__version__, "--version", prog_name="smr", message="%(prog)s %(version)s")
 def main_group() -> None:
     """smr: fault-tolerant, stateful streaming MapReduce on a consistent-hash ring.
 
@@ -271,7 +279,7 @@ def spark_feed_command(
     failure: str | None = None
     running = False
 
-    def report(batch: BatchReport) -> None:
+    def report(batch: smr_spark.BatchReport) -> None:
         totals["records"] += batch.records
         totals["tuples"] += batch.tuples
         totals["batches"] += 1

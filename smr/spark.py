@@ -24,7 +24,7 @@ Exactly-once state: a retried task, or a batch run again after a driver restart 
 query's checkpoint, reads the same records in the same order, so it emits the same
 ``(mapper, slot, seq)`` identities and the nodes drop those already applied. That needs a
 re-run to plan the same partitions (Spark's file source does, with the same configuration;
-restart a query with the master and options it had), at most ``2**32`` tuples per slot per
+restart a query with the master and options it had), at most ``2**32`` tuples per
 partition and batch, and no speculative execution (two live attempts of one task could
 interleave; :func:`session` turns it off).
 
@@ -48,10 +48,22 @@ from itertools import chain
 from pathlib import Path
 from typing import Any, Final
 
+try:
+    # Checked at import, so a machine without the spark extra gets one line saying what to
+    # install rather than a traceback from deep inside a query (pyspark first: a machine
+    # with neither is told of it); the modules of pyspark are imported where they are used.
+    import pyspark  # noqa: F401
+    import pyarrow  # noqa: F401  # isort: skip
+except ModuleNotFoundError as missing:
+    from smr.spark_setup import SparkMissing
+
+    raise SparkMissing(missing.name or "pyspark") from None
+
 from checkpoint.ids import MapperId
 from smr.api import Job, JobLoadError, load_job
 from smr.client import NodeUnreachable, fetch_view
 from smr.emitter import BATCH_SIZE_DEFAULT, WINDOW_BATCHES_DEFAULT, Emitter
+from smr.spark_setup import MASTER_DEFAULT, SparkFeedError
 from smr.spec import read_spec
 
 # Seqs of batch b start above b << SEQ_BATCH_SHIFT: room for 2**32 tuples per task.
@@ -60,16 +72,9 @@ SEQ_BATCH_SHIFT: Final = 32
 # bounds the fold's memory by the keys of this many records.
 COMBINE_RECORDS: Final = 20_000
 JAVA_MAJOR_MIN: Final = 17
-# Local mode with up to 4 attempts per task (plain local[N] never retries a task).
-MASTER_DEFAULT: Final = "local[*,4]"
-MAX_FILES_PER_TRIGGER_DEFAULT: Final = 4
 LOG4J2_CONFIG: Final = Path(__file__).with_name("log4j2.properties")
 # Where the worker-side check of a query's settings gives up on the cluster.
 VIEW_TIMEOUT_MS: Final = 2000
-
-
-class SparkFeedError(Exception):
-    """Spark cannot run the feed; the message says what to do."""
 
 
 @dataclass(frozen=True)
