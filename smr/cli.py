@@ -28,6 +28,7 @@ from smr.channels import DeliveryError
 from smr.cli_autoscale import autoscale_group
 from smr.cli_cluster import cluster_group
 from smr.cli_faults import fault_group
+from smr.cli_init import init_command
 from smr.cli_node import node_command
 from smr.cli_options import cluster_dir_option, cluster_option
 from smr.cli_ring import move_command, scale_group
@@ -42,6 +43,7 @@ from smr.emitter import (
 from smr.feed import MAX_RECORD_BYTES_DEFAULT, InputError, check_inputs
 from smr.feed_run import FeedNotResumable, FeedOptions
 from smr.protocol import FrameError, Output, decode
+from smr.scaffold import ScaffoldError
 from smr.spark_setup import (
     MASTER_DEFAULT,
     MAX_FILES_PER_TRIGGER_DEFAULT,
@@ -59,6 +61,7 @@ USER_ERRORS = (
     FeedNotResumable,
     SparkFeedError,
     SparkMissing,
+    ScaffoldError,
     ClusterError,
     JobLoadError,
     NodeUnreachable,
@@ -502,6 +505,7 @@ main_group.add_command(autoscale_group)
 
 main_group.add_command(fault_group)
 main_group.add_command(node_command)
+main_group.add_command(init_command)
 
 
 # -- the node process ----------------------------------------------------------------------
