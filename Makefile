@@ -4,12 +4,12 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: venv demo test test-slow lint bench clean image compose-up compose-down test-compose
+.PHONY: venv demo test test-slow lint bench clean image compose-up compose-down test-compose docs
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev,bench,spark]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,bench,spark,docs]'
 	rm -f $(VENV)/.installed-*
 	touch $(STAMP)
 
@@ -19,12 +19,16 @@ demo: $(STAMP)
 	$(BIN)/python examples/demo.py
 
 lint: $(STAMP)
-	$(BIN)/ruff check smr ring checkpoint tests bench examples
+	$(BIN)/ruff check smr ring checkpoint tests bench examples docs/_hooks
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
 test: lint
 	$(BIN)/python -m pytest -q
+
+# The documentation site (mkdocs.yml, docs/): built into site/, any warning an error.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
 # The tests marked slow (30 s or more each: Spark drivers one after another, a whole
 # autoscaling cycle); CI runs them after `make test`.
