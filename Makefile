@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: venv demo test test-slow lint bench clean image compose-up compose-down test-compose docs
+.PHONY: venv demo test test-slow lint bench clean image compose-up compose-down test-compose docs dist smoke
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -29,6 +29,16 @@ test: lint
 # The documentation site (mkdocs.yml, docs/): built into site/, any warning an error.
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
+
+# The release: a wheel and an sdist in dist/ (the wheel built from the sdist, so the sdist
+# is known to be complete); smoke installs the wheel into a fresh virtualenv outside the
+# checkout and follows docs/getting-started.md's first job with it (.ci/release-smoke).
+dist: $(STAMP)
+	rm -rf dist
+	$(BIN)/python -m build --outdir dist
+
+smoke: dist
+	PYTHON=$(PYTHON) .ci/release-smoke
 
 # The tests marked slow (30 s or more each: Spark drivers one after another, a whole
 # autoscaling cycle); CI runs them after `make test`.
