@@ -40,8 +40,9 @@ dist: $(STAMP)
 smoke: dist
 	PYTHON=$(PYTHON) .ci/release-smoke
 
-# The tests marked slow (30 s or more each: Spark drivers one after another, a whole
-# autoscaling cycle); CI runs them after `make test`.
+# The tests marked slow (real-process scenarios of 7 s or more each: kills, partitions,
+# moves and joins, Spark drivers, autoscaling cycles); CI runs them after `make test`, which
+# keeps the rest (unit, property and the shorter end-to-end tests) under 10 minutes.
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow
 

@@ -158,6 +158,7 @@ def test_percentile_interpolates_between_closest_ranks() -> None:
     assert percentile([], 0.5) is None
 
 
+@pytest.mark.slow
 def test_transform_with_state_is_refused_on_the_default_state_store(
     spark: Any, workdir: Path
 ) -> None:
@@ -167,6 +168,7 @@ def test_transform_with_state_is_refused_on_the_default_state_store(
         )
 
 
+@pytest.mark.slow
 def test_native_counts_equal_python_counter_on_book_lines(spark: Any, workdir: Path) -> None:
     lines = example_lines(300)
     written = spark_input.write_input_files(lines, workdir / "input", 2)

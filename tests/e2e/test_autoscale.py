@@ -23,6 +23,7 @@ from tests.e2e.test_rate_cap import first_words
 pytestmark = pytest.mark.e2e
 
 
+@pytest.mark.slow
 def test_an_idle_ring_is_scaled_in_to_its_minimum_and_loses_nothing(cluster: Cluster) -> None:
     cluster.up(3, "examples.wordcount:job", "--replication", "1")
     paths = books()
@@ -131,6 +132,7 @@ def test_cluster_up_starts_the_controller_and_cluster_down_stops_it(cluster: Clu
     assert bad.returncode == 2 and "--min and --max go with --autoscale" in bad.stderr
 
 
+@pytest.mark.slow
 def test_a_killed_node_leaves_the_figures_once_taken_over_and_the_ring_still_scales_in(
     cluster: Cluster,
 ) -> None:
@@ -173,6 +175,7 @@ def test_a_killed_node_leaves_the_figures_once_taken_over_and_the_ring_still_sca
     assert cluster.counts() == word_counts(paths)
 
 
+@pytest.mark.slow
 def test_the_controller_takes_the_workload_and_lag_from_the_source_when_it_reports(
     cluster: Cluster,
 ) -> None:

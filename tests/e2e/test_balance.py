@@ -18,6 +18,7 @@ pytestmark = pytest.mark.e2e
 CAP_PER_S = 2000
 
 
+@pytest.mark.slow
 def test_a_busy_node_moves_load_to_its_idle_neighbour_by_itself(
     cluster: Cluster, tmp_path: Path
 ) -> None:

@@ -45,6 +45,7 @@ duration = "1s"
 """
 
 
+@pytest.mark.slow
 def test_a_chaos_schedule_on_real_processes_loses_nothing_and_is_logged(
     cluster: Cluster, tmp_path: Path
 ) -> None:

@@ -142,6 +142,7 @@ def test_feed_without_job_runs_the_clusters_job(cluster: Cluster, tmp_path: Path
     assert cluster.counts() == {"call": 2, "me": 2, "ishmael": 1}
 
 
+@pytest.mark.slow
 def test_a_dump_that_fails_leaves_no_partial_file(cluster: Cluster, tmp_path: Path) -> None:
     cluster.up(2, JOB, "--replication", "0")  # nobody takes over n1: its keys cannot be dumped
     cluster.feed(EXAMPLE_BOOKS[0])

@@ -202,6 +202,7 @@ def test_get_during_a_feed_never_fails_while_a_node_is_killed(cluster: Cluster) 
     assert seen[-1] == word_counts(feed_books())["the"]
 
 
+@pytest.mark.slow
 def test_subscribe_follows_the_output_and_resumes_from_its_position(cluster: Cluster) -> None:
     cluster.up(2, "tests.e2e.jobs:announcing")
     frequent = {w for w, n in word_counts(EXAMPLE_BOOKS[:1]).items() if n >= 100}

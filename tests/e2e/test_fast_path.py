@@ -68,6 +68,7 @@ def first_letter_stats(paths: list[str]) -> dict[str, dict[str, Any]]:
     return stats
 
 
+@pytest.mark.slow
 def test_every_aggregator_over_real_nodes_equals_plain_python(cluster: Cluster) -> None:
     cluster.up(3, "tests.e2e.jobs:letters", "--replication", "1")
     cluster.feed(*EXAMPLE_BOOKS, job="tests.e2e.jobs:letters")

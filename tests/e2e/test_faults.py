@@ -44,6 +44,7 @@ def run_on_real_processes(cluster: Cluster, scenario: Scenario) -> None:
     assert not differences, "\n".join(differences)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "scenario",
     [
@@ -59,6 +60,7 @@ def test_a_fault_scenario_on_real_processes_loses_nothing_and_ends_as_it_expects
     run_on_real_processes(cluster, scenario)
 
 
+@pytest.mark.slow
 def test_under_replicated_slots_return_to_zero_after_a_takeover(cluster: Cluster) -> None:
     cluster.up(4, "examples.wordcount:job", "--replication", "1")
     cluster.feed(EXAMPLE_BOOKS[0])

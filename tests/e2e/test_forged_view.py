@@ -17,6 +17,7 @@ from tests.e2e.conftest import EXAMPLE_BOOKS, JOB, Cluster, word_counts
 pytestmark = pytest.mark.e2e
 
 
+@pytest.mark.slow
 def test_a_forged_view_marking_a_live_node_dead_is_refused_and_nothing_is_lost(
     cluster: Cluster,
 ) -> None:

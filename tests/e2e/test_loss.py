@@ -24,6 +24,7 @@ def offline_slots(cluster: Cluster) -> tuple[int, int, str]:
     return sum(row.get("offline_slots", 0) for row in rows), result.returncode, result.stderr
 
 
+@pytest.mark.slow
 def test_slots_lost_beyond_the_replication_factor_refuse_tuples_until_the_loss_is_accepted(
     cluster: Cluster,
 ) -> None:
@@ -62,6 +63,7 @@ def test_slots_lost_beyond_the_replication_factor_refuse_tuples_until_the_loss_i
     assert any(counts.get(word, 0) < first[word] + second.get(word, 0) for word in first)
 
 
+@pytest.mark.slow
 def test_slots_lost_to_a_node_paused_past_the_timeout_come_back_with_its_state(
     cluster: Cluster,
 ) -> None:

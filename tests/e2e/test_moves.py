@@ -47,6 +47,7 @@ def settle(cluster: Cluster, timeout_s: float = 20) -> dict[str, dict[str, Any]]
         time.sleep(0.2)
 
 
+@pytest.mark.slow
 def test_moves_around_the_ring_during_a_feed_lose_nothing(cluster: Cluster) -> None:
     cluster.up(3, "examples.wordcount:job", "--replication", "1")
     paths = books()
@@ -64,6 +65,7 @@ def test_moves_around_the_ring_during_a_feed_lose_nothing(cluster: Cluster) -> N
     assert cluster.counts() == word_counts(paths)
 
 
+@pytest.mark.slow
 def test_a_node_that_leaves_during_a_feed_hands_its_range_over_and_stops(
     cluster: Cluster,
 ) -> None:
@@ -84,6 +86,7 @@ def test_a_node_that_leaves_during_a_feed_hands_its_range_over_and_stops(
     assert cluster.counts() == word_counts(paths)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("victim", ["giver", "receiver"])
 def test_a_node_killed_during_a_move_loses_nothing(cluster: Cluster, victim: str) -> None:
     cluster.up(4, "examples.wordcount:job", "--replication", "1")
@@ -115,6 +118,7 @@ def test_a_node_killed_during_a_move_loses_nothing(cluster: Cluster, victim: str
     assert cluster.counts() == word_counts(paths)
 
 
+@pytest.mark.slow
 def test_two_nodes_scaled_out_during_a_feed_join_side_by_side_and_lose_nothing(
     cluster: Cluster,
 ) -> None:
@@ -144,6 +148,7 @@ def test_two_nodes_scaled_out_during_a_feed_join_side_by_side_and_lose_nothing(
     assert cluster.counts() == word_counts(paths)
 
 
+@pytest.mark.slow
 def test_a_joiner_killed_while_it_catches_up_is_dropped_and_nothing_is_lost(
     cluster: Cluster,
 ) -> None:
@@ -177,6 +182,7 @@ def test_a_joiner_killed_while_it_catches_up_is_dropped_and_nothing_is_lost(
     assert cluster.counts() == word_counts(paths)
 
 
+@pytest.mark.slow
 def test_a_node_fenced_after_a_long_pause_joins_again_by_itself(cluster: Cluster) -> None:
     cluster.up(4, "examples.wordcount:job", "--replication", "1", "--rejoin-after-fence-s", "1")
     paths = books()
@@ -206,6 +212,7 @@ def test_a_node_fenced_after_a_long_pause_joins_again_by_itself(cluster: Cluster
     assert cluster.counts() == word_counts(paths)
 
 
+@pytest.mark.slow
 def test_a_node_added_after_one_left_gets_a_new_id_and_joins(cluster: Cluster) -> None:
     # The node that left stays in the others' views: a new node under its id would be
     # taken for it (its join went unanswered).

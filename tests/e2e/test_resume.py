@@ -26,6 +26,7 @@ def applied(cluster: Cluster) -> int:
         client.close()
 
 
+@pytest.mark.slow
 def test_feed_killed_midway_and_run_again_counts_every_word_exactly_once(
     cluster: Cluster,
 ) -> None:
@@ -59,6 +60,7 @@ def test_finished_feed_run_again_adds_nothing_and_says_so(cluster: Cluster) -> N
     assert cluster.counts() == word_counts(EXAMPLE_BOOKS[:1])
 
 
+@pytest.mark.slow
 def test_feed_interrupted_says_where_it_stopped_and_how_to_resume(cluster: Cluster) -> None:
     cluster.up(2, SLOW_JOB)
     feed = cluster.feed_in_background(EXAMPLE_BOOKS[0], job=SLOW_JOB, combine=True)

@@ -15,6 +15,7 @@ from tests.e2e.conftest import EXAMPLE_BOOKS, Cluster, word_counts
 pytestmark = pytest.mark.e2e
 
 
+@pytest.mark.slow
 def test_a_paused_node_comes_back_fenced_and_status_shows_no_token_twice(cluster: Cluster) -> None:
     cluster.up(4)
     cluster.feed(EXAMPLE_BOOKS[0])
@@ -47,6 +48,7 @@ def test_a_paused_node_comes_back_fenced_and_status_shows_no_token_twice(cluster
     assert cluster.counts() == word_counts(EXAMPLE_BOOKS[:1])
 
 
+@pytest.mark.slow
 def test_without_replication_given_one_killed_node_loses_nothing(cluster: Cluster) -> None:
     cluster.up(3)  # no --replication: one copy beyond the primary
     assert cluster.spec()["replication"] == 1

@@ -34,6 +34,7 @@ def two_free_ports() -> int:
     raise RuntimeError("no two free ports in a row")
 
 
+@pytest.mark.slow
 def test_a_node_started_outside_the_spec_joins_by_itself_and_loses_nothing(
     cluster: Cluster, tmp_path: Path
 ) -> None:

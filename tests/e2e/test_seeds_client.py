@@ -16,6 +16,7 @@ from tests.e2e.conftest import EXAMPLE_BOOKS, Cluster, word_counts
 pytestmark = pytest.mark.e2e
 
 
+@pytest.mark.slow
 def test_a_client_with_only_a_seed_address_feeds_reads_and_resumes(
     cluster: Cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

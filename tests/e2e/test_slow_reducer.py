@@ -17,6 +17,7 @@ from tests.e2e.jobs import SLOW_CALL_S
 pytestmark = pytest.mark.e2e
 
 
+@pytest.mark.slow
 def test_a_reduce_call_of_seconds_gets_no_node_declared_dead_and_loses_nothing(
     cluster: Cluster,
 ) -> None:
@@ -31,6 +32,7 @@ def test_a_reduce_call_of_seconds_gets_no_node_declared_dead_and_loses_nothing(
     assert SLOW_CALL_S >= 3 * 0.7  # the call is far past the failure timeout and probe
 
 
+@pytest.mark.slow
 def test_status_shows_a_node_held_by_a_slow_reduce_call_as_busy_not_unreachable(
     cluster: Cluster,
 ) -> None:

@@ -74,6 +74,7 @@ def tuples_applied(cluster: Cluster) -> int:
     return sum(row["tuples_applied"] for row in cluster.status().values())
 
 
+@pytest.mark.slow
 def test_spark_feed_delivers_every_word_exactly(cluster: Cluster, tmp_path: Path) -> None:
     paths = split_books(tmp_path / "input", files=12)
     cluster.up(3, JOB, "--replication", "1")
@@ -87,6 +88,7 @@ def test_spark_feed_delivers_every_word_exactly(cluster: Cluster, tmp_path: Path
     assert cluster.counts() == word_counts(paths)
 
 
+@pytest.mark.slow
 def test_a_task_that_fails_after_emitting_is_retried_exactly_once(
     cluster: Cluster, tmp_path: Path
 ) -> None:
@@ -107,6 +109,7 @@ def test_a_task_that_fails_after_emitting_is_retried_exactly_once(
     assert cluster.counts() == word_counts(paths)
 
 
+@pytest.mark.slow
 def test_a_map_batch_job_feeds_through_arrow_exactly(cluster: Cluster, tmp_path: Path) -> None:
     paths = split_books(tmp_path / "input", files=6)
     cluster.up(3, "examples.wordcount:fast", "--replication", "1")

@@ -39,6 +39,7 @@ def test_bad_keys_and_values_from_map_cost_their_records_only_and_exit_1(
     assert cluster.counts() == {word: 2 * n for word, n in word_counts([str(good_text)]).items()}
 
 
+@pytest.mark.slow
 def test_a_reduce_storing_a_set_is_a_counted_reduce_error_and_reads_still_work(
     cluster: Cluster, tmp_path: Path
 ) -> None:

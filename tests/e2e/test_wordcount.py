@@ -24,6 +24,7 @@ def test_three_nodes_count_two_shared_books_exactly(cluster: Cluster) -> None:
     assert cluster.counts() == expected
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("nodes", "slot_bits", "combine"),
     [(1, 4, True), (2, 16, False), (4, 8, True), (5, 12, False), (5, 16, True)],
@@ -98,6 +99,7 @@ def test_node_survives_random_frames_and_counts_them(cluster: Cluster) -> None:
     assert cluster.status()["n0"]["bad_frames"] >= 290
 
 
+@pytest.mark.slow
 def test_paused_node_delays_the_feed_without_losing_anything(cluster: Cluster) -> None:
     cluster.up(3)
     feed = cluster.feed_in_background(
@@ -123,6 +125,7 @@ def test_killed_node_is_gone_by_pid_and_shown_unreachable(cluster: Cluster) -> N
     assert status["n0"]["state"] == "up"
 
 
+@pytest.mark.slow
 def test_tail_prints_what_reducers_emit(cluster: Cluster) -> None:
     cluster.up(2, "tests.e2e.jobs:announcing")
     tail = subprocess.Popen(

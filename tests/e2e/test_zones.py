@@ -23,6 +23,7 @@ def ring_zones(cluster: Cluster) -> list[str]:
     return [row["zone"] for row in sorted(rows, key=lambda row: row["token"])]
 
 
+@pytest.mark.slow
 def test_losing_every_node_of_a_zone_during_a_feed_loses_nothing(cluster: Cluster) -> None:
     cluster.up(4, "examples.wordcount:job", "--replication", "1", "--zones", "a,b")
     nodes = cluster.spec()["nodes"]
@@ -46,6 +47,7 @@ def test_losing_every_node_of_a_zone_during_a_feed_loses_nothing(cluster: Cluste
     assert cluster.counts() == word_counts(paths)
 
 
+@pytest.mark.slow
 def test_a_node_scaled_out_keeps_every_range_in_two_zones(cluster: Cluster) -> None:
     cluster.up(4, "examples.wordcount:job", "--replication", "1", "--zones", "a,b,c")
     # Two of zone a, one each of b and c: a b a c keeps neighbours apart.
