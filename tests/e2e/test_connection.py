@@ -20,12 +20,16 @@ from typing import Any
 import pytest
 
 import smr
+from ring.ids import Slot
+from ring.placement import Ring
 from smr import aio
+from smr import connection as connection_module
 from smr.cluster import signal_node
 from smr.connection import Unreachable
 from smr.spec import ClusterError, read_spec
 from smr.values import EmitError
 from tests.e2e.conftest import EXAMPLE_BOOKS, REPO, WORD, Cluster, feed_books, word_counts
+from tests.e2e.test_moves import move
 
 
 def book_words(paths: list[str]) -> list[str]:
@@ -107,6 +111,45 @@ def test_a_node_killed_mid_emit_and_mid_scan_costs_nothing(cluster: Cluster) -> 
             assert key not in counts, f"key {key!r} scanned twice"
             counts[key] = state["count"]
         assert counts == expected
+
+
+@pytest.mark.slow
+def test_a_range_moved_mid_scan_is_read_from_its_new_primary_once(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cluster.up(3, "examples.wordcount:job", "--replication", "1")
+    paths = feed_books()
+    cluster.feed(*paths)
+    expected = word_counts(paths)
+    monkeypatch.setattr(connection_module, "SCAN_PAGE_KEYS", 200)  # many pages per node
+    waits: list[str] = []
+    wait_for_view = smr.Cluster._wait_for_view
+
+    def counted(self: smr.Cluster, deadline: float, what: str, failures: list[str]) -> None:
+        waits.append(what)
+        wait_for_view(self, deadline, what, failures)
+
+    monkeypatch.setattr(smr.Cluster, "_wait_for_view", counted)
+    with smr.connect(cluster.dir, timeout_s=10) as connection:
+        slot_bits = connection.spec.slot_bits
+        last_slot = Slot((1 << slot_bits) - 1)
+        node_of_last = Ring(connection.view(), slot_bits).primary(last_slot)
+        scan = connection.scan()
+        counts: dict[Any, int] = {}
+        for key, state in scan:
+            counts[key] = state["count"]
+            if len(counts) == 500:
+                break
+        # The top of the last node's range moves to its clockwise neighbour while the scan,
+        # with the view it started from, has not reached it yet.
+        out = move(cluster, "move", node_of_last, "--fraction", "0.5")
+        assert out.startswith("started:") and "done:" in out, out
+        for key, state in scan:
+            assert key not in counts, f"key {key!r} scanned twice"
+            counts[key] = state["count"]
+        assert Ring(connection.view(refresh=True), slot_bits).primary(last_slot) != node_of_last
+    assert counts == expected
+    assert waits, "the scan never met a slot its old primary had given away"
 
 
 RESUMING_PROGRAM = """
