@@ -19,7 +19,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from enum import Enum
-from typing import Any
+from typing import Any, Final
 
 from checkpoint.store import StateStore
 from ring.ids import Epoch, Incarnation, NodeId
@@ -83,6 +83,11 @@ from smr.protocol import (
 from smr.transport import NodeLinks
 
 log = logging.getLogger("smr.node")
+# Messages one turn reads at most. A turn also ends when the inbox fills, but messages that
+# add nothing to it (bad frames, pings, status requests) would never fill it: a sender of
+# those at full speed would hold the turn open, and with it the applies, the acks, the
+# heartbeats and the probes, for as long as it kept sending.
+MESSAGES_PER_TURN_MAX: Final = 1000
 
 # How often the tick timer runs: heartbeats, failure detection, rates, output flush.
 TICK_MS = 100
@@ -365,7 +370,8 @@ class NodeCore:
         """One turn of the receive loop; ``receive()`` returns the next waiting message as
         ``(sender identity, frames)``, or None when none waits.
 
-        1. Read and handle messages until none waits or the turn is full.
+        1. Read and handle messages until none waits, the turn is full, or it has read
+           ``MESSAGES_PER_TURN_MAX`` of them.
         2. Apply accepted batches (a bounded number of tuples); a move being given takes
            its next step if that waited for them (``Moves.advance``).
         3. Send one cumulative ack per channel that advanced.
@@ -379,7 +385,9 @@ class NodeCore:
         self.recovery.note_turn_start(self.clock() - self.read_at)
         on_frames = self.on_frames
         drained = False
-        while not self.turn_is_full:
+        for _ in range(MESSAGES_PER_TURN_MAX):
+            if self.turn_is_full:
+                break
             received = receive()
             if received is None:
                 drained = True

@@ -18,6 +18,7 @@ from ring.view import Member, Status, View
 from smr.api import Job
 from smr.batch_body import encode_batch_body
 from smr.node import NodeCore
+from smr.node.core import MESSAGES_PER_TURN_MAX
 from smr.output import OutputSink
 from smr.protocol import (
     Ack,
@@ -232,6 +233,30 @@ def test_random_frames_never_raise_or_change_state(
     harness.core.on_frames(PEER, frames)
     harness.core.ingest.apply_inbox()
     assert harness.core.store.key_count() == 0
+
+
+def test_a_flood_of_bad_frames_cannot_hold_a_turn_open(node: Harness) -> None:
+    # A batch waits behind more junk than one turn reads: the turn ends after
+    # MESSAGES_PER_TURN_MAX messages, applies and acks what it has, and the next turns
+    # reach the batch, though no junk ever fills the inbox.
+    k = node.own_keys[0]
+    waiting = [(PEER, [b"junk"])] * (MESSAGES_PER_TURN_MAX + 10)
+    waiting.insert(MESSAGES_PER_TURN_MAX // 2, (PEER, node.batch_frames(1, [(k, 1)])))
+    waiting += [(PEER, [b"junk"])] * (3 * MESSAGES_PER_TURN_MAX)
+
+    def receive() -> tuple[bytes, list[bytes]] | None:
+        return waiting.pop(0) if waiting else None
+
+    node.core.receive_turn(receive)
+    assert node.core.counters.bad_frames == MESSAGES_PER_TURN_MAX - 1
+    assert node.state(k) == {"count": 1}
+    assert any(isinstance(m, Ack) for _, m in node.replies)
+    turns = 1
+    while waiting:
+        node.core.receive_turn(receive)
+        turns += 1
+    assert turns == 5
+    assert node.core.counters.bad_frames == 4 * MESSAGES_PER_TURN_MAX + 10
 
 
 def test_dump_pages_cover_every_owned_key_once_and_stop_at_a_slot_not_owned(
