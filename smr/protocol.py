@@ -453,6 +453,14 @@ assert set(_SCHEMAS) == set(Kind), "every kind has a record"
 _HEADER_LENGTH_BYTES: Final = 4
 
 
+def header_fields(kind: Kind) -> tuple[tuple[tuple[str, tuple[type, ...]], ...], bool]:
+    """The header fields of ``kind`` as (wire name, the types its value may have), in wire
+    order, and whether the kind carries a body: what a tool that builds messages field by
+    field needs (the decoders' fuzzer)."""
+    schema = _SCHEMAS[kind]
+    return tuple((f.wire, f.types) for f in schema.fields), schema.has_body
+
+
 def header_of(message: Message) -> dict[str, Any]:
     """The header fields of ``message`` as sent (wire names, without the version)."""
     return {f.wire: getattr(message, f.attribute) for f in _SCHEMAS[message.kind].fields}
