@@ -264,6 +264,28 @@ def _fine_ms(figure: dict[str, Any]) -> str:
     return f"{figure['median']:.1f} ms ({figure['min']:.1f} - {figure['max']:.1f})"
 
 
+def fuzz_section(report: dict[str, Any] | None) -> list[str]:
+    """The decoders' fuzzer (``bench/fuzz_decoders.py``): cases per decoder and outcome."""
+    lines = ["## Decoders under fuzzing", ""]
+    if report is None:
+        return [*lines, "Not run (`python bench/fuzz_decoders.py`).", ""]
+    lines += [
+        f"{report['cases']:,} generated and mutated inputs (seed {report['seed']}) in "
+        f"{report['elapsed_s']:.0f} s; peak RSS {report['peak_rss_kib_before'] / 1024:.0f} MiB "
+        f"before, {report['peak_rss_kib_after'] / 1024:.0f} MiB after. Refused means the "
+        "decoder's declared error (FrameError, DeltaError); failed, anything else. "
+        f"Machine: {_machine_line(report)}.",
+        "",
+        "| decoder | accepted | refused | failed |",
+        "|---|---|---|---|",
+    ]
+    for name, outcome in report["outcomes"].items():
+        lines.append(
+            f"| {name} | {outcome['accepted']:,} | {outcome['refused']:,} | {outcome['failed']:,} |"
+        )
+    return [*lines, ""]
+
+
 def recovery_sections(report: dict[str, Any] | None) -> list[str]:
     lines = ["## Recovery", ""]
     if report is None:
@@ -464,6 +486,7 @@ def render(results: Path) -> str:
     lines += node_apply_section(_load(results, "throughput"))
     lines += latency_section(_load(results, "latency"))
     lines += client_section(_load(results, "client"))
+    lines += fuzz_section(_load(results, "fuzz_decoders"))
     lines += recovery_sections(_load(results, "spark_recovery"))
     lines += rebalance_section(_load(results, "rebalance"))
     lines += autoscale_section(_load(results, "autoscale_model"))
