@@ -316,6 +316,10 @@ class Emitter:
 
     def _send_body(self, dest: int, rows: list[Row], body: bytes) -> None:
         batch = OutBatch(rows, body, self._replica_sets[dest])
+        # Waiting for every node of its set from the start: an ack from the first node, read
+        # while the batch waits for room on a later node's channel, must not make it count
+        # as acked by all (it would count again once the later node acks it).
+        batch.waiting_for.update(batch.replica_set)
         epoch = self.view.epoch
         for node in batch.replica_set:
             channel = self._channel(node)
@@ -337,7 +341,6 @@ class Emitter:
             chan = channel.next_chan
             channel.next_chan = ChannelNumber(chan + 1)
             channel.unacked[chan] = batch
-            batch.waiting_for.add(node)
             self._transmit(channel, chan)
         self.tuples_sent += len(rows)
         self.batches_sent += 1

@@ -183,7 +183,9 @@ def reroute(emitter: Emitter, batches: list[OutBatch]) -> None:
     for batch in batches:
         batch.rerouted = True
         for node in list(batch.waiting_for):
-            other = emitter._channels[node]
+            other = emitter._channels.get(node)
+            if other is None:
+                continue  # a node of its set whose channel the batch never reached
             for number, held in list(other.unacked.items()):
                 if held is batch:
                     del other.unacked[number]

@@ -4,19 +4,20 @@ emit, and batches cut by bytes."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytest
 
 from checkpoint.ids import MapperId
 from ring.hashing import slot_of
-from ring.ids import NodeId, Token
+from ring.ids import Epoch, NodeId, Token
 from ring.view import Member, Status, View
 from smr.channels import encode_within
 from smr.emitter import BATCH_BYTES_DEFAULT, SEQ_MAX, Emitter
+from smr.protocol import Ack, Batch, decode, encode
 from smr.values import EmitError
-from tests.smr.links import AckingTransport
+from tests.smr.links import AckingTransport, _AckingEnd
 
 SLOT_BITS = 8
 
@@ -161,3 +162,73 @@ def test_a_combine_that_raises_is_a_bad_emit_not_a_crash() -> None:
         emitter.emit("a", "x")
     emitter.close()
     assert emitter.tuples_emitted == emitter.tuples_acked == 1
+
+
+class _SlowSecondEnd:
+    """Node ``b``: its acks come one every other wait (node ``a`` acks at once, _AckingEnd)."""
+
+    def __init__(self, addr: str) -> None:
+        self.addr = addr
+        self.held: list[list[bytes]] = []
+        self.ready: list[list[bytes]] = []
+
+    def send(self, frames: Sequence[bytes]) -> bool:
+        message = decode(frames)
+        assert isinstance(message, Batch)
+        self.held.append(encode(Ack(message.stream, message.chan, Epoch(1))))
+        return True
+
+    def receive(self) -> list[bytes] | None:
+        return self.ready.pop(0) if self.ready else None
+
+    def close(self) -> None:
+        pass
+
+
+class _SlowSecondTransport:
+    def __init__(self) -> None:
+        self.ends: dict[str, Any] = {}
+        self.waits = 0
+
+    def open(self, addr: str, send_queue_messages_max: int) -> Any:
+        end = _SlowSecondEnd(addr) if addr.endswith(":2") else _AckingEnd(addr, [])
+        return self.ends.setdefault(addr, end)
+
+    def wait_any(self, ends: Sequence[Any], timeout_ms: int) -> list[Any]:
+        self.waits += 1
+        for end in ends:
+            if isinstance(end, _SlowSecondEnd) and end.held and self.waits % 2 == 0:
+                end.ready.append(end.held.pop(0))
+        return [
+            end for end in ends if (end.ready if isinstance(end, _SlowSecondEnd) else end._replies)
+        ]
+
+
+def test_a_batch_counts_as_acked_once_and_only_when_every_node_of_its_set_acked() -> None:
+    # Node a acks at once, b one wait later, and each window holds one batch: the emitter
+    # reads a's ack of a batch while it waits for room on b's channel for the same batch.
+    # The batch must not count as acked then (b has not even got it), nor twice after.
+    view = View(
+        [
+            Member(NodeId("a"), 1, "tcp://127.0.0.1:1", Token(0), "", Status.UP, 1),
+            Member(NodeId("b"), 1, "tcp://127.0.0.1:2", Token(128), "", Status.UP, 1),
+        ]
+    )
+    acked_rows: list[Any] = []
+    emitter = Emitter(
+        view,
+        SLOT_BITS,
+        MapperId("m"),
+        transport=_SlowSecondTransport(),
+        replication=1,
+        window_batches=1,
+        batch_size=10,
+        on_acked=acked_rows.extend,
+    )
+    keys = [f"k{i}" for i in range(2000) if slot_of(f"k{i}", SLOT_BITS) < 128][:200]
+    for key in keys:
+        emitter.emit(key, 1)
+    emitter.close()
+    assert emitter.tuples_sent == len(keys)
+    assert emitter.tuples_acked == len(keys)
+    assert sorted(row[1] for row in acked_rows) == list(range(1, len(keys) + 1))
