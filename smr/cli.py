@@ -32,6 +32,7 @@ from smr.cli_init import init_command
 from smr.cli_node import node_command
 from smr.cli_options import cluster_dir_option, cluster_option
 from smr.cli_ring import move_command, scale_group
+from smr.cli_top import top_command
 from smr.client import Client, NodeRefused, NodeUnreachable, fetch_view
 from smr.connection import connect
 from smr.emitter import (
@@ -506,6 +507,7 @@ main_group.add_command(autoscale_group)
 main_group.add_command(fault_group)
 main_group.add_command(node_command)
 main_group.add_command(init_command)
+main_group.add_command(top_command)
 
 
 # -- the node process ----------------------------------------------------------------------

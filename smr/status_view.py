@@ -195,19 +195,48 @@ def _why_silent(row: Row) -> str:
     )
 
 
-def table(rows: Sequence[Row], title: str, width: int) -> tuple[Table, list[str]]:
-    """The status table for ``rows``, with as many columns as fit in ``width``, and the
-    headers of the columns left out."""
-    kept = list(COLUMNS_BY_PRIORITY)
+# `smr top`'s columns, most useful first, and the order it shows them in.
+TOP_COLUMNS_BY_PRIORITY: Final = (
+    COLUMNS_BY_PRIORITY[0],
+    COLUMNS_BY_PRIORITY[1],
+    Column("tuples/s", lambda row: f"{row['tuples_per_s']:,.0f}"),
+    Column("inbox", lambda row: f"{row.get('inbox_tuples', 0):,}"),
+    Column("cpu%", lambda row: f"{row.get('load', {}).get('cpu_percent', 0):.0f}"),
+    Column("rss\nMiB", lambda row: f"{row.get('rss_bytes', 0) / 2**20:,.0f}"),
+    Column("keys", lambda row: f"{row['keys']:,}"),
+    Column("under-\nreplicated", lambda row: f"{row['under_replicated_slots']:,}"),
+    Column("moves", lambda row: f"{len(row.get('moves', {}).get('under_way', ())):,}"),
+    Column("bad\nframes", lambda row: f"{row['bad_frames']:,}"),
+    Column("reduce\nerrors", lambda row: f"{row['tuples_failed']:,}"),
+)
+_TOP_DISPLAY_ORDER: Final = tuple(c.header for c in TOP_COLUMNS_BY_PRIORITY)
+
+
+def table(
+    rows: Sequence[Row],
+    title: str,
+    width: int,
+    columns: Sequence[Column] = COLUMNS_BY_PRIORITY,
+    order: Sequence[str] = _DISPLAY_ORDER,
+) -> tuple[Table, list[str]]:
+    """The table of ``columns`` (most useful first; shown in ``order``) for ``rows``, with
+    as many columns as fit in ``width``, and the headers of the columns left out."""
+    kept = list(columns)
     # Measured unbounded: rich clamps a measurement to the width it is given.
     console = Console(width=_UNBOUNDED_WIDTH)
     while True:
-        candidate = _table(rows, title, kept)
+        candidate = _table(rows, title, kept, order)
         needed = Measurement.get(console, console.options, candidate).maximum
         if needed <= width or len(kept) <= _ALWAYS_SHOWN:
-            left_out = [_one_line(c.header) for c in COLUMNS_BY_PRIORITY if c not in kept]
+            left_out = [_one_line(c.header) for c in columns if c not in kept]
             return candidate, left_out
         kept.pop()
+
+
+def top_table(rows: Sequence[Row], title: str, width: int) -> tuple[Table, list[str]]:
+    """`smr top`'s table: rate, inbox, CPU, RSS, keys, under-replicated slots and moves
+    under way per node, fitted to ``width`` as :func:`table` does."""
+    return table(rows, title, width, TOP_COLUMNS_BY_PRIORITY, _TOP_DISPLAY_ORDER)
 
 
 def print_table(rows: Sequence[Row], title: str, console: Console | None = None) -> None:
@@ -219,8 +248,10 @@ def print_table(rows: Sequence[Row], title: str, console: Console | None = None)
         console.print(f"not shown at this width: {', '.join(left_out)} (see --json)")
 
 
-def _table(rows: Sequence[Row], title: str, columns: Sequence[Column]) -> Table:
-    ordered = sorted(columns, key=lambda c: _DISPLAY_ORDER.index(c.header))
+def _table(
+    rows: Sequence[Row], title: str, columns: Sequence[Column], order: Sequence[str]
+) -> Table:
+    ordered = sorted(columns, key=lambda c: order.index(c.header))
     shown = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False)
     for column in ordered:
         shown.add_column(
