@@ -195,19 +195,21 @@ def _why_silent(row: Row) -> str:
     )
 
 
-# `smr top`'s columns, most useful first, and the order it shows them in.
+# `smr top`'s columns, most useful first (those it shares with `smr status` are the same
+# columns), and the order it shows them in.
+_STATUS_COLUMN: Final = {column.header: column for column in COLUMNS_BY_PRIORITY}
 TOP_COLUMNS_BY_PRIORITY: Final = (
-    COLUMNS_BY_PRIORITY[0],
-    COLUMNS_BY_PRIORITY[1],
-    Column("tuples/s", lambda row: f"{row['tuples_per_s']:,.0f}"),
+    _STATUS_COLUMN["node"],
+    _STATUS_COLUMN["state"],
+    _STATUS_COLUMN["tuples/s"],
     Column("inbox", lambda row: f"{row.get('inbox_tuples', 0):,}"),
-    Column("cpu%", lambda row: f"{row.get('load', {}).get('cpu_percent', 0):.0f}"),
+    _STATUS_COLUMN["cpu%"],
     Column("rss\nMiB", lambda row: f"{row.get('rss_bytes', 0) / 2**20:,.0f}"),
-    Column("keys", lambda row: f"{row['keys']:,}"),
-    Column("under-\nreplicated", lambda row: f"{row['under_replicated_slots']:,}"),
+    _STATUS_COLUMN["keys"],
+    _STATUS_COLUMN["under-\nreplicated"],
     Column("moves", lambda row: f"{len(row.get('moves', {}).get('under_way', ())):,}"),
-    Column("bad\nframes", lambda row: f"{row['bad_frames']:,}"),
-    Column("reduce\nerrors", lambda row: f"{row['tuples_failed']:,}"),
+    _STATUS_COLUMN["bad\nframes"],
+    _STATUS_COLUMN["reduce\nerrors"],
 )
 _TOP_DISPLAY_ORDER: Final = tuple(c.header for c in TOP_COLUMNS_BY_PRIORITY)
 
