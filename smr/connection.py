@@ -428,12 +428,16 @@ class Subscription:
         if isinstance(position, str) and position not in ("start", "end"):
             raise ValueError(f'position must be "start", "end" or a mapping, not {position!r}')
         self._cluster = cluster
-        self._start = position
         self.position: dict[str, int] = dict(position) if isinstance(position, Mapping) else {}
         self._idle_timeout_s = idle_timeout_s
         self._pending: deque[tuple[str, int, OutputRecord]] = deque()
-        if position == "end":
-            self._place_new_nodes()  # "from now" is now, not at the first read
+        # "From now" places the nodes that answer now at their end; a node placed later
+        # (one that did not answer then, or joined since) is read from its start, so its
+        # records of the time in between are not skipped.
+        self._from_end = position == "end"
+        if self._from_end:
+            self._place_new_nodes()
+            self._from_end = False
 
     def __iter__(self) -> Iterator[OutputRecord]:
         return self
@@ -456,7 +460,7 @@ class Subscription:
 
     def _place_new_nodes(self) -> dict[str, str]:
         """The live nodes (id -> address), each first seen given its starting offset: its
-        end when following from now, else 0 (all it holds)."""
+        end when placed as the subscription starts from now, else 0 (all it holds)."""
         cluster = self._cluster
         view = cluster.view(refresh=time.monotonic() - cluster._view_at > VIEW_REFRESH_S)
         addrs = {
@@ -465,7 +469,7 @@ class Subscription:
             if member.status is not Status.DEAD
         }
         new = [node for node in addrs if node not in self.position]
-        if new and self._start == "end":
+        if new and self._from_end:
             sizes = cluster._client.output_each({addrs[n]: 0 for n in new}, 0)
             for node in new:
                 size = sizes[addrs[node]]

@@ -1,0 +1,69 @@
+"""A subscription from now skips nothing of a node it could not place at the start: such a
+node (silent then, or joined since) is read from the start of its output."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ring.ids import NodeId, Token
+from ring.view import Member, Status, View
+from smr.client import NodeUnreachable
+from smr.connection import Subscription
+from smr.protocol import OutputReply, RequestId
+
+
+class FakeOutputs:
+    """Two nodes' output files; node b does not answer until ``b_up``."""
+
+    def __init__(self) -> None:
+        self.files = {"tcp://a": b"", "tcp://b": b""}
+        self.b_up = False
+
+    def write(self, addr: str, node: str, key: str) -> None:
+        line = json.dumps({"node": node, "key": key, "value": 1}) + "\n"
+        self.files[addr] += line.encode()
+
+    def output_each(self, offsets: dict[str, int], max_bytes: int) -> dict[str, Any]:
+        replies: dict[str, Any] = {}
+        for addr, offset in offsets.items():
+            if addr == "tcp://b" and not self.b_up:
+                replies[addr] = NodeUnreachable("b does not answer")
+                continue
+            data = self.files[addr]
+            body = data[offset:] if max_bytes else b""
+            replies[addr] = OutputReply(RequestId(1), offset + len(body), len(data), body)
+        return replies
+
+
+class FakeCluster:
+    def __init__(self, outputs: FakeOutputs) -> None:
+        self._client = outputs
+        self._view_at = 0.0
+        self._view = View(
+            [
+                Member(NodeId("a"), 1, "tcp://a", Token(0), "", Status.UP, 1),
+                Member(NodeId("b"), 1, "tcp://b", Token(128), "", Status.UP, 1),
+            ]
+        )
+
+    def view(self, refresh: bool = False) -> View:
+        return self._view
+
+
+def test_a_node_silent_when_the_subscription_started_is_read_from_its_start() -> None:
+    outputs = FakeOutputs()
+    outputs.write("tcp://a", "a", "before-a")
+    outputs.write("tcp://b", "b", "before-b")
+    subscription = Subscription(FakeCluster(outputs), "end", idle_timeout_s=0.2)  # type: ignore[arg-type]
+    outputs.write("tcp://a", "a", "after-a")
+    outputs.write("tcp://b", "b", "while-b-was-silent")
+    outputs.b_up = True
+    keys = sorted(record.key for record in subscription)
+    # a was placed at its end, so its earlier record is not repeated; b could not be
+    # placed, so all it holds is read: nothing it wrote after the start is skipped.
+    assert keys == ["after-a", "before-b", "while-b-was-silent"]
+    assert subscription.position == {
+        "a": len(outputs.files["tcp://a"]),
+        "b": len(outputs.files["tcp://b"]),
+    }
