@@ -34,6 +34,13 @@ JOIN_AFTER_START_MS: Final = 1000
 )
 @click.option("--zone", default="", help="A node the spec does not name: its fault zone.")
 @click.option(
+    "--metrics-port",
+    type=click.IntRange(0, 65535),
+    default=None,
+    help="A node the spec does not name: serve Prometheus metrics on this port, every "
+    "interface (a named node's spec says where, as metrics_addr).",
+)
+@click.option(
     "--join",
     is_flag=True,
     help="A node the spec does not name: join the ring by itself once started, beside the "
@@ -45,6 +52,7 @@ def node_command(
     port: int,
     advertise_host: str | None,
     zone: str,
+    metrics_port: int | None,
     join: bool,
 ) -> None:
     """Run one reducer node in the foreground. `smr cluster up` starts the nodes its spec
@@ -55,5 +63,5 @@ def node_command(
     from smr.spec import newcomer
 
     node_id = node_id or socket.gethostname()
-    joining = newcomer(node_id, advertise_host or node_id, port, zone)
+    joining = newcomer(node_id, advertise_host or node_id, port, zone, metrics_port)
     sys.exit(serve(cluster_dir, node_id, joining, JOIN_AFTER_START_MS if join else None))

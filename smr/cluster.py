@@ -6,7 +6,8 @@ evenly spaced tokens), writes the plan as ``DIR/cluster.json`` (the cluster spec
 file. ``down`` and ``signal_node`` act on those PIDs, checking first that each is really
 that node's process. Node processes run in their own session, so they outlive the command
 that started them, log to ``DIR/logs/ID.log`` and write reducer output to
-``DIR/output/ID.jsonl``.
+``DIR/output/ID.jsonl``. Each node serves Prometheus metrics on a loopback port of its own
+(the spec's ``metrics_addr``; ``smr status --json`` shows it too).
 
 Everything about the spec itself (``ClusterSpec``, ``read_spec``, ``ClusterError``, ...)
 lives in ``smr.spec``; it is re-exported here for scripts that import it with the launcher.
@@ -117,7 +118,8 @@ def _ports_of(spec: ClusterSpec) -> set[int]:
     return {
         int(address.rsplit(":", 1)[1])
         for node in spec.nodes
-        for address in (node.addr, node.pub_addr)
+        for address in (node.addr, node.pub_addr, node.metrics_addr)
+        if address
     }
 
 
@@ -137,7 +139,8 @@ def plan_cluster(
     checkpoint_interval_ms: int = CHECKPOINT_INTERVAL_MS_DEFAULT,
     zones: Sequence[str] = (),
 ) -> ClusterSpec:
-    """Choose ids, loopback addresses and evenly spaced tokens for ``nodes`` nodes.
+    """Choose ids, loopback addresses (inbox, output, metrics) and evenly spaced tokens for
+    ``nodes`` nodes.
 
     With ``zones``, node ``i`` is in ``zones[i % len(zones)]`` and the nodes sit around
     the ring in `ring.zones.spread_order`, so a range's copies span two zones or more
@@ -163,6 +166,7 @@ def plan_cluster(
             pub_addr=f"tcp://{LOOPBACK_HOST}:{_free_port(taken)}",
             token=token_of[node_id],
             zone=zone,
+            metrics_addr=f"{LOOPBACK_HOST}:{_free_port(taken)}",
         )
         for node_id, zone in zone_of.items()
     ]
@@ -417,6 +421,7 @@ def add_node(cluster_dir: Path, ready_timeout_s: float = 30.0, zone: str = "") -
         token=Token(0),
         zone=zone,
         standby=True,
+        metrics_addr=f"{LOOPBACK_HOST}:{_free_port(taken)}",
     )
     spec.nodes.append(node)
     spec.seeds.append(node.addr)

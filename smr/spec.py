@@ -12,7 +12,7 @@ and other launchers may write one too. The node never imports a launcher; it rea
      "nodes": [{"id": "n0", "token": 0, "pid": 1234,
                 "addr": "tcp://n0.smr:7000", "pub_addr": "tcp://n0.smr:7001",
                 "bind_addr": "tcp://0.0.0.0:7000", "pub_bind_addr": "tcp://0.0.0.0:7001",
-                "zone": "rack-a"}, ...],
+                "zone": "rack-a", "metrics_addr": "0.0.0.0:9100"}, ...],
      "seeds": ["tcp://n0.smr:7000"]}
 
 Bind and advertised addresses:
@@ -30,6 +30,9 @@ the empty zone, and missing ``seeds`` are the nodes' advertised addresses. So a 
 before these fields existed (``id``, ``addr``, ``pub_addr``, ``token``, ``pid`` only) reads
 as it always did. :func:`write_spec` writes the optional fields only where they differ from
 these defaults, so a local cluster's file keeps exactly its old shape.
+
+``metrics_addr`` (``host:port``) is where the node serves its Prometheus metrics over HTTP
+(``/metrics``, ``smr.node.metrics``); missing or empty, it serves none.
 
 ``incarnation`` names one life of the cluster: ``smr cluster up`` writes a new one every time
 it starts nodes with empty state, so whatever was fed to an earlier life (a Spark checkpoint, a
@@ -77,7 +80,18 @@ BALANCE_ABOVE_KEY: Final = "balance_above"
 absent: no cap; ``smr.node.rate_cap``)."""
 
 _NODE_FIELDS: Final = frozenset(
-    {"id", "addr", "pub_addr", "token", "pid", "bind_addr", "pub_bind_addr", "zone", "standby"}
+    {
+        "id",
+        "addr",
+        "pub_addr",
+        "token",
+        "pid",
+        "bind_addr",
+        "pub_bind_addr",
+        "zone",
+        "standby",
+        "metrics_addr",
+    }
 )
 
 
@@ -112,6 +126,9 @@ class NodeSpec:
     standby: bool = False
     """Added to a running cluster (``smr scale out``): it starts on standby, owning nothing,
     and joins the ring when asked."""
+    metrics_addr: str = ""
+    """Where the node serves Prometheus metrics (``host:port``, HTTP ``/metrics``); empty:
+    nowhere."""
 
     def __post_init__(self) -> None:
         if not self.bind_addr:
@@ -125,10 +142,12 @@ NEWCOMER_PORT_DEFAULT: Final = 7000
 cluster's nodes all do, each at its own host name; its output is the next port)."""
 
 
-def newcomer(node_id: str, host: str, port: int, zone: str = "") -> NodeSpec:
+def newcomer(
+    node_id: str, host: str, port: int, zone: str = "", metrics_port: int | None = None
+) -> NodeSpec:
     """A node the spec does not name (``smr node``, a container the Docker provisioner
     starts): on standby, reached at ``host`` (inbox ``port``, output ``port + 1``), bound
-    on every interface."""
+    on every interface, serving metrics on ``metrics_port`` if given."""
     return NodeSpec(
         id=NodeId(node_id),
         addr=f"tcp://{host}:{port}",
@@ -138,6 +157,7 @@ def newcomer(node_id: str, host: str, port: int, zone: str = "") -> NodeSpec:
         pub_bind_addr=f"tcp://0.0.0.0:{port + 1}",
         zone=zone,
         standby=True,
+        metrics_addr="" if metrics_port is None else f"0.0.0.0:{metrics_port}",
     )
 
 
@@ -271,6 +291,8 @@ def spec_to_json(spec: ClusterSpec) -> dict[str, Any]:
             entry["zone"] = node.zone
         if node.standby:
             entry["standby"] = True
+        if node.metrics_addr:
+            entry["metrics_addr"] = node.metrics_addr
         nodes.append(entry)
     raw: dict[str, Any] = {
         "format": spec.format,
@@ -365,10 +387,21 @@ def _parse_node(entry: object, slot_bits: int, where: str) -> NodeSpec:
         pub_bind_addr=_str(entry, "pub_bind_addr", f"{where}.pub_bind_addr", ""),
         zone=_str(entry, "zone", f"{where}.zone", "", empty_ok=True),
         standby=_bool(entry, "standby", f"{where}.standby"),
+        metrics_addr=_str(entry, "metrics_addr", f"{where}.metrics_addr", "", empty_ok=True),
     )
+    if node.metrics_addr:
+        split_host_port(node.metrics_addr, f"{where}.metrics_addr")
     _check_advertised(f"{where}.addr", node.addr)
     _check_advertised(f"{where}.pub_addr", node.pub_addr)
     return node
+
+
+def split_host_port(addr: str, where: str = "address") -> tuple[str, int]:
+    """``"host:port"`` as its host and port (0 to 65535); ValueError naming ``where`` if not."""
+    host, colon, port = addr.rpartition(":")
+    if not colon or not host or not port.isdigit() or int(port) > 65535:
+        raise ValueError(f"{where} must be host:port (port 0 to 65535), got {addr!r}")
+    return host.strip("[]"), int(port)
 
 
 def _check_advertised(where: str, addr: str) -> None:

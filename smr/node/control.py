@@ -209,6 +209,8 @@ class Control:
         own_range = node.ring.range_of(node.node_id)
         member = node.view.get(node.node_id)
         now = node.clock()
+        moves = node.moves.report()
+        checkpointed_at = node.replication.checkpointed_at
         return {
             "node": node.node_id,
             "pid": os.getpid(),
@@ -218,6 +220,7 @@ class Control:
             # which the node that took its range over now holds too.
             "token": member.token if member and own_range is not None else None,
             "range_share": own_range.share if own_range else 0.0,
+            "slots_owned": own_range.length if own_range else 0,
             "keys": node.store.key_count(),
             "tuples_per_s": round(node.tuples_per_s, 1),
             "utilization": round(node.utilization(), 3),
@@ -241,13 +244,18 @@ class Control:
             "backup_bytes": node.replication.backup_bytes,
             "under_replicated_slots": node.under_replicated_slots(),
             "snapshot_stall_ms_max": round(node.snapshots.stall_ms_max, 3),
+            "snapshot_stall_s_max": node.snapshots.stall_ms_max / 1000,
+            "checkpoint_age_s": None if checkpointed_at is None else now - checkpointed_at,
+            "apply_seconds": node.load.apply_seconds_total,
             "takeover_records": list(node.recovery.takeover_records),
+            "takeover_seconds": node.recovery.takeover_seconds_total,
             "offline_slots": len(node.recovery.offline),
             # The state this node served before it was fenced, kept for a taker that found
             # slots of it lost (smr.node.handoff).
             "holds_fenced_copy": node.handoff.holds_copy,
             "busy": node.ingest.behind,
-            "moves": node.moves.report(),
+            "moves": moves,
+            "moves_under_way": len(moves["under_way"]),
             "load": node.load.report(own_range),
             "inbox_tuples": node.ingest.inbox_tuples,
             "local_health": node.recovery.detector.local_health,

@@ -47,6 +47,8 @@ class LoadMeter:
         self.cpu_percent = 0.0
         self._apply_s = 0.0
         self._applied = 0
+        # Every apply turn's seconds since the node started (the metrics' counter).
+        self.apply_seconds_total = 0.0
         self._process = psutil.Process()
         self._process.cpu_percent()  # the first call only sets the baseline
 
@@ -63,6 +65,7 @@ class LoadMeter:
         """An apply turn applied ``tuples`` in ``seconds``."""
         self._applied += tuples
         self._apply_s += seconds
+        self.apply_seconds_total += seconds
 
     def fold(self, now: float) -> None:
         """Fold what was counted since the last call into the decayed rates (on a timer,

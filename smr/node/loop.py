@@ -35,7 +35,7 @@ from smr.protocol import (
     decode,
     encode,
 )
-from smr.spec import NodeSpec, read_spec, spec_to_json
+from smr.spec import NodeSpec, read_spec, spec_to_json, split_host_port
 from smr.transport.netfilter import FilteredLinks, parse_rule
 
 if TYPE_CHECKING:
@@ -107,12 +107,29 @@ def serve(
         output,
         settings=settings,
     )
-    core.cluster_info = {"cluster": spec_to_json(spec), "pub_addr": me.pub_addr}
+    loop = uvloop.new_event_loop()
+    metrics_addr = ""
+    if me.metrics_addr:
+        try:
+            metrics_addr = _serve_metrics(me.metrics_addr, core, loop)
+        except OSError as error:
+            log.error("cannot start: metrics on %s: %s", me.metrics_addr, error)
+            loop.close()
+            inbox.close()
+            publisher.close()
+            zmq_links.close()
+            return 2
+    core.cluster_info = {
+        "cluster": spec_to_json(spec),
+        "pub_addr": me.pub_addr,
+        "metrics_addr": metrics_addr,
+    }
     log.info("serving on %s (output %s), slot_bits=%d", inbox.addr, publisher.addr, spec.slot_bits)
     beats = StalledLoopBeats(core, links)
     beats.start()
     try:
-        uvloop.run(_run(core, inbox, links))
+        with asyncio.Runner(loop_factory=lambda: loop) as runner:
+            runner.run(_run(core, inbox, links))
     finally:
         beats.stop()
         output.close()
@@ -121,6 +138,17 @@ def serve(
         zmq_links.close()
     log.info("stopped cleanly")
     return 0
+
+
+def _serve_metrics(addr: str, core: NodeCore, loop: asyncio.AbstractEventLoop) -> str:
+    """Start the node's Prometheus endpoint on ``addr`` (``host:port``); returns where it
+    listens (port 0 becomes the port bound). OSError if it cannot bind."""
+    from smr.node.metrics import serve_metrics
+
+    host, port = split_host_port(addr, "metrics_addr")
+    bound = serve_metrics(host, port, core.status, lambda: core.read_at, loop)
+    log.info("metrics on http://%s:%d/metrics", host, bound)
+    return f"{host}:{bound}"
 
 
 async def _run(core: NodeCore, inbox: Inbox, links: FilteredLinks) -> None:

@@ -95,6 +95,8 @@ class Recovery:
         self.offline: set[Slot] = set()
         # One record per takeover, for `status` and the recovery benchmark (bounded).
         self.takeover_records: deque[dict[str, Any]] = deque(maxlen=64)
+        # Every takeover's duration summed (the records keep only the last 64).
+        self.takeover_seconds_total = 0.0
         # When this node was last fenced (its clock), None if never.
         self.fenced_at: float | None = None
 
@@ -380,6 +382,7 @@ class Recovery:
         _check_takeover(node.ring, owners_before, node.node_id, slots)
         node.membership.gossip()
         took_ms = (node.clock() - started) * 1000
+        self.takeover_seconds_total += took_ms / 1000
         self.takeover_records.append(
             {
                 "dead": dead,

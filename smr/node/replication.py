@@ -93,6 +93,8 @@ class Replication:
         # when the last one was taken.
         self._checkpoint_asked_at: dict[NodeId, float] = {}
         self._early_checkpoint_at = -1e9
+        # When the last checkpoint was taken (None: none yet); status reports its age.
+        self.checkpointed_at: float | None = None
 
     def cover_initial_ranges(self) -> None:
         """At a cluster's start, count each predecessor's range as covered: its state starts
@@ -384,11 +386,13 @@ class Replication:
         targets = (*node.secondaries, *node.moves.copy_target())
         if targets:
             body = encode_delta(delta)
+            node.counters.checkpoint_bytes_sent += len(body) * len(targets)
             for target in targets:
                 node.peer_send(target, Checkpoint(*node.stamp, self.checkpoint_number, body))
         # 3.
         node.store.merge_inactive()
         node.counters.checkpoints += 1
+        self.checkpointed_at = node.clock()
 
 
 def _moved_name(giver: NodeId, receiver: NodeId, moved: SlotRange) -> NodeId:

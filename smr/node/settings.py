@@ -68,6 +68,8 @@ class NodeCounters:
     handler_errors: int = 0
     replies_dropped: int = 0
     checkpoints: int = 0
+    # Bytes of the checkpoints sent to secondaries (and to a move's copy holder), each copy.
+    checkpoint_bytes_sent: int = 0
     backup_batches: int = 0
     backup_refused_full: int = 0
     checkpoints_applied: int = 0

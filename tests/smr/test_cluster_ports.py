@@ -44,12 +44,15 @@ def test_no_free_port_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_a_spec_never_gets_one_port_twice(monkeypatch: pytest.MonkeyPatch) -> None:
     # Each port is released after its probe, so a port drawn again probes free again.
     class Repeating:
-        draws = iter([20_000, 20_000, 20_001, 20_001, 20_000, 20_002, 20_002, 20_003])
+        draws = iter(
+            [20_000, 20_000, 20_001, 20_001, 20_000, 20_002, 20_002, 20_003, 20_004, 20_005]
+        )
 
         def randrange(self, low: int, high: int) -> int:
             return next(self.draws)
 
     monkeypatch.setattr(cluster.random, "SystemRandom", Repeating)
     spec = cluster.plan_cluster(2, 1, "examples.wordcount:job", 8, 1000, ())
-    ports = [int(a.rsplit(":", 1)[1]) for n in spec.nodes for a in (n.addr, n.pub_addr)]
-    assert sorted(ports) == [20_000, 20_001, 20_002, 20_003]
+    addresses = [a for n in spec.nodes for a in (n.addr, n.pub_addr, n.metrics_addr)]
+    ports = [int(a.rsplit(":", 1)[1]) for a in addresses]
+    assert sorted(ports) == [20_000, 20_001, 20_002, 20_003, 20_004, 20_005]

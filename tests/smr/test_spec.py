@@ -72,6 +72,7 @@ NEW_FILE: dict[str, Any] = {
             "bind_addr": "tcp://*:7000",
             "pub_bind_addr": "tcp://*:7001",
             "zone": "rack-2",
+            "metrics_addr": "0.0.0.0:9100",
             "token": 512,
         },
     ],
@@ -147,6 +148,7 @@ def test_new_file_round_trips(tmp_path: Path) -> None:
     assert written["seeds"] == NEW_FILE["seeds"]
     assert [n["bind_addr"] for n in written["nodes"]] == ["tcp://0.0.0.0:7000", "tcp://*:7000"]
     assert [n["zone"] for n in written["nodes"]] == ["rack-1", "rack-2"]
+    assert [n.get("metrics_addr") for n in written["nodes"]] == [None, "0.0.0.0:9100"]
 
 
 def test_initial_view_uses_advertised_addresses_and_zones(tmp_path: Path) -> None:
@@ -244,6 +246,8 @@ def without(raw: dict[str, Any], key: str) -> dict[str, Any]:
         (with_node(pid="1234"), r"nodes\[0\]\.pid must be a positive integer or null"),
         (with_node(zone=3), r"nodes\[0\]\.zone must be a string"),
         (with_node(adress="tcp://h:1"), r"nodes\[0\] has unknown field 'adress'"),
+        (with_node(metrics_addr="9100"), r"nodes\[0\]\.metrics_addr must be host:port"),
+        (with_node(metrics_addr="h:99999"), r"nodes\[0\]\.metrics_addr must be host:port"),
         (
             with_node(addr="tcp://0.0.0.0:40001"),
             r"nodes\[0\]\.addr 'tcp://0.0.0.0:40001' is a wildcard; advertise an address",
