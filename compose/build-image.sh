@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Build smr's image (tag smr:latest) for the compose cluster, reaching no registry:
-#   1. the base image (compose/base/build.sh: debootstrap + docker import; cached);
+#   1. the base image (compose/base/build.sh: debootstrap + docker import; cached), and
+#      smr-prometheus:latest on it (Debian's Prometheus, for the metrics profile; cached);
 #   2. the dependencies' image smr-deps:<hash of pyproject.toml>: wheels of smr's
 #      dependencies with the Spark and Docker extras (the provisioner runs in a container), built on the host by PYTHON's pip (which trusts the
 #      host's certificates: no build step reaches a package index), installed in a venv on
@@ -15,6 +16,19 @@ build=compose/.build
 started=$(date +%s)
 
 compose/base/build.sh
+# The metrics profile's Prometheus: the binary of Debian's package, downloaded by the host's
+# apt (Debian's packages are reachable; no registry is), on the same base. Built once.
+if ! docker image inspect smr-prometheus:latest >/dev/null 2>&1; then
+    rm -rf "$build/prometheus" && mkdir -p "$build/prometheus"
+    (cd "$build/prometheus" && apt-get download -q prometheus >/dev/null 2>&1) \
+        || { apt-get update -q >/dev/null && (cd "$build/prometheus" && apt-get download -q prometheus >/dev/null); }
+    dpkg-deb -x "$build"/prometheus/prometheus_*.deb "$build/prometheus/root"
+    cp "$build/prometheus/root/usr/bin/prometheus" "$build/prometheus/prometheus"
+    rm -rf "$build/prometheus/root" "$build"/prometheus/*.deb
+    docker build -q -t smr-prometheus:latest -f compose/Dockerfile.prometheus "$build/prometheus" >/dev/null
+    rm -rf "$build/prometheus"
+    echo "built smr-prometheus:latest (Debian's Prometheus)"
+fi
 deps="smr-deps:$(cksum pyproject.toml | cut -d' ' -f1)"
 # smr's own layer is cached by the contents of what goes into it (the sources, the example
 # jobs, the packaging: git's hashes of them, any change not committed, any new file) and the

@@ -13,7 +13,8 @@ status talk to the nodes at their names, so the commands run on the compose netw
 container with the engine's socket), as the ``autoscaler`` service does.
 
 Its containers carry the project's label (so ``docker compose down --remove-orphans`` takes
-them too) and the service label ``provisioned-node``.
+them too) and the service label ``provisioned-node``; on the network they answer to ``node``
+as the compose replicas do, and serve metrics on port 9100 as every compose node does.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from smr.docker_engine import (
     own_project,
 )
 from smr.spec import (
+    METRICS_PORT_DEFAULT,
     NEWCOMER_PORT_DEFAULT,
     ClusterError,
     NodeSpec,
@@ -43,6 +45,8 @@ from smr.spec import (
 )
 
 SERVICE_LABEL: Final = "provisioned-node"
+SERVICE_ALIAS: Final = "node"
+"""The network alias of added nodes: the compose file's replica service's name."""
 READY_TIMEOUT_S: Final = 30.0
 STOP_GRACE_S: Final = 5
 
@@ -80,6 +84,8 @@ class DockerNodes:
             name,
             "--port",
             str(NEWCOMER_PORT_DEFAULT),
+            "--metrics-port",
+            str(METRICS_PORT_DEFAULT),
         ]
         if zone:
             command += ["--zone", zone]
@@ -92,6 +98,7 @@ class DockerNodes:
             )
             for m in template.attrs["Mounts"]
         ]
+        network = next(iter(template.attrs["NetworkSettings"]["Networks"]))
         try:
             container = self._docker.containers.run(
                 template.image,
@@ -99,7 +106,12 @@ class DockerNodes:
                 name=name,
                 hostname=name,
                 detach=True,
-                network=next(iter(template.attrs["NetworkSettings"]["Networks"])),
+                network=network,
+                # The compose replicas' DNS name, so Prometheus (compose/prometheus.yml)
+                # finds the added nodes with them.
+                networking_config={
+                    network: self._docker.api.create_endpoint_config(aliases=[SERVICE_ALIAS])
+                },
                 mounts=mounts,
                 nano_cpus=host.get("NanoCpus") or None,
                 cap_add=host.get("CapAdd") or None,
@@ -107,7 +119,7 @@ class DockerNodes:
             )
         except DockerError as error:
             raise ClusterError(f"cannot start a node container: {error}") from None
-        node = newcomer(name, name, NEWCOMER_PORT_DEFAULT, zone or "")
+        node = newcomer(name, name, NEWCOMER_PORT_DEFAULT, zone or "", METRICS_PORT_DEFAULT)
         self._wait_ready(container, name)
         spec = read_spec(self.cluster_dir)
         spec.nodes.append(node)

@@ -142,6 +142,11 @@ NEWCOMER_PORT_DEFAULT: Final = 7000
 cluster's nodes all do, each at its own host name; its output is the next port)."""
 
 
+METRICS_PORT_DEFAULT: Final = 9100
+"""Where the compose cluster's nodes serve their Prometheus metrics (its nodes' spec says so;
+replicas and the nodes the Docker provisioner adds are started with it)."""
+
+
 def newcomer(
     node_id: str, host: str, port: int, zone: str = "", metrics_port: int | None = None
 ) -> NodeSpec:
