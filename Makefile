@@ -76,6 +76,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/spark_batch_size.py
 	$(BIN)/python bench/latency.py
 	$(BIN)/python bench/client.py
+	$(BIN)/python bench/security.py
 	$(BIN)/python bench/fuzz_decoders.py
 	$(BIN)/python bench/spark_recovery.py
 	$(BIN)/python bench/false_deaths.py

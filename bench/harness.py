@@ -70,7 +70,9 @@ def local_cluster(
     and ``ClusterSpec``, and stops every node (``smr.cluster.down``) on the way out,
     whatever happened."""
     from smr.cluster import down, up
+    from smr.transport.security import KEYS_DIR_NAME, KEYS_ENV
 
+    keys_before = os.environ.get(KEYS_ENV)
     with tempfile.TemporaryDirectory(prefix="smr-bench-") as workdir:
         cluster_dir = Path(workdir) / "cluster"
         try:
@@ -83,8 +85,15 @@ def local_cluster(
                 apply_rate_cap_per_s=apply_rate_cap_per_s,
                 balance_above=balance_above,
             )
+            # Processes this one spawns (feeders) reach the cluster with its keys too.
+            if (cluster_dir / KEYS_DIR_NAME).is_dir():
+                os.environ[KEYS_ENV] = str(cluster_dir / KEYS_DIR_NAME)
             yield cluster_dir, spec
         finally:
+            if keys_before is None:
+                os.environ.pop(KEYS_ENV, None)
+            else:
+                os.environ[KEYS_ENV] = keys_before
             if (cluster_dir / "cluster.json").exists():
                 down(cluster_dir, grace_s=3.0)
 

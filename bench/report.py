@@ -257,6 +257,80 @@ def client_section(report: dict[str, Any] | None) -> list[str]:
     return lines
 
 
+def security_section(report: dict[str, Any] | None) -> list[str]:
+    """What CurveZMQ keys cost (``bench/security.py``): ``smr feed`` into a cluster with keys
+    against one started ``--insecure``, in one run."""
+    lines = ["## Keys (CurveZMQ)", ""]
+    if report is None:
+        return [*lines, "Not run (`python bench/security.py`).", ""]
+    lines += [
+        f"`smr feed` of {_n(report['words'])} words (ten to a line) as a fresh process into a "
+        f"fresh cluster of {report['nodes']} nodes, r = {report['replication']}, with keys "
+        "(the default: every socket encrypted and authenticated, CurveZMQ) and started "
+        f"`--insecure`, alternating; medians of {report['runs']} runs (min-max), every run's "
+        f"counts checked against plain Python. Machine: {_machine_line(report)}.",
+        "",
+        "| feed | with keys | `--insecure` | keys / insecure | with keys, an outsider "
+        "knocking | knocking / keys | counts exact |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for mode, entry in report["modes"].items():
+        lines.append(
+            f"| {mode.replace('_', ' ')} | {_spread(entry['keys_words_per_s'])} words/s | "
+            f"{_spread(entry['insecure_words_per_s'])} words/s | "
+            f"{_ratio(entry['keys_over_insecure'])} | "
+            f"{_spread(entry['outsider_words_per_s'])} words/s | "
+            f"{_ratio(entry['outsider_over_keys'])} | {'yes' if entry['exact'] else 'NO'} |"
+        )
+    lines += [
+        "",
+        "The outsider knows the cluster's public key but holds no accepted client key: twenty "
+        "times a second it opens a new connection to every node, each refused at the "
+        "handshake (about "
+        f"{_n(report['modes']['no_combine']['outsider_attempts']['median'])} attempts per "
+        "run), on the same two cores as the cluster and the feeder.",
+    ]
+    return [*lines, ""]
+
+
+def soak_faults_section(report: dict[str, Any] | None) -> list[str]:
+    """The soak with faults (``bench/soak.py --fault-every-s``): the ring's memory over a long
+    full-rate feed that loses and gains a node every period, and the exact counts."""
+    lines = ["## Soak with faults", ""]
+    if report is None:
+        return [
+            *lines,
+            "Not run (`python bench/soak.py --seconds 600 --fault-every-s 60 --out "
+            "bench/results/soak_faults.json`).",
+            "",
+        ]
+    faults = report["faults"]
+    kills = [e for e in faults["events"] if e["event"] == "kill"]
+    joins = [e for e in faults["events"] if e["event"] == "join"]
+    joined = [e for e in joins if e["exit"] == 0]
+    first, last = faults["ring_rss"][0], faults["ring_rss"][-1]
+    lines += [
+        f"{report['nodes_count']} nodes, r = {report['replication']}, one feeder looping over "
+        f"the books at full speed (no combine) for {report['seconds']:.0f} s: "
+        f"{_n(report['feed']['tuples'])} tuples, {_n(report['tuples_per_s'])} tuples/s. Every "
+        f"{faults['every_s']:.0f} s a serving node is SIGKILLed (once every slot has its "
+        "copies again) and `smr scale out` joins a new node beside the busiest: "
+        f"{len(kills)} kills, {len(joined)} of {len(joins)} joins done. "
+        f"Machine: {_machine_line(report)}.",
+        "",
+        "| | |",
+        "|---|---|",
+        f"| the ring's RSS before the first kill | {first['rss_bytes'] / 2**20:.0f} MiB "
+        f"({first['nodes']} nodes) |",
+        f"| the ring's RSS before the last kill | {last['rss_bytes'] / 2**20:.0f} MiB "
+        f"({last['nodes']} nodes) |",
+        f"| growth | {faults['ring_rss_growth']:+.1%} |",
+        f"| counts exact against plain Python | {'yes' if faults['check']['exact'] else 'NO'} |",
+        "",
+    ]
+    return lines
+
+
 def _fine_ms(figure: dict[str, Any]) -> str:
     """``median (min-max)`` of a spread of milliseconds, to 0.1 ms."""
     if figure.get("median") is None:
@@ -486,9 +560,11 @@ def render(results: Path) -> str:
     lines += node_apply_section(_load(results, "throughput"))
     lines += latency_section(_load(results, "latency"))
     lines += client_section(_load(results, "client"))
+    lines += security_section(_load(results, "security"))
     lines += fuzz_section(_load(results, "fuzz_decoders"))
     lines += recovery_sections(_load(results, "spark_recovery"))
     lines += rebalance_section(_load(results, "rebalance"))
+    lines += soak_faults_section(_load(results, "soak_faults"))
     lines += autoscale_section(_load(results, "autoscale_model"))
     lines += autoscale_live_section(_load(results, "autoscale_live"))
     lines += autoscale_live_section(

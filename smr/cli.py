@@ -29,6 +29,7 @@ from smr.cli_autoscale import autoscale_group
 from smr.cli_cluster import cluster_group
 from smr.cli_faults import fault_group
 from smr.cli_init import init_command
+from smr.cli_keys import keys_group
 from smr.cli_node import node_command
 from smr.cli_options import cluster_dir_option, cluster_option
 from smr.cli_ring import move_command, scale_group
@@ -54,6 +55,7 @@ from smr.spark_setup import (
 from smr.spec import ClusterError, feeder_job, read_spec
 from smr.text_check import not_text_reason
 from smr.transport import TransportError
+from smr.transport.security import KeysError
 from smr.transport.zeromq import Subscriber
 from smr.values import state_json
 
@@ -69,6 +71,7 @@ USER_ERRORS = (
     NodeRefused,
     DeliveryError,
     TransportError,
+    KeysError,
     InputError,
     OSError,
     ValueError,
@@ -507,6 +510,7 @@ main_group.add_command(autoscale_group)
 main_group.add_command(fault_group)
 main_group.add_command(node_command)
 main_group.add_command(init_command)
+main_group.add_command(keys_group)
 main_group.add_command(top_command)
 
 

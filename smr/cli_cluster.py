@@ -60,6 +60,13 @@ def cluster_group() -> None:
     "that one passes the request on once, to make room) [default: off].",
 )
 @click.option(
+    "--insecure",
+    is_flag=True,
+    help="No keys: any process that reaches the nodes' ports may feed, read and command "
+    "them (for experiments on a machine of your own). By default the cluster gets keys in "
+    "DIR/keys and its nodes accept only their holders (CurveZMQ).",
+)
+@click.option(
     "--autoscale",
     "policy",
     type=click.Choice(sorted(POLICIES)),
@@ -86,6 +93,7 @@ def cluster_up(
     zones: str,
     rate_cap_per_s: float | None,
     balance_above: float | None,
+    insecure: bool,
     policy: str | None,
     nodes_min: int | None,
     nodes_max: int | None,
@@ -116,8 +124,10 @@ def cluster_up(
         zones=zone_names,
         apply_rate_cap_per_s=rate_cap_per_s,
         balance_above=balance_above,
+        secure=not insecure,
     )
-    click.echo(f"cluster of {nodes} nodes up in {cluster_dir}")
+    security = "without keys (--insecure)" if insecure else f"keys in {cluster_dir / 'keys'}"
+    click.echo(f"cluster of {nodes} nodes up in {cluster_dir}, {security}")
     for node in spec.nodes:
         zone = f"  zone {node.zone}" if node.zone else ""
         click.echo(f"  {node.id}  {node.addr}  pid {node.pid}  token {node.token}{zone}")

@@ -3,15 +3,34 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TypeVar
 
 import click
+
+T = TypeVar("T", str, Path)
+
+
+def choose_keys(_ctx: click.Context, _param: click.Parameter, value: T) -> T:
+    """Before the command opens any socket: its keys are the cluster directory's ``keys/``,
+    else ``$SMR_KEYS``'s, else none (smr.transport.security). Unreadable keys are a usage
+    error naming the file."""
+    from smr.transport.security import KeysError
+    from smr.transport.zeromq import use_keys_of
+
+    try:
+        use_keys_of(value)
+    except KeysError as error:
+        raise click.BadParameter(str(error)) from None
+    return value
+
 
 cluster_dir_option = click.option(
     "--cluster",
     "cluster_dir",
     required=True,
     type=click.Path(file_okay=False, path_type=Path),
-    help="The cluster's directory (holds cluster.json).",
+    callback=choose_keys,
+    help="The cluster's directory (holds cluster.json, and keys/ when it is secured).",
 )
 
 cluster_option = click.option(
@@ -19,7 +38,9 @@ cluster_option = click.option(
     "cluster_arg",
     required=True,
     metavar="DIR|HOST:PORT,...",
-    help="The cluster's directory (holds cluster.json), or seed addresses of its nodes.",
+    callback=choose_keys,
+    help="The cluster's directory (holds cluster.json, and keys/ when it is secured), or seed "
+    "addresses of its nodes (keys: $SMR_KEYS).",
 )
 
 docker_project_option = click.option(

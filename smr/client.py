@@ -44,7 +44,7 @@ from smr.protocol import (
     pack_body,
     unpack_body,
 )
-from smr.transport.zeromq import Outbox, wait_any
+from smr.transport.zeromq import Outbox, keys_hint, wait_any
 
 REQUEST_TIMEOUT_MS_DEFAULT: Final = 2000
 # A node whose address accepts no connection within this is reported unreachable at once,
@@ -139,7 +139,8 @@ class Client:
                     )
                 elif not waiting.sent and now >= connect_deadline:
                     answers[addr] = NodeUnreachable(
-                        f"node at {addr} accepts no connection (nothing listens there)"
+                        f"node at {addr} accepts no connection (nothing listens there; "
+                        f"{keys_hint()})"
                     )
                 elif not waiting.sent:
                     # With IMMEDIATE set, a send fails until the connection is up: retry.

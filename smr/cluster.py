@@ -48,6 +48,8 @@ from smr.spec import (
     read_spec,
     write_spec,
 )
+from smr.transport.security import KEYS_DIR_NAME, init_keys
+from smr.transport.zeromq import use_keys_of
 
 __all__ = [
     "CHECKPOINT_INTERVAL_MS_DEFAULT",
@@ -288,6 +290,7 @@ def up(
     zones: Sequence[str] = (),
     apply_rate_cap_per_s: float | None = None,
     balance_above: float | None = None,
+    secure: bool = True,
 ) -> ClusterSpec:
     """Start a local cluster and return once every node answers a ping (node ``i`` in zone
     ``zones[i % len(zones)]``, see `plan_cluster`).
@@ -295,6 +298,9 @@ def up(
     1. Refuse if ``cluster_dir`` already has running nodes.
     2. Plan ids, addresses and tokens and a new cluster incarnation (the nodes start empty:
        this is a new life of the cluster); write ``cluster.json`` (nodes read it to start).
+       With ``secure``, make the cluster's keys (``DIR/keys``) unless it has them already
+       (clients given them keep working); without, refuse a directory that has keys (its
+       nodes would use them).
     3. Start each node process; record the PIDs in ``cluster.json``.
     4. Ping every node until it answers; if one does not within ``ready_timeout_s`` (or its
        process exits), stop them all and raise ClusterError quoting the node's log.
@@ -321,6 +327,15 @@ def up(
         spec.extra[BALANCE_ABOVE_KEY] = balance_above
     spec.apply_rate_cap_per_s()  # refuse a bad cap or threshold before any node starts
     spec.balance_above()
+    keys_dir = cluster_dir / KEYS_DIR_NAME
+    if secure and not keys_dir.exists():
+        init_keys(cluster_dir)
+    elif not secure and keys_dir.exists():
+        raise ClusterError(
+            f"{keys_dir} exists, so the nodes would require keys: remove it to run without "
+            "security, or leave out --insecure"
+        )
+    use_keys_of(cluster_dir)  # the pings below, as any client of this cluster
     write_spec(cluster_dir, spec)
     # 3.
     for node in spec.nodes:

@@ -39,6 +39,7 @@ import uuid
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from types import TracebackType
 from typing import Any, Final
 
@@ -54,6 +55,8 @@ from smr.client import QUERY_KEYS_MAX, Client, NodeUnreachable, cluster_view
 from smr.emitter import BATCH_SIZE_DEFAULT, LINGER_MS_DEFAULT, WINDOW_BATCHES_DEFAULT, Emitter
 from smr.protocol import OutputReply
 from smr.seeds import ClusterRef
+from smr.transport.security import load_keys
+from smr.transport.zeromq import use_keys, use_keys_of
 from smr.values import EmitError
 
 __all__ = [
@@ -104,9 +107,15 @@ def connect(
     batch_size: int = BATCH_SIZE_DEFAULT,
     window_batches: int = WINDOW_BATCHES_DEFAULT,
     linger_ms: float | None = LINGER_MS_DEFAULT,
+    keys: str | os.PathLike[str] | None = None,
 ) -> Cluster:
     """A connection to ``cluster``: a cluster directory (holding ``cluster.json``), seed
     addresses as ``"host:port,host:port"``, or a list of ``"host:port"``.
+
+    ``keys`` is the folder of keys to reach a secured cluster with (as ``smr keys
+    add-client`` writes one); by default the cluster directory's ``keys/``, else the folder
+    ``$SMR_KEYS`` names, else none. Keys hold for the whole process: every connection of a
+    program uses the last ones chosen.
 
     ``job`` (a :class:`smr.Job` or a ``module:attribute`` reference) gives the ``combine``
     that writes apply; ``mapper_id`` names the stream this program writes (default: a new
@@ -127,6 +136,10 @@ def connect(
         cluster = os.fspath(cluster)
     elif not isinstance(cluster, str):
         cluster = ",".join(cluster)
+    if keys is not None:
+        use_keys(load_keys(Path(keys)))
+    else:
+        use_keys_of(cluster)
     ref = seeds.resolve(cluster, timeout_ms=round(timeout_s * 1000))
     return Cluster(
         ref,

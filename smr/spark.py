@@ -65,6 +65,8 @@ from smr.client import NodeUnreachable, fetch_view
 from smr.emitter import BATCH_SIZE_DEFAULT, WINDOW_BATCHES_DEFAULT, Emitter
 from smr.spark_setup import MASTER_DEFAULT, SparkFeedError
 from smr.spec import read_spec
+from smr.transport.security import Keys, KeysError
+from smr.transport.zeromq import use_keys, use_keys_of
 
 # Seqs of batch b start above b << SEQ_BATCH_SHIFT: room for 2**32 tuples per task.
 SEQ_BATCH_SHIFT: Final = 32
@@ -94,6 +96,9 @@ class FeedSettings:
     arrow: bool = False
     """Tasks get the records as Arrow batches (``mapInArrow``): for a job with
     ``map_batch``, which takes many records at once anyway."""
+    keys: tuple[bytes, bytes, bytes] | None = None
+    """A secured cluster's public key and the driver's client pair, which the workers reach
+    the nodes with (they travel inside Spark's tasks); None: no keys."""
 
 
 @dataclass(frozen=True)
@@ -242,6 +247,10 @@ def feed_settings(
     spec = read_spec(cluster_dir)
     addrs = tuple(spec.seeds)
     try:
+        keys = use_keys_of(cluster_dir)
+    except KeysError as error:
+        raise SparkFeedError(str(error)) from None
+    try:
         fetch_view(addrs)
     except NodeUnreachable as error:
         raise SparkFeedError(f"the cluster in {cluster_dir} is unreachable: {error}") from None
@@ -261,6 +270,9 @@ def feed_settings(
         window_batches=window_batches,
         single_column=single_column,
         arrow=job.map_batch is not None,
+        keys=None
+        if keys is None
+        else (keys.cluster_public, keys.client_public, keys.client_secret),
     )
 
 
@@ -374,6 +386,7 @@ def _worker_job(settings: FeedSettings) -> Job:
 
 def _worker_problem(settings: FeedSettings) -> str | None:
     """Why a task could not feed, or None: the job must import and the cluster answer."""
+    _worker_keys(settings)
     try:
         _worker_job(settings)
     except JobLoadError as error:
@@ -389,9 +402,19 @@ def _worker_problem(settings: FeedSettings) -> str | None:
     return None
 
 
+def _worker_keys(settings: FeedSettings) -> None:
+    """A worker's sockets use the driver's keys (none if the cluster has none)."""
+    if settings.keys is None:
+        use_keys(None)
+        return
+    cluster_public, client_public, client_secret = settings.keys
+    use_keys(Keys(Path("(from the driver)"), cluster_public, client_public, client_secret))
+
+
 def _worker_emitter(settings: FeedSettings) -> tuple[Emitter, Job]:
     cached = _worker_emitters.get(settings)
     if cached is None:
+        _worker_keys(settings)
         job = _worker_job(settings)
         view = fetch_view(settings.addrs)
         emitter = Emitter(

@@ -71,7 +71,7 @@ def serve(
     then asks to join by itself (``NodeSettings.join_after_start_ms``)."""
     import uvloop
 
-    from smr.transport.zeromq import Inbox, Publisher, ZmqNodeLinks
+    from smr.transport.zeromq import Inbox, Publisher, ZmqNodeLinks, stop_security, use_keys_of
 
     logging.basicConfig(
         level=logging.INFO, format=f"%(asctime)s {node_id} %(levelname)s %(message)s"
@@ -82,6 +82,9 @@ def serve(
             spec.nodes.append(newcomer)
         me = spec.node(node_id)
         job = load_job(spec.job)
+        # A cluster with keys (DIR/keys, or $SMR_KEYS): the inbox and the output accept only
+        # its clients, and this node reaches its peers as one.
+        keys = use_keys_of(cluster_dir)
         inbox = Inbox(me.bind_addr)
         publisher = Publisher(me.pub_bind_addr)
     except Exception as error:  # every start-up failure is a one-line, actionable error
@@ -124,7 +127,13 @@ def serve(
         "pub_addr": me.pub_addr,
         "metrics_addr": metrics_addr,
     }
-    log.info("serving on %s (output %s), slot_bits=%d", inbox.addr, publisher.addr, spec.slot_bits)
+    log.info(
+        "serving on %s (output %s), slot_bits=%d, %s",
+        inbox.addr,
+        publisher.addr,
+        spec.slot_bits,
+        f"keys of {keys.directory}" if keys else "without keys",
+    )
     beats = StalledLoopBeats(core, links)
     beats.start()
     try:
@@ -136,6 +145,7 @@ def serve(
         inbox.close()
         publisher.close()
         zmq_links.close()
+        stop_security()
     log.info("stopped cleanly")
     return 0
 

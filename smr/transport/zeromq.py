@@ -1,5 +1,6 @@
-"""ZeroMQ sockets, wrapped: the only module of smr that imports ``zmq``; the real implementation
-of the interfaces in :mod:`smr.transport`.
+"""ZeroMQ sockets, wrapped: with :mod:`smr.transport.security` (the keys), the only module of
+smr that imports ``zmq``; the real implementation of the interfaces in :mod:`smr.transport`.
+Every socket takes this process's keys, if it has any (:func:`use_keys`).
 
 Three endpoint kinds cover every conversation:
 
@@ -18,14 +19,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Final
 
 import zmq
+from zmq.auth.thread import ThreadAuthenticator
 from zmq.utils.monitor import recv_monitor_message
 
 from ring.ids import NodeId
 from smr.transport import ChannelEnd, TransportError
+from smr.transport.security import KEYS_ENV, Keys, keys_for
 
 # Socket queue bounds in messages. A mapper never has more than its window in flight per
 # node, so the send bound only matters when a node is unreachable; the receive bound is the
@@ -36,6 +41,92 @@ RECEIVE_QUEUE_MESSAGES_MAX: Final = 1000
 
 def _context() -> zmq.Context[zmq.Socket[bytes]]:
     return zmq.Context.instance()
+
+
+# The keys this process's sockets use (smr.transport.security), chosen once per process
+# before its first socket: by use_keys, else from $SMR_KEYS at the first socket.
+_keys: Keys | None = None
+_keys_chosen = False
+_authenticator: ThreadAuthenticator | None = None
+
+
+def use_keys(keys: Keys | None) -> None:
+    """Every socket this process opens from now on uses ``keys`` (None: no security): a
+    bound socket serves with the cluster's key pair and accepts only the clients in
+    ``keys.clients_dir`` (ZAP); a connected one checks the node by the cluster's public key
+    and shows its client pair. Call it before the first socket; sockets already open keep
+    what they had."""
+    global _keys, _keys_chosen
+    _keys, _keys_chosen = keys, True
+
+
+def use_keys_of(cluster: str | Path | None) -> Keys | None:
+    """Choose this process's keys for the cluster ``cluster`` names, and return them: for a
+    directory, as :func:`smr.transport.security.keys_for` finds them (its ``keys/``, else
+    ``$SMR_KEYS``, else none); for seed addresses or None, ``$SMR_KEYS``'s if set, else the
+    keys this process chose already (a program that started a cluster, then reaches it by
+    its addresses). KeysError if the keys found are unreadable."""
+    path = Path(cluster) if cluster is not None else None
+    if path is not None and path.is_dir():
+        use_keys(keys_for(path))
+    elif os.environ.get(KEYS_ENV) or not _keys_chosen:
+        use_keys(keys_for(None))
+    return _keys
+
+
+def keys_hint() -> str:
+    """For an error about a node that takes no connection: which keys this process showed
+    (a secured node completes no handshake with a process without its keys)."""
+    keys = _current_keys()
+    if keys is None:
+        return f"this process has no keys: a secured cluster's are in DIR/keys or ${KEYS_ENV}"
+    return f"or it refused this process's keys, from {keys.directory}"
+
+
+def _current_keys() -> Keys | None:
+    if not _keys_chosen:
+        use_keys(keys_for(None))
+    return _keys
+
+
+def _serve_securely(socket: zmq.Socket[bytes]) -> None:
+    """A bound socket: CURVE server with the cluster's pair, clients checked by ZAP."""
+    global _authenticator
+    keys = _current_keys()
+    if keys is None:
+        return
+    if keys.cluster_secret is None:
+        raise TransportError(
+            f"{keys.directory} holds only the cluster's public key: a node needs the "
+            "cluster's own keys folder (cluster.key_secret)"
+        )
+    if _authenticator is None:
+        # ZAP: the nodes' sockets accept a CURVE client only if its public key is one of
+        # the accepted clients' (a handshake with any other fails, nothing is delivered).
+        _authenticator = ThreadAuthenticator(_context())
+        _authenticator.start()
+        _authenticator.configure_curve(domain="*", location=str(keys.clients_dir))
+    socket.curve_secretkey = keys.cluster_secret
+    socket.curve_publickey = keys.cluster_public
+    socket.curve_server = True
+
+
+def _connect_securely(socket: zmq.Socket[bytes]) -> None:
+    """A connected socket: CURVE client of the cluster's key, with this process's pair."""
+    keys = _current_keys()
+    if keys is None:
+        return
+    socket.curve_serverkey = keys.cluster_public
+    socket.curve_publickey = keys.client_public
+    socket.curve_secretkey = keys.client_secret
+
+
+def stop_security() -> None:
+    """Stop the ZAP thread, if this process started one (a node, before it exits)."""
+    global _authenticator
+    if _authenticator is not None:
+        _authenticator.stop()
+        _authenticator = None
 
 
 class Inbox:
@@ -49,6 +140,7 @@ class Inbox:
         # Unroutable replies raise instead of vanishing, so they can be counted.
         self._socket.setsockopt(zmq.ROUTER_MANDATORY, 1)
         try:
+            _serve_securely(self._socket)
             self._socket.bind(bind_addr)
         except zmq.ZMQError as error:
             self._socket.close()
@@ -121,6 +213,7 @@ class Outbox:
         self._socket.setsockopt(zmq.RECONNECT_IVL_MAX, 1000)
         self._monitor: zmq.Socket[bytes] | None = None
         try:
+            _connect_securely(self._socket)
             self._socket.connect(addr)
         except zmq.ZMQError as error:
             self._socket.close()
@@ -185,6 +278,7 @@ class Publisher:
         self._socket.setsockopt(zmq.LINGER, 0)
         self._socket.setsockopt(zmq.SNDHWM, SEND_QUEUE_MESSAGES_MAX)
         try:
+            _serve_securely(self._socket)
             self._socket.bind(bind_addr)
         except zmq.ZMQError as error:
             self._socket.close()
@@ -209,6 +303,7 @@ class Subscriber:
         self._socket = _context().socket(zmq.SUB)
         self._socket.setsockopt(zmq.LINGER, 0)
         self._socket.setsockopt(zmq.SUBSCRIBE, b"")
+        _connect_securely(self._socket)
         for addr in addrs:
             try:
                 self._socket.connect(addr)

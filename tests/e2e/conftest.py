@@ -19,6 +19,10 @@ from typing import Any
 
 import psutil
 import pytest
+import zmq
+
+from smr.transport.security import load_keys
+from smr.transport.zeromq import use_keys_of
 
 REPO = Path(__file__).resolve().parents[2]
 SHARED_TEXT = REPO.parent / "shared" / "data" / "text"
@@ -68,6 +72,9 @@ class Cluster:
     def smr(
         self, *args: str, check: bool = True, input_text: str | None = None, timeout_s: float = 120
     ) -> subprocess.CompletedProcess[str]:
+        # A command given the cluster by its seeds finds the keys as a user's does.
+        keys = self.dir / "keys"
+        env = {**os.environ, "SMR_KEYS": str(keys)} if keys.is_dir() else None
         result = subprocess.run(
             [sys.executable, "-m", "smr", *args],
             capture_output=True,
@@ -75,6 +82,7 @@ class Cluster:
             cwd=REPO,
             input=input_text,
             timeout=timeout_s,
+            env=env,
         )
         if check and result.returncode != 0:
             raise AssertionError(
@@ -87,6 +95,21 @@ class Cluster:
         self.smr(
             "cluster", "up", "--dir", str(self.dir), "--nodes", str(nodes), "--job", job, *extra
         )
+        # This test process talks to the nodes too (Client, smr.connect): with their keys.
+        use_keys_of(self.dir)
+
+    def raw_dealer(self, addr: str) -> zmq.Socket[bytes]:
+        """A bare DEALER to a node, holding the cluster's client keys (if it has keys): for
+        sending frames no client would. Close it."""
+        dealer = zmq.Context.instance().socket(zmq.DEALER)
+        dealer.setsockopt(zmq.LINGER, 5000)
+        if (self.dir / "keys").is_dir():
+            keys = load_keys(self.dir / "keys")
+            dealer.curve_serverkey = keys.cluster_public
+            dealer.curve_publickey = keys.client_public
+            dealer.curve_secretkey = keys.client_secret
+        dealer.connect(addr)
+        return dealer
 
     def feed(
         self,

@@ -21,9 +21,10 @@ import pathlib, random, sys
 import zmq
 from bench.fuzz_decoders import mutate, rewrite_header, seed_frames
 from smr.protocol import FrameError, decode
+from smr.transport.security import load_keys
 from smr.wire import Kind
 
-addr, stop_file = sys.argv[1], pathlib.Path(sys.argv[2])
+addr, stop_file, keys_dir = sys.argv[1], pathlib.Path(sys.argv[2]), pathlib.Path(sys.argv[3])
 rng = random.Random(11)
 seeds = seed_frames(rng)
 garbage = []
@@ -44,6 +45,11 @@ while len(garbage) < 5000:
 context = zmq.Context()
 sender = context.socket(zmq.DEALER)
 sender.setsockopt(zmq.LINGER, 10_000)
+# A key holder: hostile input from a process the cluster accepts.
+keys = load_keys(keys_dir)
+sender.curve_serverkey = keys.cluster_public
+sender.curve_publickey = keys.client_public
+sender.curve_secretkey = keys.client_secret
 sender.connect(addr)
 sent = 0
 while not stop_file.exists():
@@ -64,8 +70,9 @@ def test_garbage_at_full_speed_during_a_feed_is_counted_and_costs_nothing(
     cluster.up(3, "examples.wordcount:job", "--replication", "1")
     target = cluster.spec()["nodes"][0]
     stop_file = cluster.dir / "stop-garbage"
+    keys = cluster.dir / "keys"
     garbage = subprocess.Popen(
-        [sys.executable, "-c", GARBAGE_SENDER, target["addr"], str(stop_file)],
+        [sys.executable, "-c", GARBAGE_SENDER, target["addr"], str(stop_file), str(keys)],
         cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

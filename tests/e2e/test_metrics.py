@@ -10,7 +10,6 @@ import time
 import urllib.request
 
 import pytest
-import zmq
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.e2e.conftest import EXAMPLE_BOOKS, Cluster, word_counts
@@ -64,14 +63,10 @@ def test_metrics_agree_with_the_state_a_feed_left(cluster: Cluster) -> None:
 
     # Frames no decoder takes are counted, one each.
     before = scrape(nodes[0]["metrics_addr"])[("smr_bad_frames_total", ())]
-    context = zmq.Context()
-    sender = context.socket(zmq.DEALER)
-    sender.setsockopt(zmq.LINGER, 5000)
-    sender.connect(nodes[0]["addr"])
+    sender = cluster.raw_dealer(nodes[0]["addr"])
     for index in range(40):
         sender.send(b"\xee not a message " + bytes([index]))
     sender.close()
-    context.term()
     deadline = time.monotonic() + 10
     while (now := scrape(nodes[0]["metrics_addr"])[("smr_bad_frames_total", ())]) < before + 40:
         assert time.monotonic() < deadline, (before, now)

@@ -8,7 +8,6 @@ import time
 
 import psutil
 import pytest
-import zmq
 
 from tests.e2e.conftest import EXAMPLE_BOOKS, REPO, Cluster, shared_books, word_counts
 
@@ -83,10 +82,7 @@ def test_map_that_raises_drops_that_record_only_and_exits_1(cluster: Cluster, tm
 def test_node_survives_random_frames_and_counts_them(cluster: Cluster) -> None:
     cluster.up(2)
     addr = cluster.spec()["nodes"][0]["addr"]
-    context = zmq.Context.instance()
-    junk = context.socket(zmq.DEALER)
-    junk.setsockopt(zmq.LINGER, 0)
-    junk.connect(addr)
+    junk = cluster.raw_dealer(addr)
     rng = __import__("random").Random(7)
     for _ in range(300):
         frames = [rng.randbytes(rng.randint(0, 60)) for _ in range(rng.randint(1, 4))]
