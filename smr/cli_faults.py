@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 import click
 
 from smr.chaos import load_schedule, play
+from smr.cli_options import choose_keys
 from smr.fault_backends import (
     FaultBackend,
     FaultLog,
@@ -39,7 +40,8 @@ def _target_options(command: F) -> F:
         "--cluster",
         "cluster_dir",
         type=click.Path(file_okay=False, path_type=Path),
-        help="A local cluster's directory (holds cluster.json).",
+        callback=choose_keys,
+        help="A local cluster's directory (holds cluster.json, and keys/ when it is secured).",
     )
     @click.option(
         "--docker-project",

@@ -7,7 +7,7 @@ from typing import TypeVar
 
 import click
 
-T = TypeVar("T", str, Path)
+T = TypeVar("T", str, Path, None)
 
 
 def choose_keys(_ctx: click.Context, _param: click.Parameter, value: T) -> T:

@@ -263,6 +263,7 @@ class Control:
             # (a stalled peer's own status cannot answer: this shows it busy or stuck).
             "peers": {peer: load.report(now) for peer, load in node.membership.peer_load.items()},
             **vars(node.counters),
+            **node.transport_counters(),
         }
 
 

@@ -131,6 +131,9 @@ class NodeCore:
         # What the node process started from, for clients that know only a seed address
         # (``smr.client.spec_from_seeds``): the cluster spec as JSON and the output's address.
         self.cluster_info: dict[str, Any] = {}
+        # What the process's transport counts beside the node (refused handshakes), for
+        # status; the node process sets it (smr.node.loop).
+        self.transport_counters: Callable[[], dict[str, int]] = dict
         self.clock = clock
         self._links = links
         self._frame_bytes_max = frame_bytes_max

@@ -71,7 +71,14 @@ def serve(
     then asks to join by itself (``NodeSettings.join_after_start_ms``)."""
     import uvloop
 
-    from smr.transport.zeromq import Inbox, Publisher, ZmqNodeLinks, stop_security, use_keys_of
+    from smr.transport.zeromq import (
+        Inbox,
+        Publisher,
+        ZmqNodeLinks,
+        handshakes_refused,
+        stop_security,
+        use_keys_of,
+    )
 
     logging.basicConfig(
         level=logging.INFO, format=f"%(asctime)s {node_id} %(levelname)s %(message)s"
@@ -122,6 +129,7 @@ def serve(
             publisher.close()
             zmq_links.close()
             return 2
+    core.transport_counters = lambda: {"handshakes_refused": handshakes_refused()}
     core.cluster_info = {
         "cluster": spec_to_json(spec),
         "pub_addr": me.pub_addr,

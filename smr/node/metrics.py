@@ -59,6 +59,7 @@ COUNTERS: Final[tuple[tuple[str, str, str], ...]] = (
     ("smr_replies_dropped", "replies_dropped", "Replies that could not be sent."),
     ("smr_fenced", "fenced", "Times this node was declared dead while alive."),
     ("smr_suspicions", "suspicions", "Suspicions of a peer this node began."),
+    ("smr_handshakes_refused", "handshakes_refused", "Connections refused: key not accepted."),
     ("smr_apply", "apply_seconds", "Seconds spent in apply turns."),
 )
 """The plain counters: one status key each (``apply_seconds`` is a float)."""

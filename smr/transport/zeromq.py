@@ -43,6 +43,26 @@ def _context() -> zmq.Context[zmq.Socket[bytes]]:
     return zmq.Context.instance()
 
 
+class _CountingAuthenticator(ThreadAuthenticator):
+    """pyzmq's ZAP handler, counting the handshakes it refuses (a key not accepted), so that
+    a process knocking without the keys shows in the node's status and metrics."""
+
+    refused = 0
+
+    def _send_zap_reply(
+        self, request_id: bytes, status_code: bytes, status_text: bytes, user_id: str = ""
+    ) -> None:
+        # Every ZAP answer goes through here (pyzmq's Authenticator); 200 is the only yes.
+        if status_code != b"200":
+            _CountingAuthenticator.refused += 1
+        super()._send_zap_reply(request_id, status_code, status_text, user_id or "anonymous")
+
+
+def handshakes_refused() -> int:
+    """Handshakes this process's ZAP handler refused since it started (0 without keys)."""
+    return _CountingAuthenticator.refused
+
+
 # The keys this process's sockets use (smr.transport.security), chosen once per process
 # before its first socket: by use_keys, else from $SMR_KEYS at the first socket.
 _keys: Keys | None = None
@@ -103,7 +123,7 @@ def _serve_securely(socket: zmq.Socket[bytes]) -> None:
     if _authenticator is None:
         # ZAP: the nodes' sockets accept a CURVE client only if its public key is one of
         # the accepted clients' (a handshake with any other fails, nothing is delivered).
-        _authenticator = ThreadAuthenticator(_context())
+        _authenticator = _CountingAuthenticator(_context())
         _authenticator.start()
         _authenticator.configure_curve(domain="*", location=str(keys.clients_dir))
     socket.curve_secretkey = keys.cluster_secret

@@ -5,12 +5,14 @@ feed, dump, query, join, or send fault or move commands; what it tries changes n
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+import zmq.auth
 
 from smr.cluster import _free_port as free_port
 from smr.protocol import (
@@ -98,9 +100,15 @@ def test_only_key_holders_reach_a_cluster_and_others_change_nothing(
     seed = nodes[0]["addr"].removeprefix("tcp://")
     other = tmp_path / "other"
     subprocess.run([sys.executable, "-m", "smr", "keys", "init", str(other)], cwd=REPO, check=True)
+    # The cluster's public key (public, as its name says) with a client pair of its own.
+    knows_public = tmp_path / "knows-public"
+    knows_public.mkdir()
+    zmq.auth.create_certificates(knows_public, "client")
+    shutil.copy(keys / "cluster.key", knows_public / "cluster.key")
     outsiders = {
         "no keys": env_without_keys(),
         "another cluster's keys": env_without_keys(SMR_KEYS=str(other / "keys")),
+        "an unknown client key": env_without_keys(SMR_KEYS=str(knows_public)),
     }
     book = EXAMPLE_BOOKS[1]
     for who, env in outsiders.items():
@@ -127,6 +135,9 @@ def test_only_key_holders_reach_a_cluster_and_others_change_nothing(
     answered = smr_as(holder, "status", "--cluster", seed)
     assert answered.returncode == 0, answered.stderr
     after = cluster.status()
+    # The outsider with the right cluster key but a client key of its own reached the ZAP
+    # check of the first node and was refused there: counted, not silent.
+    assert after["n0"]["handshakes_refused"] > before["n0"]["handshakes_refused"]
     for node, row in after.items():
         # Nothing an outsider sent reached a node: no frame was even counted as bad.
         assert row["bad_frames"] == before[node]["bad_frames"] == 0
