@@ -56,13 +56,17 @@ COMPOSE := $(BIN)/docker-compose -f compose/docker-compose.yml
 image: $(STAMP)
 	compose/build-image.sh $(BIN)/python
 
-compose-up: image
+# The compose ring's keys, made once (compose/keys is never committed).
+compose/keys: $(STAMP)
+	$(BIN)/smr keys init compose
+
+compose-up: image compose/keys
 	$(COMPOSE) up -d --wait
 
 compose-down: $(STAMP)
 	$(COMPOSE) --profile '*' down -v --remove-orphans
 
-test-compose: image
+test-compose: image compose/keys
 	$(BIN)/python -m pytest -q -m compose
 
 # Each script also runs alone; results (JSON and PNG) go to bench/results/.

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from smr.transport.security import init_keys
 from tests.e2e.conftest import EXAMPLE_BOOKS, word_counts
 
 pytestmark = pytest.mark.compose
@@ -28,6 +29,8 @@ pytestmark = pytest.mark.compose
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = REPO / "compose" / "docker-compose.yml"
 COMPOSE_BIN = Path(sys.executable).parent / "docker-compose"
+# The ring's keys: mounted into its containers; a process on the host uses them by SMR_KEYS.
+KEYS = REPO / "compose" / "keys"
 # The books as the image holds them (compose/build-image.sh copies examples/ into /app).
 BOOKS_IN_IMAGE = [f"examples/data/{Path(book).name}" for book in EXAMPLE_BOOKS]
 
@@ -111,6 +114,8 @@ def project() -> Iterator[Project]:
     assert docker.returncode == 0, f"these tests need a running Docker engine: {docker.stderr}"
     image = subprocess.run(["docker", "image", "inspect", "smr:latest"], capture_output=True)
     assert image.returncode == 0, "no smr:latest image: run 'make image' (make test-compose does)"
+    if not KEYS.is_dir():  # the ring's keys, as make compose-up makes them
+        init_keys(KEYS.parent)
     project = Project()
     try:
         started = time.monotonic()

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import subprocess
 import sys
 import time
@@ -24,7 +25,7 @@ from typing import Any
 import pytest
 
 from tests.compose import test_compose
-from tests.compose.test_compose import REPO, Project
+from tests.compose.test_compose import KEYS, REPO, Project
 from tests.e2e.conftest import EXAMPLE_BOOKS, JOB, word_counts
 
 pytestmark = pytest.mark.compose
@@ -130,6 +131,7 @@ def test_a_chaos_schedule_of_real_network_faults_loses_nothing(
             text=True,
             cwd=REPO,
             timeout=120,
+            env={**os.environ, "SMR_KEYS": str(KEYS)},
         )  # fmt: skip
         assert played.returncode == 0, f"{played.stdout}\n{played.stderr}"
         fed_through_every_fault = feed.poll() is None
