@@ -128,6 +128,7 @@ def serve(
             inbox.close()
             publisher.close()
             zmq_links.close()
+            stop_security()
             return 2
     core.transport_counters = lambda: {"handshakes_refused": handshakes_refused()}
     core.cluster_info = {

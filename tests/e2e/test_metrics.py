@@ -6,13 +6,17 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
+import subprocess
+import sys
 import time
 import urllib.request
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.e2e.conftest import EXAMPLE_BOOKS, Cluster, word_counts
+from smr.cluster import _free_port as free_port
+from tests.e2e.conftest import EXAMPLE_BOOKS, REPO, Cluster, word_counts
 from tests.e2e.jobs import SLOW_CALL_S
 
 pytestmark = pytest.mark.e2e
@@ -121,3 +125,24 @@ def test_a_node_held_by_a_slow_reduce_call_is_still_scraped(cluster: Cluster) ->
     assert stalled_max >= 1.0, f"no scrape saw a held loop (max stall {stalled_max:.2f} s)"
     assert SLOW_CALL_S >= 2.0
     assert cluster.counts() == word_counts(EXAMPLE_BOOKS[:1])
+
+
+def test_a_node_whose_metrics_port_is_taken_says_so_and_exits_2(cluster: Cluster) -> None:
+    cluster.up(2, "examples.wordcount:job", "--replication", "1")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        busy = taken.getsockname()[1]
+        node = subprocess.run(
+            [
+                sys.executable, "-m", "smr", "node", "--cluster", str(cluster.dir), "--id",
+                "extra", "--port", str(free_port(set())), "--advertise", "127.0.0.1",
+                "--metrics-port", str(busy),
+            ],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )  # fmt: skip
+    assert node.returncode == 2, node.stderr
+    assert f"cannot start: metrics on 0.0.0.0:{busy}" in node.stderr, node.stderr
