@@ -48,6 +48,7 @@ from bench.common import (
     spread,
     stream_counts,
     versions,
+    write_words_text,
 )
 from bench.harness import dump_counts, feeder_process, local_cluster, pyplot, write_report
 from bench.latency import paced_feeder, percentiles
@@ -75,13 +76,6 @@ PROGRAM = textwrap.dedent(
         c.flush()
     """
 )
-
-
-def _write_text(words: Sequence[str], path: Path) -> None:
-    """``words`` as lines of ``WORDS_PER_LINE`` words: the input both writers read."""
-    with path.open("w", encoding="utf-8") as out:
-        for start in range(0, len(words), WORDS_PER_LINE):
-            out.write(" ".join(words[start : start + WORDS_PER_LINE]) + "\n")
 
 
 def _timed(command: list[str]) -> float:
@@ -286,7 +280,7 @@ def main() -> None:
     words = load_words(args.words)
     with tempfile.TemporaryDirectory(prefix="smr-bench-client-") as workdir:
         text = Path(workdir) / "words.txt"
-        _write_text(words, text)
+        write_words_text(words, text, WORDS_PER_LINE)
         print(f"writers ({len(words):,} words, {args.runs} runs each):", flush=True)
         writers = compare_writers(words, text, args.runs)
     for mode, entry in writers.items():

@@ -182,3 +182,11 @@ def check_counts(dumped: dict[Any, int], expected: dict[Any, int]) -> dict[str, 
             for k in (missing + extra + wrong)[:5]
         ],
     }
+
+
+def write_words_text(words: Sequence[str], path: Path, words_per_line: int = 10) -> None:
+    """``words`` as a text file of ``words_per_line`` words to a line: an input ``smr feed``
+    and a job's map read back as the same words."""
+    with path.open("w", encoding="utf-8") as out:
+        for start in range(0, len(words), words_per_line):
+            out.write(" ".join(words[start : start + words_per_line]) + "\n")

@@ -38,6 +38,7 @@ from bench.common import (
     spread,
     stream_counts,
     versions,
+    write_words_text,
 )
 from bench.harness import dump_counts, pyplot, write_report
 from smr.spec import read_spec
@@ -149,9 +150,7 @@ def run(runs: int, words_count: int) -> dict[str, Any]:
     expected = dict(stream_counts(words, len(words)))
     with tempfile.TemporaryDirectory(prefix="smr-bench-text-") as textdir:
         text = Path(textdir) / "words.txt"
-        with text.open("w", encoding="utf-8") as out:
-            for start in range(0, len(words), WORDS_PER_LINE):
-                out.write(" ".join(words[start : start + WORDS_PER_LINE]) + "\n")
+        write_words_text(words, text, WORDS_PER_LINE)
         modes: dict[str, Any] = {}
         for combine in (False, True):
             kinds = {"keys": (True, False), "insecure": (False, False), "outsider": (True, True)}
