@@ -150,6 +150,11 @@ class StateStore:
             result.update(hwm_of_slot)
         return result
 
+    def hwm_entries(self) -> int:
+        """How many ``(mapper, slot)`` high-water marks the store holds: its dedup memory,
+        which grows with every mapper that ever wrote to it."""
+        return sum(len(hwm_of_slot) for hwm_of_slot in self._hwm.values())
+
     def hwm(self, mapper: MapperId, slot: Slot) -> Seq:
         """The highest seq of ``mapper`` applied to ``slot``; 0 if none."""
         hwm_of_slot = self._hwm.get(mapper)

@@ -242,6 +242,8 @@ class Control:
             "one_zone_ranges": one_zone_ranges(node.ring, node.settings.replication),
             "secondaries": list(node.secondaries),
             "backup_bytes": node.replication.backup_bytes,
+            # Dedup memory: one entry per (mapper, slot) ever written, here and in copies.
+            "hwm_entries": node.store.hwm_entries() + node.replication.hwm_entries(),
             "under_replicated_slots": node.under_replicated_slots(),
             "snapshot_stall_ms_max": round(node.snapshots.stall_ms_max, 3),
             "snapshot_stall_s_max": node.snapshots.stall_ms_max / 1000,

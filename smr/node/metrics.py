@@ -87,6 +87,7 @@ GAUGES: Final[tuple[tuple[str, str, str], ...]] = (
     ("smr_slots_under_replicated", "under_replicated_slots", "Own slots with < r copies."),
     ("smr_slots_offline", "offline_slots", "Slots lost and not yet accepted or restored."),
     ("smr_backup_bytes", "backup_bytes", "Raw batch bytes held for primaries."),
+    ("smr_hwm_entries", "hwm_entries", "(mapper, slot) high-water marks held (dedup memory)."),
     ("smr_view_epoch", "epoch", "The epoch of this node's view of the ring."),
     ("smr_apply_tuples_per_second", "tuples_per_s", "Tuples applied per second, decayed."),
     ("smr_utilization_ratio", "utilization", "Share of the node's capacity in use, 0 to 1."),

@@ -121,6 +121,16 @@ class Replication:
         """Raw batch bytes held for all primaries together."""
         return sum(b.bytes_held for b in self.backups.values())
 
+    def hwm_entries(self) -> int:
+        """The ``(mapper, slot)`` high-water marks the copies held here keep (replicas,
+        orphans, incoming move copies)."""
+        replicas = [
+            *self.replicas.values(),
+            *(orphan.replica for orphan in self.orphans.values()),
+            *(copy.replica for copy in self.incoming.values()),
+        ]
+        return sum(replica.store.hwm_entries() for replica in replicas)
+
     # -- secondary: tuple backup and replicas -----------------------------------------------
 
     def back_up(

@@ -15,6 +15,7 @@ import urllib.request
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from ring.hashing import slot_of
 from smr.cluster import _free_port as free_port
 from tests.e2e.conftest import EXAMPLE_BOOKS, REPO, Cluster, word_counts
 from tests.e2e.jobs import SLOW_CALL_S
@@ -60,6 +61,15 @@ def test_metrics_agree_with_the_state_a_feed_left(cluster: Cluster) -> None:
     assert total(scrapes, "smr_tuples_duplicate_total") == 0
     assert total(scrapes, "smr_checkpoint_sent_bytes_total") > 0
     assert total(scrapes, "smr_backup_batches_total") == total(scrapes, "smr_batches_applied_total")
+    # One mapper fed: each slot it touched has one high-water mark at its primary and, once
+    # the next checkpoint (every second) has carried it, one in its secondary's copy.
+    touched = {slot_of(word, 14) for word in expected}
+    deadline = time.monotonic() + 10
+    while (entries := total([scrape(n["metrics_addr"]) for n in nodes], "smr_hwm_entries")) != (
+        2 * len(touched)
+    ):
+        assert time.monotonic() < deadline, (entries, 2 * len(touched))
+        time.sleep(0.2)
     for samples in scrapes:
         assert samples[("smr_node_info", (("role", "serving"), ("zone", "")))] == 1
         assert samples[("process_resident_memory_bytes", ())] > 0
