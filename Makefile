@@ -75,6 +75,8 @@ bench: $(STAMP)
 	$(BIN)/python bench/checkpoint.py
 	$(BIN)/python bench/recovery.py
 	$(BIN)/python bench/soak.py
+	$(BIN)/python bench/soak.py --seconds 600 --fault-every-s 60
+	$(BIN)/python bench/hwm_growth.py
 	$(BIN)/python bench/spark_baselines.py throughput
 	$(BIN)/python bench/spark_throughput.py
 	$(BIN)/python bench/spark_batch_size.py

@@ -293,6 +293,34 @@ def security_section(report: dict[str, Any] | None) -> list[str]:
     return [*lines, ""]
 
 
+def hwm_growth_section(report: dict[str, Any] | None) -> list[str]:
+    """Dedup memory against short feeds (``bench/hwm_growth.py``)."""
+    lines = ["## Dedup memory against short feeds", ""]
+    if report is None:
+        return [*lines, "Not run (`python bench/hwm_growth.py`).", ""]
+    first, last = report["samples"][1], report["samples"][-1]
+    lines += [
+        f"{_n(report['feeds'])} short feeds in a row into {report['nodes']} nodes, "
+        f"r = {report['replication']}, each a new connection (a new mapper id) writing "
+        f"{report['words_per_feed']} words of the books and flushing; the nodes' `hwm_entries` "
+        f"and RSS, summed. Mapper ids are not retired yet: this is what that costs. "
+        f"Machine: {_machine_line(report)}.",
+        "",
+        "| after feeds | hwm entries | RSS of the nodes |",
+        "|---|---|---|",
+        f"| {_n(first['feeds'])} | {_n(first['hwm_entries'])} | "
+        f"{first['rss_bytes'] / 2**20:.0f} MiB |",
+        f"| {_n(last['feeds'])} | {_n(last['hwm_entries'])} | "
+        f"{last['rss_bytes'] / 2**20:.0f} MiB |",
+        "",
+        f"{report['hwm_entries_per_feed']:.0f} entries per feed; RSS "
+        f"{report['rss_growth']:+.0%} from the first sample to the last; counts exact: "
+        f"{'yes' if report['check']['exact'] else 'NO'}.",
+        "",
+    ]
+    return lines
+
+
 def soak_faults_section(report: dict[str, Any] | None) -> list[str]:
     """The soak with faults (``bench/soak.py --fault-every-s``): the ring's memory over a long
     full-rate feed that loses and gains a node every period, and the exact counts."""
@@ -565,6 +593,7 @@ def render(results: Path) -> str:
     lines += recovery_sections(_load(results, "spark_recovery"))
     lines += rebalance_section(_load(results, "rebalance"))
     lines += soak_faults_section(_load(results, "soak_faults"))
+    lines += hwm_growth_section(_load(results, "hwm_growth"))
     lines += autoscale_section(_load(results, "autoscale_model"))
     lines += autoscale_live_section(_load(results, "autoscale_live"))
     lines += autoscale_live_section(
