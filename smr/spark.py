@@ -42,7 +42,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from itertools import chain
 from pathlib import Path
@@ -96,9 +96,10 @@ class FeedSettings:
     arrow: bool = False
     """Tasks get the records as Arrow batches (``mapInArrow``): for a job with
     ``map_batch``, which takes many records at once anyway."""
-    keys: tuple[bytes, bytes, bytes] | None = None
+    keys: tuple[bytes, bytes, bytes] | None = field(default=None, repr=False)
     """A secured cluster's public key and the driver's client pair, which the workers reach
-    the nodes with (they travel inside Spark's tasks); None: no keys."""
+    the nodes with (they travel inside Spark's tasks, and never into a repr); None: no
+    keys."""
 
 
 @dataclass(frozen=True)
@@ -270,9 +271,7 @@ def feed_settings(
         window_batches=window_batches,
         single_column=single_column,
         arrow=job.map_batch is not None,
-        keys=None
-        if keys is None
-        else (keys.cluster_public, keys.client_public, keys.client_secret),
+        keys=None if keys is None else keys.client_material(),
     )
 
 

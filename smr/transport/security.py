@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
@@ -44,13 +44,14 @@ class KeysError(Exception):
 @dataclass(frozen=True)
 class Keys:
     """The keys one process uses: the cluster's public key (to check the nodes), its own
-    client pair, and, on a node, the cluster's secret key and the accepted clients."""
+    client pair, and, on a node, the cluster's secret key and the accepted clients. Secrets
+    never show in a repr (a log line, a traceback)."""
 
     directory: Path
     cluster_public: bytes
     client_public: bytes
-    client_secret: bytes
-    cluster_secret: bytes | None = None
+    client_secret: bytes = field(repr=False)
+    cluster_secret: bytes | None = field(default=None, repr=False)
     """Only where ``cluster.key_secret`` is present (a cluster's own directory)."""
 
     def client_material(self) -> tuple[bytes, bytes, bytes]:

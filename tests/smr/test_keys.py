@@ -25,6 +25,9 @@ def test_init_writes_a_cluster_pair_and_an_accepted_client_with_private_secrets(
         assert secret.stat().st_mode & 0o077 == 0, secret
     with pytest.raises(KeysError, match="never replaced"):
         init_keys(tmp_path)
+    assert keys.client_secret.decode() not in repr(keys)  # never into a log line
+    assert keys.cluster_secret is not None
+    assert keys.cluster_secret.decode() not in repr(keys)
 
 
 def test_an_added_client_gets_its_pair_and_the_cluster_public_key_only(tmp_path: Path) -> None:
