@@ -92,8 +92,9 @@ def add_client(cluster_dir: Path, name: str, out_dir: Path) -> Path:
     accepted = directory / CLIENTS_DIR / f"{name}.key"
     if accepted.exists():
         raise KeysError(f"a client named {name!r} exists already ({accepted})")
-    out_dir.mkdir(parents=True, exist_ok=True)
-    os.chmod(out_dir, 0o700)
+    if not out_dir.exists():
+        out_dir.mkdir(parents=True)
+        os.chmod(out_dir, 0o700)  # a folder of our own (the secret file is 0600 anyway)
     for existing in (f"{CLIENT_KEY}.key", f"{CLIENT_KEY}.key_secret"):
         if (out_dir / existing).exists():
             raise KeysError(f"{out_dir / existing} exists: keys are never replaced")
