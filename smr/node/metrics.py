@@ -60,7 +60,7 @@ COUNTERS: Final[tuple[tuple[str, str, str], ...]] = (
     ("smr_fenced", "fenced", "Times this node was declared dead while alive."),
     ("smr_suspicions", "suspicions", "Suspicions of a peer this node began."),
     ("smr_handshakes_refused", "handshakes_refused", "Connections refused: key not accepted."),
-    ("smr_apply", "apply_seconds", "Seconds spent in apply turns."),
+    ("smr_apply_seconds", "apply_seconds", "Seconds spent in apply turns."),
 )
 """The plain counters: one status key each (``apply_seconds`` is a float)."""
 
@@ -106,8 +106,7 @@ def families(status: dict[str, Any], status_age_s: float, stalled_s: float) -> l
     out: list[Metric] = []
     for name, key, help_text in COUNTERS:
         if key in status:
-            unit_name = f"{name}_seconds" if key == "apply_seconds" else name
-            counter = CounterMetricFamily(unit_name, help_text, labels=["node"])
+            counter = CounterMetricFamily(name, help_text, labels=["node"])
             counter.add_metric([node], float(status[key]))
             out.append(counter)
     for family, label, table, help_text in (
