@@ -12,8 +12,20 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.report_format import fmt_machine, fmt_ms, fmt_n, fmt_ratio, fmt_spread
+from bench.report_ops import (
+    client_section,
+    fuzz_section,
+    hwm_growth_section,
+    security_section,
+    soak_faults_section,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results"
@@ -25,58 +37,6 @@ def _load(results: Path, name: str) -> dict[str, Any] | None:
         return None
     loaded: dict[str, Any] = json.loads(path.read_text())
     return loaded
-
-
-def _n(value: float | None, unit: str = "") -> str:
-    """A figure for a table: 1.2 M, 835 k, 12.3, with its unit."""
-    if value is None:
-        return "-"
-    if abs(value) >= 1e6:
-        text = f"{value / 1e6:.2f} M"
-    elif abs(value) >= 1e4:
-        text = f"{value / 1e3:.0f} k"
-    elif abs(value) >= 100:
-        text = f"{value:,.0f}"
-    else:
-        text = f"{value:.1f}"
-    return f"{text}{unit}"
-
-
-def _ms(value: float | None) -> str:
-    """A duration given in ms: ms below a second, else seconds."""
-    if value is None:
-        return "-"
-    return f"{value:.0f} ms" if value < 1000 else f"{value / 1000:.1f} s"
-
-
-def _spread(figure: dict[str, Any] | None, unit: str = "", scale: float = 1.0) -> str:
-    """``median (min-max)`` of a spread; ``unit`` " ms" formats durations (ms or s)."""
-    if not figure or figure.get("median") is None:
-        return "-"
-    median, low, high = (figure[k] * scale for k in ("median", "min", "max"))
-    if unit == " ms":
-        shown = _ms(median)
-        return f"{shown} ({_ms(low)} - {_ms(high)})" if figure.get("count", 0) > 1 else shown
-    if figure.get("count", 0) > 1:
-        return f"{_n(median, unit)} ({_n(low)}-{_n(high)})"
-    return _n(median, unit)
-
-
-def _ratio(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2f}x" if value < 10 else f"{value:.0f}x"
-
-
-def _machine_line(report: dict[str, Any]) -> str:
-    machine = report.get("machine", {})
-    machine = machine.get("before", machine)  # recorded before and after the run
-    versions = report.get("versions", {})
-    load = machine.get("loadavg") or machine.get("loadavg_before")
-    parts = [
-        f"{machine.get('cpus', '?')} CPUs",
-        f"load average {load}" if load else "",
-        ", ".join(f"{k} {v}" for k, v in versions.items() if k in ("python", "pyspark", "pyzmq")),
-    ]
-    return "; ".join(p for p in parts if p)
 
 
 def throughput_section(report: dict[str, Any] | None) -> list[str]:
@@ -94,7 +54,7 @@ def throughput_section(report: dict[str, Any] | None) -> list[str]:
         f"The Python-state baselines ran their first "
         f"{config['python_state_batches']} batches only (they are slow). Every run's counts were "
         "checked against plain Python. "
-        f"Machine: {_machine_line(report)}.",
+        f"Machine: {fmt_machine(report)}.",
         "",
         "| configuration | words/s | ratio to (a) | counts exact |",
         "|---|---|---|---|",
@@ -112,7 +72,7 @@ def throughput_section(report: dict[str, Any] | None) -> list[str]:
             marker = "(a*)" if row.get("baseline") else "(a)"
             name = f"{marker} Spark `groupBy(word).count()`, RocksDB, {label.split(' ', 1)[1]}"
         lines.append(
-            f"| {name} | {_spread(row['words_per_s'])} | {_ratio(row['ratio_to_native'])} | "
+            f"| {name} | {fmt_spread(row['words_per_s'])} | {fmt_ratio(row['ratio_to_native'])} | "
             f"{'yes' if row['exact'] else 'NO'} |"
         )
     return [*lines, ""]
@@ -131,7 +91,7 @@ def batch_size_section(report: dict[str, Any] | None) -> list[str]:
         f"`{config['job']}`, into 3 nodes at r = {config['replication']}) and by Spark's "
         f"native `groupBy(word).count()` on RocksDB, round-robin in one session on "
         f"{config['spark_master']}; input words per second, median of {config['runs']} runs "
-        f"(min-max); counts checked. Machine: {_machine_line(report)}.",
+        f"(min-max); counts checked. Machine: {fmt_machine(report)}.",
         "",
         "| words per micro-batch | smr, Spark feeder | Spark native | smr / native | exact |",
         "|---|---|---|---|---|",
@@ -139,15 +99,15 @@ def batch_size_section(report: dict[str, Any] | None) -> list[str]:
     for size, row in report["sizes"].items():
         exact = row["smr"]["exact"] and row["native"]["exact"]
         lines.append(
-            f"| {int(size):,} | {_spread(row['smr']['words_per_s'])} | "
-            f"{_spread(row['native']['words_per_s'])} | {_ratio(row['ratio'])} | "
+            f"| {int(size):,} | {fmt_spread(row['smr']['words_per_s'])} | "
+            f"{fmt_spread(row['native']['words_per_s'])} | {fmt_ratio(row['ratio'])} | "
             f"{'yes' if exact else 'NO'} |"
         )
     best = report["best"]
     lines += [
         "",
-        f"Best of each: smr {_n(best['smr'])} words/s, Spark native {_n(best['native'])} "
-        f"words/s: {_ratio(best['ratio'])}.",
+        f"Best of each: smr {fmt_n(best['smr'])} words/s, Spark native {fmt_n(best['native'])} "
+        f"words/s: {fmt_ratio(best['ratio'])}.",
     ]
     return [*lines, ""]
 
@@ -165,7 +125,7 @@ def node_apply_section(report: dict[str, Any] | None) -> list[str]:
         f"counts; best of {report['node_apply']['raw batches']['rounds']} interleaved rounds, "
         "counts checked. Then the engine (1 node, a feeder process, every tuple acked) against "
         "the raw pyzmq + msgpack ceiling between two processes, medians of "
-        f"{report['runs_per_configuration']} runs. Machine: {_machine_line(report)}.",
+        f"{report['runs_per_configuration']} runs. Machine: {fmt_machine(report)}.",
         "",
         "| batches | apply | tuples/s | ratio to the bare loop |",
         "|---|---|---|---|",
@@ -173,8 +133,8 @@ def node_apply_section(report: dict[str, Any] | None) -> list[str]:
     for batches, run in report["node_apply"].items():
         for way, figures in run["ways"].items():
             lines.append(
-                f"| {batches} | {way} | {_n(figures['tuples_per_s'])} | "
-                f"{_ratio(figures['ratio_to_bare_loop'])} |"
+                f"| {batches} | {way} | {fmt_n(figures['tuples_per_s'])} | "
+                f"{fmt_ratio(figures['ratio_to_bare_loop'])} |"
             )
     lines += ["", "| configuration | tuples/s | ratio to raw at its batch size |", "|---|---|---|"]
     configurations = report["configurations"]
@@ -182,7 +142,7 @@ def node_apply_section(report: dict[str, Any] | None) -> list[str]:
         batch = name.split("batch ")[1].split()[0]
         raw = configurations.get(f"raw batch {batch}", {}).get("median_tuples_per_s")
         median = summary["median_tuples_per_s"]
-        lines.append(f"| {name} | {_n(median)} | {_ratio(median / raw if raw else None)} |")
+        lines.append(f"| {name} | {fmt_n(median)} | {fmt_ratio(median / raw if raw else None)} |")
     return [*lines, ""]
 
 
@@ -197,14 +157,14 @@ def latency_section(report: dict[str, Any] | None) -> list[str]:
         "first tuple (the emitter's `linger_ms`); "
         f"{how['smr']}. Spark: {how['spark']}. Both fed the same words per second, "
         f"{config['seconds']:.0f} s per run, medians of {config['runs']} runs (min-max). "
-        f"smr's measured peak in this run: {_n(report['peak']['words_per_s'])} words/s. "
-        f"Machine: {_machine_line(report)}.",
+        f"smr's measured peak in this run: {fmt_n(report['peak']['words_per_s'])} words/s. "
+        f"Machine: {fmt_machine(report)}.",
         "",
         "| rate | system | p50 | p95 | p99 | max | p99 ratio (Spark/smr) |",
         "|---|---|---|---|---|---|---|",
     ]
     for level in report["levels"]:
-        rate = f"{level['fraction']:.0%} of peak ({_n(level['rate_words_per_s'])}/s)"
+        rate = f"{level['fraction']:.0%} of peak ({fmt_n(level['rate_words_per_s'])}/s)"
         smr = level["smr"]["summary"]
         spark = level.get("spark", {}).get("summary")
         ratio = None
@@ -213,178 +173,10 @@ def latency_section(report: dict[str, Any] | None) -> list[str]:
         for system, summary in (("smr", smr), ("Spark (a)", spark)):
             if summary is None:
                 continue
-            cells = " | ".join(_spread(summary[q], " ms") for q in ("p50", "p95", "p99", "max"))
+            cells = " | ".join(fmt_spread(summary[q], " ms") for q in ("p50", "p95", "p99", "max"))
             lines.append(
-                f"| {rate} | {system} | {cells} | {_ratio(ratio) if system == 'smr' else ''} |"
+                f"| {rate} | {system} | {cells} | {fmt_ratio(ratio) if system == 'smr' else ''} |"
             )
-    return [*lines, ""]
-
-
-def client_section(report: dict[str, Any] | None) -> list[str]:
-    """``smr.connect`` (``bench/client.py``): a program's writes against ``smr feed``, its
-    reads during a feed and idle, and the scan rate."""
-    lines = ["## The Python client", ""]
-    if report is None:
-        return [*lines, "Not run (`python bench/client.py`).", ""]
-    config, how = report["config"], report["how"]
-    lines += [
-        f"{config['nodes']} nodes, r = {config['replication']}, {_n(config['words'])} words, "
-        f"medians of {config['runs']} runs (min-max). Writers: {how['writers']}. Reads: "
-        f"{how['reads']}; the load is {config['load_fraction']:.0%} of the program's rate "
-        f"without combine ({_n(config['load_words_per_s'])} words/s), "
-        f"`get_many` of {config['get_many_keys']} keys. Machine: {_machine_line(report)}.",
-        "",
-        "| writes | `smr feed` | `emit_many` | `emit_many` / `smr feed` |",
-        "|---|---|---|---|",
-    ]
-    for mode, entry in report["writers"].items():
-        lines.append(
-            f"| {mode.replace('_', ' ')} | {_spread(entry['feed_words_per_s'])} words/s | "
-            f"{_spread(entry['program_words_per_s'])} words/s | "
-            f"{_ratio(entry['program_over_feed'])} |"
-        )
-    summary = report["reads"]["summary"]
-    lines += ["", "| read | p50 | p99 |", "|---|---|---|"]
-    for name, label in (
-        ("get_loaded_ms", "`get`, during the feed"),
-        ("get_idle_ms", "`get`, idle"),
-        ("get_many_loaded_ms", "`get_many`, during the feed"),
-        ("get_many_idle_ms", "`get_many`, idle"),
-    ):
-        cells = " | ".join(_fine_ms(summary[name][q]) for q in ("p50", "p99"))
-        lines.append(f"| {label} | {cells} |")
-    lines += ["", f"`scan`: {_spread(summary['scan_keys_per_s'])} keys/s.", ""]
-    return lines
-
-
-def security_section(report: dict[str, Any] | None) -> list[str]:
-    """What CurveZMQ keys cost (``bench/security.py``): ``smr feed`` into a cluster with keys
-    against one started ``--insecure``, in one run."""
-    lines = ["## Keys (CurveZMQ)", ""]
-    if report is None:
-        return [*lines, "Not run (`python bench/security.py`).", ""]
-    lines += [
-        f"`smr feed` of {_n(report['words'])} words (ten to a line) as a fresh process into a "
-        f"fresh cluster of {report['nodes']} nodes, r = {report['replication']}, with keys "
-        "(the default: every socket encrypted and authenticated, CurveZMQ) and started "
-        f"`--insecure`, alternating; medians of {report['runs']} runs (min-max), every run's "
-        f"counts checked against plain Python. Machine: {_machine_line(report)}.",
-        "",
-        "| feed | with keys | `--insecure` | keys / insecure | with keys, an outsider "
-        "knocking | knocking / keys | counts exact |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for mode, entry in report["modes"].items():
-        lines.append(
-            f"| {mode.replace('_', ' ')} | {_spread(entry['keys_words_per_s'])} words/s | "
-            f"{_spread(entry['insecure_words_per_s'])} words/s | "
-            f"{_ratio(entry['keys_over_insecure'])} | "
-            f"{_spread(entry['outsider_words_per_s'])} words/s | "
-            f"{_ratio(entry['outsider_over_keys'])} | {'yes' if entry['exact'] else 'NO'} |"
-        )
-    lines += [
-        "",
-        "The outsider knows the cluster's public key but holds no accepted client key: twenty "
-        "times a second it opens a new connection to every node, each refused at the "
-        "handshake (about "
-        f"{_n(report['modes']['no_combine']['outsider_attempts']['median'])} attempts per "
-        "run), on the same two cores as the cluster and the feeder.",
-    ]
-    return [*lines, ""]
-
-
-def hwm_growth_section(report: dict[str, Any] | None) -> list[str]:
-    """Dedup memory against short feeds (``bench/hwm_growth.py``)."""
-    lines = ["## Dedup memory against short feeds", ""]
-    if report is None:
-        return [*lines, "Not run (`python bench/hwm_growth.py`).", ""]
-    first, last = report["samples"][1], report["samples"][-1]
-    lines += [
-        f"{_n(report['feeds'])} short feeds in a row into {report['nodes']} nodes, "
-        f"r = {report['replication']}, each a new connection (a new mapper id) writing "
-        f"{report['words_per_feed']} words of the books and flushing; the nodes' `hwm_entries` "
-        f"and RSS, summed. Mapper ids are not retired yet: this is what that costs. "
-        f"Machine: {_machine_line(report)}.",
-        "",
-        "| after feeds | hwm entries | RSS of the nodes |",
-        "|---|---|---|",
-        f"| {_n(first['feeds'])} | {_n(first['hwm_entries'])} | "
-        f"{first['rss_bytes'] / 2**20:.0f} MiB |",
-        f"| {_n(last['feeds'])} | {_n(last['hwm_entries'])} | "
-        f"{last['rss_bytes'] / 2**20:.0f} MiB |",
-        "",
-        f"{report['hwm_entries_per_feed']:.0f} entries per feed; RSS "
-        f"{report['rss_growth']:+.0%} from the first sample to the last; counts exact: "
-        f"{'yes' if report['check']['exact'] else 'NO'}.",
-        "",
-    ]
-    return lines
-
-
-def soak_faults_section(report: dict[str, Any] | None) -> list[str]:
-    """The soak with faults (``bench/soak.py --fault-every-s``): the ring's memory over a long
-    full-rate feed that loses and gains a node every period, and the exact counts."""
-    lines = ["## Soak with faults", ""]
-    if report is None:
-        return [
-            *lines,
-            "Not run (`python bench/soak.py --seconds 600 --fault-every-s 60 --out "
-            "bench/results/soak_faults.json`).",
-            "",
-        ]
-    faults = report["faults"]
-    kills = [e for e in faults["events"] if e["event"] == "kill"]
-    joins = [e for e in faults["events"] if e["event"] == "join"]
-    joined = [e for e in joins if e["exit"] == 0]
-    first, last = faults["ring_rss"][0], faults["ring_rss"][-1]
-    lines += [
-        f"{report['nodes_count']} nodes, r = {report['replication']}, one feeder looping over "
-        f"the books at full speed (no combine) for {report['seconds']:.0f} s: "
-        f"{_n(report['feed']['tuples'])} tuples, {_n(report['tuples_per_s'])} tuples/s. Every "
-        f"{faults['every_s']:.0f} s a serving node is SIGKILLed (once every slot has its "
-        "copies again) and `smr scale out` joins a new node beside the busiest: "
-        f"{len(kills)} kills, {len(joined)} of {len(joins)} joins done. "
-        f"Machine: {_machine_line(report)}.",
-        "",
-        "| | |",
-        "|---|---|",
-        f"| the ring's RSS before the first kill | {first['rss_bytes'] / 2**20:.0f} MiB "
-        f"({first['nodes']} nodes) |",
-        f"| the ring's RSS before the last kill | {last['rss_bytes'] / 2**20:.0f} MiB "
-        f"({last['nodes']} nodes) |",
-        f"| growth | {faults['ring_rss_growth']:+.1%} |",
-        f"| counts exact against plain Python | {'yes' if faults['check']['exact'] else 'NO'} |",
-        "",
-    ]
-    return lines
-
-
-def _fine_ms(figure: dict[str, Any]) -> str:
-    """``median (min-max)`` of a spread of milliseconds, to 0.1 ms."""
-    if figure.get("median") is None:
-        return "-"
-    return f"{figure['median']:.1f} ms ({figure['min']:.1f} - {figure['max']:.1f})"
-
-
-def fuzz_section(report: dict[str, Any] | None) -> list[str]:
-    """The decoders' fuzzer (``bench/fuzz_decoders.py``): cases per decoder and outcome."""
-    lines = ["## Decoders under fuzzing", ""]
-    if report is None:
-        return [*lines, "Not run (`python bench/fuzz_decoders.py`).", ""]
-    lines += [
-        f"{report['cases']:,} generated and mutated inputs (seed {report['seed']}) in "
-        f"{report['elapsed_s']:.0f} s; peak RSS {report['peak_rss_kib_before'] / 1024:.0f} MiB "
-        f"before, {report['peak_rss_kib_after'] / 1024:.0f} MiB after. Refused means the "
-        "decoder's declared error (FrameError, DeltaError); failed, anything else. "
-        f"Machine: {_machine_line(report)}.",
-        "",
-        "| decoder | accepted | refused | failed |",
-        "|---|---|---|---|",
-    ]
-    for name, outcome in report["outcomes"].items():
-        lines.append(
-            f"| {name} | {outcome['accepted']:,} | {outcome['refused']:,} | {outcome['failed']:,} |"
-        )
     return [*lines, ""]
 
 
@@ -406,10 +198,11 @@ def recovery_sections(report: dict[str, Any] | None) -> list[str]:
     spark_rows = report["spark"].get("summary", [])
     middle = config["keys"][len(config["keys"]) // 2]
     lines += [
-        f"Time from a failure to processing again, {_n(middle)} keys of state, words fed at "
-        f"{_n(config['rate'])}/s, medians of {config['runs']} runs (min-max). smr: {how['smr']}; "
+        f"Time from a failure to processing again, {fmt_n(middle)} keys of state, words fed at "
+        f"{fmt_n(config['rate'])}/s, medians of {config['runs']} runs (min-max). "
+        f"smr: {how['smr']}; "
         "the time until the feed's acked rate is back at 90% is shown too. Spark: "
-        f"{how['spark'] or 'not run'} Machine: {_machine_line(report)}.",
+        f"{how['spark'] or 'not run'} Machine: {fmt_machine(report)}.",
         "",
         "| failure | failure to processing again | feed back at 90% | counts exact |",
         "|---|---|---|---|",
@@ -419,8 +212,8 @@ def recovery_sections(report: dict[str, Any] | None) -> list[str]:
             continue
         lines.append(
             f"| smr: SIGKILL of {row['k']} node{'s' if row['k'] > 1 else ''}, r = 1 | "
-            f"{_spread(row['kill_to_takeover_done_ms'], ' ms')} | "
-            f"{_spread(row['recovered_90_ms'], ' ms')} | "
+            f"{fmt_spread(row['kill_to_takeover_done_ms'], ' ms')} | "
+            f"{fmt_spread(row['recovered_90_ms'], ' ms')} | "
             f"{row['exact']}/{row['failures'] + row['errors']} |"
         )
     for row in spark_rows:
@@ -428,7 +221,8 @@ def recovery_sections(report: dict[str, Any] | None) -> list[str]:
             continue
         lines.append(
             "| Spark: SIGKILL of the driver, restart from the checkpoint | "
-            f"{_spread(row['kill_to_commit_s'], ' ms', 1000)} | - | {row['exact']}/{row['runs']} |"
+            f"{fmt_spread(row['kill_to_commit_s'], ' ms', 1000)} | - | "
+            f"{row['exact']}/{row['runs']} |"
         )
     lines += ["", "## State size", ""]
     lines += [
@@ -446,9 +240,9 @@ def recovery_sections(report: dict[str, Any] | None) -> list[str]:
         spark_row = next((r for r in spark_rows if r["keys_n"] == ratio["keys_n"]), None)
         lines.append(
             f"| {ratio['keys_n']:,} | "
-            f"{_spread(smr_row['kill_to_takeover_done_ms'], ' ms') if smr_row else '-'} | "
-            f"{_spread(spark_row['kill_to_commit_s'], ' ms', 1000) if spark_row else '-'} | "
-            f"{_ratio(ratio['spark_over_smr'])} |"
+            f"{fmt_spread(smr_row['kill_to_takeover_done_ms'], ' ms') if smr_row else '-'} | "
+            f"{fmt_spread(spark_row['kill_to_commit_s'], ' ms', 1000) if spark_row else '-'} | "
+            f"{fmt_ratio(ratio['spark_over_smr'])} |"
         )
     return [*lines, ""]
 
@@ -460,11 +254,11 @@ def rebalance_section(report: dict[str, Any] | None) -> list[str]:
     lines += [
         f"A move of half a node's load, a join beside the busiest node and a leave, on "
         f"{report['nodes']} nodes at r = {report['replication']} fed at "
-        f"{_n(report['rate_tuples_per_s'])} tuples/s; request to serving, with how long the "
+        f"{fmt_n(report['rate_tuples_per_s'])} tuples/s; request to serving, with how long the "
         "moving slots were refused in brackets; the slots that did not move: their p99 ack "
         "latency during the operation against the 2 s before, and their longest wait; the "
         f"longest run of 50 ms samples without an ack. One run per size. Machine: "
-        f"{_machine_line(report)}.",
+        f"{fmt_machine(report)}.",
         "",
         "| keys | operation | request to serving | unmoved p99 before, during | longest wait |"
         " stall | giver sent | counts exact |",
@@ -474,10 +268,11 @@ def rebalance_section(report: dict[str, Any] | None) -> list[str]:
         for name in ("move", "join", "leave"):
             op = run[name]
             lines.append(
-                f"| {run['keys']:,} | {name} | {_ms(op['total_ms'])} ({_ms(op['frozen_ms'])}) | "
-                f"{_ms(op['p99_unmoved_before_ms'])}, {_ms(op['p99_unmoved_during_ms'])} "
-                f"({_ratio(op['p99_ratio'])}) | {_ms(op['max_other_during_ms'])} | "
-                f"{_ms(op['stall_ms'])} | {_n(op['peer_bytes_sent'] / 1e6, ' MB')} | "
+                f"| {run['keys']:,} | {name} | {fmt_ms(op['total_ms'])} "
+                f"({fmt_ms(op['frozen_ms'])}) | "
+                f"{fmt_ms(op['p99_unmoved_before_ms'])}, {fmt_ms(op['p99_unmoved_during_ms'])} "
+                f"({fmt_ratio(op['p99_ratio'])}) | {fmt_ms(op['max_other_during_ms'])} | "
+                f"{fmt_ms(op['stall_ms'])} | {fmt_n(op['peer_bytes_sent'] / 1e6, ' MB')} | "
                 f"{'yes' if run['exact']['exact'] else 'NO'} |"
             )
     return [*lines, ""]
@@ -490,7 +285,7 @@ def autoscale_section(report: dict[str, Any] | None) -> list[str]:
     lines += [
         f"Each load pattern of `bench/loads.py` over {report['duration_s']:.0f} s of trace "
         f"on the ring model (`smr/autoscale/model.py`: nodes of "
-        f"{_n(report['capacity_per_node'])} tuples/s, joins serving 2 s after the decision; "
+        f"{fmt_n(report['capacity_per_node'])} tuples/s, joins serving 2 s after the decision; "
         f"the peak needs {report['peak_nodes']} nodes at 90%); node-seconds against static "
         "peak provisioning, the share of 10 s intervals where applied/offered is outside "
         "1 ± 0.05 (chi), the queueing delay (p95 and maximum, rescales included), and the "
@@ -518,7 +313,7 @@ def autoscale_live_section(
         return [*lines, f"Not run (`{command}`).", ""]
     lines += [
         f"Each pattern for {report['duration_s']:.0f} s on real node processes capped at "
-        f"{_n(report['cap_per_node'])} tuples/s each (r = 1; the peak needs "
+        f"{fmt_n(report['cap_per_node'])} tuples/s each (r = 1; the peak needs "
         f"{report['peak_nodes']} nodes at 90%; a policy may run two more while it catches "
         "up), the controller polling every second, against static peak provisioning in the "
         "same run. The feeder is open-loop: what backpressure holds back waits at the source "
@@ -526,7 +321,7 @@ def autoscale_live_section(
         "for `capacity-nodes-only`, which sees only the nodes' figures. Node-seconds over "
         "static's; ack latency from when a tuple was due (rescales included); the source's "
         "worst lag; chi (10 s intervals where acked/offered is outside 1 ± 0.05); actions; "
-        f"exactness. Machine: {_machine_line(report)}.",
+        f"exactness. Machine: {fmt_machine(report)}.",
         "",
         "| pattern | policy | node-seconds | latency p50 | p95 | max | source lag max | chi "
         "| actions | exact |",
@@ -539,7 +334,7 @@ def autoscale_live_section(
         actions = f"{run['actions']} ({failed} failed)" if failed else str(run["actions"])
         lines.append(
             f"| {run['pattern']} | {run['policy']} | {run['node_seconds_ratio']:.2f} | "
-            f"{_ms(latency['p50'])} | {_ms(latency['p95'])} | {_ms(latency['max'])} | "
+            f"{fmt_ms(latency['p50'])} | {fmt_ms(latency['p95'])} | {fmt_ms(latency['max'])} | "
             f"{'-' if lag is None else f'{lag:.1f} s'} | {run['chi']:.2f} | "
             f"{actions} | "
             f"{'yes' if run['exact']['exact'] else 'NO'} |"
@@ -565,10 +360,10 @@ def autoscale_live_section(
             took = kill["caught_up_after_s"]
             lines.append(
                 f"| {run['pattern']} | {run['policy']} | {kill['node']} ("
-                f"{_n(kill['its_tuples_per_s'])}/s) | {kill['at_s']:.0f} s | "
+                f"{fmt_n(kill['its_tuples_per_s'])}/s) | {kill['at_s']:.0f} s | "
                 f"{'not in the run' if took is None else f'{took:.1f} s'} | "
                 f"{kill['recovery_target_s']:.0f} s | "
-                f"{_ms(kill['latency_max_ms_until_caught_up'])} |"
+                f"{fmt_ms(kill['latency_max_ms_until_caught_up'])} |"
             )
     return [*lines, ""]
 

@@ -1,0 +1,170 @@
+"""The report's sections on operating smr (``bench/report.py`` renders them): the Python
+client, keys, dedup memory, the soak with faults and the fuzzed decoders."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bench.report_format import fmt_fine_ms, fmt_machine, fmt_n, fmt_ratio, fmt_spread
+
+
+def client_section(report: dict[str, Any] | None) -> list[str]:
+    """``smr.connect`` (``bench/client.py``): a program's writes against ``smr feed``, its
+    reads during a feed and idle, and the scan rate."""
+    lines = ["## The Python client", ""]
+    if report is None:
+        return [*lines, "Not run (`python bench/client.py`).", ""]
+    config, how = report["config"], report["how"]
+    lines += [
+        f"{config['nodes']} nodes, r = {config['replication']}, {fmt_n(config['words'])} words, "
+        f"medians of {config['runs']} runs (min-max). Writers: {how['writers']}. Reads: "
+        f"{how['reads']}; the load is {config['load_fraction']:.0%} of the program's rate "
+        f"without combine ({fmt_n(config['load_words_per_s'])} words/s), "
+        f"`get_many` of {config['get_many_keys']} keys. Machine: {fmt_machine(report)}.",
+        "",
+        "| writes | `smr feed` | `emit_many` | `emit_many` / `smr feed` |",
+        "|---|---|---|---|",
+    ]
+    for mode, entry in report["writers"].items():
+        lines.append(
+            f"| {mode.replace('_', ' ')} | {fmt_spread(entry['feed_words_per_s'])} words/s | "
+            f"{fmt_spread(entry['program_words_per_s'])} words/s | "
+            f"{fmt_ratio(entry['program_over_feed'])} |"
+        )
+    summary = report["reads"]["summary"]
+    lines += ["", "| read | p50 | p99 |", "|---|---|---|"]
+    for name, label in (
+        ("get_loaded_ms", "`get`, during the feed"),
+        ("get_idle_ms", "`get`, idle"),
+        ("get_many_loaded_ms", "`get_many`, during the feed"),
+        ("get_many_idle_ms", "`get_many`, idle"),
+    ):
+        cells = " | ".join(fmt_fine_ms(summary[name][q]) for q in ("p50", "p99"))
+        lines.append(f"| {label} | {cells} |")
+    lines += ["", f"`scan`: {fmt_spread(summary['scan_keys_per_s'])} keys/s.", ""]
+    return lines
+
+
+def security_section(report: dict[str, Any] | None) -> list[str]:
+    """What CurveZMQ keys cost (``bench/security.py``): ``smr feed`` into a cluster with keys
+    against one started ``--insecure``, in one run."""
+    lines = ["## Keys (CurveZMQ)", ""]
+    if report is None:
+        return [*lines, "Not run (`python bench/security.py`).", ""]
+    lines += [
+        f"`smr feed` of {fmt_n(report['words'])} words (ten to a line) as a fresh process into a "
+        f"fresh cluster of {report['nodes']} nodes, r = {report['replication']}, with keys "
+        "(the default: every socket encrypted and authenticated, CurveZMQ) and started "
+        f"`--insecure`, alternating; medians of {report['runs']} runs (min-max), every run's "
+        f"counts checked against plain Python. Machine: {fmt_machine(report)}.",
+        "",
+        "| feed | with keys | `--insecure` | keys / insecure | with keys, an outsider "
+        "knocking | knocking / keys | counts exact |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for mode, entry in report["modes"].items():
+        lines.append(
+            f"| {mode.replace('_', ' ')} | {fmt_spread(entry['keys_words_per_s'])} words/s | "
+            f"{fmt_spread(entry['insecure_words_per_s'])} words/s | "
+            f"{fmt_ratio(entry['keys_over_insecure'])} | "
+            f"{fmt_spread(entry['outsider_words_per_s'])} words/s | "
+            f"{fmt_ratio(entry['outsider_over_keys'])} | {'yes' if entry['exact'] else 'NO'} |"
+        )
+    lines += [
+        "",
+        "The outsider knows the cluster's public key but holds no accepted client key: twenty "
+        "times a second it opens a new connection to every node, each refused at the "
+        "handshake (about "
+        f"{fmt_n(report['modes']['no_combine']['outsider_attempts']['median'])} attempts per "
+        "run), on the same two cores as the cluster and the feeder.",
+    ]
+    return [*lines, ""]
+
+
+def hwm_growth_section(report: dict[str, Any] | None) -> list[str]:
+    """Dedup memory against short feeds (``bench/hwm_growth.py``)."""
+    lines = ["## Dedup memory against short feeds", ""]
+    if report is None:
+        return [*lines, "Not run (`python bench/hwm_growth.py`).", ""]
+    first, last = report["samples"][1], report["samples"][-1]
+    lines += [
+        f"{fmt_n(report['feeds'])} short feeds in a row into {report['nodes']} nodes, "
+        f"r = {report['replication']}, each a new connection (a new mapper id) writing "
+        f"{report['words_per_feed']} words of the books and flushing; the nodes' `hwm_entries` "
+        f"and RSS, summed. Mapper ids are not retired yet: this is what that costs. "
+        f"Machine: {fmt_machine(report)}.",
+        "",
+        "| after feeds | hwm entries | RSS of the nodes |",
+        "|---|---|---|",
+        f"| {fmt_n(first['feeds'])} | {fmt_n(first['hwm_entries'])} | "
+        f"{first['rss_bytes'] / 2**20:.0f} MiB |",
+        f"| {fmt_n(last['feeds'])} | {fmt_n(last['hwm_entries'])} | "
+        f"{last['rss_bytes'] / 2**20:.0f} MiB |",
+        "",
+        f"{report['hwm_entries_per_feed']:.0f} entries per feed; RSS "
+        f"{report['rss_growth']:+.0%} from the first sample to the last; counts exact: "
+        f"{'yes' if report['check']['exact'] else 'NO'}.",
+        "",
+    ]
+    return lines
+
+
+def soak_faults_section(report: dict[str, Any] | None) -> list[str]:
+    """The soak with faults (``bench/soak.py --fault-every-s``): the ring's memory over a long
+    full-rate feed that loses and gains a node every period, and the exact counts."""
+    lines = ["## Soak with faults", ""]
+    if report is None:
+        return [
+            *lines,
+            "Not run (`python bench/soak.py --seconds 600 --fault-every-s 60 --out "
+            "bench/results/soak_faults.json`).",
+            "",
+        ]
+    faults = report["faults"]
+    kills = [e for e in faults["events"] if e["event"] == "kill"]
+    joins = [e for e in faults["events"] if e["event"] == "join"]
+    joined = [e for e in joins if e["exit"] == 0]
+    first, last = faults["ring_rss"][0], faults["ring_rss"][-1]
+    lines += [
+        f"{report['nodes_count']} nodes, r = {report['replication']}, one feeder looping over "
+        f"the books at full speed (no combine) for {report['seconds']:.0f} s: "
+        f"{fmt_n(report['feed']['tuples'])} tuples, {fmt_n(report['tuples_per_s'])} tuples/s. "
+        "Every "
+        f"{faults['every_s']:.0f} s a serving node is SIGKILLed (once every slot has its "
+        "copies again) and `smr scale out` joins a new node beside the busiest: "
+        f"{len(kills)} kills, {len(joined)} of {len(joins)} joins done. "
+        f"Machine: {fmt_machine(report)}.",
+        "",
+        "| | |",
+        "|---|---|",
+        f"| the ring's RSS before the first kill | {first['rss_bytes'] / 2**20:.0f} MiB "
+        f"({first['nodes']} nodes) |",
+        f"| the ring's RSS before the last kill | {last['rss_bytes'] / 2**20:.0f} MiB "
+        f"({last['nodes']} nodes) |",
+        f"| growth | {faults['ring_rss_growth']:+.1%} |",
+        f"| counts exact against plain Python | {'yes' if faults['check']['exact'] else 'NO'} |",
+        "",
+    ]
+    return lines
+
+
+def fuzz_section(report: dict[str, Any] | None) -> list[str]:
+    """The decoders' fuzzer (``bench/fuzz_decoders.py``): cases per decoder and outcome."""
+    lines = ["## Decoders under fuzzing", ""]
+    if report is None:
+        return [*lines, "Not run (`python bench/fuzz_decoders.py`).", ""]
+    lines += [
+        f"{report['cases']:,} generated and mutated inputs (seed {report['seed']}) in "
+        f"{report['elapsed_s']:.0f} s; peak RSS {report['peak_rss_kib_before'] / 1024:.0f} MiB "
+        f"before, {report['peak_rss_kib_after'] / 1024:.0f} MiB after. Refused means the "
+        "decoder's declared error (FrameError, DeltaError); failed, anything else. "
+        f"Machine: {fmt_machine(report)}.",
+        "",
+        "| decoder | accepted | refused | failed |",
+        "|---|---|---|---|",
+    ]
+    for name, outcome in report["outcomes"].items():
+        lines.append(
+            f"| {name} | {outcome['accepted']:,} | {outcome['refused']:,} | {outcome['failed']:,} |"
+        )
+    return [*lines, ""]
