@@ -164,12 +164,17 @@ class StatusCollector(Collector):
         self._read_at = read_at
         self._lock = threading.Lock()
         self._last: dict[str, Any] | None = None
+        self._pending: concurrent.futures.Future[dict[str, Any]] | None = None
         self._last_at = 0.0
 
     def collect(self) -> Iterator[Metric]:
         with self._lock:  # one scrape at a time: they share the last snapshot
+            # At most one status request waits on the loop: a scrape of a held loop waits on
+            # the request already queued instead of queueing one more every scrape.
+            if self._pending is None or self._pending.done():
+                self._pending = self._status_on_loop()
             try:
-                self._last = self._status_on_loop().result(timeout=STATUS_WAIT_S)
+                self._last = self._pending.result(timeout=STATUS_WAIT_S)
                 self._last_at = time.monotonic()
             except concurrent.futures.TimeoutError:
                 log.warning("metrics: the loop did not answer in %.1f s", STATUS_WAIT_S)
