@@ -60,6 +60,25 @@ _HwmsByMapper: TypeAlias = Mapping[MapperId, Mapping[Slot, Seq]]
 _NO_HWMS: Final[Mapping[Slot, Seq]] = MappingProxyType({})
 _SEQ_NONE: Final = Seq(0)
 
+
+class _RetiredHwms(dict[Slot, Seq]):
+    """A replica's hwms of a mapper its primary retired: every slot is covered up to the
+    mapper's last seq (the primary's state held all of its tuples when it retired it, and the
+    replica applied that state first), except where an explicit entry says more."""
+
+    __slots__ = ("last",)
+
+    def __init__(self, last: Seq) -> None:
+        super().__init__()
+        self.last = last
+
+    def get(self, slot: Slot, default: object = None) -> Seq:
+        return dict.get(self, slot, self.last)
+
+    def __bool__(self) -> bool:
+        return True  # never dropped as empty: it covers every slot
+
+
 SUMMARY_BYTES_PER_SLOT: Final = 96
 """Memory estimate of one slot of a batch's summary (``last_seq_by_slot``), in bytes. Measured
 on CPython 3.11, 64-bit: a dict of n int -> int takes 31-47 bytes per entry (``sys.getsizeof``,
@@ -441,9 +460,9 @@ class PeerReplica:
 
     def hwm(self, mapper: MapperId, slot: Slot) -> Seq:
         """The highest seq of ``mapper`` in ``slot`` that the replica's state holds (0 if
-        none). Looks the store up at each call, so ``replica.hwm`` stays valid as an
-        ``HwmFn`` when ``begin_snapshot`` replaces the store."""
-        return self.store.hwm(mapper, slot)
+        none; the mapper's last seq in every slot once the primary retired it)."""
+        hwm_of_slot = self._hwms_by_mapper.get(mapper)
+        return _SEQ_NONE if hwm_of_slot is None else hwm_of_slot.get(slot, _SEQ_NONE)
 
     def apply_checkpoint(self, number: CheckpointNumber, delta: Delta) -> bool:
         """Steps 1, 4 and 6: apply checkpoint ``number`` if it is the next one; True if applied.
@@ -529,6 +548,7 @@ class PeerReplica:
         copy = PeerReplica()
         copy.store.adopt(self.store, wanted)
         self._drop_slots(wanted)
+        copy._cover_retired(copy.store.retired)
         for slot in wanted:
             vector = copy.store.hwm_vector(slot)
             for mapper, seq in vector.items():
@@ -549,6 +569,17 @@ class PeerReplica:
                     hwm_of_slot = hwms_by_mapper[mapper] = {}
                 if seq > hwm_of_slot.get(slot, _SEQ_NONE):
                     hwm_of_slot[slot] = seq
+        if delta.retired:
+            self._cover_retired(delta.retired)
+
+    def _cover_retired(self, retired: Mapping[MapperId, Seq]) -> None:
+        """The primary retired these mappers (and the store dropped their hwms): they cover
+        every slot up to their last seq, so their backed-up batches are evicted and any copy
+        that comes again is not stored."""
+        for mapper, last in retired.items():
+            kept = self.store.hwms_of(mapper)
+            self._hwms_by_mapper[mapper] = hwm_of_slot = _RetiredHwms(last)
+            hwm_of_slot.update(kept)
 
     def _drop_slots(self, slots: set[Slot]) -> None:
         """``store.drop_slots(slots)``, and the same on the copy of the hwms."""

@@ -5,9 +5,11 @@ section 5): the fields that changed since the previous checkpoint, deleted field
 ``TOMBSTONE``, and the hwm vectors of the slots whose hwm moved. A full snapshot of some slots
 (for re-replication and handoff) is a ``Delta`` without tombstones.
 
-Wire format, version 1 (msgpack): one array ``[version, states, hwms]``;
-``states`` maps slot (int) -> key (str or int) -> field (str) -> value and ``hwms`` maps
-slot (int) -> mapper id (str) -> seq (int >= 0). Field values round-trip exactly, so that a
+Wire format, version 2 (msgpack): one array ``[version, states, hwms, retired]``;
+``states`` maps slot (int) -> key (str or int) -> field (str) -> value, ``hwms`` maps
+slot (int) -> mapper id (str) -> seq (int >= 0), and ``retired`` maps mapper id (str) -> the
+last seq (int >= 0) of a finished mapper whose hwms the sender let go of. Version 1, the same
+without ``retired``, is still read. Field values round-trip exactly, so that a
 promoted replica behaves like the primary it replaces: msgpack arrays carry tuples, and the
 types msgpack cannot tell apart travel as extension types (the codes are ``_EXT_*`` below).
 Decoding never trusts its input: anything malformed raises ``DeltaError``.
@@ -17,14 +19,19 @@ from __future__ import annotations
 
 from collections.abc import Container
 from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from typing import Any, Final, final
 
 import msgpack
 
 from checkpoint.ids import Fragment, MapperId, Seq, Slot
 
-DELTA_FORMAT_VERSION: Final = 1
-"""Version written first in every encoded delta; a decoder refuses any other version."""
+DELTA_FORMAT_VERSION: Final = 2
+"""Version written first in every encoded delta; a decoder reads it and version 1 (which has
+no retired mappers), and refuses any other."""
+
+# The array length of each version a decoder reads.
+_ITEMS_OF_VERSION: Final = {1: 3, 2: 4}
 
 DELTA_BYTES_MAX_DEFAULT: Final = 64 * 1024 * 1024
 """Default cap on an encoded delta (64 MiB): a full snapshot of 100 k keys is about 1 MB, so
@@ -103,10 +110,14 @@ class Delta:
 
     states: Fragment
     hwms: dict[Slot, dict[MapperId, Seq]]
+    retired: dict[MapperId, Seq] = dataclass_field(default_factory=dict)
+    """Finished mappers the sender retired (``StateStore.retire``): in a checkpoint, those
+    retired since the previous one; in a snapshot, all of them. Not per slot."""
 
     def is_empty(self) -> bool:
-        """True when the delta carries neither state nor hwm, so shipping it changes nothing."""
-        return not self.states and not self.hwms
+        """True when the delta carries neither state, hwm nor retirement, so shipping it
+        changes nothing."""
+        return not self.states and not self.hwms and not self.retired
 
     def key_count(self) -> int:
         """Number of (slot, key) entries the delta carries, deletions included."""
@@ -122,7 +133,7 @@ def encode_delta(delta: Delta) -> bytes:
     """
     try:
         encoded: bytes = msgpack.packb(
-            [DELTA_FORMAT_VERSION, _states_to_wire(delta.states), delta.hwms]
+            [DELTA_FORMAT_VERSION, _states_to_wire(delta.states), delta.hwms, delta.retired]
         )
     except Exception as error:
         raise DeltaError(_locate_unencodable(delta, error)) from error
@@ -167,21 +178,23 @@ def decode_delta(data: bytes, max_bytes: int = DELTA_BYTES_MAX_DEFAULT) -> Delta
         try:
             header_length = unpacker.read_array_header()
         except ValueError as error:  # Not an array at all.
-            raise DeltaError("a delta must be an array [version, states, hwms]") from error
+            raise DeltaError("a delta must be an array [version, states, hwms, retired]") from error
         if header_length == 0:
-            raise DeltaError("a delta must be an array [version, states, hwms], got []")
+            raise DeltaError("a delta must be an array [version, states, hwms, retired], got []")
         version = unpacker.unpack()
-        if version != DELTA_FORMAT_VERSION or type(version) is not int:
+        if type(version) is not int or version not in _ITEMS_OF_VERSION:
             raise DeltaError(
                 f"unsupported delta format version {version!r}; "
-                f"this node reads version {DELTA_FORMAT_VERSION}"
+                f"this node reads versions {sorted(_ITEMS_OF_VERSION)}"
             )
-        if header_length != 3:
+        if header_length != _ITEMS_OF_VERSION[version]:
             raise DeltaError(
-                f"a delta must be an array [version, states, hwms], got {header_length} items"
+                f"a delta of version {version} must be an array of "
+                f"{_ITEMS_OF_VERSION[version]} items, got {header_length}"
             )
         states = unpacker.unpack()
         hwms = unpacker.unpack()
+        retired = unpacker.unpack() if version >= 2 else {}
         if unpacker.tell() != size_bytes:
             raise DeltaError(f"{size_bytes - unpacker.tell()} trailing bytes after the delta")
     except DeltaError:
@@ -195,7 +208,8 @@ def decode_delta(data: bytes, max_bytes: int = DELTA_BYTES_MAX_DEFAULT) -> Delta
         raise DeltaError(f"malformed delta: {type(error).__name__}: {detail}") from error
     _validate_states(states)
     _validate_hwms(hwms)
-    return Delta(states=states, hwms=hwms)
+    _validate_retired(retired)
+    return Delta(states=states, hwms=hwms, retired=retired)
 
 
 def _states_to_wire(states: Fragment) -> dict[Slot, dict[Any, dict[str, Any]]]:
@@ -321,6 +335,16 @@ def _validate_hwms(hwms: Any) -> None:
             _check_non_negative_int(seq, f"seq of mapper {mapper!r} in slot {slot}")
 
 
+def _validate_retired(retired: Any) -> None:
+    """Raise ``DeltaError`` unless ``retired`` is mapper id -> seq."""
+    if type(retired) is not dict:
+        raise DeltaError(f"delta retired mappers must be a map, got {type(retired).__name__}")
+    for mapper, seq in retired.items():
+        if type(mapper) is not str:
+            raise DeltaError(f"retired mapper id {mapper!r} must be str")
+        _check_non_negative_int(seq, f"last seq of retired mapper {mapper!r}")
+
+
 def _check_non_negative_int(value: Any, what: str) -> None:
     # bool is an int subclass; a slot or seq of True is a forgery, not a number.
     if type(value) is not int or value < 0:
@@ -393,4 +417,5 @@ def restrict_delta(delta: Delta, slots: Container[int]) -> Delta:
     return Delta(
         states={slot: keys for slot, keys in delta.states.items() if slot in slots},
         hwms={slot: vector for slot, vector in delta.hwms.items() if slot in slots},
+        retired=delta.retired,
     )

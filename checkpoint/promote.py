@@ -121,7 +121,10 @@ def promote(
        (``by_reference=False``): ``into.apply_delta`` of the replica's ``snapshot``, and the
        replica is left as it was (for a checker that only asks what a takeover would give).
        A slot that two copies hold gets the newer copy's fields on top of the older's and
-       the higher hwm of the two.
+       the higher hwm of the two. A mapper retired in a copy (``StateStore.retire``) counts
+       as applied up to its last seq in that copy's slots, wherever a backup has batches of
+       it to replay; retirements are kept, the hwms of retired mappers too (the node drops
+       them once nothing replays into the store).
     2. Replay: for each copy with a backup, in order, for each batch of ``replay_plan(backup,
        slots)`` in arrival order, ``decode`` it, keep the tuples of ``slots`` and
        ``into.apply_batch`` them: every tuple at or below the hwm is skipped. When more than
@@ -144,18 +147,30 @@ def promote(
     ``into``.
     """
     wanted: AbstractSet[Slot] = slots if isinstance(slots, AbstractSet) else frozenset(slots)
+    backups = [copy.backup for copy in copies if copy.backup is not None]
+    plans = [replay_plan(backup, wanted) for backup in backups]
+    replayed_mappers = {batch.mapper for plan in plans for batch in plan}
     # 1.
     for copy in copies:
         replica_store = copy.replica.store
         held = replica_store.slots() & wanted
+        # A mapper the copy's primary retired has all its tuples in the copy's state: where
+        # another copy's backup still holds some, they must count as applied in this copy's
+        # slots, as the retired hwms would have said (taken before adopt empties the copy).
+        covered = [
+            (mapper, last, held)
+            for mapper, last in replica_store.retired.items()
+            if mapper in replayed_mappers
+        ]
         if by_reference:
             into.adopt(replica_store, held)
         else:
-            into.apply_delta(replica_store.snapshot(held))
+            into.apply_delta(replica_store.snapshot(held), forget_retired=False)
+        for mapper, last, covered_slots in covered:
+            for slot in covered_slots:
+                into.raise_hwm(mapper, slot, last)
     # 2.
     outcome = PromoteOutcome()
-    backups = [copy.backup for copy in copies if copy.backup is not None]
-    plans = [replay_plan(backup, wanted) for backup in backups]
     if sum(1 for plan in plans if plan) > 1:
         _replay_merged(into, plans, wanted, decode, reduce_fn, outcome)
         return outcome

@@ -92,6 +92,10 @@ class StateStore:
         self._hwm: dict[MapperId, dict[Slot, Seq]] = {}
         # Slots whose hwm rose since the last swap: their vectors go into the next delta.
         self._hwm_dirty_slots: set[Slot] = set()
+        # Finished mappers whose hwms this store has let go of (see ``retire``), and those
+        # retired since the last swap, which go into the next delta.
+        self._retired: dict[MapperId, Seq] = {}
+        self._retired_dirty: dict[MapperId, Seq] = {}
         # Whether a fragment may hold a tombstone: when neither does, reads skip the scan.
         self._active_has_tombstones = False
         self._inactive_has_tombstones = False
@@ -152,8 +156,46 @@ class StateStore:
 
     def hwm_entries(self) -> int:
         """How many ``(mapper, slot)`` high-water marks the store holds: its dedup memory,
-        which grows with every mapper that ever wrote to it."""
+        one per slot each mapper wrote to, until the mapper is retired."""
         return sum(len(hwm_of_slot) for hwm_of_slot in self._hwm.values())
+
+    @property
+    def retired(self) -> Mapping[MapperId, Seq]:
+        """``{mapper: last seq}`` of the finished mappers this store retired (read-only)."""
+        return MappingProxyType(self._retired)
+
+    def retire(self, mapper: MapperId, last: Seq, *, forget_hwms: bool = True) -> None:
+        """Record that ``mapper`` finished at seq ``last`` and, with ``forget_hwms``, drop
+        its hwms (those at or below ``last``: all of them, for a mapper that kept its word).
+
+        Only safe where nothing but a guarded intake can bring a tuple of ``mapper`` to this
+        store again: the node drops every batch of a retired mapper before it reaches a
+        store (``smr.node.retirement``), a replica retires only when its primary says so, and
+        a promotion keeps the hwms it needs (``checkpoint.promote``). The retirement goes
+        out with the next delta, and with every snapshot.
+        """
+        if last > self._retired.get(mapper, -1):
+            self._retired[mapper] = last
+            self._retired_dirty[mapper] = last
+        if not forget_hwms:
+            return
+        hwm_of_slot = self._hwm.pop(mapper, None)
+        if hwm_of_slot:
+            # A seq past ``last`` breaks the mapper's word: keep it rather than guess.
+            kept = {slot: seq for slot, seq in hwm_of_slot.items() if seq > last}
+            if kept:
+                self._hwm[mapper] = kept
+
+    def forget_retired_hwms(self) -> int:
+        """Drop the hwms that retired mappers still have here (a promotion brought them back
+        from a copy that had not retired them); return how many went. Safe once no
+        promotion or move is replaying into this store."""
+        dropped = 0
+        for mapper in [mapper for mapper in self._hwm if mapper in self._retired]:
+            before = len(self._hwm[mapper])
+            self.retire(mapper, self._retired[mapper])
+            dropped += before - len(self._hwm.get(mapper, ()))
+        return dropped
 
     def hwm(self, mapper: MapperId, slot: Slot) -> Seq:
         """The highest seq of ``mapper`` applied to ``slot``; 0 if none."""
@@ -412,11 +454,12 @@ class StateStore:
         # 2.
         hwms = self._hwm_vectors(self._hwm_dirty_slots)
         self._hwm_dirty_slots = set()
+        retired, self._retired_dirty = self._retired_dirty, {}
         # 3.
         self.inactive, self.active = self.active, {}
         self._inactive_has_tombstones = self._active_has_tombstones
         self._active_has_tombstones = False
-        return Delta(states=self.inactive, hwms=hwms)
+        return Delta(states=self.inactive, hwms=hwms, retired=retired)
 
     def merge_inactive(self) -> None:
         """Step 3 of the checkpoint cycle: fold the inactive fragment into master, clear it.
@@ -429,14 +472,17 @@ class StateStore:
         self.inactive = {}
         self._inactive_has_tombstones = False
 
-    def apply_delta(self, delta: Delta) -> None:
+    def apply_delta(self, delta: Delta, *, forget_retired: bool = True) -> None:
         """The replica side of a checkpoint: merge ``delta`` into master and raise the hwms.
 
         Fields are set, tombstones delete fields (keys and slots left empty disappear), and
         each hwm becomes the larger of its own and the delta's, so applying a delta twice, or
-        an older one after a newer one, never lowers a hwm. Meant for a replica, which takes
-        no local writes: on a key that also has unmerged local writes, those shadow the delta.
-        It marks nothing dirty: after a promotion the new secondaries get a full ``snapshot``.
+        an older one after a newer one, never lowers a hwm. Then the delta's retired mappers
+        are retired here too, their hwms dropped unless ``forget_retired`` is False (a
+        promotion, which may still replay their tuples into slots of another copy). Meant
+        for a replica, which takes no local writes: on a key that also has unmerged local
+        writes, those shadow the delta. It marks nothing dirty: after a promotion the new
+        secondaries get a full ``snapshot``.
         """
         merge_into(self.master, delta.states)
         if not self._holds_mutables:
@@ -453,9 +499,12 @@ class StateStore:
                     hwm_of_slot = self._hwm[mapper] = {}
                 if seq > hwm_of_slot.get(slot, 0):
                     hwm_of_slot[slot] = seq
+        for mapper, last in delta.retired.items():
+            self.retire(mapper, last, forget_hwms=forget_retired)
 
     def snapshot(self, slots: Iterable[Slot]) -> Delta:
-        """Full merged state and full hwm vectors of ``slots``, as a delta with no tombstones.
+        """Full merged state and full hwm vectors of ``slots``, and every retired mapper, as
+        a delta with no tombstones.
 
         For re-replication and handoff. A snapshot does not delete what the receiver may
         already hold for those slots: the receiver ``drop_slots`` them first, then
@@ -469,12 +518,12 @@ class StateStore:
             if live:
                 states[slot] = live
         hwms = self._hwm_vectors(wanted)
-        return Delta(states=states, hwms=hwms)
+        return Delta(states=states, hwms=hwms, retired=dict(self._retired))
 
     def adopt(self, other: StateStore, slots: Iterable[Slot]) -> None:
         """Move ``slots`` of ``other`` (a replica being promoted) into this store: afterwards
-        this store holds their state and hwms exactly as ``apply_delta(other.snapshot(slots))``
-        would leave them, and ``other`` holds nothing of them.
+        this store holds their state and hwms exactly as ``apply_delta(other.snapshot(slots),
+        forget_retired=False)`` would leave them, and ``other`` holds nothing of them.
 
         A slot that ``other`` keeps only in master (a replica takes no local writes) and that
         this store does not hold yet moves as one dict, by reference: the cost is per slot,
@@ -493,12 +542,14 @@ class StateStore:
         }
         copied = wanted - movable
         if copied:
-            self.apply_delta(other.snapshot(copied))
+            self.apply_delta(other.snapshot(copied), forget_retired=False)
         for slot in movable:
             keys = other.master.pop(slot, None)
             if keys:
                 self.master[slot] = keys
         self._holds_mutables = self._holds_mutables or other._holds_mutables
+        for mapper, last in other._retired.items():
+            self.retire(mapper, last, forget_hwms=False)
         for mapper, hwm_of_slot in other._hwm.items():
             for slot in movable.intersection(hwm_of_slot):
                 mine = self._hwm.setdefault(mapper, {})

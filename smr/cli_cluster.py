@@ -60,6 +60,12 @@ def cluster_group() -> None:
     "that one passes the request on once, to make room) [default: off].",
 )
 @click.option(
+    "--mapper-lease-s",
+    type=click.FloatRange(min=0),
+    help="How long after a feed or client finished the nodes drop its dedup memory (its "
+    "reruns are still recognised) [default: 600].",
+)
+@click.option(
     "--insecure",
     is_flag=True,
     help="No keys: any process that reaches the nodes' ports may feed, read and command "
@@ -93,6 +99,7 @@ def cluster_up(
     zones: str,
     rate_cap_per_s: float | None,
     balance_above: float | None,
+    mapper_lease_s: float | None,
     insecure: bool,
     policy: str | None,
     nodes_min: int | None,
@@ -125,6 +132,7 @@ def cluster_up(
         apply_rate_cap_per_s=rate_cap_per_s,
         balance_above=balance_above,
         secure=not insecure,
+        mapper_lease_ms=None if mapper_lease_s is None else round(mapper_lease_s * 1000),
     )
     security = "without keys (--insecure)" if insecure else f"keys in {cluster_dir / 'keys'}"
     click.echo(f"cluster of {nodes} nodes up in {cluster_dir}, {security}")

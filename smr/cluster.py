@@ -40,6 +40,7 @@ from smr.spec import (
     BALANCE_ABOVE_KEY,
     CHECKPOINT_INTERVAL_MS_DEFAULT,
     CLUSTER_FILE,
+    MAPPER_LEASE_KEY,
     REJOIN_AFTER_FENCE_KEY,
     REJOIN_AFTER_FENCE_MS_DEFAULT,
     ClusterError,
@@ -291,6 +292,7 @@ def up(
     apply_rate_cap_per_s: float | None = None,
     balance_above: float | None = None,
     secure: bool = True,
+    mapper_lease_ms: int | None = None,
 ) -> ClusterSpec:
     """Start a local cluster and return once every node answers a ping (node ``i`` in zone
     ``zones[i % len(zones)]``, see `plan_cluster`).
@@ -325,6 +327,9 @@ def up(
         spec.extra[APPLY_RATE_CAP_KEY] = apply_rate_cap_per_s
     if balance_above is not None:
         spec.extra[BALANCE_ABOVE_KEY] = balance_above
+    if mapper_lease_ms is not None:
+        spec.extra[MAPPER_LEASE_KEY] = mapper_lease_ms
+    spec.mapper_lease_ms()
     spec.apply_rate_cap_per_s()  # refuse a bad cap or threshold before any node starts
     spec.balance_above()
     keys_dir = cluster_dir / KEYS_DIR_NAME

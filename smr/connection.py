@@ -180,6 +180,8 @@ class Cluster:
         self.spec = ref.spec
         self.timeout_s = timeout_s
         self.mapper_id = MapperId(mapper_id or f"client-{uuid.uuid4().hex[:16]}")
+        # A random id is never used again: close tells the nodes it finished.
+        self._finish_on_close = not mapper_id
         self._job = job
         self._start_position = position
         self._emitter_options: dict[str, Any] = {
@@ -391,12 +393,14 @@ class Cluster:
     # -- the end -------------------------------------------------------------------------------
 
     def close(self, timeout: float | None = None) -> None:
-        """Flush (see :meth:`flush`) and release every socket, also when flushing fails."""
+        """Flush (see :meth:`flush`) and release every socket, also when flushing fails.
+        Without a ``mapper_id`` of the program's own, the nodes are then told the writer
+        finished, and retire its dedup memory after a lease (``smr.mapper_done``)."""
         if self._closed:
             return
         try:
             if self._emitter is not None:
-                self._emitter.close(timeout)
+                self._emitter.close(timeout, finished=self._finish_on_close)
         finally:
             self._closed = True
             self._client.close()

@@ -77,6 +77,7 @@ from smr.emit_path import (
     make_emit_many,
     make_emit_record,
 )
+from smr.mapper_done import announce_done
 from smr.protocol import (
     Ack,
     ChannelNumber,
@@ -84,6 +85,7 @@ from smr.protocol import (
     FrameError,
     Nack,
     NotOwner,
+    Pong,
     RequestId,
     StreamId,
     ViewReply,
@@ -172,6 +174,8 @@ class Emitter:
         # Told the rows of every batch once all its nodes acked it (rows hold their emit time).
         self._on_acked = on_acked
         self._channels: dict[NodeId, Channel] = {}
+        self.pongs: set[int] = set()
+        """Request ids of the PONGs nodes sent (answers to ``MapperDone``), until read."""
         self._addr_of: dict[NodeId, str] = {}
         # The last seq given: without combine, the position of the last tuple emitted (one
         # item, shared with the emit closures); with combine, the last seq of each slot.
@@ -426,6 +430,8 @@ class Emitter:
                 on_not_owner(self, channel, chan, view, epoch, frozen)
             case Error(message=text):
                 raise DeliveryError(f"node {channel.node} refused a batch: {text}")
+            case Pong(req=req):
+                self.pongs.add(req)  # a node took a MapperDone notice (smr.mapper_done)
 
     def _on_ack(self, channel: Channel, through: ChannelNumber) -> None:
         released, done = release_through(channel, through)
@@ -588,10 +594,14 @@ class Emitter:
             combined.clear()
         self._holds.release()
 
-    def close(self, timeout_s: float | None = None) -> None:
-        """Drain (see :meth:`drain`), then close every channel, also when draining fails."""
+    def close(self, timeout_s: float | None = None, *, finished: bool = False) -> None:
+        """Drain (see :meth:`drain`), then close every channel, also when draining fails.
+        ``finished``: the mapper's id will never carry other tuples; after draining, tell
+        the nodes, which then retire its dedup memory (:mod:`smr.mapper_done`)."""
         try:
             self.drain(timeout_s)
+            if finished:
+                announce_done(self)
         finally:
             for channel in self._channels.values():
                 channel.outbox.close()

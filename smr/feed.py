@@ -164,10 +164,14 @@ def feed(
     progress: Callable[[int], None] | None = None,
     max_record_bytes: int = MAX_RECORD_BYTES_DEFAULT,
     position: FeedPosition | None = None,
+    *,
+    finished: bool = False,
 ) -> FeedResult:
     """Run ``job.map`` over every line of ``paths`` and emit into ``emitter``, then wait
     until every tuple is acked (``emitter.close``). ``progress`` gets bytes read so far;
-    ``position``, if given, holds the file and line of the last record read.
+    ``position``, if given, holds the file and line of the last record read. ``finished``:
+    the mapper id is the feed's own (never given to other tuples), so the nodes are told it
+    finished and retire its dedup memory (``smr.mapper_done``).
 
     Per record: 1. read it (bounded); 2. run ``map``, collecting its emits; 3. only if
     ``map`` returned, hand them to the emitter, which checks them all before it emits any
@@ -278,7 +282,7 @@ def feed(
     unreported = reported - MAP_FAILURES_REPORTED_MAX
     if unreported > 0:
         report(f"... {unreported} more failures")
-    emitter.close()
+    emitter.close(finished=finished)
     return FeedResult(
         records,
         emitter.tuples_emitted + folded_away,

@@ -286,7 +286,16 @@ def _feed_with_progress(
     position: FeedPosition,
 ) -> FeedResult:
     if not options.show_progress:
-        return feed(job, emitter, paths, report, None, options.max_record_bytes, position)
+        return feed(
+            job,
+            emitter,
+            paths,
+            report,
+            None,
+            options.max_record_bytes,
+            position,
+            finished=options.mapper_id is None,
+        )
     from rich.progress import Progress
 
     with Progress(transient=True) as bar:
@@ -299,6 +308,7 @@ def _feed_with_progress(
             lambda done: bar.update(task, completed=done),
             options.max_record_bytes,
             position,
+            finished=options.mapper_id is None,
         )
 
 

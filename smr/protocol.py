@@ -109,6 +109,7 @@ __all__ = [
     "Heartbeat",
     "JoinRequest",
     "Kind",
+    "MapperDone",
     "Message",
     "MoveAnswer",
     "MoveCommit",
@@ -237,6 +238,18 @@ class Error:
     kind: ClassVar[Kind] = Kind.ERROR
     req: RequestId | None
     message: str
+
+
+@dataclass(frozen=True, slots=True)
+class MapperDone:
+    """Mapper ``mapper`` has finished: every tuple it sent is acked by all the nodes of its
+    set, and none will ever have a seq above ``last``. Answered by :class:`Pong`; the node
+    retires the mapper after a lease (``smr.node.retirement``)."""
+
+    kind: ClassVar[Kind] = Kind.MAPPER_DONE
+    req: RequestId
+    mapper: MapperId
+    last: int
 
 
 # -- control requests and their replies --------------------------------------------------------
@@ -375,6 +388,7 @@ Message: TypeAlias = (
     | Nack
     | NotOwner
     | Error
+    | MapperDone
     | Ping
     | Pong
     | ViewRequest

@@ -76,6 +76,9 @@ REJOIN_AFTER_FENCE_KEY: Final = "rejoin_after_fence_ms"
 REJOIN_AFTER_FENCE_MS_DEFAULT: Final = 30_000
 APPLY_RATE_CAP_KEY: Final = "apply_rate_cap_per_s"
 BALANCE_ABOVE_KEY: Final = "balance_above"
+MAPPER_LEASE_KEY: Final = "mapper_lease_ms"
+"""The ``extra`` setting for how long after a mapper finished its dedup memory is retired."""
+MAPPER_LEASE_MS_DEFAULT: Final = 600_000
 """The ``extra`` setting for the tuples every node applies per second at most (null or
 absent: no cap; ``smr.node.rate_cap``)."""
 
@@ -231,6 +234,13 @@ class ClusterSpec:
         if not isinstance(value, int | float) or isinstance(value, bool) or not 0 < value <= 1:
             raise ClusterError(f"extra.{BALANCE_ABOVE_KEY} must be in (0, 1] or null: {value!r}")
         return float(value)
+
+    def mapper_lease_ms(self) -> int:
+        """How long after a mapper said it finished the nodes retire its hwms (``extra``)."""
+        value = self.extra.get(MAPPER_LEASE_KEY, MAPPER_LEASE_MS_DEFAULT)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise ClusterError(f"extra.{MAPPER_LEASE_KEY} must be ms >= 0: {value!r}")
+        return value
 
     def initial_view(self) -> View:
         """The view every node starts from: all nodes up at their advertised addresses and

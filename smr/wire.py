@@ -58,6 +58,7 @@ class Kind(IntEnum):
     NET_RULE = 26
     OUTPUT_REQUEST = 27
     OUTPUT_LINES = 28
+    MAPPER_DONE = 29
     # Between nodes; every peer message names its sender and the sender's incarnation.
     HEARTBEAT = 40
     GOSSIP = 41

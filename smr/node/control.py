@@ -244,6 +244,14 @@ class Control:
             "backup_bytes": node.replication.backup_bytes,
             # Dedup memory: one entry per (mapper, slot) ever written, here and in copies.
             "hwm_entries": node.store.hwm_entries() + node.replication.hwm_entries(),
+            # Finished mappers (smr.node.retirement): leases running, retired here, and
+            # their batches answered at intake.
+            "mappers_finishing": node.retirement.pending,
+            "mappers_retired": len(node.store.retired),
+            "mappers_retired_total": node.retirement.retired_total,
+            "retired_hwms_dropped": node.retirement.hwms_dropped,
+            "batches_of_finished_mappers": node.retirement.batches_answered,
+            "batches_refused_finished": node.retirement.batches_refused,
             "under_replicated_slots": node.under_replicated_slots(),
             "snapshot_stall_ms_max": round(node.snapshots.stall_ms_max, 3),
             "snapshot_stall_s_max": node.snapshots.stall_ms_max / 1000,

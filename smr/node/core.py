@@ -37,6 +37,7 @@ from smr.node.moves import Moves
 from smr.node.recovery import Recovery
 from smr.node.reducer import Reducer
 from smr.node.replication import Replication
+from smr.node.retirement import Retirement
 from smr.node.settings import NodeCounters, NodeSettings
 from smr.node.snapshots import Snapshots
 from smr.node.throttle import Throttle
@@ -51,6 +52,7 @@ from smr.protocol import (
     Gossip,
     Heartbeat,
     JoinRequest,
+    MapperDone,
     Message,
     MoveAnswer,
     MoveCommit,
@@ -171,6 +173,7 @@ class NodeCore:
         above = self.settings.balance_above
         self.balancer = Balancer(self, BalanceConfig(above)) if above is not None else None
         self.control = Control(self)
+        self.retirement = Retirement(self)
         self.set_view(view)
         self.replication.cover_initial_ranges()
 
@@ -290,6 +293,8 @@ class NodeCore:
                 self.ingest.on_batch(identity, message)
             case Ping():
                 self.control.on_ping(identity, message)
+            case MapperDone():
+                self.retirement.on_mapper_done(identity, message)
             case ViewRequest():
                 self.control.on_view_request(identity, message)
             case StatusRequest():
@@ -439,7 +444,8 @@ class NodeCore:
            (``Recovery.judge``: probe, take over, or wait for a quorum); ask a node back
            after a false verdict for the state of slots lost here (``Handoff.ask``); the
            timeouts of moves (``Moves.tick``); a busy node's balancing move
-           (``Balancer.tick``, when balance is on).
+           (``Balancer.tick``, when balance is on); finished mappers whose lease ran out
+           retired (``Retirement.tick``).
         4. The applied-tuples rate and the load (``LoadMeter.fold``), and the output flushed.
         """
         now = self.clock()
@@ -469,6 +475,7 @@ class NodeCore:
         self.moves.tick(now)
         if self.balancer is not None and not self.counters.fenced:
             self.balancer.tick(now)
+        self.retirement.tick(now)
         # 4.
         mark_time, mark_count = self._rate_mark
         if now - mark_time >= 1.0:

@@ -23,6 +23,9 @@ batch's mapper id is the tuples' identity for dedup, the stream names the channe
    replays them).
    A batch with a slot whose state was lost beyond tolerance and not accepted yet
    (``checkpoint.loss``) is refused with ``ERROR``: the mapper stops and says why.
+   Before all this (5a), a batch of a mapper that said it finished
+   (``smr.node.retirement``) is acked as duplicates if every seq is at or below its last
+   one, and refused with ``ERROR`` otherwise.
 6. Otherwise the batch joins the bounded inbox and the channel advances. When the inbox is
    full the node stops reading its socket, so the socket queue and then TCP push back on the
    mappers: backpressure, never a drop.
@@ -196,6 +199,24 @@ class Ingest:
         except FrameError as error:
             node.bad_frame(identity, f"batch {chan} from {mapper} on {stream}: {error}")
             node.reply(identity, encode(Error(None, str(error))))
+            return
+        # 5a. A finished mapper (smr.node.retirement, step 4): tuples it already delivered
+        #     are acked as duplicates; one past its last seq is refused, never applied.
+        last = node.retirement.last_of(mapper)
+        if last is not None and seqs:
+            if max(seqs) > last:
+                node.retirement.batches_refused += 1
+                text = (
+                    f"mapper {mapper!r} said it had finished at seq {last}, and this batch "
+                    f"has seq {max(seqs)}: a mapper id is never used again for other tuples; "
+                    "give this feed another mapper id"
+                )
+                node.reply(identity, encode(Error(None, text)))
+                return
+            node.retirement.batches_answered += 1
+            node.counters.tuples_duplicate += len(seqs)
+            self._expected[stream] = ChannelNumber(chan + 1)
+            self.inbox.append(Pending(identity, stream, mapper, chan, None))
             return
         # 5. Ownership: primary of every slot, or secondary of every slot under one primary
         #    (the backup is filed and evicted by that primary's checkpoints: a batch that

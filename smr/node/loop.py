@@ -107,6 +107,7 @@ def serve(
         apply_rate_cap_per_s=spec.apply_rate_cap_per_s(),
         balance_above=spec.balance_above(),
         join_after_start_ms=join_after_start_ms,
+        mapper_lease_ms=spec.mapper_lease_ms(),
     )
     core = NodeCore(
         NodeId(node_id),

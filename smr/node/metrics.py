@@ -61,6 +61,9 @@ COUNTERS: Final[tuple[tuple[str, str, str], ...]] = (
     ("smr_suspicions", "suspicions", "Suspicions of a peer this node began."),
     ("smr_handshakes_refused", "handshakes_refused", "Connections refused: key not accepted."),
     ("smr_apply_seconds", "apply_seconds", "Seconds spent in apply turns."),
+    ("smr_mappers_retired", "mappers_retired_total", "Finished mappers retired after a lease."),
+    ("smr_retired_hwms_dropped", "retired_hwms_dropped", "Hwm entries retirements dropped."),
+    ("smr_batches_of_finished_mappers", "batches_of_finished_mappers", "Resends acked."),
 )
 """The plain counters: one status key each (``apply_seconds`` is a float)."""
 
@@ -69,6 +72,7 @@ REFUSALS: Final[tuple[tuple[str, str], ...]] = (
     ("offline", "batches_refused_offline"),
     ("moving", "batches_refused_moving"),
     ("backup_full", "backup_refused_full"),
+    ("mapper_finished", "batches_refused_finished"),
 )
 """``smr_batches_refused_total`` by ``reason``: (label, status key)."""
 
@@ -88,6 +92,8 @@ GAUGES: Final[tuple[tuple[str, str, str], ...]] = (
     ("smr_slots_offline", "offline_slots", "Slots lost and not yet accepted or restored."),
     ("smr_backup_bytes", "backup_bytes", "Raw batch bytes held for primaries."),
     ("smr_hwm_entries", "hwm_entries", "(mapper, slot) high-water marks held (dedup memory)."),
+    ("smr_mappers_finishing", "mappers_finishing", "Finished mappers whose lease runs."),
+    ("smr_mappers_retired_held", "mappers_retired", "Retired mappers' last seqs held."),
     ("smr_view_epoch", "epoch", "The epoch of this node's view of the ring."),
     ("smr_apply_tuples_per_second", "tuples_per_s", "Tuples applied per second, decayed."),
     ("smr_utilization_ratio", "utilization", "Share of the node's capacity in use, 0 to 1."),

@@ -50,6 +50,9 @@ class NodeSettings:
     # every few seconds until it has joined; the wait lets its gossip reach the ring first.
     # None: it stays on standby until an operator or the autoscaler asks it to join.
     join_after_start_ms: int | None = None
+    # How long after a mapper said it finished its hwms are dropped (smr.node.retirement):
+    # long enough for its checkpoints, moves and takeovers under way to settle.
+    mapper_lease_ms: int = 600_000
 
 
 @dataclass

@@ -95,7 +95,7 @@ def test_a_tombstone_travels_as_extension_type_1_with_no_data() -> None:
     delta = Delta({Slot(3): {"k": {"gone": TOMBSTONE}}}, {})
     encoded = encode_delta(delta)
     expected = msgpack.packb(
-        [DELTA_FORMAT_VERSION, {3: {"k": {"gone": msgpack.ExtType(1, b"")}}}, {}]
+        [DELTA_FORMAT_VERSION, {3: {"k": {"gone": msgpack.ExtType(1, b"")}}}, {}, {}]
     )
     assert encoded == expected
     assert decode_delta(encoded).states[Slot(3)]["k"]["gone"] is TOMBSTONE
@@ -104,14 +104,21 @@ def test_a_tombstone_travels_as_extension_type_1_with_no_data() -> None:
 def test_the_version_comes_first_and_any_other_version_is_refused() -> None:
     encoded = encode_delta(Delta({}, {}))
     assert msgpack.unpackb(encoded)[0] == DELTA_FORMAT_VERSION
-    for version in (0, 2, -1, "1", 1.0, True, None):
+    for version in (0, 3, -1, "1", 1.0, True, None):
         with pytest.raises(DeltaError, match="version"):
-            decode_delta(msgpack.packb([version, {}, {}]))
+            decode_delta(msgpack.packb([version, {}, {}, {}]))
     # A newer version is refused for its version even when its body is unreadable to us.
-    with pytest.raises(DeltaError, match="version 2"):
-        decode_delta(msgpack.packb([2, msgpack.ExtType(99, b"?"), [1, 2], "more"]))
+    with pytest.raises(DeltaError, match="version 3"):
+        decode_delta(msgpack.packb([3, msgpack.ExtType(99, b"?"), [1, 2], "more"]))
     with pytest.raises(DeltaError, match="got \\[\\]"):
         decode_delta(msgpack.packb([]))
+
+
+def test_retired_mappers_round_trip_and_a_version_1_delta_is_still_read() -> None:
+    delta = Delta({}, {Slot(2): {MapperId("a"): Seq(4)}}, {MapperId("done"): Seq(99)})
+    assert decode_delta(encode_delta(delta)) == delta
+    old = decode_delta(msgpack.packb([1, {5: {"k": {"n": 1}}}, {5: {"m": 3}}]))
+    assert old == Delta({Slot(5): {"k": {"n": 1}}}, {Slot(5): {MapperId("m"): Seq(3)}}, {})
 
 
 def test_an_oversize_delta_is_refused_before_it_is_decoded() -> None:
@@ -140,7 +147,11 @@ def test_trailing_bytes_after_a_delta_are_refused() -> None:
 @pytest.mark.parametrize(
     ("body", "complaint"),
     [
-        ([1, {}], "got 2 items"),
+        ([1, {}], "got 2"),
+        ([2, {}, {}], "of 4 items, got 3"),
+        ([2, {}, {}, []], "retired mappers must be a map"),
+        ([2, {}, {}, {7: 1}], "retired mapper id 7 must be str"),
+        ([2, {}, {}, {"m": -1}], "last seq of retired mapper 'm'"),
         ({"version": 1}, "array"),
         ([1, [], {}], "states must be a map"),
         ([1, {}, []], "hwms must be a map"),

@@ -1,0 +1,142 @@
+"""Retiring finished mappers, so that dedup memory does not grow with every feed ever run.
+
+A node keeps a high-water mark per ``(mapper, slot)`` (DESIGN section 5): a short feed that
+touched 250 slots leaves 250 of them in the primary's store and as many in each replica, and
+nothing removed them. A mapper that has finished says so: once its emitter has drained (every
+tuple acked by all the nodes of its set), it sends ``MapperDone(mapper, last)`` to every node
+of its view (``smr.emitter.Emitter.finish``): no tuple of it will ever have a seq above
+``last``, and every one up to ``last`` is applied at its primary. On a node:
+
+1. On ``MapperDone``: remember ``last``, start the lease, answer. From then on intake answers
+   the mapper's batches (step 4), whatever the stores hold.
+2. When the lease has run out, and no move is under way here, the node retires the mapper in
+   its own store (``StateStore.retire``): its hwms go, one entry (its last seq) stays. The
+   next checkpoint carries the retirement to the secondaries, whose replicas drop its hwms
+   and count its backed-up batches as covered (``checkpoint.backup``); every snapshot
+   carries all retirements, so a new copy or a joining node knows them too.
+3. Every tick, no move being under way, hwms of retired mappers that came back into the own
+   store are dropped again (a takeover promotes a copy that had not retired them, and keeps
+   their hwms while it replays: ``checkpoint.promote``).
+4. Intake (``smr.node.ingest``): a batch of a finished or retired mapper whose seqs are all at
+   or below ``last`` holds tuples already applied (a resend, or a rerun of the same feed): it
+   is acked and counted as duplicates, applied and stored nowhere. A batch with a seq above
+   ``last`` breaks the mapper's word (an id used again for other tuples): it is refused with
+   ERROR, so the emitter stops and says why. Nothing of it is applied in silence.
+
+Why a lease: retiring drops the hwms that would have recognised a late copy of the mapper's
+tuples anywhere but at intake. The lease leaves time for all the mapper's tuples set in motion
+to settle first: the checkpoints that carry its state to every secondary (one interval), and
+the moves and takeovers under way when it finished. A node that never hears ``MapperDone``
+(it was down, or the message was lost) only keeps the hwms longer, until its primary's
+retirement reaches it, or forever on its own store: more memory, never a wrong count.
+
+Mapper ids are never used again for other tuples: a client's id is random
+(``client-<uuid4>``), a feed of standard input too, and a feed of files is named by a digest of
+the cluster's incarnation, the job and the files' paths, sizes and modification times, so the
+same id means the same tuples with the same seqs (step 4 answers a rerun). Memory after
+retirement: one entry per finished mapper in each store that knew it, instead of one per slot
+it wrote to.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Final
+
+from checkpoint.ids import MapperId, Seq
+from smr.protocol import MapperDone, Pong, encode
+
+if TYPE_CHECKING:
+    from smr.node.core import NodeCore
+
+TICK_S: Final = 1.0
+"""How often steps 2 and 3 run: each walks the store's mappers once."""
+
+PENDING_MAPPERS_MAX: Final = 200_000
+"""Finished mappers whose lease is running, at most: a notice past it is ignored (counted),
+which costs memory only (the mapper's hwms stay), never a count."""
+
+
+class Retirement:
+    """Finished mappers on this node: their leases, and what intake needs to answer them.
+
+    Guarantees: ``last_of(mapper)`` is the mapper's last seq from the moment its notice
+    arrived (or its retirement arrived with state) and for ever after; a mapper is retired
+    in the own store only after its lease ran out and while no move is under way here.
+    """
+
+    def __init__(self, node: NodeCore) -> None:
+        self._node = node
+        # mapper -> (last seq, when the lease ends): in notice order, which is lease order.
+        self._pending: dict[MapperId, tuple[Seq, float]] = {}
+        self.notices = 0
+        """``MapperDone`` notices received (repeats included)."""
+        self.notices_ignored = 0
+        """Notices ignored because ``PENDING_MAPPERS_MAX`` leases were running."""
+        self.retired_total = 0
+        """Mappers retired in the own store after their lease."""
+        self.hwms_dropped = 0
+        """Hwm entries dropped by retirements in the own store, steps 2 and 3."""
+        self.batches_answered = 0
+        """Batches of finished mappers acked as duplicates at intake (step 4)."""
+        self.batches_refused = 0
+        """Batches of finished mappers refused at intake: a seq past the last (step 4)."""
+        self._next_tick_at = 0.0
+
+    @property
+    def pending(self) -> int:
+        """Finished mappers whose lease is still running here."""
+        return len(self._pending)
+
+    def last_of(self, mapper: MapperId) -> Seq | None:
+        """The last seq of ``mapper`` if it finished (step 1) or was retired here (its
+        retirement reached the own store with state); None for a mapper still running."""
+        pending = self._pending.get(mapper)
+        if pending is not None:
+            return pending[0]
+        return self._node.store.retired.get(mapper)
+
+    def on_mapper_done(self, identity: bytes, message: MapperDone) -> None:
+        """Step 1 for a ``MapperDone`` notice: answer PONG (the emitter waits for it), or
+        count a bad frame for a negative seq."""
+        node = self._node
+        if message.last < 0 or type(message.last) is not int:
+            node.bad_frame(identity, f"mapper-done of {message.mapper} with seq {message.last}")
+            return
+        self.on_done(message.mapper, Seq(message.last))
+        node.reply(identity, encode(Pong(message.req, node.node_id)))
+
+    def on_done(self, mapper: MapperId, last: Seq) -> None:
+        """Step 1: ``mapper`` finished at ``last``; its lease starts now (a repeat keeps the
+        first lease and the higher last seq)."""
+        self.notices += 1
+        node = self._node
+        if mapper in node.store.retired:
+            return
+        pending = self._pending.get(mapper)
+        if pending is not None:
+            self._pending[mapper] = (max(pending[0], last), pending[1])
+            return
+        if len(self._pending) >= PENDING_MAPPERS_MAX:
+            self.notices_ignored += 1
+            return
+        self._pending[mapper] = (last, node.clock() + node.settings.mapper_lease_ms / 1000)
+
+    def tick(self, now: float) -> None:
+        """Steps 2 and 3, unless a move is under way here (its replay may need the hwms)."""
+        node = self._node
+        if now < self._next_tick_at or node.moves.busy:
+            return
+        self._next_tick_at = now + TICK_S
+        store = node.store
+        before = store.hwm_entries()
+        # 2.
+        while self._pending:
+            mapper, (last, lease_end) = next(iter(self._pending.items()))
+            if lease_end > now:
+                break
+            del self._pending[mapper]
+            store.retire(mapper, last)
+            self.retired_total += 1
+        # 3.
+        store.forget_retired_hwms()
+        self.hwms_dropped += before - store.hwm_entries()
