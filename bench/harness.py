@@ -63,6 +63,7 @@ def local_cluster(
     job: str = JOB,
     apply_rate_cap_per_s: float | None = None,
     balance_above: float | None = None,
+    mapper_lease_ms: int | None = None,
 ) -> Iterator[tuple[Path, Any]]:
     """A fresh local cluster of ``job`` (the word count unless given) in a temporary
     directory, its nodes capped at ``apply_rate_cap_per_s`` and balancing above
@@ -84,6 +85,7 @@ def local_cluster(
                 checkpoint_interval_ms=checkpoint_interval_ms,
                 apply_rate_cap_per_s=apply_rate_cap_per_s,
                 balance_above=balance_above,
+                mapper_lease_ms=mapper_lease_ms,
             )
             # Processes this one spawns (feeders) reach the cluster with its keys too.
             if (cluster_dir / KEYS_DIR_NAME).is_dir():

@@ -1,14 +1,20 @@
 """Dedup memory against short feeds: what many short-lived mappers leave behind in the nodes.
 
-Every mapper id that ever wrote to a slot keeps a high-water mark there, at the slot's primary
-and in each copy, until mapper ids are retired (not built yet). This measures how that grows:
-on a local cluster of 3 nodes with ``r = 1``, ``--feeds`` short feeds in a row, each a new
-connection (a new mapper id) writing ``--words`` words of the books and flushing. After every
-``--every`` feeds, the nodes' ``hwm_entries`` (their status) and RSS are read. At the end the
-counts are checked against plain Python. The JSON in ``bench/results/hwm_growth.json`` has
-every sample; a plot goes beside it.
+Every mapper id that writes to a slot keeps a high-water mark there, at the slot's primary and
+in each copy; a mapper that finished is retired after a lease and leaves one entry per store
+(``smr.node.retirement``). This measures both, in one run, on local clusters of 3 nodes with
+``r = 1`` and a mapper lease of ``--lease-s``:
 
-    python bench/hwm_growth.py [--feeds 10000] [--words 200] [--every 500]
+- ``kept`` (the baseline): ``--baseline-feeds`` short feeds whose ids the program names
+  (``mapper_id=``), which never say they finished: their hwms stay.
+- ``retired``: ``--feeds`` short feeds with ids of their own, which do.
+
+Each feed is a new connection writing ``--words`` words of the books and closing. After every
+``--every`` feeds, the nodes' ``hwm_entries`` (their status) and RSS are read; the retired run
+is read once more after a last lease. At the end each run's counts are checked against plain
+Python. The JSON in ``bench/results/hwm_growth.json`` has every sample; a plot goes beside it.
+
+    python bench/hwm_growth.py [--feeds 10000] [--baseline-feeds 2000] [--every 500]
 """
 
 from __future__ import annotations
@@ -40,62 +46,80 @@ def sample(cluster: Any, feeds: int, started: float) -> dict[str, Any]:
     }
 
 
-def run(feeds: int, words_per_feed: int, every: int) -> dict[str, Any]:
-    """``feeds`` short feeds, sampled every ``every``; the report."""
+def run_mode(mode: str, feeds: int, words_per_feed: int, every: int, lease_s: float) -> Any:
+    """``feeds`` short feeds on a fresh cluster, sampled every ``every``; the run's report."""
     import smr
 
     words = load_words(words_per_feed * 50)
     expected: Counter[str] = Counter()
     samples = []
-    with local_cluster(NODES, REPLICATION) as (cluster_dir, _spec):
-        with smr.connect(cluster_dir) as watcher:
+    lease_ms = round(lease_s * 1000)
+    with local_cluster(NODES, REPLICATION, mapper_lease_ms=lease_ms) as (cluster_dir, _spec):
+        with smr.connect(cluster_dir, mapper_id="watcher") as watcher:
             started = time.monotonic()
             samples.append(sample(watcher, 0, started))
             for index in range(feeds):
                 start = (index * words_per_feed) % (len(words) - words_per_feed)
                 chunk = words[start : start + words_per_feed]
-                with smr.connect(cluster_dir, mapper_id=f"short-{index}") as feed:
+                named = f"short-{index}" if mode == "kept" else None
+                with smr.connect(cluster_dir, mapper_id=named) as feed:
                     feed.emit_many([(word, 1) for word in chunk])
-                    feed.flush()
                 expected.update(chunk)
                 if (index + 1) % every == 0:
                     time.sleep(1.5)  # a checkpoint carries the last hwms to the copies
                     samples.append(sample(watcher, index + 1, started))
                     last = samples[-1]
                     print(
-                        f"  {index + 1:6} feeds: {last['hwm_entries']:,} hwm entries, "
+                        f"  {mode} {index + 1:6} feeds: {last['hwm_entries']:,} hwm entries, "
                         f"RSS {last['rss_bytes'] / 2**20:.0f} MiB",
                         flush=True,
                     )
+            if mode == "retired":
+                time.sleep(lease_s + 2.5)  # the last feeds' lease, and a checkpoint
+                samples.append(sample(watcher, feeds, started))
         check = check_counts(dump_counts([str(cluster_dir)]), dict(expected))
     first, last = samples[1], samples[-1]
     return {
-        "benchmark": "hwm_growth",
-        "nodes": NODES,
-        "replication": REPLICATION,
         "feeds": feeds,
-        "words_per_feed": words_per_feed,
         "samples": samples,
         "hwm_entries_per_feed": (last["hwm_entries"] - first["hwm_entries"])
         / max(1, last["feeds"] - first["feeds"]),
         "rss_growth": (last["rss_bytes"] - first["rss_bytes"]) / first["rss_bytes"],
         "check": check,
+    }
+
+
+def run(feeds: int, baseline_feeds: int, words_per_feed: int, every: int, lease_s: float) -> Any:
+    """Both runs, the baseline first; the report."""
+    return {
+        "benchmark": "hwm_growth",
+        "nodes": NODES,
+        "replication": REPLICATION,
+        "words_per_feed": words_per_feed,
+        "mapper_lease_s": lease_s,
+        "runs": {
+            "kept": run_mode("kept", baseline_feeds, words_per_feed, every, lease_s),
+            "retired": run_mode("retired", feeds, words_per_feed, every, lease_s),
+        },
         "machine": machine(),
         "versions": versions(),
     }
 
 
 def plot(report: dict[str, Any], path: Path) -> None:
-    """hwm entries and RSS of the whole ring against feeds run."""
+    """hwm entries and RSS of the whole ring against feeds run, for both runs."""
     plt = pyplot()
-    figure, left = plt.subplots(figsize=(7, 4))
-    feeds = [s["feeds"] for s in report["samples"]]
-    left.plot(feeds, [s["hwm_entries"] / 1000 for s in report["samples"]], color="tab:blue")
-    left.set_xlabel("short feeds run (each a new mapper id)")
-    left.set_ylabel("hwm entries, thousands", color="tab:blue")
-    right = left.twinx()
-    right.plot(feeds, [s["rss_bytes"] / 2**20 for s in report["samples"]], color="tab:red")
-    right.set_ylabel("RSS of the 3 nodes, MiB", color="tab:red")
+    figure, (top, bottom) = plt.subplots(2, 1, figsize=(7, 6), sharex=True)
+    for mode, color in (("kept", "tab:red"), ("retired", "tab:blue")):
+        samples = report["runs"][mode]["samples"]
+        feeds = [s["feeds"] for s in samples]
+        label = "ids never finished" if mode == "kept" else "finished, retired"
+        top.plot(feeds, [s["hwm_entries"] / 1000 for s in samples], color=color, label=label)
+        bottom.plot(feeds, [s["rss_bytes"] / 2**20 for s in samples], color=color, label=label)
+    top.set_ylabel("hwm entries, thousands")
+    bottom.set_ylabel("RSS of the 3 nodes, MiB")
+    bottom.set_xlabel("short feeds run (each a new mapper id)")
+    top.legend()
     figure.tight_layout()
     figure.savefig(path)
     plt.close(figure)
@@ -104,16 +128,20 @@ def plot(report: dict[str, Any], path: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--feeds", type=int, default=10_000)
+    parser.add_argument("--baseline-feeds", type=int, default=2_000)
     parser.add_argument("--words", type=int, default=200)
     parser.add_argument("--every", type=int, default=500)
+    parser.add_argument("--lease-s", type=float, default=5.0)
     parser.add_argument("--out", type=Path, default=RESULTS / "hwm_growth.json")
     args = parser.parse_args()
-    report = run(args.feeds, args.words, args.every)
+    report = run(args.feeds, args.baseline_feeds, args.words, args.every, args.lease_s)
     write_report(report, args.out, plot)
-    print(
-        f"{report['hwm_entries_per_feed']:.0f} hwm entries per feed; ring RSS "
-        f"{report['rss_growth']:+.1%}; counts exact {report['check']['exact']}"
-    )
+    for mode, result in report["runs"].items():
+        print(
+            f"{mode}: {result['feeds']} feeds, {result['hwm_entries_per_feed']:.1f} hwm entries "
+            f"per feed; ring RSS {result['rss_growth']:+.1%}; counts exact "
+            f"{result['check']['exact']}"
+        )
 
 
 if __name__ == "__main__":

@@ -23,9 +23,10 @@ from itertools import repeat
 from operator import gt
 from typing import Any, Protocol, TypeAlias, cast
 
+from checkpoint.apply import FAILURE_EXAMPLES_MAX, MUTABLE_TYPES, BatchOutcome
 from checkpoint.delta import PLAIN_TYPES
 from checkpoint.ids import Key, MapperId
-from checkpoint.store import _MUTABLE_TYPES, FAILURE_EXAMPLES_MAX, BatchOutcome, StateStore
+from checkpoint.store import StateStore
 
 Columns: TypeAlias = tuple[MapperId, Sequence[int], Sequence[int], Sequence[Key], Sequence[Any]]
 """One batch as ``(mapper, slots, seqs, keys, values)``."""
@@ -185,7 +186,7 @@ def apply_folds(store: StateStore, batches: Iterable[Columns], fold: KeyFold) ->
             continue
         if mutables and not store._holds_mutables:
             store._holds_mutables = any(
-                value.__class__ not in PLAIN_TYPES and isinstance(value, _MUTABLE_TYPES)
+                value.__class__ not in PLAIN_TYPES and isinstance(value, MUTABLE_TYPES)
                 for value in written.values()
             )
         if fields is not None:

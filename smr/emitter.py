@@ -77,6 +77,7 @@ from smr.emit_path import (
     make_emit_many,
     make_emit_record,
 )
+from smr.emit_retry import resend, retry
 from smr.mapper_done import announce_done
 from smr.protocol import (
     Ack,
@@ -393,7 +394,7 @@ class Emitter:
                 for channel in channels:
                     while (frames := channel.outbox.receive()) is not None:
                         self._on_reply(channel, frames)
-            self._retry(channels)
+            retry(self, channels)
         finally:
             self._pump_depth -= 1
 
@@ -418,7 +419,7 @@ class Emitter:
                 if move_ended and self._holds.by(channel.node):
                     # A move at this node ended (called off, or settled at its receiver).
                     release_held(self)
-                self._resend(channel, from_chan=expect)
+                resend(self, channel, from_chan=expect)
             case NotOwner(chan=chan, epoch=epoch, body=body):
                 try:
                     view = View.from_wire(unpack_body(body))
@@ -453,65 +454,6 @@ class Emitter:
         for channel in channels:
             self._view_requests += 1
             channel.outbox.send(encode(ViewRequest(RequestId(self._view_requests))))
-
-    def _resend(self, channel: Channel, from_chan: ChannelNumber) -> None:
-        now = self._clock()
-        # One go-back-N per stall: the NACKs of a pipelined window must not each trigger one.
-        # A NACK past where the last one started is news, though: the node took the batches
-        # resent and stopped at a later gap (often a hole re-routing left, which only a batch
-        # carrying the new base closes), and nothing else will prompt it while the window is
-        # full. Any other NACK the limit skips is answered when the limit ends (_retry).
-        if now - channel.resent_at < self.resend_after_s / 4 and from_chan <= channel.resent_from:
-            if from_chan:
-                channel.nack_waiting = max(channel.nack_waiting or from_chan, from_chan)
-            return
-        channel.resent_at = now
-        channel.resent_from = max(from_chan, next(iter(channel.unacked), from_chan))
-        channel.nack_waiting = None
-        self.resends += 1
-        channel.unsent_from = None
-        for chan in list(channel.unacked):
-            if chan >= from_chan:
-                self._transmit(channel, chan)
-
-    def _retry(self, channels: list[Channel]) -> None:
-        now = self._clock()
-        if self._holds and self._holds.stale(now, self.resend_after_s):
-            # No word from the moving node in a resend interval: send the held rows again
-            # (if the move still goes on, they are refused and held once more).
-            release_held(self)
-        held_since = self._holds.since
-        if held_since is not None and now - held_since >= self.give_up_after_s:
-            raise DeliveryError(
-                f"{len(self._holds.rows)} tuples of slots being moved were held back for "
-                f"{now - held_since:.0f} s: the move never ended"
-            )
-        for channel in channels:
-            if not channel.unacked:
-                channel.progress_at = now
-                channel.nack_waiting = None
-                continue
-            waiting = channel.nack_waiting
-            if waiting is not None and now - channel.resent_at >= self.resend_after_s / 4:
-                self._resend(channel, from_chan=waiting)
-            if channel.unsent_from is not None:
-                start = channel.unsent_from
-                channel.unsent_from = None
-                for chan in list(channel.unacked):
-                    if chan >= start:
-                        self._transmit(channel, chan)
-            stalled_s = now - channel.progress_at
-            if stalled_s >= self.give_up_after_s:
-                raise DeliveryError(
-                    f"node {channel.node} at {channel.outbox.addr} acknowledged nothing for "
-                    f"{stalled_s:.0f} s; {sum(len(b.rows) for b in channel.unacked.values())} "
-                    "tuples are unacknowledged"
-                )
-            if stalled_s >= self.view_check_after_s:
-                # A silent node may have been taken over: ask the others (rate-limited).
-                self._ask_view([c for c in self._live_channels() if c is not channel])
-            if stalled_s >= self.resend_after_s and now - channel.resent_at >= self.resend_after_s:
-                self._resend(channel, from_chan=ChannelNumber(0))
 
     def _live_channels(self) -> list[Channel]:
         """Channels to every live member of the view, opened if need be."""
@@ -578,6 +520,13 @@ class Emitter:
             self.flush()
             self.pump(timeout_ms=50)
 
+    def finish_mapper(self, timeout_s: float | None = None) -> None:
+        """Drain, then tell the nodes the current mapper finished, so that they retire its
+        dedup memory (:mod:`smr.mapper_done`): only for an id never used for other tuples.
+        :meth:`begin_mapper` may follow."""
+        self.drain(timeout_s)
+        announce_done(self)
+
     def abort(self) -> None:
         """Close every channel at once and forget every open and unacked tuple.
 
@@ -599,9 +548,10 @@ class Emitter:
         ``finished``: the mapper's id will never carry other tuples; after draining, tell
         the nodes, which then retire its dedup memory (:mod:`smr.mapper_done`)."""
         try:
-            self.drain(timeout_s)
             if finished:
-                announce_done(self)
+                self.finish_mapper(timeout_s)
+            else:
+                self.drain(timeout_s)
         finally:
             for channel in self._channels.values():
                 channel.outbox.close()

@@ -18,7 +18,6 @@ tuples as duplicates and refuse a tuple past ``last``.
 from __future__ import annotations
 
 import itertools
-import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Final
 
@@ -50,7 +49,8 @@ def announce_done(emitter: Emitter, wait_s: float = DONE_WAIT_S) -> int:
     notice = MapperDone(RequestId(0), emitter.mapper_id, last_seq(emitter))
     unsent = emitter._live_channels()
     waiting: set[int] = set()
-    deadline = time.monotonic() + wait_s
+    clock = emitter._clock  # virtual time in the simulation
+    deadline = clock() + wait_s
     while True:
         still_unsent = []
         for channel in unsent:
@@ -60,7 +60,7 @@ def announce_done(emitter: Emitter, wait_s: float = DONE_WAIT_S) -> int:
             else:
                 still_unsent.append(channel)
         unsent = still_unsent
-        if not (waiting or unsent) or time.monotonic() >= deadline:
+        if not (waiting or unsent) or clock() >= deadline:
             break
         emitter.pump(timeout_ms=20)
         waiting -= emitter.pongs

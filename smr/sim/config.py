@@ -66,6 +66,13 @@ class SimConfig:
     # the seed over the feed's expected duration.
     schedule: FaultSchedule | None = None
     faults_max: int = 3
+    # Mappers that say they finished when they close, and the nodes' lease before they
+    # retire them (smr.node.retirement): short, so retirements happen while faults go on.
+    finish_mappers: bool = False
+    mapper_lease_ms: int = _NODE_DEFAULTS.mapper_lease_ms
+    # With finish_mappers, each mapper feeds its tuples as this many mapper ids in turn,
+    # finishing each: retirements then happen while the faults go on.
+    mapper_parts: int = 1
     # Virtual time allowed for the feed to end (every close() returned), and for the
     # cluster to converge after healing; past them the run fails.
     feed_limit_ms: int = 120_000
@@ -115,6 +122,9 @@ class SimConfig:
             faults_max=options.faults_max,
             # Drawn last, so that every earlier draw of a seed stays what it was.
             standby=rng.choice((0, 0, 1, 2)),
+            finish_mappers=rng.random() < 0.7,
+            mapper_lease_ms=rng.choice((50, 300, 2000)),
+            mapper_parts=rng.choice((1, 3, 8)),
         )
 
 

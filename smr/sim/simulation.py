@@ -122,6 +122,7 @@ class Simulation:
             # fenced node that joins again somewhere else would change which nodes are
             # adjacent (joins are played as Join commands instead).
             rejoin_after_fence_ms=None,
+            mapper_lease_ms=config.mapper_lease_ms,
         )
         self.tolerance = Tolerance(
             failure_timeout_ms=self.settings.failure_timeout_ms,
@@ -373,14 +374,24 @@ class Simulation:
         chunk = self.config.feed_chunk
         pace_ms = self.config.feed_pace_ms
 
+        finish = self.config.finish_mappers
+        parts = self.config.mapper_parts if finish else 1
+        chunks = range(0, len(words), chunk)
+        # The chunks after which one mapper id finishes and the next begins.
+        part_ends = {chunks[len(chunks) * part // parts - 1] for part in range(1, parts)}
+
         def feed() -> None:
             emit = emitter.emit
-            for start in range(0, len(words), chunk):
+            name = emitter.mapper_id
+            for start in chunks:
                 for word in words[start : start + chunk]:
                     emit(word, 1)
                 transport.sleep(pace_ms)
                 emitter.pump(0)
-            emitter.close()
+                if start in part_ends:
+                    emitter.finish_mapper()
+                    emitter.begin_mapper(MapperId(f"{name}.{start}"))
+            emitter.close(finished=finish)
 
         return feed
 

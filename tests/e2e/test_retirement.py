@@ -114,8 +114,10 @@ def test_a_takeover_after_retirement_keeps_every_count(cluster: Cluster, tmp_pat
     os.kill(victim["pid"], signal.SIGKILL)
     wait_status(
         cluster,
-        lambda rows: sum(row.get("takeovers", 0) for row in rows.values()) >= 1
-        and sum(row.get("slots_owned", 0) for row in rows.values()) == 2**14,
+        lambda rows: (
+            sum(row.get("takeovers", 0) for row in rows.values()) >= 1
+            and sum(row.get("slots_owned", 0) for row in rows.values()) == 2**14
+        ),
     )
     # The survivors promoted the dead node's replica, retirements and all: a rerun of a
     # finished feed is still all duplicates, and a new feed counts once.

@@ -1,0 +1,189 @@
+"""The store's hot path: one batch of one mapper's tuples reduced into state
+(``StateStore.apply_batch``, whose docstring says what it guarantees), and the outcome it
+reports. A module of its own because it is the one loop every tuple goes through, and long."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Final, TypeAlias, cast
+
+from checkpoint.delta import PLAIN_TYPES, TOMBSTONE
+from checkpoint.ids import Key, MapperId
+
+if TYPE_CHECKING:
+    from checkpoint.store import StateStore
+
+ReduceFn: TypeAlias = Callable[[Key, Any, dict[str, Any]], None]
+"""``reduce_fn(key, value, state)``: folds one value into ``state``, a dict it may mutate."""
+
+FAILURE_EXAMPLES_MAX: Final = 100
+"""Failed tuples kept as examples per batch: enough to diagnose a bad reducer, while a reducer
+that fails on every tuple cannot make one outcome hold a whole batch of tracebacks."""
+
+MUTABLE_TYPES: Final = (list, dict, set, bytearray)
+"""Values of these types may be mutated in place by a reducer: they are deep-copied on read,
+and always count as changed on commit, since a caller's "before" may share them with "after"
+(and comparing big containers would cost more than shipping them)."""
+
+NO_FIELDS: Final[MappingProxyType[str, Any]] = MappingProxyType({})
+"""The "before" of a key with no state: an empty mapping that nobody can mutate."""
+
+
+@dataclass(slots=True)
+class BatchOutcome:
+    """What ``StateStore.apply_batch`` did with a batch; every tuple is counted exactly once.
+
+    ``applied + duplicates + failed`` equals the batch size. ``failures`` holds up to
+    ``FAILURE_EXAMPLES_MAX`` examples ``(key, exception)`` of the ``failed`` tuples, in order.
+    """
+
+    applied: int = 0
+    duplicates: int = 0
+    failed: int = 0
+    failures: list[tuple[Key, BaseException]] = field(default_factory=list)
+
+
+def apply_tuples(
+    store: StateStore,
+    mapper: MapperId,
+    slots: Sequence[int],
+    seqs: Sequence[int],
+    keys: Sequence[Key],
+    values: Sequence[Any],
+    reduce_fn: ReduceFn,
+) -> BatchOutcome:
+    """``store.apply_batch(mapper, slots, seqs, keys, values, reduce_fn)``: the steps are in
+    its docstring. Everything the loop touches is bound to locals first."""
+
+    batch_size = len(slots)
+    if not len(seqs) == len(keys) == len(values) == batch_size:
+        raise ValueError(
+            f"batch columns differ in length: {batch_size} slots, {len(seqs)} seqs, "
+            f"{len(keys)} keys, {len(values)} values"
+        )
+    hwm_of_slot = cast(dict[int, int], store._hwm.setdefault(mapper, {}))
+    hwm_get = hwm_of_slot.get
+    mark_dirty = cast(set[int], store._hwm_dirty_slots).add
+    active = cast(dict[int, dict[Key, dict[str, Any]]], store.active)
+    active_get = active.get
+    # The inactive fragment lives only between swap and merge_inactive, so it is usually
+    # empty: then one test per batch saves a lookup per tuple.
+    inactive_get = cast(dict[int, dict[Key, dict[str, Any]]], store.inactive).get
+    has_inactive = bool(store.inactive)
+    master_get = cast(dict[int, dict[Key, dict[str, Any]]], store.master).get
+    tombstones_possible = store._active_has_tombstones or store._inactive_has_tombstones
+    holds_mutables = store._holds_mutables
+    plain_types = PLAIN_TYPES
+    mutable_types = MUTABLE_TYPES
+    deepcopy = copy.deepcopy
+    no_fields = NO_FIELDS
+    tombstone = TOMBSTONE
+    duplicates = failed = 0
+    failures: list[tuple[Key, BaseException]] = []
+    before: dict[str, Any] | MappingProxyType[str, Any] | None
+
+    # Lengths were checked above, so zip cannot silently drop a tail.
+    for slot, seq, key, value in zip(slots, seqs, keys, values, strict=False):
+        # 1. Duplicate?
+        if seq <= hwm_get(slot, 0):
+            duplicates += 1
+            continue
+        # 2. Consume the tuple.
+        hwm_of_slot[slot] = seq
+        mark_dirty(slot)
+        # 3. Read (active, then inactive, then master) and snapshot. The snapshot may be
+        # a fragment's own dict, never the dict handed to the reducer.
+        active_keys = active_get(slot)
+        active_fields = None if active_keys is None else active_keys.get(key)
+        if has_inactive:
+            inactive_keys = inactive_get(slot)
+            inactive_fields = None if inactive_keys is None else inactive_keys.get(key)
+        else:
+            inactive_fields = None
+        master_keys = master_get(slot)
+        master_fields = None if master_keys is None else master_keys.get(key)
+        if inactive_fields is None:
+            if active_fields is None:
+                # Only master has the key, if anything: master is the snapshot itself,
+                # since the reducer gets a copy and commit writes only to active.
+                before = no_fields if master_fields is None else master_fields
+            elif not tombstones_possible and (
+                master_fields is None or master_fields.keys() <= active_fields.keys()
+            ):
+                # Active shadows every field master has: it alone is the merged state,
+                # and is the snapshot too. Commit writes into this same dict only fields
+                # it has already compared (see step 5).
+                before = active_fields
+            else:
+                before = None
+        else:
+            before = None
+        if before is None:
+            merged = {} if master_fields is None else master_fields.copy()
+            if inactive_fields is not None:
+                merged.update(inactive_fields)
+            if active_fields is not None:
+                merged.update(active_fields)
+            if tombstones_possible:
+                for name in [name for name, v in merged.items() if v is tombstone]:
+                    del merged[name]
+            before = merged
+        state = before.copy()
+        if holds_mutables:
+            for name, field_value in state.items():
+                if field_value.__class__ not in plain_types and isinstance(
+                    field_value, mutable_types
+                ):
+                    state[name] = deepcopy(field_value)
+        try:
+            reduce_fn(key, value, state)
+        except Exception as error:
+            # 4. The reducer failed: drop its private state, keep an example.
+            failed += 1
+            if len(failures) < FAILURE_EXAMPLES_MAX:
+                failures.append((key, error))
+            continue
+        # 5. Commit: write the changed fields into active, then tombstone the fields of
+        # before that state lacks, found by counting the fields the two share.
+        before_count = len(before)
+        kept_count = 0
+        for name, field_value in state.items():
+            if name in before:
+                kept_count += 1
+                if field_value.__class__ in plain_types:
+                    # Plain values compare without raising.
+                    old = before[name]
+                    if field_value is old or field_value == old:
+                        continue
+                elif not isinstance(field_value, mutable_types):
+                    try:
+                        old = before[name]
+                        if field_value is old or field_value == old:
+                            continue
+                    except Exception:
+                        pass  # An __eq__ that raises or an ambiguous truth: a change.
+            if active_fields is None:
+                if active_keys is None:
+                    active_keys = active[slot] = {}
+                active_fields = active_keys[key] = {}
+            active_fields[name] = field_value
+            if (
+                not holds_mutables
+                and field_value.__class__ not in plain_types
+                and isinstance(field_value, mutable_types)
+            ):
+                holds_mutables = store._holds_mutables = True
+        if kept_count != before_count:
+            for name in [name for name in before if name not in state]:
+                if active_fields is None:
+                    if active_keys is None:
+                        active_keys = active[slot] = {}
+                    active_fields = active_keys[key] = {}
+                active_fields[name] = tombstone
+                tombstones_possible = store._active_has_tombstones = True
+
+    applied = batch_size - duplicates - failed
+    return BatchOutcome(applied, duplicates, failed, failures)
