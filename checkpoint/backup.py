@@ -55,28 +55,12 @@ HwmFn: TypeAlias = Callable[[MapperId, Slot], Seq]
 holds (0 if none), typically the bound method ``PeerReplica.hwm``."""
 
 _HwmsByMapper: TypeAlias = Mapping[MapperId, Mapping[Slot, Seq]]
+# A replica's hwms and its retired mappers' last seqs (``_hwms_by_mapper_of``).
+_Lookup: TypeAlias = tuple[_HwmsByMapper, Mapping[MapperId, Seq]]
 
 # What a mapper with no hwm at all has covered: nothing.
 _NO_HWMS: Final[Mapping[Slot, Seq]] = MappingProxyType({})
 _SEQ_NONE: Final = Seq(0)
-
-
-class _RetiredHwms(dict[Slot, Seq]):
-    """A replica's hwms of a mapper its primary retired: every slot is covered up to the
-    mapper's last seq (the primary's state held all of its tuples when it retired it, and the
-    replica applied that state first), except where an explicit entry says more."""
-
-    __slots__ = ("last",)
-
-    def __init__(self, last: Seq) -> None:
-        super().__init__()
-        self.last = last
-
-    def get(self, slot: Slot, default: object = None) -> Seq:
-        return dict.get(self, slot, self.last)
-
-    def __bool__(self) -> bool:
-        return True  # never dropped as empty: it covers every slot
 
 
 SUMMARY_BYTES_PER_SLOT: Final = 96
@@ -246,23 +230,25 @@ class TupleBackup:
            exact for this one): found, it becomes the blocker and the batch stays; none, the
            batch is evicted.
         """
-        hwms_by_mapper = _hwms_by_mapper_of(hwm)
+        lookup = _hwms_by_mapper_of(hwm)
         kept: list[_Held] = []
         evicted_bytes = evicted_tuples = 0
         for held in self._held:
             batch = held.batch
             # 1.
-            if hwms_by_mapper is None:
+            if lookup is None:
                 covered_seq = hwm(batch.mapper, held.blocker_slot)
             else:
-                covered_seq = hwms_by_mapper.get(batch.mapper, _NO_HWMS).get(
-                    held.blocker_slot, _SEQ_NONE
+                covered_seq = (
+                    lookup[0]
+                    .get(batch.mapper, _NO_HWMS)
+                    .get(held.blocker_slot, lookup[1].get(batch.mapper, _SEQ_NONE))
                 )
             if held.blocker_seq > covered_seq:
                 kept.append(held)
                 continue
             # 2.
-            blocker = _first_uncovered(batch, hwm, hwms_by_mapper)
+            blocker = _first_uncovered(batch, hwm, lookup)
             if blocker is None:
                 evicted_bytes += batch.size_bytes
                 evicted_tuples += batch.tuple_count
@@ -333,33 +319,37 @@ def _cut(batch: BackedUpBatch, summary: Mapping[Slot, Seq]) -> BackedUpBatch:
 
 
 def _first_uncovered(
-    batch: BackedUpBatch, hwm: HwmFn, hwms_by_mapper: _HwmsByMapper | None
+    batch: BackedUpBatch, hwm: HwmFn, lookup: _Lookup | None
 ) -> tuple[Slot, Seq] | None:
     """A ``(slot, last seq)`` of ``batch`` that ``hwm`` does not cover, or None if all are.
 
-    ``hwms_by_mapper``, when given, holds the same answers as ``hwm`` (see
-    ``_hwms_by_mapper_of``): a dict lookup per slot instead of a call chain, ~4x faster.
+    ``lookup``, when given, holds the same answers as ``hwm`` (see ``_hwms_by_mapper_of``):
+    a dict lookup per slot instead of a call chain, ~4x faster.
     """
     summary = batch.last_seq_by_slot
     mapper = batch.mapper
-    if hwms_by_mapper is None:
+    if lookup is None:
         for slot, seq in summary.items():
             if seq > hwm(mapper, slot):
                 return slot, seq
         return None
+    hwms_by_mapper, retired = lookup
     covered_seq_of = hwms_by_mapper.get(mapper, _NO_HWMS).get
+    # A retired mapper covers every slot up to its last seq, where no hwm says more.
+    floor = retired.get(mapper, _SEQ_NONE)
     for slot, seq in summary.items():
-        if seq > covered_seq_of(slot, _SEQ_NONE):
+        if seq > covered_seq_of(slot, floor):
             return slot, seq
     return None
 
 
-def _hwms_by_mapper_of(hwm: HwmFn) -> _HwmsByMapper | None:
-    """The replica's hwms, mapper -> slot -> seq, when ``hwm`` is ``PeerReplica.hwm`` bound
-    to a replica (not an override); otherwise None, and ``hwm`` must be called."""
+def _hwms_by_mapper_of(hwm: HwmFn) -> _Lookup | None:
+    """The replica's hwms (mapper -> slot -> seq) and retired mappers, when ``hwm`` is
+    ``PeerReplica.hwm`` bound to a replica (not an override); otherwise None, and ``hwm``
+    must be called."""
     if isinstance(hwm, MethodType) and hwm.__func__ is PeerReplica.hwm:
         replica = cast(PeerReplica, hwm.__self__)
-        return replica._hwms_by_mapper
+        return replica._hwms_by_mapper, replica.store.retired
     return None
 
 
@@ -460,9 +450,12 @@ class PeerReplica:
 
     def hwm(self, mapper: MapperId, slot: Slot) -> Seq:
         """The highest seq of ``mapper`` in ``slot`` that the replica's state holds (0 if
-        none; the mapper's last seq in every slot once the primary retired it)."""
-        hwm_of_slot = self._hwms_by_mapper.get(mapper)
-        return _SEQ_NONE if hwm_of_slot is None else hwm_of_slot.get(slot, _SEQ_NONE)
+        none). Once the primary retired the mapper (its state held all of the mapper's
+        tuples then, and the replica applied that state first), its last seq in every slot
+        where no hwm says more. Looks the store up at each call, so ``replica.hwm`` stays
+        valid as an ``HwmFn`` when ``begin_snapshot`` replaces the store."""
+        floor = self.store.retired.get(mapper, _SEQ_NONE)
+        return self._hwms_by_mapper.get(mapper, _NO_HWMS).get(slot, floor)
 
     def apply_checkpoint(self, number: CheckpointNumber, delta: Delta) -> bool:
         """Steps 1, 4 and 6: apply checkpoint ``number`` if it is the next one; True if applied.
@@ -548,7 +541,6 @@ class PeerReplica:
         copy = PeerReplica()
         copy.store.adopt(self.store, wanted)
         self._drop_slots(wanted)
-        copy._cover_retired(copy.store.retired)
         for slot in wanted:
             vector = copy.store.hwm_vector(slot)
             for mapper, seq in vector.items():
@@ -569,17 +561,13 @@ class PeerReplica:
                     hwm_of_slot = hwms_by_mapper[mapper] = {}
                 if seq > hwm_of_slot.get(slot, _SEQ_NONE):
                     hwm_of_slot[slot] = seq
-        if delta.retired:
-            self._cover_retired(delta.retired)
-
-    def _cover_retired(self, retired: Mapping[MapperId, Seq]) -> None:
-        """The primary retired these mappers (and the store dropped their hwms): they cover
-        every slot up to their last seq, so their backed-up batches are evicted and any copy
-        that comes again is not stored."""
-        for mapper, last in retired.items():
+        for mapper in delta.retired:
+            # The store dropped the retired mapper's hwms (all but any past its last seq).
             kept = self.store.hwms_of(mapper)
-            self._hwms_by_mapper[mapper] = hwm_of_slot = _RetiredHwms(last)
-            hwm_of_slot.update(kept)
+            if kept:
+                hwms_by_mapper[mapper] = dict(kept)
+            else:
+                hwms_by_mapper.pop(mapper, None)
 
     def _drop_slots(self, slots: set[Slot]) -> None:
         """``store.drop_slots(slots)``, and the same on the copy of the hwms."""

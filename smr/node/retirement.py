@@ -10,7 +10,8 @@ of its view (``smr.emitter.Emitter.finish``): no tuple of it will ever have a se
 1. On ``MapperDone``: remember ``last``, start the lease, answer. From then on intake answers
    the mapper's batches (step 4), whatever the stores hold.
 2. When the lease has run out, and no move is under way here, the node retires the mapper in
-   its own store (``StateStore.retire``): its hwms go, one entry (its last seq) stays. The
+   its own store (``StateStore.retire``), if it wrote there: its hwms go, one entry (its
+   last seq) stays. The
    next checkpoint carries the retirement to the secondaries, whose replicas drop its hwms
    and count its backed-up batches as covered (``checkpoint.backup``); every snapshot
    carries all retirements, so a new copy or a joining node knows them too.
@@ -135,8 +136,11 @@ class Retirement:
             if lease_end > now:
                 break
             del self._pending[mapper]
-            store.retire(mapper, last)
-            self.retired_total += 1
+            if store.hwms_of(mapper):
+                # One that never wrote here leaves nothing to let go of, and needs no entry:
+                # slots it wrote that come here later bring its hwms or its retirement.
+                store.retire(mapper, last)
+                self.retired_total += 1
         # 3.
         store.forget_retired_hwms()
         self.hwms_dropped += before - store.hwm_entries()

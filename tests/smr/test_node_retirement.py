@@ -102,6 +102,7 @@ def test_intake_acks_a_finished_mappers_resend_and_refuses_a_seq_past_its_last(
 def test_a_repeated_notice_keeps_the_first_lease_and_a_negative_seq_is_a_bad_frame(
     node: RetiringNode,
 ) -> None:
+    node.deliver(node.batch_frames(1, [(node.own_keys[0], 1)], mapper="m", seqs=[1]))
     node.done("m", 5)
     node.now += LEASE_S / 2
     node.done("m", 9)
@@ -111,6 +112,14 @@ def test_a_repeated_notice_keeps_the_first_lease_and_a_negative_seq_is_a_bad_fra
     assert node.core.counters.bad_frames == 1
     assert node.core.retirement.last_of(MapperId("n")) is None
     assert node.core.retirement.last_of(MapperId("m")) == Seq(9)
+
+
+def test_a_mapper_that_never_wrote_here_leaves_no_entry(node: RetiringNode) -> None:
+    node.done("elsewhere", 40)
+    assert node.core.retirement.last_of(MapperId("elsewhere")) == Seq(40)
+    node.tick_at(node.now + LEASE_S + 1)
+    assert dict(node.core.store.retired) == {}
+    assert node.core.retirement.pending == 0
 
 
 def test_no_retirement_while_a_move_is_under_way(
