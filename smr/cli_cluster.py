@@ -12,7 +12,7 @@ from ring.zones import one_zone_windows
 from smr import cluster as local_cluster
 from smr.api import load_job
 from smr.autoscale.policies import POLICIES
-from smr.spec import ClusterError
+from smr.spec import CLUSTER_FILE, ClusterError, read_spec
 
 
 @click.group("cluster")
@@ -60,6 +60,13 @@ def cluster_group() -> None:
     "that one passes the request on once, to make room) [default: off].",
 )
 @click.option(
+    "--data-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Each node keeps its state in DATA_DIR/NODE (a snapshot and its checkpoints, "
+    "checksummed, fsynced every checkpoint); 'cluster down' then 'cluster up' on the same "
+    "DIR restores every key [default: no state on disk].",
+)
+@click.option(
     "--mapper-lease-s",
     type=click.FloatRange(min=0),
     help="How long after a feed or client finished the nodes drop its dedup memory (its "
@@ -99,6 +106,7 @@ def cluster_up(
     zones: str,
     rate_cap_per_s: float | None,
     balance_above: float | None,
+    data_dir: Path | None,
     mapper_lease_s: float | None,
     insecure: bool,
     policy: str | None,
@@ -120,6 +128,9 @@ def cluster_up(
         # One node's failure loses nothing by default; a lone node has nobody to copy to.
         replication = 1 if nodes >= 2 else 0
     load_job(job_ref)  # fail here, with the reason, rather than in every node's log
+    restarting = (cluster_dir / CLUSTER_FILE).exists() and local_cluster.state_on_disk(
+        read_spec(cluster_dir)
+    )
     spec = local_cluster.up(
         cluster_dir,
         nodes,
@@ -133,8 +144,13 @@ def cluster_up(
         balance_above=balance_above,
         secure=not insecure,
         mapper_lease_ms=None if mapper_lease_s is None else round(mapper_lease_s * 1000),
+        data_dir=data_dir,
     )
     security = "without keys (--insecure)" if insecure else f"keys in {cluster_dir / 'keys'}"
+    if restarting:
+        # The restarted cluster is the one on disk: its nodes, its r, its keys.
+        nodes, replication = len(spec.nodes), spec.replication
+        security = f"state restored from {spec.data_dir()}"
     click.echo(f"cluster of {nodes} nodes up in {cluster_dir}, {security}")
     for node in spec.nodes:
         zone = f"  zone {node.zone}" if node.zone else ""

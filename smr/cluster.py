@@ -35,11 +35,13 @@ from ring.hashing import SLOT_BITS_DEFAULT, check_slot_bits, even_tokens
 from ring.ids import NodeId, Token
 from ring.zones import spread_order
 from smr.client import Client, NodeUnreachable
+from smr.node.disk import DiskState
 from smr.spec import (
     APPLY_RATE_CAP_KEY,
     BALANCE_ABOVE_KEY,
     CHECKPOINT_INTERVAL_MS_DEFAULT,
     CLUSTER_FILE,
+    DATA_DIR_KEY,
     MAPPER_LEASE_KEY,
     REJOIN_AFTER_FENCE_KEY,
     REJOIN_AFTER_FENCE_MS_DEFAULT,
@@ -293,13 +295,18 @@ def up(
     balance_above: float | None = None,
     secure: bool = True,
     mapper_lease_ms: int | None = None,
+    data_dir: Path | None = None,
 ) -> ClusterSpec:
     """Start a local cluster and return once every node answers a ping (node ``i`` in zone
     ``zones[i % len(zones)]``, see `plan_cluster`).
 
-    1. Refuse if ``cluster_dir`` already has running nodes.
+    1. Refuse if ``cluster_dir`` already has running nodes. If its cluster keeps its state
+       on disk (``data_dir``) and some node has a snapshot there, restart that cluster
+       instead: the same spec (nodes, addresses, incarnation: a feed's rerun resumes), each
+       node restoring its state (``smr.node.disk``); go to step 3. Refuse another job.
     2. Plan ids, addresses and tokens and a new cluster incarnation (the nodes start empty:
-       this is a new life of the cluster); write ``cluster.json`` (nodes read it to start).
+       this is a new life of the cluster); write ``cluster.json`` (nodes read it to start),
+       with ``data_dir`` if given (the nodes then keep their state there).
        With ``secure``, make the cluster's keys (``DIR/keys``) unless it has them already
        (clients given them keep working); without, refuse a directory that has keys (its
        nodes would use them).
@@ -317,6 +324,15 @@ def up(
                 f"a cluster is already running in {cluster_dir} (nodes {', '.join(alive)}); "
                 "stop it with 'smr cluster down' first"
             )
+        if state_on_disk(old):
+            if old.job != job:
+                raise ClusterError(
+                    f"{cluster_dir} holds the state of job {old.job!r} on disk, not {job!r}: "
+                    "start that job, or remove the directory to start anew"
+                )
+            use_keys_of(cluster_dir)
+            _start_and_wait(cluster_dir, old, ready_timeout_s)
+            return old
     cluster_dir.mkdir(parents=True, exist_ok=True)
     # 2.
     spec = plan_cluster(nodes, replication, job, slot_bits, checkpoint_interval_ms, zones)
@@ -329,6 +345,8 @@ def up(
         spec.extra[BALANCE_ABOVE_KEY] = balance_above
     if mapper_lease_ms is not None:
         spec.extra[MAPPER_LEASE_KEY] = mapper_lease_ms
+    if data_dir is not None:
+        spec.extra[DATA_DIR_KEY] = str(data_dir.resolve())
     spec.mapper_lease_ms()
     spec.apply_rate_cap_per_s()  # refuse a bad cap or threshold before any node starts
     spec.balance_above()
@@ -342,6 +360,21 @@ def up(
         )
     use_keys_of(cluster_dir)  # the pings below, as any client of this cluster
     write_spec(cluster_dir, spec)
+    _start_and_wait(cluster_dir, spec, ready_timeout_s)
+    return spec
+
+
+def state_on_disk(spec: ClusterSpec) -> bool:
+    """True when the cluster keeps its state on disk and some node has a snapshot there:
+    ``up`` then restarts that cluster (same nodes, addresses, incarnation) from it."""
+    data_dir = spec.data_dir()
+    return data_dir is not None and any(
+        DiskState(data_dir / node.id).has_state() for node in spec.nodes
+    )
+
+
+def _start_and_wait(cluster_dir: Path, spec: ClusterSpec, ready_timeout_s: float) -> None:
+    """Steps 3 and 4 of ``up``."""
     # 3.
     for node in spec.nodes:
         node.pid = spawn_node(cluster_dir, node.id)
@@ -371,7 +404,6 @@ def up(
         raise
     finally:
         client.close()
-    return spec
 
 
 def down(cluster_dir: Path, grace_s: float = 5.0) -> list[str]:

@@ -76,6 +76,8 @@ REJOIN_AFTER_FENCE_KEY: Final = "rejoin_after_fence_ms"
 REJOIN_AFTER_FENCE_MS_DEFAULT: Final = 30_000
 APPLY_RATE_CAP_KEY: Final = "apply_rate_cap_per_s"
 BALANCE_ABOVE_KEY: Final = "balance_above"
+DATA_DIR_KEY: Final = "data_dir"
+"""The ``extra`` setting for where nodes keep their state on disk (absent: nowhere)."""
 MAPPER_LEASE_KEY: Final = "mapper_lease_ms"
 """The ``extra`` setting for how long after a mapper finished its dedup memory is retired."""
 MAPPER_LEASE_MS_DEFAULT: Final = 600_000
@@ -234,6 +236,16 @@ class ClusterSpec:
         if not isinstance(value, int | float) or isinstance(value, bool) or not 0 < value <= 1:
             raise ClusterError(f"extra.{BALANCE_ABOVE_KEY} must be in (0, 1] or null: {value!r}")
         return float(value)
+
+    def data_dir(self) -> Path | None:
+        """Where the nodes keep their state on disk, one folder each (``extra``; None: they
+        keep nothing, and a restart starts empty)."""
+        value = self.extra.get(DATA_DIR_KEY)
+        if value is None:
+            return None
+        if not isinstance(value, str) or not value:
+            raise ClusterError(f"extra.{DATA_DIR_KEY} must be a directory path: {value!r}")
+        return Path(value)
 
     def mapper_lease_ms(self) -> int:
         """How long after a mapper said it finished the nodes retire its hwms (``extra``)."""

@@ -29,6 +29,7 @@ from ring.view import Status, View
 from smr.api import Job
 from smr.node.balance import BalanceConfig, Balancer
 from smr.node.control import Control
+from smr.node.disk import DiskState
 from smr.node.handoff import Handoff
 from smr.node.ingest import Ingest
 from smr.node.load import LoadMeter
@@ -174,6 +175,8 @@ class NodeCore:
         self.balancer = Balancer(self, BalanceConfig(above)) if above is not None else None
         self.control = Control(self)
         self.retirement = Retirement(self)
+        self.disk: DiskState | None = None
+        """The node's state files, with ``--data-dir`` (``smr.node.disk``); set by the loop."""
         self.set_view(view)
         self.replication.cover_initial_ranges()
 

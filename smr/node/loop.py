@@ -23,6 +23,7 @@ from ring.ids import NodeId
 from ring.invariants import InvariantViolation
 from smr.api import load_job
 from smr.node.core import TICK_MS, NodeCore, Timer
+from smr.node.disk import DiskError, DiskState
 from smr.node.settings import NodeSettings
 from smr.output import OutputSink
 from smr.protocol import (
@@ -100,6 +101,19 @@ def serve(
     output = OutputSink(node_id, cluster_dir / "output" / f"{node_id}.jsonl", publisher.publish)
     zmq_links = ZmqNodeLinks(inbox)
     links = FilteredLinks(zmq_links)
+    disk, restored = None, None
+    data_dir = spec.data_dir()
+    if data_dir is not None:
+        disk = DiskState(data_dir / node_id)
+        try:
+            restored = disk.restore()
+        except DiskError as error:
+            log.error("cannot start: %s", error)
+            inbox.close()
+            publisher.close()
+            zmq_links.close()
+            stop_security()
+            return 2
     settings = NodeSettings(
         replication=spec.replication,
         checkpoint_interval_ms=spec.checkpoint_interval_ms,
@@ -112,12 +126,27 @@ def serve(
     core = NodeCore(
         NodeId(node_id),
         job,
-        spec.initial_view(),
+        spec.initial_view() if restored is None else restored.view,
         spec.slot_bits,
         links,
         output,
         settings=settings,
     )
+    core.disk = disk
+    if restored is not None:
+        core.store = restored.store
+        # The copies start empty while the restored primaries do not: nothing counts as
+        # covered until each primary's snapshot has arrived (cover_initial_ranges assumed
+        # a new cluster).
+        core.replication.covered.clear()
+        log.info(
+            "restored %d keys from %s (generation %d and %d checkpoints) in %.2f s",
+            restored.keys,
+            disk.directory if disk is not None else "",
+            restored.generation,
+            restored.checkpoints,
+            restored.seconds,
+        )
     loop = uvloop.new_event_loop()
     metrics_addr = ""
     if me.metrics_addr:
@@ -149,7 +178,12 @@ def serve(
     try:
         with asyncio.Runner(loop_factory=lambda: loop) as runner:
             runner.run(_run(core, inbox, links))
+        if disk is not None:
+            # Everything applied (and so acked) goes to disk before the node exits.
+            core.replication.checkpoint()
     finally:
+        if disk is not None:
+            disk.close()
         beats.stop()
         output.close()
         inbox.close()

@@ -10,6 +10,7 @@ Snapshots (full copies after a range change or a gap) are in :mod:`smr.node.snap
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
@@ -31,6 +32,9 @@ EARLY_CHECKPOINT_AT_FRACTION: Final = 0.75
 # A primary takes at most one early checkpoint per this many seconds (several secondaries
 # may ask at once; one checkpoint answers them all).
 EARLY_CHECKPOINT_GAP_S: Final = 0.01
+
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -387,6 +391,8 @@ class Replication:
         2. Number it, encode it once, send it to every secondary (optimistic: no ack awaited;
            a secondary that misses one asks for a snapshot).
         3. Merge it into master.
+        4. With a data directory, write it there (``smr.node.disk``); a write that fails is
+           counted (``disk_errors``) and logged, and the node serves on.
         """
         node = self._node
         # 1.
@@ -394,8 +400,8 @@ class Replication:
         self.checkpoint_number = CheckpointNumber(self.checkpoint_number + 1)
         # 2. (A move's copy holder gets them too: smr.node.moves, step 3.)
         targets = (*node.secondaries, *node.moves.copy_target())
+        body = encode_delta(delta) if targets or node.disk is not None else b""
         if targets:
-            body = encode_delta(delta)
             node.counters.checkpoint_bytes_sent += len(body) * len(targets)
             for target in targets:
                 node.peer_send(target, Checkpoint(*node.stamp, self.checkpoint_number, body))
@@ -403,6 +409,15 @@ class Replication:
         node.store.merge_inactive()
         node.counters.checkpoints += 1
         self.checkpointed_at = node.clock()
+        # 4. On local disk too, with --data-dir (smr.node.disk).
+        if node.disk is not None:
+            try:
+                node.disk.on_checkpoint(
+                    node.store, node.view, node.ring.range_of(node.node_id), body
+                )
+            except OSError as error:
+                node.counters.disk_errors += 1
+                log.error("cannot write the state to %s: %s", node.disk.directory, error)
 
 
 def _moved_name(giver: NodeId, receiver: NodeId, moved: SlotRange) -> NodeId:

@@ -69,6 +69,7 @@ class NodeCounters:
     bad_frames: int = 0
     # Messages whose handler raised (not a bad frame): the node logged it and went on.
     handler_errors: int = 0
+    disk_errors: int = 0
     replies_dropped: int = 0
     checkpoints: int = 0
     # Bytes of the checkpoints sent to secondaries (and to a move's copy holder), each copy.

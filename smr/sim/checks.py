@@ -210,9 +210,7 @@ def _diff(sim: Simulation, actual: dict[str, int], ring: Ring) -> str:
     return "\n".join(lines)
 
 
-def _state_of(
-    store: StateStore, slots: list[Slot], retired: set[MapperId]
-) -> dict[str, Any]:
+def _state_of(store: StateStore, slots: list[Slot], retired: set[MapperId]) -> dict[str, Any]:
     """``store``'s states (``key -> state``) and hwm vectors (``#slot -> vector``, without
     the ``retired`` mappers) of ``slots``, comparable with ``==``."""
     state: dict[str, Any] = {str(key): value for _, key, value in store.items(slots)}

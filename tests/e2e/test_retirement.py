@@ -52,8 +52,10 @@ def retired_everywhere(feeds: int) -> Any:
     def done(rows: dict[str, dict[str, Any]]) -> bool:
         serving = [row for row in rows.values() if row.get("slots_owned")]
         # Each node retires the mappers that wrote to it, and keeps no hwm of them.
-        return bool(serving) and all(row["hwm_entries"] == 0 for row in serving) and (
-            max(row["mappers_retired"] for row in serving) >= feeds
+        return (
+            bool(serving)
+            and all(row["hwm_entries"] == 0 for row in serving)
+            and (max(row["mappers_retired"] for row in serving) >= feeds)
         )
 
     return done
