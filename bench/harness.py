@@ -64,6 +64,7 @@ def local_cluster(
     apply_rate_cap_per_s: float | None = None,
     balance_above: float | None = None,
     mapper_lease_ms: int | None = None,
+    data_dir: Path | None = None,
 ) -> Iterator[tuple[Path, Any]]:
     """A fresh local cluster of ``job`` (the word count unless given) in a temporary
     directory, its nodes capped at ``apply_rate_cap_per_s`` and balancing above
@@ -86,6 +87,7 @@ def local_cluster(
                 apply_rate_cap_per_s=apply_rate_cap_per_s,
                 balance_above=balance_above,
                 mapper_lease_ms=mapper_lease_ms,
+                data_dir=data_dir,
             )
             # Processes this one spawns (feeders) reach the cluster with its keys too.
             if (cluster_dir / KEYS_DIR_NAME).is_dir():

@@ -252,6 +252,8 @@ class Control:
             "retired_hwms_dropped": node.retirement.hwms_dropped,
             "batches_of_finished_mappers": node.retirement.batches_answered,
             "batches_refused_finished": node.retirement.batches_refused,
+            # The state on disk, with --data-dir (smr.node.disk).
+            **(node.disk.report() if node.disk is not None else {}),
             "under_replicated_slots": node.under_replicated_slots(),
             "snapshot_stall_ms_max": round(node.snapshots.stall_ms_max, 3),
             "snapshot_stall_s_max": node.snapshots.stall_ms_max / 1000,

@@ -82,6 +82,9 @@ class DiskState:
         self.log_bytes = 0
         self.snapshots_written = 0
         self.checkpoints_written = 0
+        self.snapshot_seconds_max = 0.0
+        """The longest a snapshot write held the node's loop."""
+        self.restored: Restored | None = None
         self._log: BinaryIO | None = None
         self._range_written: Any = None
 
@@ -122,9 +125,30 @@ class DiskState:
         self.generation = generation
         self.log_bytes = log_path.stat().st_size if log_path.exists() else 0
         self.snapshot_bytes = path.stat().st_size
-        return Restored(
+        self.restored = Restored(
             store, view, generation, checkpoints, store.key_count(), time.monotonic() - started
         )
+        return self.restored
+
+    def serving(self, own_range: Any) -> None:
+        """The restored state is served with ``own_range``: checkpoints go on in the log
+        (the snapshot need not be written again) until the range changes."""
+        self._range_written = own_range
+
+    def report(self) -> dict[str, Any]:
+        """For ``status``: where the state goes, how big it is, what the restore found."""
+        restored = self.restored
+        return {
+            "disk_dir": str(self.directory),
+            "disk_generation": self.generation,
+            "disk_snapshot_bytes": self.snapshot_bytes,
+            "disk_log_bytes": self.log_bytes,
+            "disk_snapshots_written": self.snapshots_written,
+            "disk_checkpoints_written": self.checkpoints_written,
+            "disk_snapshot_s_max": self.snapshot_seconds_max,
+            "restored_keys": None if restored is None else restored.keys,
+            "restore_s": None if restored is None else restored.seconds,
+        }
 
     def _newest(self) -> tuple[int, Path] | None:
         if not self.directory.is_dir():
@@ -166,6 +190,7 @@ class DiskState:
 
     def write_snapshot(self, store: StateStore, view: View, own_range: Any) -> None:
         """Step 1: generation ``G + 1`` of the whole store, then an empty log after it."""
+        started = time.monotonic()
         self.directory.mkdir(parents=True, exist_ok=True)
         generation = self.generation + 1
         header = json.dumps(
@@ -196,6 +221,7 @@ class DiskState:
         for name in (f"snapshot-{old}.smr", f"log-{old}.smr"):
             with contextlib.suppress(FileNotFoundError):
                 (self.directory / name).unlink()
+        self.snapshot_seconds_max = max(self.snapshot_seconds_max, time.monotonic() - started)
 
     def close(self) -> None:
         """Close the log (every record written is already on disk)."""

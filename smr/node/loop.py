@@ -135,6 +135,8 @@ def serve(
     core.disk = disk
     if restored is not None:
         core.store = restored.store
+        if disk is not None:
+            disk.serving(core.ring.range_of(core.node_id))
         # The copies start empty while the restored primaries do not: nothing counts as
         # covered until each primary's snapshot has arrived (cover_initial_ranges assumed
         # a new cluster).

@@ -64,6 +64,9 @@ COUNTERS: Final[tuple[tuple[str, str, str], ...]] = (
     ("smr_mappers_retired", "mappers_retired_total", "Finished mappers retired after a lease."),
     ("smr_retired_hwms_dropped", "retired_hwms_dropped", "Hwm entries retirements dropped."),
     ("smr_batches_of_finished_mappers", "batches_of_finished_mappers", "Resends acked."),
+    ("smr_disk_errors", "disk_errors", "Writes of the state to disk that failed."),
+    ("smr_disk_snapshots_written", "disk_snapshots_written", "Full snapshots written to disk."),
+    ("smr_disk_checkpoints_written", "disk_checkpoints_written", "Checkpoints written to disk."),
 )
 """The plain counters: one status key each (``apply_seconds`` is a float)."""
 
@@ -94,6 +97,9 @@ GAUGES: Final[tuple[tuple[str, str, str], ...]] = (
     ("smr_hwm_entries", "hwm_entries", "(mapper, slot) high-water marks held (dedup memory)."),
     ("smr_mappers_finishing", "mappers_finishing", "Finished mappers whose lease runs."),
     ("smr_mappers_retired_held", "mappers_retired", "Retired mappers' last seqs held."),
+    ("smr_disk_log_bytes", "disk_log_bytes", "Bytes of checkpoints on disk since the snapshot."),
+    ("smr_disk_snapshot_bytes", "disk_snapshot_bytes", "Bytes of the snapshot on disk."),
+    ("smr_disk_snapshot_seconds_max", "disk_snapshot_s_max", "Longest snapshot write."),
     ("smr_view_epoch", "epoch", "The epoch of this node's view of the ring."),
     ("smr_apply_tuples_per_second", "tuples_per_s", "Tuples applied per second, decayed."),
     ("smr_utilization_ratio", "utilization", "Share of the node's capacity in use, 0 to 1."),

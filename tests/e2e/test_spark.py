@@ -259,6 +259,29 @@ def test_spark_feed_after_the_cluster_restarted_empty_refuses_or_feeds_all_from_
     assert cluster.counts() == word_counts(paths)
 
 
+@pytest.mark.slow
+def test_spark_feed_after_a_restart_from_disk_resumes_from_its_checkpoint_exactly(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    paths = split_books(tmp_path / "input", files=6)
+    later = tmp_path / "later"
+    later.mkdir()
+    for path in paths[4:]:
+        Path(path).rename(later / Path(path).name)
+    cluster.up(3, JOB, "--replication", "1", "--data-dir", str(tmp_path / "data"))
+    spark_feed(cluster, tmp_path / "input")
+    assert cluster.counts() == word_counts(paths[:4])
+    cluster.smr("cluster", "down", "--dir", str(cluster.dir))
+    cluster.smr("cluster", "up", "--dir", str(cluster.dir), "--job", JOB)
+    # The same cluster life: the checkpoint is accepted and only the new files are read.
+    for path in paths[4:]:
+        (later / Path(path).name).rename(path)
+    spark_feed(cluster, tmp_path / "input")
+    assert cluster.counts() == word_counts(paths)
+    # Nothing of the first four files came again (the nodes' counters start at the restart).
+    assert duplicates_dropped(cluster) == 0
+
+
 # -- errors a Spark user can act on (all found before Spark starts) ---------------------------
 
 
