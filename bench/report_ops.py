@@ -103,19 +103,51 @@ def hwm_growth_section(report: dict[str, Any] | None) -> list[str]:
         samples = run["samples"]
         for sample in (samples[1], samples[len(samples) // 2], samples[-1]):
             lines.append(
-                f"| {name} | {fmt_n(sample['feeds'])} | {fmt_n(sample['hwm_entries'])} | "
+                f"| {name} | {sample['feeds']:,} | {sample['hwm_entries']:,} | "
                 f"{sample['rss_bytes'] / 2**20:.0f} MiB |"
             )
     lines += [
         "",
         f"Never finished: {kept['hwm_entries_per_feed']:.0f} entries per feed, RSS "
-        f"{kept['rss_growth']:+.0%} over {fmt_n(kept['feeds'])} feeds. Finished: "
+        f"{kept['rss_growth']:+.0%} over {kept['feeds']:,} feeds. Finished: "
         f"{retired['hwm_entries_per_feed']:.2f} entries per feed, RSS "
-        f"{retired['rss_growth']:+.1%} over {fmt_n(retired['feeds'])} feeds. Counts exact: "
+        f"{retired['rss_growth']:+.1%} over {retired['feeds']:,} feeds. Counts exact: "
         f"{'yes' if kept['check']['exact'] and retired['check']['exact'] else 'NO'}.",
         "",
     ]
     return lines
+
+
+def restore_section(report: dict[str, Any] | None) -> list[str]:
+    """Restart from disk (``bench/restore.py``)."""
+    lines = ["## Restart from disk", ""]
+    if report is None:
+        return [*lines, "Not run (`python bench/restore.py`).", ""]
+    lines += [
+        f"A local cluster of {report['nodes']} nodes, r = {report['replication']}, keeping its "
+        "state on disk (`--data-dir`), fed that many distinct keys once each, then `smr "
+        "cluster down` and `smr cluster up` on the same directory: the seconds until every "
+        "node answers again with its state (each node restores before it listens), and the "
+        "longest restore of one node. Baseline, measured in the same run: an empty cluster's "
+        "`up` plus feeding the same keys again. Every count checked after the restart. "
+        f"Machine: {fmt_machine(report)}.",
+        "",
+        "| keys | restart from disk | longest node restore | on disk per node | "
+        "empty cluster + feed again | ratio | exact |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for run in report["runs"]:
+        on_disk = max(
+            (node["snapshot_bytes"] or 0) + (node["log_bytes"] or 0)
+            for node in run["nodes"].values()
+        )
+        baseline_s = run["baseline_up_s"] + run["baseline_feed_s"]
+        lines.append(
+            f"| {run['keys']:,} | {run['restart_up_s']:.2f} s | {run['restore_s_max']:.2f} s | "
+            f"{on_disk / 2**20:.1f} MiB | {baseline_s:.2f} s | {fmt_ratio(run['ratio'])} | "
+            f"{'yes' if run['check']['exact'] else 'NO'} |"
+        )
+    return [*lines, ""]
 
 
 def soak_faults_section(report: dict[str, Any] | None) -> list[str]:

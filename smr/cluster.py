@@ -346,6 +346,12 @@ def up(
     if mapper_lease_ms is not None:
         spec.extra[MAPPER_LEASE_KEY] = mapper_lease_ms
     if data_dir is not None:
+        if data_dir.is_dir() and any(data_dir.iterdir()):
+            raise ClusterError(
+                f"--data-dir {data_dir} is not empty: it holds the state of another cluster; "
+                "restart that one with 'smr cluster up' on its own directory, or choose an "
+                "empty data directory"
+            )
         spec.extra[DATA_DIR_KEY] = str(data_dir.resolve())
     spec.mapper_lease_ms()
     spec.apply_rate_cap_per_s()  # refuse a bad cap or threshold before any node starts

@@ -74,8 +74,10 @@ class Restored:
 class DiskState:
     """The state files of one node in ``directory`` (module docstring)."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, incarnation: str | None = None) -> None:
         self.directory = directory
+        self.incarnation = incarnation
+        """The cluster life the state belongs to: a snapshot of another is refused."""
         self.generation = 0
         """The generation of the snapshot the log follows (0: none written yet)."""
         self.snapshot_bytes = 0
@@ -111,6 +113,12 @@ class DiskState:
             raise DiskError(f"{path}: unreadable: {error}") from error
         if meta.get("format") != DISK_FORMAT:
             raise DiskError(f"{path}: format {meta.get('format')!r}, this node reads {DISK_FORMAT}")
+        if meta.get("incarnation") != self.incarnation:
+            raise DiskError(
+                f"{path} holds the state of another cluster (incarnation "
+                f"{meta.get('incarnation')!r}, this one is {self.incarnation!r}): remove it, "
+                "or point --data-dir elsewhere"
+            )
         store = StateStore()
         store.apply_delta(snapshot)
         log_path = self.directory / f"log-{generation}.smr"
@@ -194,7 +202,12 @@ class DiskState:
         self.directory.mkdir(parents=True, exist_ok=True)
         generation = self.generation + 1
         header = json.dumps(
-            {"format": DISK_FORMAT, "generation": generation, "keys": store.key_count()}
+            {
+                "format": DISK_FORMAT,
+                "generation": generation,
+                "incarnation": self.incarnation,
+                "keys": store.key_count(),
+            }
         ).encode()
         snapshot = encode_delta(store.snapshot(store.slots()))
         data = b"".join(

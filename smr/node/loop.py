@@ -104,7 +104,7 @@ def serve(
     disk, restored = None, None
     data_dir = spec.data_dir()
     if data_dir is not None:
-        disk = DiskState(data_dir / node_id)
+        disk = DiskState(data_dir / node_id, spec.incarnation)
         try:
             restored = disk.restore()
         except DiskError as error:

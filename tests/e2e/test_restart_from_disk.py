@@ -108,3 +108,24 @@ def test_a_damaged_state_file_stops_the_restart_with_one_line(
     assert reason in said
     # No node was left running.
     assert all(row.get("role") != "serving" for row in cluster.status().values())
+
+
+def test_a_new_cluster_refuses_a_data_directory_that_holds_state(cluster: Cluster) -> None:
+    data_dir = up_with_disk(cluster)
+    cluster.smr("cluster", "down", "--dir", str(cluster.dir))
+    assert any(data_dir.iterdir())
+    other = cluster.dir.parent / "other"
+    result = cluster.smr(
+        "cluster",
+        "up",
+        "--dir",
+        str(other),
+        "--job",
+        "examples.wordcount:job",
+        "--data-dir",
+        str(data_dir),
+        check=False,
+    )
+    assert result.returncode == 2
+    assert f"--data-dir {data_dir} is not empty" in result.stderr
+    assert not (other / "cluster.json").exists()

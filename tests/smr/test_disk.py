@@ -98,3 +98,14 @@ def test_a_damaged_file_is_refused_and_named(tmp_path: Path, which: str) -> None
     path.write_bytes(bytes(data))
     with pytest.raises(DiskError, match=f"{path} is damaged at byte .*checksum mismatch"):
         DiskState(tmp_path / "a").restore()
+
+
+def test_the_state_of_another_cluster_is_refused(tmp_path: Path) -> None:
+    disk = DiskState(tmp_path / "a", incarnation="first-life")
+    store = StateStore()
+    add(store, 1, 1, "x", 1)
+    checkpoint(disk, store)
+    disk.close()
+    assert DiskState(tmp_path / "a", incarnation="first-life").restore() is not None
+    with pytest.raises(DiskError, match=r"another cluster .*'first-life', this one is 'other'"):
+        DiskState(tmp_path / "a", incarnation="other").restore()
