@@ -106,12 +106,21 @@ def hwm_growth_section(report: dict[str, Any] | None) -> list[str]:
                 f"| {name} | {sample['feeds']:,} | {sample['hwm_entries']:,} | "
                 f"{sample['rss_bytes'] / 2**20:.0f} MiB |"
             )
+
+    def per_feed_kib(run: dict[str, Any]) -> float:
+        first, last = run["samples"][1], run["samples"][-1]
+        return (last["rss_bytes"] - first["rss_bytes"]) / 1024 / (last["feeds"] - first["feeds"])
+
+    most = max(sample["hwm_entries"] for sample in retired["samples"])
     lines += [
         "",
-        f"Never finished: {kept['hwm_entries_per_feed']:.0f} entries per feed, RSS "
-        f"{kept['rss_growth']:+.0%} over {kept['feeds']:,} feeds. Finished: "
-        f"{retired['hwm_entries_per_feed']:.2f} entries per feed, RSS "
-        f"{retired['rss_growth']:+.1%} over {retired['feeds']:,} feeds. Counts exact: "
+        f"Never finished: {kept['hwm_entries_per_feed']:.0f} hwm entries and "
+        f"{per_feed_kib(kept):.1f} KiB of RSS per feed, RSS {kept['rss_growth']:+.0%} over "
+        f"{kept['feeds']:,} feeds. Finished: at most {most:,} hwm entries (the feeds whose "
+        f"lease runs), {retired['samples'][-1]['hwm_entries']:,} one lease after the last; "
+        f"{per_feed_kib(retired):.1f} KiB of RSS per feed (one entry in each store it wrote to, "
+        f"across the 3 nodes), RSS {retired['rss_growth']:+.1%} over {retired['feeds']:,} "
+        "feeds. Counts exact: "
         f"{'yes' if kept['check']['exact'] and retired['check']['exact'] else 'NO'}.",
         "",
     ]
