@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, Final
 
-from checkpoint.delta import DELTA_BYTES_MAX_DEFAULT, DeltaError, decode_delta, encode_delta
+from checkpoint.delta import DeltaError, decode_delta, encode_delta
 from checkpoint.records import RecordError, decode_records, encode_record
 from checkpoint.store import StateStore
 from ring.view import View
@@ -107,9 +107,11 @@ class DiskState:
         header, view_body, snapshot_body = self._records(path, expected=3)
         try:
             meta = json.loads(header)
+            if not isinstance(meta, dict):
+                raise ValueError(f"the header is not an object: {meta!r:.80}")
             view = View.from_wire(unpack_body(view_body))
             snapshot = decode_delta(snapshot_body, max_bytes=len(snapshot_body))
-        except (ValueError, DeltaError) as error:
+        except (ValueError, KeyError, TypeError, DeltaError) as error:
             raise DiskError(f"{path}: unreadable: {error}") from error
         if meta.get("format") != DISK_FORMAT:
             raise DiskError(f"{path}: format {meta.get('format')!r}, this node reads {DISK_FORMAT}")
@@ -126,7 +128,8 @@ class DiskState:
         if log_path.exists():
             for index, body in enumerate(self._records(log_path)):
                 try:
-                    store.apply_delta(decode_delta(body, max_bytes=DELTA_BYTES_MAX_DEFAULT * 4))
+                    # Checksummed, and written here: no cap beyond its own size.
+                    store.apply_delta(decode_delta(body, max_bytes=len(body)))
                 except DeltaError as error:
                     raise DiskError(f"{log_path}: checkpoint {index + 1}: {error}") from error
                 checkpoints += 1

@@ -61,8 +61,9 @@ class Retirement:
     """Finished mappers on this node: their leases, and what intake needs to answer them.
 
     Guarantees: ``last_of(mapper)`` is the mapper's last seq from the moment its notice
-    arrived (or its retirement arrived with state) and for ever after; a mapper is retired
-    in the own store only after its lease ran out and while no move is under way here.
+    arrived (or its retirement arrived with state) for as long as this node's store holds a
+    hwm or the retirement of it, and through the lease; a mapper is retired in the own
+    store only after its lease ran out and while no move is under way here.
     """
 
     def __init__(self, node: NodeCore) -> None:
