@@ -69,6 +69,7 @@ def test_down_then_up_restores_every_key_and_a_rerun_resumes(cluster: Cluster) -
     assert cluster.counts() == word_counts(EXAMPLE_BOOKS)
 
 
+@pytest.mark.slow
 def test_a_node_dead_at_the_stop_comes_back_fenced_and_nothing_is_lost(cluster: Cluster) -> None:
     up_with_disk(cluster)
     cluster.feed(*EXAMPLE_BOOKS, extra=["--no-combine"])
@@ -83,7 +84,9 @@ def test_a_node_dead_at_the_stop_comes_back_fenced_and_nothing_is_lost(cluster: 
     assert cluster.counts() == word_counts(EXAMPLE_BOOKS)
 
 
-@pytest.mark.parametrize("damage", ["flipped byte", "cut short"])
+@pytest.mark.parametrize(
+    "damage", ["flipped byte", pytest.param("cut short", marks=pytest.mark.slow)]
+)
 def test_a_damaged_state_file_stops_the_restart_with_one_line(
     cluster: Cluster, damage: str
 ) -> None:

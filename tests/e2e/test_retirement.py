@@ -107,6 +107,7 @@ def test_a_finished_mapper_id_used_for_more_tuples_is_refused(cluster: Cluster) 
     assert cluster.counts() == {"alpha": 50}
 
 
+@pytest.mark.slow
 def test_a_takeover_after_retirement_keeps_every_count(cluster: Cluster, tmp_path: Path) -> None:
     cluster.up(3, "examples.wordcount:job", "--replication", "1", "--mapper-lease-s", "1")
     pieces = split_book(tmp_path, 4)
