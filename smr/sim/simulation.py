@@ -13,7 +13,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, replace
 from typing import Any, Final
 
-from checkpoint.ids import MapperId
 from ring.hashing import even_tokens, slot_count
 from ring.ids import Incarnation, NodeId, Token
 from ring.view import Member, Status, View
@@ -28,7 +27,8 @@ from smr.node import TICK_MS, NodeCore, NodeSettings, Timer
 from smr.protocol import FrameError, decode, header_of
 from smr.sim import checks, nemesis
 from smr.sim.config import SimConfig, SimResult, SweepOptions, seeded_counters
-from smr.sim.mappers import MapperProcess, SimChannelEnd, SimMapperTransport
+from smr.sim.feeding import start_mappers
+from smr.sim.mappers import MapperProcess, SimChannelEnd
 from smr.sim.network import ADDR_PREFIX, Envelope, Link, SimClock, SimNetwork
 from smr.sim.nodes import MemoryOutput, SimNode, SimNodeLinks, sim_job
 
@@ -332,72 +332,6 @@ class Simulation:
 
     # -- mappers --------------------------------------------------------------------------------
 
-    def _words(self, mapper: int) -> list[str]:
-        rng = self._rng(f"words:{mapper}")
-        vocabulary = [f"w{i}" for i in range(self.config.vocabulary)]
-        # A Zipf-like skew: a few words are frequent, as in text.
-        weights = [1.0 / (rank + 1) for rank in range(len(vocabulary))]
-        return rng.choices(vocabulary, weights=weights, k=self.config.tuples_per_mapper)
-
-    def _start_mappers(self, view: View) -> None:
-        config = self.config
-        job = sim_job()
-        for index in range(config.mappers):
-            name = f"m{index}"
-            words = self._words(index)
-            self.oracle.update(words)
-            self.tuples += len(words)
-            transport = SimMapperTransport(self, name)
-            emitter = Emitter(
-                view,
-                config.slot_bits,
-                MapperId(name),
-                replication=config.replication,
-                combine=job.combine if config.combine else None,
-                batch_size=config.batch_size,
-                window_batches=config.window_batches,
-                resend_after_ms=config.resend_after_ms,
-                give_up_after_s=config.give_up_after_s,
-                clock=self.clock.seconds,
-                transport=transport,
-                linger_ms=None,  # it goes by wall time; a run depends on its seed alone
-            )
-            self.emitters[name] = emitter
-            process = MapperProcess(self, name, self._feed(emitter, transport, words))
-            transport.process = process
-            self.mappers.append(process)
-            self._schedule(index * 1000, self._start_mapper, process)
-
-    def _feed(
-        self, emitter: Emitter, transport: SimMapperTransport, words: list[str]
-    ) -> Callable[[], None]:
-        chunk = self.config.feed_chunk
-        pace_ms = self.config.feed_pace_ms
-
-        finish = self.config.finish_mappers
-        parts = self.config.mapper_parts if finish else 1
-        chunks = range(0, len(words), chunk)
-        # The chunks after which one mapper id finishes and the next begins.
-        part_ends = {chunks[len(chunks) * part // parts - 1] for part in range(1, parts)}
-
-        def feed() -> None:
-            emit = emitter.emit
-            name = emitter.mapper_id
-            for start in chunks:
-                for word in words[start : start + chunk]:
-                    emit(word, 1)
-                transport.sleep(pace_ms)
-                emitter.pump(0)
-                if start in part_ends:
-                    emitter.finish_mapper()
-                    emitter.begin_mapper(MapperId(f"{name}.{start}"))
-            emitter.close(finished=finish)
-
-        return feed
-
-    def _start_mapper(self, process: MapperProcess) -> None:
-        process.start()
-
     def _mail_to_end(self, end: SimChannelEnd) -> None:
         process = end._transport.process
         if (
@@ -500,7 +434,7 @@ class Simulation:
         view = self._initial_view()
         self._start_nodes(view)
         # 2.
-        self._start_mappers(view)
+        start_mappers(self, view)
         # 3.
         nemesis.schedule_faults(self)
         fed = self._run_until(

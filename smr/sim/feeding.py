@@ -1,0 +1,90 @@
+"""What the simulated mappers feed: each mapper's words (seeded, Zipf-like), its emitter over
+a simulated transport, and the feed loop that paces it in virtual time and, when the run
+says so, finishes its mapper ids (``smr.mapper_done``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from checkpoint.ids import MapperId
+from ring.view import View
+from smr.emitter import Emitter
+from smr.sim.mappers import MapperProcess, SimMapperTransport
+from smr.sim.nodes import sim_job
+
+if TYPE_CHECKING:
+    from smr.sim.simulation import Simulation
+
+
+def _words(sim: Simulation, mapper: int) -> list[str]:
+    """The words mapper ``mapper`` emits, drawn from the seed."""
+    rng = sim._rng(f"words:{mapper}")
+    vocabulary = [f"w{i}" for i in range(sim.config.vocabulary)]
+    # A Zipf-like skew: a few words are frequent, as in text.
+    weights = [1.0 / (rank + 1) for rank in range(len(vocabulary))]
+    return rng.choices(vocabulary, weights=weights, k=sim.config.tuples_per_mapper)
+
+
+def start_mappers(sim: Simulation, view: View) -> None:
+    """Create the run's mappers (``config.mappers`` of them, 1 ms apart), each an
+    :class:`~smr.emitter.Emitter` over a simulated transport in a
+    :class:`~smr.sim.mappers.MapperProcess`; their words go into the oracle."""
+    config = sim.config
+    job = sim_job()
+    for index in range(config.mappers):
+        name = f"m{index}"
+        words = _words(sim, index)
+        sim.oracle.update(words)
+        sim.tuples += len(words)
+        transport = SimMapperTransport(sim, name)
+        emitter = Emitter(
+            view,
+            config.slot_bits,
+            MapperId(name),
+            replication=config.replication,
+            combine=job.combine if config.combine else None,
+            batch_size=config.batch_size,
+            window_batches=config.window_batches,
+            resend_after_ms=config.resend_after_ms,
+            give_up_after_s=config.give_up_after_s,
+            clock=sim.clock.seconds,
+            transport=transport,
+            linger_ms=None,  # it goes by wall time; a run depends on its seed alone
+        )
+        sim.emitters[name] = emitter
+        process = MapperProcess(sim, name, _feed(sim, emitter, transport, words))
+        transport.process = process
+        sim.mappers.append(process)
+        sim._schedule(index * 1000, process.start)
+
+
+def _feed(
+    sim: Simulation, emitter: Emitter, transport: SimMapperTransport, words: list[str]
+) -> Callable[[], None]:
+    """The body of one mapper: emit ``words`` a chunk at a time, letting virtual time pass
+    between chunks; with ``finish_mappers``, say it finished at the end (and, with
+    ``mapper_parts``, feed as that many mapper ids in turn, each finished)."""
+    chunk = sim.config.feed_chunk
+    pace_ms = sim.config.feed_pace_ms
+
+    finish = sim.config.finish_mappers
+    parts = sim.config.mapper_parts if finish else 1
+    chunks = range(0, len(words), chunk)
+    # The chunks after which one mapper id finishes and the next begins.
+    part_ends = {chunks[len(chunks) * part // parts - 1] for part in range(1, parts)}
+
+    def feed() -> None:
+        emit = emitter.emit
+        name = emitter.mapper_id
+        for start in chunks:
+            for word in words[start : start + chunk]:
+                emit(word, 1)
+            transport.sleep(pace_ms)
+            emitter.pump(0)
+            if start in part_ends:
+                emitter.finish_mapper()
+                emitter.begin_mapper(MapperId(f"{name}.{start}"))
+        emitter.close(finished=finish)
+
+    return feed
