@@ -49,6 +49,7 @@ def feed_keys(cluster_dir: Path, keys: int) -> float:
 
 def measure(keys: int) -> dict[str, Any]:
     """One size: the restart from disk, and the baseline, in this order."""
+    import smr
     from smr.cluster import down, up
     from smr.spec import read_spec
 
@@ -63,8 +64,6 @@ def measure(keys: int) -> dict[str, Any]:
             started = time.monotonic()
             up(cluster_dir, NODES, REPLICATION, JOB, ready_timeout_s=300)
             up_s = time.monotonic() - started
-            import smr
-
             with smr.connect(cluster_dir) as watcher:
                 rows = watcher.status()
             spec = read_spec(cluster_dir)

@@ -454,7 +454,7 @@ class PeerReplica:
         tuples then, and the replica applied that state first), its last seq in every slot
         where no hwm says more. Looks the store up at each call, so ``replica.hwm`` stays
         valid as an ``HwmFn`` when ``begin_snapshot`` replaces the store."""
-        floor = self.store.retired.get(mapper, _SEQ_NONE)
+        floor = self.store.retired_last(mapper) or _SEQ_NONE
         return self._hwms_by_mapper.get(mapper, _NO_HWMS).get(slot, floor)
 
     def apply_checkpoint(self, number: CheckpointNumber, delta: Delta) -> bool:

@@ -142,9 +142,15 @@ class StateStore:
         """``{mapper: last seq}`` of the finished mappers this store retired (read-only)."""
         return MappingProxyType(self._retired)
 
-    def retire(self, mapper: MapperId, last: Seq, *, forget_hwms: bool = True) -> None:
+    def retired_last(self, mapper: MapperId) -> Seq | None:
+        """The last seq of ``mapper`` if this store retired it, else None (one dict lookup:
+        for intake and eviction, once per batch)."""
+        return self._retired.get(mapper)
+
+    def retire(self, mapper: MapperId, last: Seq, *, forget_hwms: bool = True) -> int:
         """Record that ``mapper`` finished at seq ``last`` and, with ``forget_hwms``, drop
-        its hwms (those at or below ``last``: all of them, for a mapper that kept its word).
+        its hwms (those at or below ``last``: all of them, for a mapper that kept its word);
+        return how many hwms went.
 
         Only safe where nothing but a guarded intake can bring a tuple of ``mapper`` to this
         store again: the node drops every batch of a retired mapper before it reaches a
@@ -156,27 +162,28 @@ class StateStore:
             self._retired[mapper] = last
             self._retired_dirty[mapper] = last
         if not forget_hwms:
-            return
+            return 0
         hwm_of_slot = self._hwm.pop(mapper, None)
-        if hwm_of_slot:
-            # A seq past ``last`` breaks the mapper's word: keep it rather than guess.
-            kept = {slot: seq for slot, seq in hwm_of_slot.items() if seq > last}
-            if kept:
-                self._hwm[mapper] = kept
-            # The replicas may hold these hwms (a promotion brought them back and a
-            # checkpoint shipped them): the next delta tells them to drop them again.
-            self._retired_dirty[mapper] = self._retired[mapper]
+        if not hwm_of_slot:
+            return 0
+        # A seq past ``last`` breaks the mapper's word: keep it rather than guess.
+        kept = {slot: seq for slot, seq in hwm_of_slot.items() if seq > last}
+        if kept:
+            self._hwm[mapper] = kept
+        # The replicas may hold these hwms (a promotion brought them back and a checkpoint
+        # shipped them): the next delta tells them to drop them again.
+        self._retired_dirty[mapper] = self._retired[mapper]
+        return len(hwm_of_slot) - len(kept)
 
     def forget_retired_hwms(self) -> int:
         """Drop the hwms that retired mappers still have here (a promotion brought them back
         from a copy that had not retired them); return how many went. Safe once no
         promotion or move is replaying into this store."""
-        dropped = 0
-        for mapper in [mapper for mapper in self._hwm if mapper in self._retired]:
-            before = len(self._hwm[mapper])
-            self.retire(mapper, self._retired[mapper])
-            dropped += before - len(self._hwm.get(mapper, ()))
-        return dropped
+        retired = self._retired
+        return sum(
+            self.retire(mapper, retired[mapper])
+            for mapper in [m for m in self._hwm if m in retired]
+        )
 
     def hwm(self, mapper: MapperId, slot: Slot) -> Seq:
         """The highest seq of ``mapper`` applied to ``slot``; 0 if none."""

@@ -48,6 +48,7 @@ def announce_done(emitter: Emitter, wait_s: float = DONE_WAIT_S) -> int:
     notice is sent again on every turn of the wait until it goes."""
     notice = MapperDone(RequestId(0), emitter.mapper_id, last_seq(emitter))
     unsent = emitter._live_channels()
+    asked = len(unsent)
     waiting: set[int] = set()
     clock = emitter._clock  # virtual time in the simulation
     deadline = clock() + wait_s
@@ -65,4 +66,4 @@ def announce_done(emitter: Emitter, wait_s: float = DONE_WAIT_S) -> int:
         emitter.pump(timeout_ms=20)
         waiting -= emitter.pongs
         emitter.pongs.clear()
-    return len(emitter._live_channels()) - len(waiting) - len(unsent)
+    return asked - len(waiting) - len(unsent)

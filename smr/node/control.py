@@ -247,6 +247,8 @@ class Control:
             # Finished mappers (smr.node.retirement): leases running, retired here, and
             # their batches answered at intake.
             "mappers_finishing": node.retirement.pending,
+            # Notices past PENDING_MAPPERS_MAX: those mappers keep their hwms (memory only).
+            "mapper_notices_ignored": node.retirement.notices_ignored,
             "mappers_retired": len(node.store.retired),
             "mappers_retired_total": node.retirement.retired_total,
             "retired_hwms_dropped": node.retirement.hwms_dropped,

@@ -113,6 +113,8 @@ class NodeCore:
     Guarantees: a batch is acked only after all its tuples were applied (or found to be
     duplicates, or failed in the reducer and were logged); a tuple is applied at most once
     per slot state (hwm); a malformed message never changes state or stops the node.
+    ``store``, when given, is the node's state restored from disk (``smr.node.disk``): the
+    cluster is then not new, and no copy counts as covered until its snapshot arrives.
     """
 
     def __init__(
@@ -126,6 +128,7 @@ class NodeCore:
         clock: Callable[[], float] = time.monotonic,
         frame_bytes_max: int = FRAME_BYTES_MAX_DEFAULT,
         settings: NodeSettings = NodeSettings(),
+        store: StateStore | None = None,
     ) -> None:
         self.node_id = node_id
         self.job = job
@@ -142,7 +145,7 @@ class NodeCore:
         self._frame_bytes_max = frame_bytes_max
         member = view.get(node_id)
         self.incarnation = member.incarnation if member else Incarnation(1)
-        self.store = StateStore()
+        self.store = StateStore() if store is None else store
         self.counters = NodeCounters()
         # Derived from the view by set_view: the ring, this node's role per slot, the nodes
         # it watches and backs up (predecessors) and those that back it up (secondaries).
@@ -178,7 +181,10 @@ class NodeCore:
         self.disk: DiskState | None = None
         """The node's state files, with ``--data-dir`` (``smr.node.disk``); set by the loop."""
         self.set_view(view)
-        self.replication.cover_initial_ranges()
+        if store is None:
+            # A new cluster: every predecessor starts empty too. A restored one (a restart
+            # from disk) does not: its copies count as covered once its snapshots arrive.
+            self.replication.cover_initial_ranges()
 
     # -- the view ---------------------------------------------------------------------------
 

@@ -86,7 +86,11 @@ class DiskState:
         self.checkpoints_written = 0
         self.snapshot_seconds_max = 0.0
         """The longest a snapshot write held the node's loop."""
-        self.restored: Restored | None = None
+        # What the restore found (keys, seconds), for status; never the store itself, which
+        # the node may replace (a fence) and this must not keep alive.
+        self._restored_figures: tuple[int, float] | None = None
+        # A write failed: the log may lack a checkpoint, so the next one is a new snapshot.
+        self._log_broken = False
         self._log: BinaryIO | None = None
         self._range_written: Any = None
 
@@ -136,10 +140,11 @@ class DiskState:
         self.generation = generation
         self.log_bytes = log_path.stat().st_size if log_path.exists() else 0
         self.snapshot_bytes = path.stat().st_size
-        self.restored = Restored(
+        restored = Restored(
             store, view, generation, checkpoints, store.key_count(), time.monotonic() - started
         )
-        return self.restored
+        self._restored_figures = (restored.keys, restored.seconds)
+        return restored
 
     def serving(self, own_range: Any) -> None:
         """The restored state is served with ``own_range``: checkpoints go on in the log
@@ -148,7 +153,7 @@ class DiskState:
 
     def report(self) -> dict[str, Any]:
         """For ``status``: where the state goes, how big it is, what the restore found."""
-        restored = self.restored
+        restored = self._restored_figures
         return {
             "disk_dir": str(self.directory),
             "disk_generation": self.generation,
@@ -157,8 +162,8 @@ class DiskState:
             "disk_snapshots_written": self.snapshots_written,
             "disk_checkpoints_written": self.checkpoints_written,
             "disk_snapshot_s_max": self.snapshot_seconds_max,
-            "restored_keys": None if restored is None else restored.keys,
-            "restore_s": None if restored is None else restored.seconds,
+            "restored_keys": None if restored is None else restored[0],
+            "restore_s": None if restored is None else restored[1],
         }
 
     def _newest(self) -> tuple[int, Path] | None:
@@ -186,16 +191,24 @@ class DiskState:
 
     def on_checkpoint(self, store: StateStore, view: View, own_range: Any, body: bytes) -> None:
         """Step 1 or 2 of the protocol for one checkpoint (``body``: its encoded delta), after
-        the store merged it."""
+        the store merged it. An OSError (a full disk) propagates, and the checkpoint after it
+        writes a whole new snapshot: a log with a checkpoint missing is never appended to,
+        since replaying it would lose that checkpoint's changes in silence."""
         grown = self.log_bytes > max(LOG_BYTES_MIN, self.snapshot_bytes)
-        if self.generation == 0 or own_range != self._range_written or grown:
-            self.write_snapshot(store, view, own_range)
-            return
-        record = encode_record(body)
-        log = self._open_log()
-        log.write(record)
-        log.flush()
-        os.fsync(log.fileno())
+        renew = self.generation == 0 or own_range != self._range_written or grown
+        try:
+            if renew or self._log_broken:
+                self.write_snapshot(store, view, own_range)
+                self._log_broken = False
+                return
+            record = encode_record(body)
+            log = self._open_log()
+            log.write(record)
+            log.flush()
+            os.fsync(log.fileno())
+        except OSError:
+            self._log_broken = True
+            raise
         self.log_bytes += len(record)
         self.checkpoints_written += 1
 

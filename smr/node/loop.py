@@ -131,20 +131,15 @@ def serve(
         links,
         output,
         settings=settings,
+        store=None if restored is None else restored.store,
     )
     core.disk = disk
-    if restored is not None:
-        core.store = restored.store
-        if disk is not None:
-            disk.serving(core.ring.range_of(core.node_id))
-        # The copies start empty while the restored primaries do not: nothing counts as
-        # covered until each primary's snapshot has arrived (cover_initial_ranges assumed
-        # a new cluster).
-        core.replication.covered.clear()
+    if restored is not None and disk is not None:
+        disk.serving(core.ring.range_of(core.node_id))
         log.info(
             "restored %d keys from %s (generation %d and %d checkpoints) in %.2f s",
             restored.keys,
-            disk.directory if disk is not None else "",
+            disk.directory,
             restored.generation,
             restored.checkpoints,
             restored.seconds,

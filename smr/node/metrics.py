@@ -96,6 +96,7 @@ GAUGES: Final[tuple[tuple[str, str, str], ...]] = (
     ("smr_backup_bytes", "backup_bytes", "Raw batch bytes held for primaries."),
     ("smr_hwm_entries", "hwm_entries", "(mapper, slot) high-water marks held (dedup memory)."),
     ("smr_mappers_finishing", "mappers_finishing", "Finished mappers whose lease runs."),
+    ("smr_mapper_notices_ignored", "mapper_notices_ignored", "Finish notices past the cap."),
     ("smr_mappers_retired_held", "mappers_retired", "Retired mappers' last seqs held."),
     ("smr_disk_log_bytes", "disk_log_bytes", "Bytes of checkpoints on disk since the snapshot."),
     ("smr_disk_snapshot_bytes", "disk_snapshot_bytes", "Bytes of the snapshot on disk."),

@@ -95,7 +95,7 @@ class Retirement:
         pending = self._pending.get(mapper)
         if pending is not None:
             return pending[0]
-        return self._node.store.retired.get(mapper)
+        return self._node.store.retired_last(mapper)
 
     def on_mapper_done(self, identity: bytes, message: MapperDone) -> None:
         """Step 1 for a ``MapperDone`` notice: answer PONG (the emitter waits for it), or
@@ -112,7 +112,7 @@ class Retirement:
         first lease and the higher last seq)."""
         self.notices += 1
         node = self._node
-        if mapper in node.store.retired:
+        if node.store.retired_last(mapper) is not None:
             return
         pending = self._pending.get(mapper)
         if pending is not None:
@@ -130,7 +130,6 @@ class Retirement:
             return
         self._next_tick_at = now + TICK_S
         store = node.store
-        before = store.hwm_entries()
         # 2.
         while self._pending:
             mapper, (last, lease_end) = next(iter(self._pending.items()))
@@ -140,8 +139,7 @@ class Retirement:
             if store.hwms_of(mapper):
                 # One that never wrote here leaves nothing to let go of, and needs no entry:
                 # slots it wrote that come here later bring its hwms or its retirement.
-                store.retire(mapper, last)
+                self.hwms_dropped += store.retire(mapper, last)
                 self.retired_total += 1
         # 3.
-        store.forget_retired_hwms()
-        self.hwms_dropped += before - store.hwm_entries()
+        self.hwms_dropped += store.forget_retired_hwms()

@@ -109,3 +109,29 @@ def test_the_state_of_another_cluster_is_refused(tmp_path: Path) -> None:
     assert DiskState(tmp_path / "a", incarnation="first-life").restore() is not None
     with pytest.raises(DiskError, match=r"another cluster .*'first-life', this one is 'other'"):
         DiskState(tmp_path / "a", incarnation="other").restore()
+
+
+def test_after_a_failed_write_the_next_checkpoint_is_a_whole_snapshot(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    disk = DiskState(tmp_path / "a")
+    store = StateStore()
+    add(store, 1, 1, "x", 1)
+    checkpoint(disk, store)
+    add(store, 2, 2, "y", 1)
+    real_open_log = DiskState._open_log
+
+    class FullDisk:
+        def write(self, data: bytes) -> int:
+            raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(DiskState, "_open_log", lambda self: FullDisk())
+    with pytest.raises(OSError, match="No space"):
+        checkpoint(disk, store)  # y's checkpoint never reached the log
+    monkeypatch.setattr(DiskState, "_open_log", real_open_log)
+    add(store, 1, 3, "x", 1)
+    checkpoint(disk, store)
+    assert disk.generation == 2
+    disk.close()
+    restored = DiskState(tmp_path / "a").restore()
+    assert restored is not None and contents(restored.store) == contents(store)
