@@ -31,6 +31,12 @@ and always count as changed on commit, since a caller's "before" may share them 
 NO_FIELDS: Final[MappingProxyType[str, Any]] = MappingProxyType({})
 """The "before" of a key with no state: an empty mapping that nobody can mutate."""
 
+APPLYING: Final[list[Any]] = [None, 0, 0]
+"""``[mapper, slot, seq]`` of the tuple whose ``reduce_fn`` call is running, and only during
+that call: a reduce that emits names each record by the tuple it came from (its origin), so
+a replay of the same tuple after a takeover emits the same names (``smr.output``). One list
+for the process, since one thread applies and a call never nests in another."""
+
 
 @dataclass(slots=True)
 class BatchOutcome:
@@ -81,6 +87,8 @@ def apply_tuples(
     deepcopy = copy.deepcopy
     no_fields = NO_FIELDS
     tombstone = TOMBSTONE
+    applying = APPLYING
+    applying[0] = mapper
     duplicates = failed = 0
     failures: list[tuple[Key, BaseException]] = []
     before: dict[str, Any] | MappingProxyType[str, Any] | None
@@ -138,6 +146,8 @@ def apply_tuples(
                     field_value, mutable_types
                 ):
                     state[name] = deepcopy(field_value)
+        applying[1] = slot
+        applying[2] = seq
         try:
             reduce_fn(key, value, state)
         except Exception as error:

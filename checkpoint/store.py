@@ -277,7 +277,8 @@ class StateStore:
         2. Raise the hwm to ``seq`` and mark the slot hwm-dirty. The tuple is consumed even if
            the reducer fails, so a deterministic failure is never retried forever.
         3. ``state = read(slot, key)``, remember ``before = dict(state)``, and call
-           ``reduce_fn(key, value, state)``.
+           ``reduce_fn(key, value, state)`` (``checkpoint.apply.APPLYING`` names the tuple
+           during the call).
         4. If it raised an ``Exception``, the tuple has no effect on state (``state`` was a
            private copy, so nothing is half-applied): count it, keep the first
            ``FAILURE_EXAMPLES_MAX`` ``(key, exception)`` examples, and go on.

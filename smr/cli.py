@@ -32,6 +32,7 @@ from smr.cli_init import init_command
 from smr.cli_keys import keys_group
 from smr.cli_node import node_command
 from smr.cli_options import cluster_dir_option, cluster_option
+from smr.cli_output import output_command
 from smr.cli_ring import move_command, scale_group
 from smr.cli_top import top_command
 from smr.client import Client, NodeRefused, NodeUnreachable, fetch_view
@@ -512,6 +513,7 @@ main_group.add_command(node_command)
 main_group.add_command(init_command)
 main_group.add_command(keys_group)
 main_group.add_command(top_command)
+main_group.add_command(output_command)
 
 
 # -- the node process ----------------------------------------------------------------------

@@ -12,6 +12,7 @@ from ring.zones import one_zone_windows
 from smr import cluster as local_cluster
 from smr.api import load_job
 from smr.autoscale.policies import POLICIES
+from smr.output_table import MERGES, TableError, TableTarget
 from smr.spec import CLUSTER_FILE, ClusterError, read_spec
 
 
@@ -67,6 +68,27 @@ def cluster_group() -> None:
     "DIR restores every key [default: no state on disk].",
 )
 @click.option(
+    "--output-postgres",
+    "output_dsn",
+    metavar="DSN",
+    help="Write the output to a PostgreSQL table too (a libpq connection string or URI), "
+    "exactly once: each node upserts per key in the same transaction as the position it "
+    "has reached [default: output files only].",
+)
+@click.option(
+    "--output-table",
+    default="smr_output",
+    show_default=True,
+    help="--output-postgres: the table (and TABLE_positions beside it).",
+)
+@click.option(
+    "--output-merge",
+    type=click.Choice(MERGES),
+    default="replace",
+    show_default=True,
+    help="--output-postgres: a key's new value replaces its row's, or is added to it.",
+)
+@click.option(
     "--mapper-lease-s",
     type=click.FloatRange(min=0),
     help="How long after a feed or client finished the nodes drop its dedup memory (its "
@@ -108,6 +130,9 @@ def cluster_up(
     balance_above: float | None,
     data_dir: Path | None,
     mapper_lease_s: float | None,
+    output_dsn: str | None,
+    output_table: str,
+    output_merge: str,
     insecure: bool,
     policy: str | None,
     nodes_min: int | None,
@@ -128,6 +153,10 @@ def cluster_up(
         # One node's failure loses nothing by default; a lone node has nobody to copy to.
         replication = 1 if nodes >= 2 else 0
     load_job(job_ref)  # fail here, with the reason, rather than in every node's log
+    try:
+        target = None if output_dsn is None else TableTarget(output_dsn, output_table, output_merge)
+    except TableError as error:
+        raise ClusterError(str(error)) from None
     restarting = (cluster_dir / CLUSTER_FILE).exists() and local_cluster.state_on_disk(
         read_spec(cluster_dir)
     )
@@ -145,6 +174,7 @@ def cluster_up(
         secure=not insecure,
         mapper_lease_ms=None if mapper_lease_s is None else round(mapper_lease_s * 1000),
         data_dir=data_dir,
+        output_table=target,
     )
     security = "without keys (--insecure)" if insecure else f"keys in {cluster_dir / 'keys'}"
     if restarting:

@@ -36,6 +36,7 @@ from ring.ids import NodeId, Token
 from ring.zones import spread_order
 from smr.client import Client, NodeUnreachable
 from smr.node.disk import DiskState
+from smr.output_table import TableError, TableTarget
 from smr.spec import (
     APPLY_RATE_CAP_KEY,
     BALANCE_ABOVE_KEY,
@@ -43,6 +44,7 @@ from smr.spec import (
     CLUSTER_FILE,
     DATA_DIR_KEY,
     MAPPER_LEASE_KEY,
+    OUTPUT_TABLE_KEY,
     REJOIN_AFTER_FENCE_KEY,
     REJOIN_AFTER_FENCE_MS_DEFAULT,
     ClusterError,
@@ -296,6 +298,7 @@ def up(
     secure: bool = True,
     mapper_lease_ms: int | None = None,
     data_dir: Path | None = None,
+    output_table: TableTarget | None = None,
 ) -> ClusterSpec:
     """Start a local cluster and return once every node answers a ping (node ``i`` in zone
     ``zones[i % len(zones)]``, see `plan_cluster`).
@@ -306,7 +309,9 @@ def up(
        node restoring its state (``smr.node.disk``); go to step 3. Refuse another job.
     2. Plan ids, addresses and tokens and a new cluster incarnation (the nodes start empty:
        this is a new life of the cluster); write ``cluster.json`` (nodes read it to start),
-       with ``data_dir`` if given (the nodes then keep their state there).
+       with ``data_dir`` if given (the nodes then keep their state there), and with
+       ``output_table`` if given, once it is reached and its tables made (the nodes then
+       write their output there too, ``smr.output_table``).
        With ``secure``, make the cluster's keys (``DIR/keys``) unless it has them already
        (clients given them keep working); without, refuse a directory that has keys (its
        nodes would use them).
@@ -353,6 +358,12 @@ def up(
                 "empty data directory"
             )
         spec.extra[DATA_DIR_KEY] = str(data_dir.resolve())
+    if output_table is not None:
+        try:
+            output_table.prepare()
+        except TableError as error:
+            raise ClusterError(str(error)) from None
+        spec.extra[OUTPUT_TABLE_KEY] = output_table.to_json()
     spec.mapper_lease_ms()
     spec.apply_rate_cap_per_s()  # refuse a bad cap or threshold before any node starts
     spec.balance_above()

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import json
 import os
 import time
 import uuid
@@ -53,6 +52,7 @@ from smr.api import Job, load_job
 from smr.channels import DeliveryError
 from smr.client import QUERY_KEYS_MAX, Client, NodeUnreachable, cluster_view
 from smr.emitter import BATCH_SIZE_DEFAULT, LINGER_MS_DEFAULT, WINDOW_BATCHES_DEFAULT, Emitter
+from smr.output import Repeats, parse_line
 from smr.protocol import OutputReply
 from smr.seeds import ClusterRef
 from smr.transport.security import load_keys
@@ -90,11 +90,13 @@ class Unreachable(NodeUnreachable):
 
 @dataclass(frozen=True, slots=True)
 class OutputRecord:
-    """One record a reducer emitted: the node that emitted it, its key and its value."""
+    """One record a reducer emitted: the node that emitted it, its key, its value, and its
+    origin ``(mapper, slot, seq, index)``, the tuple it was emitted for (``smr.output``)."""
 
     node: str
     key: Any
     value: Any
+    origin: tuple[str, int, int, int] | None = None
 
 
 def connect(
@@ -435,8 +437,10 @@ class Subscription:
     :attr:`position` (node -> byte offset) always points just after the last record
     returned: give it to :meth:`Cluster.subscribe` to go on from there. Records of a node
     that does not answer are read when it answers again; a node's records come in the order
-    it wrote them, those of different nodes interleaved. Iteration ends after
-    ``idle_timeout_s`` without a record (never, by default).
+    it wrote them, those of different nodes interleaved. A record whose origin came
+    before (a takeover's replay) is skipped: each origin is returned once, at the cost of
+    remembering every origin read. Iteration ends after ``idle_timeout_s`` without a record
+    (never, by default).
     """
 
     def __init__(
@@ -447,7 +451,8 @@ class Subscription:
         self._cluster = cluster
         self.position: dict[str, int] = dict(position) if isinstance(position, Mapping) else {}
         self._idle_timeout_s = idle_timeout_s
-        self._pending: deque[tuple[str, int, OutputRecord]] = deque()
+        self._pending: deque[tuple[str, int, OutputRecord | None]] = deque()
+        self.repeats = Repeats()
         # "From now" places the nodes that answer now at their end; a node placed later
         # (one that did not answer then, or joined since) is read from its start, so its
         # records of the time in between are not skipped.
@@ -461,19 +466,21 @@ class Subscription:
 
     def __next__(self) -> OutputRecord:
         idle_since = time.monotonic()
-        while not self._pending:
-            self._read()
-            if self._pending:
-                break
-            if (
-                self._idle_timeout_s is not None
-                and time.monotonic() - idle_since >= self._idle_timeout_s
-            ):
-                raise StopIteration
-            time.sleep(OUTPUT_POLL_S)
-        node, end_offset, record = self._pending.popleft()
-        self.position[node] = end_offset
-        return record
+        while True:
+            while not self._pending:
+                self._read()
+                if self._pending:
+                    break
+                if (
+                    self._idle_timeout_s is not None
+                    and time.monotonic() - idle_since >= self._idle_timeout_s
+                ):
+                    raise StopIteration
+                time.sleep(OUTPUT_POLL_S)
+            node, end_offset, record = self._pending.popleft()
+            self.position[node] = end_offset
+            if record is not None:  # None: a repeat or a torn line, passed over
+                return record
 
     def _place_new_nodes(self) -> dict[str, str]:
         """The live nodes (id -> address), each first seen given its starting offset: its
@@ -513,10 +520,18 @@ class Subscription:
             offset = offsets[addr]
             for line in reply.body.splitlines(keepends=True):
                 offset += len(line)
-                entry = json.loads(line)
-                self._pending.append(
-                    (node, offset, OutputRecord(entry["node"], entry["key"], entry["value"]))
+                entry = parse_line(line)
+                origin = None if entry is None else entry.get("origin")
+                if entry is None or self.repeats.is_repeat(origin):
+                    self._pending.append((node, offset, None))
+                    continue
+                record = OutputRecord(
+                    entry["node"],
+                    entry["key"],
+                    entry["value"],
+                    None if origin is None else tuple(origin),
                 )
+                self._pending.append((node, offset, record))
 
 
 def _checked_key(key: Any) -> str | int:

@@ -1,9 +1,18 @@
-"""Where reducers' emits go: a JSON-lines file per node and a publish stream.
+"""Where reducers' emits go: a JSON-lines file per node, a publish stream, and optionally a
+PostgreSQL table (``smr.output_table``).
 
-Each record is one line ``{"node": ID, "key": K, "value": V}``. The file is the complete
-record of a node's output (appended, flushed every tick and on shutdown); the publish stream
-(``smr tail``) carries the same lines for watching and, by PUB's contract, skips messages for
-subscribers that fall behind.
+Each record is one line ``{"node": ID, "key": K, "value": V, "origin": [MAPPER, SLOT, SEQ,
+I]}``: the origin names the tuple whose reduce call emitted it (its mapper, slot and seq)
+and which of that call's emits it is. A tuple is applied once, but after a takeover the new
+primary replays the tuples its predecessor applied since its last checkpoint, and their
+emits come again, under the same origins: readers drop the repeats by origin
+(:class:`Repeats`), and the table sink never writes them.
+
+The file is the complete record of a node's output: appended, flushed every tick, on
+shutdown, and before each checkpoint leaves the node (:meth:`OutputSink.make_durable`), so a
+record whose state change a checkpoint carries is never lost with its node. The publish
+stream (``smr tail``) carries the same lines for watching and, by PUB's contract, skips
+messages for subscribers that fall behind.
 """
 
 from __future__ import annotations
@@ -14,7 +23,13 @@ from pathlib import Path
 from typing import IO, Any, Final
 
 from ring.ids import NodeId
+from smr.output_table import TableSink
 from smr.protocol import Output, encode
+
+Emitted = tuple[Any, Any, str, int, int, int]
+"""One emitted record: ``(key, value, mapper, slot, seq, index)``, the last four its origin."""
+Origin = tuple[str, int, int, int]
+"""``(mapper, slot, seq, index)``: the tuple a record was emitted for, and which emit of it."""
 
 # Lines kept in memory before a forced write; the file's own buffer does the rest.
 PENDING_LINES_MAX: Final = 10_000
@@ -28,31 +43,67 @@ class OutputGone(Exception):
 
 
 class OutputSink:
-    """Collects emitted ``(key, value)`` records and writes them to file and stream."""
+    """Collects emitted records and writes them to file and stream, and to the table sink
+    if the cluster has one."""
 
     def __init__(
-        self, node_id: str, path: Path, publish: Callable[[Sequence[bytes]], None]
+        self,
+        node_id: str,
+        path: Path,
+        publish: Callable[[Sequence[bytes]], None],
+        table: TableSink | None = None,
     ) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
         self._node_id = node_id
         self._file: IO[str] = open(path, "a", encoding="utf-8")  # noqa: SIM115 - held open
+        if self._file.tell() and not _ends_with_newline(path):
+            # A node killed mid-write left a torn line: end it, so the next line is whole.
+            self._file.write("\n")
         self._publish = publish
         self._pending: list[str] = []
         self.records_written = 0
+        self.table = table
 
-    def extend(self, records: Sequence[tuple[Any, Any]]) -> None:
+    def extend(self, records: Sequence[Emitted]) -> None:
         """Add records; values that JSON cannot encode are written as their ``str()``."""
         node = self._node_id
-        for key, value in records:
+        for key, value, mapper, slot, seq, index in records:
             self._pending.append(
-                json.dumps({"node": node, "key": key, "value": value}, default=str)
+                json.dumps(
+                    {
+                        "node": node,
+                        "key": key,
+                        "value": value,
+                        "origin": [mapper, slot, seq, index],
+                    },
+                    default=str,
+                )
             )
+        if self.table is not None:
+            self.table.add(records)
         if len(self._pending) >= PENDING_LINES_MAX:
             self.flush()
 
+    @property
+    def held(self) -> bool:
+        """True while the table sink holds more records than it may: the node applies no
+        more batches until a commit succeeds (backpressure, never a drop)."""
+        return self.table is not None and self.table.backlogged
+
+    def make_durable(self) -> bool:
+        """Before a checkpoint leaves the node: the pending lines written to the file, and
+        the table's records committed. False if the table could not commit (its records are
+        kept, and the checkpoint must wait: it would carry state changes whose output exists
+        only in this process)."""
+        self.flush()
+        if self.table is None:
+            return True
+        return self.table.commit()
+
     def flush(self) -> None:
-        """Write pending lines to the file and the stream, and flush the file."""
+        """Write pending lines to the file and the stream, and flush the file; begin a
+        commit of the table's records in the background."""
         if not self._pending:
             return
         text = "\n".join(self._pending) + "\n"
@@ -61,6 +112,8 @@ class OutputSink:
         self._publish(encode(Output(NodeId(self._node_id), len(self._pending), text.encode())))
         self.records_written += len(self._pending)
         self._pending.clear()
+        if self.table is not None:
+            self.table.start_commit()
 
     def read(self, offset: int, max_bytes: int) -> tuple[bytes, int, int]:
         """The whole lines written from byte ``offset`` of the file, about ``max_bytes`` of
@@ -86,7 +139,72 @@ class OutputSink:
                 end = data.rfind(b"\n") + 1
         return data[:end], offset + end, size
 
-    def close(self) -> None:
-        """Flush and close the file."""
+    def close(self) -> bool:
+        """Flush and close the file; commit what the table holds. False if the table did
+        not take it (logged)."""
         self.flush()
         self._file.close()
+        if self.table is None:
+            return True
+        committed = self.table.commit()
+        self.table.close()
+        return committed
+
+
+def _ends_with_newline(path: Path) -> bool:
+    with open(path, "rb") as file:
+        file.seek(-1, 2)
+        return file.read(1) == b"\n"
+
+
+class Repeats:
+    """Which output records a reader has seen, by origin: the first record of an origin is
+    new, every later one (a takeover's replay) a repeat. Exact: one entry per origin read,
+    so memory grows with the records read; records without an origin are always new."""
+
+    def __init__(self) -> None:
+        self._seen: set[Origin] = set()
+        self.repeats = 0
+
+    def is_repeat(self, origin: Sequence[Any] | None) -> bool:
+        """Whether a record of ``origin`` was seen before (and remember it if not)."""
+        if origin is None:
+            return False
+        name = (str(origin[0]), int(origin[1]), int(origin[2]), int(origin[3]))
+        if name in self._seen:
+            self.repeats += 1
+            return True
+        self._seen.add(name)
+        return False
+
+
+def read_output_files(directory: Path) -> tuple[list[dict[str, Any]], int, int]:
+    """Every record of the output files ``directory/*.jsonl`` (a local cluster's
+    ``DIR/output``: its dead nodes' files too), file by file in name order, each origin
+    once; how many repeats were dropped; and how many torn lines (a node killed while
+    writing: not records, and their tuples' records come again from the node that replayed
+    them) were skipped."""
+    repeats = Repeats()
+    records: list[dict[str, Any]] = []
+    torn = 0
+    for path in sorted(directory.glob("*.jsonl")):
+        with open(path, encoding="utf-8", errors="replace") as file:
+            for line in file:
+                record = parse_line(line)
+                if record is None:
+                    torn += line.strip() != ""
+                elif not repeats.is_repeat(record.get("origin")):
+                    records.append(record)
+    return records, repeats.repeats, torn
+
+
+def parse_line(line: str | bytes) -> dict[str, Any] | None:
+    """The record ``{"node", "key", "value", "origin"}`` a line of an output file holds, or
+    None if it holds none (blank, or torn by a kill mid-write)."""
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(record, dict) or "key" not in record:
+        return None
+    return record

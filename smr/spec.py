@@ -58,6 +58,7 @@ from ring.hashing import check_slot_bits
 from ring.ids import Incarnation, NodeId, Token
 from ring.view import Member, Status, View
 from smr.api import JobLoadError, load_job
+from smr.output_table import TableError, TableTarget
 
 CLUSTER_FILE: Final = "cluster.json"
 """The spec's file name inside a cluster directory."""
@@ -81,6 +82,8 @@ DATA_DIR_KEY: Final = "data_dir"
 MAPPER_LEASE_KEY: Final = "mapper_lease_ms"
 """The ``extra`` setting for how long after a mapper finished its dedup memory is retired."""
 MAPPER_LEASE_MS_DEFAULT: Final = 600_000
+OUTPUT_TABLE_KEY: Final = "output_table"
+"""The ``extra`` setting for the PostgreSQL table the output goes to (absent: none)."""
 """The ``extra`` setting for the tuples every node applies per second at most (null or
 absent: no cap; ``smr.node.rate_cap``)."""
 
@@ -253,6 +256,17 @@ class ClusterSpec:
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
             raise ClusterError(f"extra.{MAPPER_LEASE_KEY} must be ms >= 0: {value!r}")
         return value
+
+    def output_table(self) -> TableTarget | None:
+        """The PostgreSQL table the nodes write their output to besides their files
+        (``extra``; None: files only)."""
+        raw = self.extra.get(OUTPUT_TABLE_KEY)
+        if raw is None:
+            return None
+        try:
+            return TableTarget.from_json(raw)
+        except TableError as error:
+            raise ClusterError(f"extra.{OUTPUT_TABLE_KEY}: {error}") from None
 
     def initial_view(self) -> View:
         """The view every node starts from: all nodes up at their advertised addresses and

@@ -256,6 +256,9 @@ class Control:
             "batches_refused_finished": node.retirement.batches_refused,
             # The state on disk, with --data-dir (smr.node.disk).
             **(node.disk.report() if node.disk is not None else {}),
+            # The output table, if the cluster writes to one (smr.output_table).
+            "output_records": node.reducer.output.records_written,
+            **(table.report() if (table := node.reducer.output.table) is not None else {}),
             "under_replicated_slots": node.under_replicated_slots(),
             "snapshot_stall_ms_max": round(node.snapshots.stall_ms_max, 3),
             "snapshot_stall_s_max": node.snapshots.stall_ms_max / 1000,

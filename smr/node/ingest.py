@@ -74,6 +74,8 @@ APPLY_TUPLES_PER_TURN: Final = 20_000
 # And at most this long per turn, whatever the tuples cost: a reducer slower than expected
 # (or a starved CPU) delays its own batches, not the node's timers, probes and acks.
 APPLY_SECONDS_PER_TURN: Final = 0.05
+# While the output table holds too many records uncommitted: how often to look again.
+OUTPUT_HELD_RETRY_S: Final = 0.05
 
 
 @dataclass(frozen=True)
@@ -119,8 +121,13 @@ class Ingest:
     @property
     def capped_wait_s(self) -> float | None:
         """How long until the rate cap lets batches that wait be applied (None when none
-        waits, or the node has no cap)."""
-        if self.rate_cap is None or not self.inbox:
+        waits, or the node has no cap); while the output table holds too many records
+        uncommitted, a short wait, until a checkpoint's commit takes them."""
+        if not self.inbox:
+            return None
+        if self._node.reducer.output.held:
+            return OUTPUT_HELD_RETRY_S
+        if self.rate_cap is None:
             return None
         return self.rate_cap.wait_s()
 
@@ -282,6 +289,8 @@ class Ingest:
         counters = node.counters
         reducer = node.reducer
         budget = tuples_max
+        if reducer.output.held:
+            return
         rate_cap = self.rate_cap
         if rate_cap is not None:
             budget = min(budget, rate_cap.allowance())

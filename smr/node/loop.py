@@ -26,6 +26,7 @@ from smr.node.core import TICK_MS, NodeCore, Timer
 from smr.node.disk import DiskError, DiskState
 from smr.node.settings import NodeSettings
 from smr.output import OutputSink
+from smr.output_table import TableSink
 from smr.protocol import (
     Error,
     FrameError,
@@ -56,6 +57,8 @@ GC_FREEZE_INTERVAL_MS: Final = 1000
 RELEASE_CHECK_S: Final = 0.005
 # The exit code of a node that stopped on a violated invariant (EX_SOFTWARE).
 INVARIANT_VIOLATED_EXIT_CODE: Final = 70
+# Tries of the last checkpoint on the way out, a second apart (the output table may refuse).
+LAST_CHECKPOINT_ATTEMPTS: Final = 5
 
 
 def serve(
@@ -90,6 +93,7 @@ def serve(
             spec.nodes.append(newcomer)
         me = spec.node(node_id)
         job = load_job(spec.job)
+        table = spec.output_table()
         # A cluster with keys (DIR/keys, or $SMR_KEYS): the inbox and the output accept only
         # its clients, and this node reaches its peers as one.
         keys = use_keys_of(cluster_dir)
@@ -98,7 +102,12 @@ def serve(
     except Exception as error:  # every start-up failure is a one-line, actionable error
         log.error("cannot start: %s", error)
         return 2
-    output = OutputSink(node_id, cluster_dir / "output" / f"{node_id}.jsonl", publisher.publish)
+    output = OutputSink(
+        node_id,
+        cluster_dir / "output" / f"{node_id}.jsonl",
+        publisher.publish,
+        None if table is None else TableSink(table),
+    )
     zmq_links = ZmqNodeLinks(inbox)
     links = FilteredLinks(zmq_links)
     disk, restored = None, None
@@ -172,21 +181,32 @@ def serve(
     )
     beats = StalledLoopBeats(core, links)
     beats.start()
+    saved = True
     try:
         with asyncio.Runner(loop_factory=lambda: loop) as runner:
             runner.run(_run(core, inbox, links))
         if disk is not None:
-            # Everything applied (and so acked) goes to disk before the node exits.
-            core.replication.checkpoint()
+            # Everything applied (and so acked) goes to disk before the node exits, once
+            # its output is durable (a table that refuses gets a few more tries).
+            for attempt in range(LAST_CHECKPOINT_ATTEMPTS):
+                saved = core.replication.checkpoint()
+                if saved or attempt == LAST_CHECKPOINT_ATTEMPTS - 1:
+                    break
+                time.sleep(1.0)
     finally:
         if disk is not None:
             disk.close()
         beats.stop()
-        output.close()
+        saved = output.close() and saved
         inbox.close()
         publisher.close()
         zmq_links.close()
         stop_security()
+    if not saved:
+        # The output table refused the last records (logged): the state changes they came
+        # from were not written to disk either. Say so in the exit code too.
+        log.error("stopped with output records the table did not take (see above)")
+        return 1
     log.info("stopped cleanly")
     return 0
 

@@ -67,6 +67,11 @@ COUNTERS: Final[tuple[tuple[str, str, str], ...]] = (
     ("smr_disk_errors", "disk_errors", "Writes of the state to disk that failed."),
     ("smr_disk_snapshots_written", "disk_snapshots_written", "Full snapshots written to disk."),
     ("smr_disk_checkpoints_written", "disk_checkpoints_written", "Checkpoints written to disk."),
+    ("smr_checkpoints_held", "checkpoints_held", "Checkpoints held: the output table failed."),
+    ("smr_output_records", "output_records", "Records emitted to the output files."),
+    ("smr_output_table_records", "output_table_records", "Records the output table took."),
+    ("smr_output_table_repeats", "output_table_repeats", "Replayed records the table dropped."),
+    ("smr_output_table_errors", "output_table_errors", "Output table commits that failed."),
 )
 """The plain counters: one status key each (``apply_seconds`` is a float)."""
 
@@ -107,6 +112,7 @@ GAUGES: Final[tuple[tuple[str, str, str], ...]] = (
     ("smr_checkpoint_age_seconds", "checkpoint_age_s", "Seconds since the last checkpoint."),
     ("smr_snapshot_stall_seconds_max", "snapshot_stall_s_max", "Longest loop hold by a chunk."),
     ("smr_moves_under_way", "moves_under_way", "Range moves this node takes part in now."),
+    ("smr_output_table_backlog", "output_table_backlog", "Records not committed to the table."),
 )
 """The plain gauges: (name, status key, help)."""
 

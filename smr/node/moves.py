@@ -344,8 +344,9 @@ class Moves:
             for pending in node.ingest.inbox:
                 if pending.batch is not None and not frozen.isdisjoint(pending.batch.slots):
                     return
-            # 4. The final increment.
-            node.replication.checkpoint()
+            # 4. The final increment (once the output table takes the range's records).
+            if not node.replication.checkpoint():
+                return
             giving.final = node.replication.checkpoint_number
             self._to(Step.FINAL)
         final = giving.final

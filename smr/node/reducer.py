@@ -8,10 +8,11 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
+from checkpoint.apply import APPLYING
 from checkpoint.bulk import BatchReduceFn, Columns, apply_folds, apply_reduce_batch
 from checkpoint.store import FAILURE_EXAMPLES_MAX, BatchOutcome, ReduceFn, StateStore
 from smr.api import Job
-from smr.output import OutputSink
+from smr.output import Emitted, OutputSink
 from smr.values import check_state
 
 log = logging.getLogger("smr.node")
@@ -29,13 +30,14 @@ class Reducer:
     call's emits are dropped with its state change (the store rolls the state back). A call
     that leaves a field the store could not checkpoint or answer a query with (a set, an
     int of 2**64) fails with :class:`smr.values.StateValueError`, so such a value never
-    reaches the store.
+    reaches the store. Each emitted record carries its origin (``smr.output``); with an
+    output table that adds values, emitting a value that is not a number fails the call.
     """
 
     def __init__(self, job: Job, output: OutputSink, clock: Callable[[], float]) -> None:
         self.output = output
         self._clock = clock
-        self._emitted: list[tuple[Any, Any]] = []
+        self._emitted: list[Emitted] = []
         self._error_log_window_start = 0.0
         self._error_logs_in_window = 0
         self._errors_unlogged = 0
@@ -84,12 +86,19 @@ class Reducer:
 
     def _wrap(self, job: Job) -> ReduceFn:
         user_reduce = job.tuple_reduce
-        tuple_emits: list[tuple[Any, Any]] = []
+        tuple_emits: list[Emitted] = []
         emitted = self._emitted
         emit = tuple_emits.append
+        applying = APPLYING
+        table = self.output.table
+        check_value = None if table is None else table.target.check_value
 
         def emit_pair(key: Any, value: Any) -> None:
-            emit((key, value))
+            # Named by the tuple being applied and the emit's place in this call (its origin:
+            # smr.output), so a replay of the tuple emits under the same names.
+            if check_value is not None:
+                check_value(value)
+            emit((key, value, applying[0], applying[1], applying[2], len(tuple_emits)))
 
         def reduce_fn(key: Any, value: Any, state: dict[str, Any]) -> None:
             try:

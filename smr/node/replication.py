@@ -383,9 +383,14 @@ class Replication:
         node.counters.checkpoints_early += 1
         self.checkpoint()
 
-    def checkpoint(self) -> None:
-        """The checkpoint cycle (DESIGN section 5); never waits for the network.
+    def checkpoint(self) -> bool:
+        """The checkpoint cycle (DESIGN section 5); never waits for the network, except
+        for the output table's commit. False if it did not run (step 0).
 
+        0. Make the output durable (``OutputSink.make_durable``): the file written and the
+           output table committed, so no record of a state change this checkpoint carries
+           exists only in this process. If the table cannot commit, stop here: the node
+           applies on (to ``BACKLOG_RECORDS_MAX`` records) and the next cycle tries again.
         1. Swap the active fragment out with the hwm vectors of its slots (atomic: the event
            loop runs one thing at a time, so this falls between two tuples).
         2. Number it, encode it once, send it to every secondary (optimistic: no ack awaited;
@@ -395,6 +400,10 @@ class Replication:
            counted (``disk_errors``) and logged, and the node serves on.
         """
         node = self._node
+        # 0.
+        if not node.reducer.output.make_durable():
+            node.counters.checkpoints_held += 1
+            return False
         # 1.
         delta = node.store.swap()
         self.checkpoint_number = CheckpointNumber(self.checkpoint_number + 1)
@@ -418,6 +427,7 @@ class Replication:
             except OSError as error:
                 node.counters.disk_errors += 1
                 log.error("cannot write the state to %s: %s", node.disk.directory, error)
+        return True
 
 
 def _moved_name(giver: NodeId, receiver: NodeId, moved: SlotRange) -> NodeId:

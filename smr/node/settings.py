@@ -80,6 +80,8 @@ class NodeCounters:
     # As a secondary: early checkpoints asked for; as a primary: early checkpoints taken.
     checkpoints_requested: int = 0
     checkpoints_early: int = 0
+    # Checkpoints not taken because the output table could not commit (taken later).
+    checkpoints_held: int = 0
     snapshots_sent: int = 0
     snapshots_received: int = 0
     # Snapshots aborted on arrival because a chunk of them was missing (then asked again).

@@ -13,7 +13,7 @@ from ring.ids import NodeId
 from smr.api import Job
 from smr.faults import Starve
 from smr.node import NodeCore
-from smr.output import OutputSink
+from smr.output import Emitted, OutputSink
 
 if TYPE_CHECKING:
     from smr.sim.simulation import Simulation
@@ -36,10 +36,11 @@ class MemoryOutput(OutputSink):
 
     def __init__(self, node_id: str) -> None:  # no file: the base class would open one
         self.node_id = node_id
-        self.records: deque[tuple[Any, Any]] = deque(maxlen=OUTPUT_RECORDS_KEPT_MAX)
+        self.records: deque[Emitted] = deque(maxlen=OUTPUT_RECORDS_KEPT_MAX)
         self.records_written = 0
+        self.table = None
 
-    def extend(self, records: Sequence[tuple[Any, Any]]) -> None:
+    def extend(self, records: Sequence[Emitted]) -> None:
         """Keep the records."""
         self.records.extend(records)
         self.records_written += len(records)
@@ -51,8 +52,9 @@ class MemoryOutput(OutputSink):
         """Nothing to read: the simulation keeps records in memory only."""
         return b"", offset, offset
 
-    def close(self) -> None:
+    def close(self) -> bool:
         """Nothing to close."""
+        return True
 
 
 @dataclass

@@ -134,7 +134,7 @@ def test_output_reads_whole_lines_from_an_offset_and_refuse_one_past_the_end(
     node: Harness,
 ) -> None:
     output = node.core.reducer.output
-    output.extend([("k", 1), ("k", "x" * 300), ("j", 3)])
+    output.extend([("k", 1, "m", 0, 1, 0), ("k", "x" * 300, "m", 0, 2, 0), ("j", 3, "m", 1, 1, 0)])
     output.flush()
     reply = _request(node, encode(OutputRequest(RequestId(1), 0, 100)))
     assert isinstance(reply, OutputReply)
