@@ -78,6 +78,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/soak.py --seconds 600 --fault-every-s 60
 	$(BIN)/python bench/hwm_growth.py
 	$(BIN)/python bench/restore.py
+	$(BIN)/python bench/output_table.py
 	$(BIN)/python bench/spark_baselines.py throughput
 	$(BIN)/python bench/spark_throughput.py
 	$(BIN)/python bench/spark_batch_size.py

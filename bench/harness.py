@@ -65,10 +65,12 @@ def local_cluster(
     balance_above: float | None = None,
     mapper_lease_ms: int | None = None,
     data_dir: Path | None = None,
+    output_table: Any = None,
 ) -> Iterator[tuple[Path, Any]]:
     """A fresh local cluster of ``job`` (the word count unless given) in a temporary
     directory, its nodes capped at ``apply_rate_cap_per_s`` and balancing above
-    ``balance_above`` if given; yields its directory
+    ``balance_above`` if given, writing to ``output_table`` (a
+    ``smr.output_table.TableTarget``) if given; yields its directory
     and ``ClusterSpec``, and stops every node (``smr.cluster.down``) on the way out,
     whatever happened."""
     from smr.cluster import down, up
@@ -88,6 +90,7 @@ def local_cluster(
                 balance_above=balance_above,
                 mapper_lease_ms=mapper_lease_ms,
                 data_dir=data_dir,
+                output_table=output_table,
             )
             # Processes this one spawns (feeders) reach the cluster with its keys too.
             if (cluster_dir / KEYS_DIR_NAME).is_dir():

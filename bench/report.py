@@ -23,6 +23,7 @@ from bench.report_ops import (
     client_section,
     fuzz_section,
     hwm_growth_section,
+    output_table_section,
     restore_section,
     security_section,
     soak_faults_section,
@@ -391,6 +392,7 @@ def render(results: Path) -> str:
     lines += soak_faults_section(_load(results, "soak_faults"))
     lines += hwm_growth_section(_load(results, "hwm_growth"))
     lines += restore_section(_load(results, "restore"))
+    lines += output_table_section(_load(results, "output_table"))
     lines += autoscale_section(_load(results, "autoscale_model"))
     lines += autoscale_live_section(_load(results, "autoscale_live"))
     lines += autoscale_live_section(

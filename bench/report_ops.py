@@ -218,3 +218,39 @@ def fuzz_section(report: dict[str, Any] | None) -> list[str]:
             f"| {name} | {outcome['accepted']:,} | {outcome['refused']:,} | {outcome['failed']:,} |"
         )
     return [*lines, ""]
+
+
+def output_table_section(report: dict[str, Any] | None) -> list[str]:
+    """Exactly-once output to PostgreSQL (``bench/output_table.py``): the feed's rate with the
+    table against files only, how soon the table holds everything, and the checks."""
+    lines = ["## Output to PostgreSQL", ""]
+    if report is None:
+        return [*lines, "Not run (`python bench/output_table.py`).", ""]
+    runs = len(report["runs"]) // max(1, len(report["summary"]))
+    lines += [
+        f"A local cluster of {report['nodes']} nodes, r = {report['replication']}, fed "
+        f"{fmt_n(report['words'])} words by `smr feed` with a job that emits a record per "
+        "tuple: output files only (the baseline, in the same run), then a PostgreSQL table "
+        "as well, summing (`add`) or keeping the last (`replace`). The server runs on the "
+        "same two cores as the nodes and the feeder, fsync on. Medians of "
+        f"{runs} runs (min-max); settle: from the feed's end until the table equals plain "
+        "Python's counts; commit: the nodes' time per commit, on their sink threads. Every "
+        f"run's state, table and files read each origin once checked exact. Machine: "
+        f"{fmt_machine(report)}.",
+        "",
+        "| output | words/s | vs files only | settle | commit | exact |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, entry in report["summary"].items():
+        settle = "-" if entry["settle_s"]["median"] is None else fmt_spread(entry["settle_s"], " s")
+        commit = (
+            "-"
+            if entry["commit_ms_per_commit"]["median"] is None
+            else fmt_spread(entry["commit_ms_per_commit"], " ms")
+        )
+        lines.append(
+            f"| {name} | {fmt_spread(entry['words_per_s'])} | "
+            f"{fmt_ratio(entry['ratio_to_files'])} | {settle} | {commit} | "
+            f"{'yes' if entry['exact'] else 'NO'} |"
+        )
+    return [*lines, ""]

@@ -1,5 +1,6 @@
 """A subscription from now skips nothing of a node it could not place at the start: such a
-node (silent then, or joined since) is read from the start of its output."""
+node (silent then, or joined since) is read from the start of its output. It returns each
+origin once: a takeover's replay of a record is passed over, its position moved past."""
 
 from __future__ import annotations
 
@@ -20,9 +21,11 @@ class FakeOutputs:
         self.files = {"tcp://a": b"", "tcp://b": b""}
         self.b_up = False
 
-    def write(self, addr: str, node: str, key: str) -> None:
-        line = json.dumps({"node": node, "key": key, "value": 1}) + "\n"
-        self.files[addr] += line.encode()
+    def write(self, addr: str, node: str, key: str, origin: list[Any] | None = None) -> None:
+        record = {"node": node, "key": key, "value": 1}
+        if origin is not None:
+            record["origin"] = origin
+        self.files[addr] += (json.dumps(record) + "\n").encode()
 
     def output_each(self, offsets: dict[str, int], max_bytes: int) -> dict[str, Any]:
         replies: dict[str, Any] = {}
@@ -67,3 +70,23 @@ def test_a_node_silent_when_the_subscription_started_is_read_from_its_start() ->
         "a": len(outputs.files["tcp://a"]),
         "b": len(outputs.files["tcp://b"]),
     }
+
+
+def test_a_replayed_record_is_returned_once_and_its_position_passed() -> None:
+    outputs = FakeOutputs()
+    outputs.b_up = True
+    subscription = Subscription(FakeCluster(outputs), "start", idle_timeout_s=0.2)  # type: ignore[arg-type]
+    outputs.write("tcp://a", "a", "x", ["m", 5, 10, 0])
+    outputs.write("tcp://a", "a", "y", ["m", 5, 11, 0])
+    # b took a's range over and replayed seq 11, then applied seq 12; a torn line is skipped.
+    outputs.write("tcp://b", "b", "y", ["m", 5, 11, 0])
+    outputs.files["tcp://b"] += b'{"node": "b", "ke\n'
+    outputs.write("tcp://b", "b", "z", ["m", 5, 12, 0])
+    records = list(subscription)
+    assert [(r.key, r.origin) for r in records] == [
+        ("x", ("m", 5, 10, 0)),
+        ("y", ("m", 5, 11, 0)),
+        ("z", ("m", 5, 12, 0)),
+    ]
+    assert subscription.repeats.repeats == 1
+    assert subscription.position["b"] == len(outputs.files["tcp://b"])
