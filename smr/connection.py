@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import logging
 import os
 import time
 import uuid
@@ -68,6 +69,8 @@ __all__ = [
     "Unreachable",
     "connect",
 ]
+
+log = logging.getLogger("smr.connection")
 
 TIMEOUT_S_DEFAULT: Final = 5.0
 # One request waits at most this long: a dead node refuses connections at once, a paused
@@ -441,6 +444,12 @@ class Subscription:
     before (a takeover's replay) is skipped: each origin is returned once, at the cost of
     remembering every origin read. Iteration ends after ``idle_timeout_s`` without a record
     (never, by default).
+
+    A subscription reads through the nodes: what a node wrote and the subscription had not
+    read when the node died stays on that node's disk (``smr output`` reads a local
+    cluster's files, an output table has every record). It is not passed over in silence:
+    :attr:`unread_of_dead` says which dead node had at least how many bytes unread (as of the
+    node's last answer), and a warning is logged.
     """
 
     def __init__(
@@ -453,6 +462,8 @@ class Subscription:
         self._idle_timeout_s = idle_timeout_s
         self._pending: deque[tuple[str, int, OutputRecord | None]] = deque()
         self.repeats = Repeats()
+        self._sizes: dict[str, int] = {}
+        self.unread_of_dead: dict[str, int] = {}
         # "From now" places the nodes that answer now at their end; a node placed later
         # (one that did not answer then, or joined since) is read from its start, so its
         # records of the time in between are not skipped.
@@ -509,6 +520,16 @@ class Subscription:
         its offset, its output file replaced, raises RuntimeError)."""
         cluster = self._cluster
         addrs = self._place_new_nodes()
+        for node, size in self._sizes.items():
+            unread = size - self.position.get(node, size)
+            if node not in addrs and unread > 0 and node not in self.unread_of_dead:
+                self.unread_of_dead[node] = unread
+                log.warning(
+                    "node %s died with %d bytes of output this subscription had not read: "
+                    "they are in its output file (smr output reads a local cluster's files)",
+                    node,
+                    unread,
+                )
         offsets = {addrs[n]: self.position[n] for n in addrs if n in self.position}
         replies = cluster._client.output_each(offsets, OUTPUT_READ_BYTES)
         for node, addr in addrs.items():
@@ -517,6 +538,8 @@ class Subscription:
                 raise RuntimeError(f"cannot follow the output of {node}: {reply}")
             if not isinstance(reply, OutputReply):
                 continue
+            self._sizes[node] = reply.size
+            self.unread_of_dead.pop(node, None)  # back: it is read again
             offset = offsets[addr]
             for line in reply.body.splitlines(keepends=True):
                 offset += len(line)

@@ -7,8 +7,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
+
 from ring.ids import NodeId, Token
 from ring.view import Member, Status, View
+from smr import connection
 from smr.client import NodeUnreachable
 from smr.connection import Subscription
 from smr.protocol import OutputReply, RequestId
@@ -35,6 +38,8 @@ class FakeOutputs:
                 continue
             data = self.files[addr]
             body = data[offset:] if max_bytes else b""
+            if max_bytes and len(body) > max_bytes:  # whole lines, at least one
+                body = body[: max(body.find(b"\n", max_bytes - 1), body.find(b"\n")) + 1]
             replies[addr] = OutputReply(RequestId(1), offset + len(body), len(data), body)
         return replies
 
@@ -90,3 +95,26 @@ def test_a_replayed_record_is_returned_once_and_its_position_passed() -> None:
     ]
     assert subscription.repeats.repeats == 1
     assert subscription.position["b"] == len(outputs.files["tcp://b"])
+
+
+def test_a_node_that_dies_with_records_unread_is_reported(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # One line per read: the subscription learns b's size before it has read all of it.
+    monkeypatch.setattr(connection, "OUTPUT_READ_BYTES", 1)
+    outputs = FakeOutputs()
+    outputs.b_up = True
+    cluster = FakeCluster(outputs)
+    subscription = Subscription(cluster, "start", idle_timeout_s=0.2)  # type: ignore[arg-type]
+    outputs.write("tcp://b", "b", "y", ["m", 6, 10, 0])
+    outputs.write("tcp://b", "b", "z", ["m", 6, 11, 0])
+    assert next(subscription).key == "y"
+    cluster._view = View(
+        [
+            Member(NodeId("a"), 1, "tcp://a", Token(0), "", Status.UP, 1),
+            Member(NodeId("b"), 1, "tcp://b", Token(128), "", Status.DEAD, 1),
+        ]
+    )
+    assert list(subscription) == []
+    unread = len(outputs.files["tcp://b"]) - subscription.position["b"]
+    assert unread > 0 and subscription.unread_of_dead == {"b": unread}
