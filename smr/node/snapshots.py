@@ -132,9 +132,11 @@ class Snapshots:
            ``snap``, this snapshot's number, and this node's range: once the snapshot ends,
            the secondary holds a copy of every slot of it (``Replication.covered``).
         2. One SNAPSHOT_CHUNK per ``snapshot_chunk_keys`` keys, numbered from 0: the full
-           merged state and hwm vectors of whole slots, read when the chunk is sent;
-           checkpoints keep flowing in between, on the same ordered channel, and the
-           secondary applies them on top.
+           merged state and hwm vectors of whole slots, read when the chunk is sent, once
+           the output is durable (``OutputSink.make_durable``: the chunk may carry state
+           changes no checkpoint carried yet, and a secondary that promotes it never
+           replays their tuples); checkpoints keep flowing in between, on the same ordered
+           channel, and the secondary applies them on top.
         3. SNAPSHOT_END with the number of chunks sent.
 
         A part the peer link refuses (its queue is full) is sent again on a later step, read
@@ -199,6 +201,8 @@ class Snapshots:
         self, secondary: NodeId, slots: list[Slot], snap: SnapshotNumber, index: int
     ) -> bool:
         node = self._node
+        if not node.reducer.output.make_durable():
+            return False  # the output table refused: sent on a later step
         roles = node.roles
         current = [s for s in slots if roles[s] == Role.PRIMARY]
         body = encode_delta(node.store.snapshot(current))
