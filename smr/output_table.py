@@ -106,11 +106,28 @@ class TableTarget:
             )
 
     def prepare(self) -> None:
-        """Connect and create the two tables if they do not exist; TableError if the
-        database cannot be reached or holds a table of the name with another value type."""
+        """For a new cluster: connect and create the two tables if they do not exist.
+        TableError if the database cannot be reached, holds a table of the name with another
+        value type, or holds an earlier cluster's output there (positions recorded): the new
+        cluster's records would be merged into it (added, with ``add``) in silence."""
         sink = TableSink(self)
         try:
-            sink.connect()
+            connection = sink.connect()  # TableError without psycopg, so it is there below
+            import psycopg
+
+            try:
+                earlier = connection.execute(
+                    f"SELECT count(*) FROM {self.table}_positions"
+                ).fetchone()
+            except psycopg.Error as error:
+                raise TableError(f"cannot read {self.table}_positions: {error}") from None
+            if earlier is not None and earlier[0]:
+                raise TableError(
+                    f"table {self.table} holds the output of an earlier cluster "
+                    f"({earlier[0]} positions in {self.table}_positions): a new cluster "
+                    "would merge its records into it. Choose another --output-table, or "
+                    f"drop {self.table} and {self.table}_positions"
+                )
         finally:
             sink.close()
 

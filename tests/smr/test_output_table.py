@@ -113,3 +113,17 @@ def test_a_commit_that_hangs_holds_the_caller_briefly_and_completes_later(
     assert _rows(postgres_dsn, "hung") == {"a": 3}
     assert _positions(postgres_dsn, "hung") == {("m", 0): 2}
     sink.close()
+
+
+def test_a_new_cluster_refuses_a_table_holding_an_earlier_clusters_output(
+    postgres_dsn: str,
+) -> None:
+    target = TableTarget(postgres_dsn, "earlier", "add")
+    target.prepare()  # empty: fine, and again
+    target.prepare()
+    sink = TableSink(target)
+    sink.add([("a", 1, "m", 0, 1, 0)])
+    assert sink.commit()
+    sink.close()
+    with pytest.raises(TableError, match="holds the output of an earlier cluster"):
+        target.prepare()
