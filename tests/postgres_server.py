@@ -45,8 +45,9 @@ def _free_port() -> int:
 def postgres_server(durable: bool = False) -> Iterator[str]:
     """A server whose data lives in a new temporary directory (one the server's user can
     reach: pytest's own are private to root); yields its connection string, then stops it
-    (SIGTERM, then SIGKILL after 10 s) and removes the directory. Not ``durable``: no
-    fsync (a test's server; its durability is not under test), as a benchmark's is."""
+    (SIGTERM, then SIGKILL after 10 s) and removes the directory. By default it runs
+    without fsync (a test's server: its durability is not under test); a benchmark asks for
+    a ``durable`` one."""
     bin_dir = _bin_dir()
     if bin_dir is None:
         raise PostgresMissing(
