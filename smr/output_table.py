@@ -41,6 +41,8 @@ from typing import TYPE_CHECKING, Any, Final
 if TYPE_CHECKING:
     import psycopg
 
+    from smr.output import Emitted
+
 log = logging.getLogger("smr.node")
 
 MERGES: Final = ("add", "replace")
@@ -54,10 +56,6 @@ OVERDUE_WAIT_S: Final = 0.05
 """How long later checkpoints wait for a commit that outlived ``COMMIT_WAIT_S``."""
 STATEMENT_TIMEOUT_MS: Final = 10_000
 _TABLE_NAME = re.compile(r"[a-z_][a-z0-9_]{0,47}")
-
-
-PendingRecord = tuple[str, int, int, Any, Any]
-"""A record waiting for its commit: ``(mapper, slot, seq, key, value)``."""
 
 
 class TableError(Exception):
@@ -140,11 +138,12 @@ class TableSink:
 
     def __init__(self, target: TableTarget) -> None:
         self.target = target
-        self._pending: list[PendingRecord] = []
+        self._pending: list[Emitted] = []
         # The commit running on the sink's thread, and the records it writes.
         self._in_flight: concurrent.futures.Future[None] | None = None
-        self._in_flight_batch: list[PendingRecord] = []
-        self._jobs: queue.SimpleQueue[tuple[concurrent.futures.Future[None], list[PendingRecord]]]
+        self._in_flight_batch: list[Emitted] = []
+        # One commit at a time: a batch is put only while none is in flight (bounded by that).
+        self._jobs: queue.SimpleQueue[tuple[concurrent.futures.Future[None], list[Emitted]]]
         self._jobs = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         # The commit in flight outlived a caller's wait (the database hangs).
@@ -169,11 +168,9 @@ class TableSink:
         """True when the node must apply nothing more until a commit succeeds."""
         return self.backlog >= BACKLOG_RECORDS_MAX
 
-    def add(self, records: Sequence[tuple[Any, Any, str, int, int, int]]) -> None:
-        """Hold ``(key, value, mapper, slot, seq, index)`` records, in application order."""
-        self._pending.extend(
-            (mapper, slot, seq, key, value) for key, value, mapper, slot, seq, _ in records
-        )
+    def add(self, records: Sequence[Emitted]) -> None:
+        """Hold records (``smr.output.Emitted``), in application order."""
+        self._pending.extend(records)
 
     def connect(self) -> psycopg.Connection[Any]:
         """The open connection, made (with the tables) if there is none; TableError why not."""
@@ -288,7 +285,7 @@ class TableSink:
                 text,
             )
 
-    def _submit(self, batch: list[PendingRecord]) -> concurrent.futures.Future[None]:
+    def _submit(self, batch: list[Emitted]) -> concurrent.futures.Future[None]:
         """Hand ``batch`` to the sink's thread (started on first use: a daemon, so a hung
         database never keeps the process from exiting)."""
         if self._thread is None:
@@ -315,9 +312,9 @@ class TableSink:
             self.commit_seconds += time.monotonic() - started
             future.set_result(None)
 
-    def _commit(self, connection: psycopg.Connection[Any], pending: list[PendingRecord]) -> None:
+    def _commit(self, connection: psycopg.Connection[Any], pending: list[Emitted]) -> None:
         table = self.target.table
-        streams = sorted({(mapper, slot) for mapper, slot, _, _, _ in pending})
+        streams = sorted({(mapper, slot) for _, _, mapper, slot, _, _ in pending})
         mappers = [mapper for mapper, _ in streams]
         slots = [slot for _, slot in streams]
         with connection.transaction():
@@ -340,7 +337,7 @@ class TableSink:
             reached: dict[tuple[str, int], int] = {}
             adding = self.target.merge == "add"
             repeats = 0
-            for mapper, slot, seq, key, value in pending:
+            for key, value, mapper, slot, seq, _ in pending:
                 stream = (mapper, slot)
                 if seq <= position[stream]:
                     repeats += 1
