@@ -3,13 +3,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import sys
 from pathlib import Path
 
 import click
 
 from smr.cli_options import cluster_dir_option
-from smr.output import read_output_files
+from smr.output import OutputFiles
 from smr.spec import ClusterError
 
 
@@ -28,14 +30,18 @@ def output_command(cluster_dir: Path, out: Path | None) -> None:
     directory = cluster_dir / "output"
     if not directory.is_dir():
         raise ClusterError(f"{cluster_dir} has no output directory: is it a cluster's directory?")
-    records, repeats, torn = read_output_files(directory)
-    lines = "".join(
-        json.dumps({"key": r["key"], "value": r.get("value"), "origin": r.get("origin")}) + "\n"
-        for r in records
-    )
-    if out is None:
-        click.echo(lines, nl=False)
-    else:
-        out.write_text(lines, encoding="utf-8")
-    torn_note = f", {torn} torn lines of killed nodes skipped" if torn else ""
-    click.echo(f"{len(records)} records, {repeats} repeats dropped{torn_note}", err=True)
+    files = OutputFiles(directory)
+    written = 0
+    with contextlib.ExitStack() as stack:
+        sink = sys.stdout if out is None else stack.enter_context(out.open("w", encoding="utf-8"))
+        # Written as read: only the origins seen are held, not the records.
+        for record in files:
+            line = {
+                "key": record["key"],
+                "value": record.get("value"),
+                "origin": record.get("origin"),
+            }
+            sink.write(json.dumps(line) + "\n")
+            written += 1
+    torn_note = f", {files.torn} torn lines of killed nodes skipped" if files.torn else ""
+    click.echo(f"{written} records, {files.repeats} repeats dropped{torn_note}", err=True)

@@ -462,6 +462,8 @@ class Subscription:
         self._idle_timeout_s = idle_timeout_s
         self._pending: deque[tuple[str, int, OutputRecord | None]] = deque()
         self.repeats = Repeats()
+        # Torn lines passed over: a node killed mid-write (their records come again).
+        self.torn = 0
         self._sizes: dict[str, int] = {}
         self.unread_of_dead: dict[str, int] = {}
         # "From now" places the nodes that answer now at their end; a node placed later
@@ -545,6 +547,8 @@ class Subscription:
                 offset += len(line)
                 entry = parse_line(line)
                 origin = None if entry is None else entry.get("origin")
+                if entry is None:
+                    self.torn += line.strip() != b""
                 if entry is None or self.repeats.is_repeat(origin):
                     self._pending.append((node, offset, None))
                     continue

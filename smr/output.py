@@ -18,13 +18,15 @@ messages for subscribers that fall behind.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import IO, Any, Final
+from typing import IO, TYPE_CHECKING, Any, Final
 
 from ring.ids import NodeId
-from smr.output_table import TableSink
 from smr.protocol import Output, encode
+
+if TYPE_CHECKING:
+    from smr.output_table import TableSink
 
 Emitted = tuple[Any, Any, str, int, int, int]
 """One emitted record: ``(key, value, mapper, slot, seq, index)``, the last four its origin."""
@@ -178,24 +180,32 @@ class Repeats:
         return False
 
 
-def read_output_files(directory: Path) -> tuple[list[dict[str, Any]], int, int]:
-    """Every record of the output files ``directory/*.jsonl`` (a local cluster's
-    ``DIR/output``: its dead nodes' files too), file by file in name order, each origin
-    once; how many repeats were dropped; and how many torn lines (a node killed while
-    writing: not records, and their tuples' records come again from the node that replayed
-    them) were skipped."""
-    repeats = Repeats()
-    records: list[dict[str, Any]] = []
-    torn = 0
-    for path in sorted(directory.glob("*.jsonl")):
-        with open(path, encoding="utf-8", errors="replace") as file:
-            for line in file:
-                record = parse_line(line)
-                if record is None:
-                    torn += line.strip() != ""
-                elif not repeats.is_repeat(record.get("origin")):
-                    records.append(record)
-    return records, repeats.repeats, torn
+class OutputFiles:
+    """The records of the output files ``directory/*.jsonl`` (a local cluster's
+    ``DIR/output``: its dead nodes' files too), read as an iterator, file by file in name
+    order, each origin once. Once iterated, :attr:`repeats` counts the repeats dropped and
+    :attr:`torn` the torn lines skipped (a node killed while writing: not records, and
+    their tuples' records come again from the node that replayed them)."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self._repeats = Repeats()
+        self.torn = 0
+
+    @property
+    def repeats(self) -> int:
+        """Records dropped because their origin was read before."""
+        return self._repeats.repeats
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        for path in sorted(self.directory.glob("*.jsonl")):
+            with open(path, encoding="utf-8", errors="replace") as file:
+                for line in file:
+                    record = parse_line(line)
+                    if record is None:
+                        self.torn += line.strip() != ""
+                    elif not self._repeats.is_repeat(record.get("origin")):
+                        yield record
 
 
 def parse_line(line: str | bytes) -> dict[str, Any] | None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from smr.output import OutputSink, Repeats, read_output_files
+from smr.output import OutputFiles, OutputSink, Repeats
 
 
 def _line(node: str, key: str, value: int, origin: list[object] | None) -> str:
@@ -27,22 +27,23 @@ def test_each_origin_is_read_once_across_files(tmp_path: Path) -> None:
         + _line("n1", "b", 5, ["m", 3, 8, 1])
         + _line("n1", "c", 1, None)
     )
-    records, repeats, torn = read_output_files(tmp_path)
+    files = OutputFiles(tmp_path)
+    records = list(files)
     assert [(r["key"], r["value"]) for r in records] == [("a", 1), ("b", 2), ("b", 5), ("c", 1)]
-    assert (repeats, torn) == (1, 0)
+    assert (files.repeats, files.torn) == (1, 0)
 
 
 def test_torn_lines_are_skipped_counted_and_ended_by_the_next_writer(tmp_path: Path) -> None:
     path = tmp_path / "n0.jsonl"
     path.write_text(_line("n0", "a", 1, ["m", 0, 1, 0]) + '{"node": "n0", "key": "b", "va')
-    records, _repeats, torn = read_output_files(tmp_path)
-    assert [r["key"] for r in records] == ["a"] and torn == 1
+    files = OutputFiles(tmp_path)
+    assert [r["key"] for r in files] == ["a"] and files.torn == 1
     # The node starts again on the same file: its first line does not join the torn one.
     sink = OutputSink("n0", path, lambda frames: None)
     sink.extend([("c", 3, "m", 0, 2, 0)])
     assert sink.close()
-    records, _repeats, torn = read_output_files(tmp_path)
-    assert [r["key"] for r in records] == ["a", "c"] and torn == 1
+    files = OutputFiles(tmp_path)
+    assert [r["key"] for r in files] == ["a", "c"] and files.torn == 1
 
 
 def test_repeats_remember_origins_as_values_not_as_lists() -> None:

@@ -93,7 +93,7 @@ def test_a_replayed_record_is_returned_once_and_its_position_passed() -> None:
         ("y", ("m", 5, 11, 0)),
         ("z", ("m", 5, 12, 0)),
     ]
-    assert subscription.repeats.repeats == 1
+    assert subscription.repeats.repeats == 1 and subscription.torn == 1
     assert subscription.position["b"] == len(outputs.files["tcp://b"])
 
 
