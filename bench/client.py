@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import multiprocessing
 import random
-import subprocess
 import sys
 import tempfile
 import textwrap
@@ -50,7 +49,15 @@ from bench.common import (
     versions,
     write_words_text,
 )
-from bench.harness import dump_counts, feeder_process, local_cluster, pyplot, write_report
+from bench.harness import (
+    dump_counts,
+    feeder_process,
+    local_cluster,
+    pyplot,
+    smr_command,
+    timed_run,
+    write_report,
+)
 from bench.latency import paced_feeder, percentiles
 
 NODES = 3
@@ -78,16 +85,6 @@ PROGRAM = textwrap.dedent(
 )
 
 
-def _timed(command: list[str]) -> float:
-    """Run ``command`` to its end (from the repository, so the job imports); its wall time.
-    CalledProcessError, with its output, if it fails."""
-    started = time.perf_counter()
-    subprocess.run(
-        command, cwd=Path(__file__).resolve().parents[1], check=True, capture_output=True
-    )
-    return time.perf_counter() - started
-
-
 def write_once(
     writer: str, words: Sequence[str], text: Path, combine: bool, expected: dict[str, int]
 ) -> dict[str, Any]:
@@ -95,15 +92,7 @@ def write_once(
     check of the cluster's counts against ``expected``."""
     with local_cluster(NODES, REPLICATION) as (cluster_dir, _spec):
         if writer == "feed":
-            command = [
-                sys.executable,
-                "-m",
-                "smr",
-                "feed",
-                str(text),
-                "--cluster",
-                str(cluster_dir),
-            ]
+            command = smr_command("feed", str(text), "--cluster", str(cluster_dir))
             command += [] if combine else ["--no-combine"]
         else:
             command = [
@@ -114,7 +103,7 @@ def write_once(
                 str(text),
                 str(int(combine)),
             ]
-        elapsed = _timed(command)
+        elapsed = timed_run(command)
         check = check_counts(dump_counts([n.addr for n in _spec.nodes]), expected)
     return {
         "writer": writer,

@@ -24,6 +24,8 @@ import json
 import multiprocessing
 import os
 import signal
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -33,6 +35,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import JOB, machine
+
+REPO = Path(__file__).resolve().parents[1]
 
 __all__ = [
     "FeederProcess",
@@ -47,7 +51,9 @@ __all__ = [
     "pyplot",
     "run_feeder",
     "signal_at_once",
+    "smr_command",
     "stop_process",
+    "timed_run",
     "write_report",
 ]
 
@@ -172,6 +178,19 @@ def run_feeder(target: Callable[..., None], *args: Any, timeout_s: float) -> Any
     it put on ``results``; ``queue.Empty`` if none came within ``timeout_s``."""
     with feeder_process(target, *args) as feeder:
         return feeder.result(timeout_s)
+
+
+def smr_command(*args: str) -> list[str]:
+    """The command line of ``smr ARGS`` run by this Python (``timed_run`` runs it)."""
+    return [sys.executable, "-m", "smr", *args]
+
+
+def timed_run(command: list[str]) -> float:
+    """Run ``command`` to its end from the repository (so jobs import); its wall time.
+    CalledProcessError, with its output, if it fails."""
+    started = time.perf_counter()
+    subprocess.run(command, cwd=REPO, check=True, capture_output=True)
+    return time.perf_counter() - started
 
 
 def stop_process(process: Any, grace_s: float = 5.0) -> None:

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import subprocess
 import sys
 import tempfile
 import time
@@ -44,11 +43,18 @@ from bench.common import (
     versions,
     write_words_text,
 )
-from bench.harness import cluster_statuses, dump_counts, local_cluster, pyplot, write_report
+from bench.harness import (
+    cluster_statuses,
+    dump_counts,
+    local_cluster,
+    pyplot,
+    smr_command,
+    timed_run,
+    write_report,
+)
 
 NODES = 3
 REPLICATION = 1
-REPO = Path(__file__).resolve().parents[1]
 CASES = (
     ("files", "examples.wordcount:counted", None),
     ("table add", "examples.wordcount:counted", "add"),
@@ -69,14 +75,14 @@ def table_counts(dsn: str, table: str) -> dict[str, int]:
 def file_counts(cluster_dir: Path, merge: str) -> tuple[dict[str, int], int]:
     """The output files read each origin once, merged per word (summed, or the largest of
     running counts); and the repeats dropped."""
-    from smr.output import read_output_files
+    from smr.output import OutputFiles
 
-    records, repeats, _torn = read_output_files(cluster_dir / "output")
+    files = OutputFiles(cluster_dir / "output")
     merged: collections.Counter[str] = collections.Counter()
-    for record in records:
+    for record in files:
         key, value = record["key"], record["value"]
         merged[key] = merged[key] + value if merge == "add" else max(merged[key], value)
-    return dict(merged), repeats
+    return dict(merged), files.repeats
 
 
 def run_case(
@@ -90,23 +96,9 @@ def run_case(
     target = None if merge is None else TableTarget(dsn, table, merge)
     with local_cluster(NODES, REPLICATION, job=job, output_table=target) as (cluster_dir, spec):
         started = time.perf_counter()
-        subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "smr",
-                "feed",
-                str(text),
-                "--cluster",
-                str(cluster_dir),
-                "--job",
-                job,
-            ],
-            cwd=REPO,
-            check=True,
-            capture_output=True,
+        feed_s = timed_run(
+            smr_command("feed", str(text), "--cluster", str(cluster_dir), "--job", job)
         )
-        feed_s = time.perf_counter() - started
         settle_s = None
         table_check = None
         if target is not None:

@@ -23,7 +23,6 @@ import argparse
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -40,18 +39,17 @@ from bench.common import (
     versions,
     write_words_text,
 )
-from bench.harness import dump_counts, pyplot, write_report
+from bench.harness import dump_counts, pyplot, smr_command, timed_run, write_report
 from smr.spec import read_spec
 from smr.transport.security import load_keys
 
 NODES = 3
 REPLICATION = 1
 WORDS_PER_LINE = 10
-REPO = Path(__file__).resolve().parents[1]
 
 
 def _smr(*args: str) -> None:
-    subprocess.run([sys.executable, "-m", "smr", *args], cwd=REPO, check=True, capture_output=True)
+    timed_run(smr_command(*args))
 
 
 # An outsider: it knows the cluster's public key but holds no accepted client key. Twenty
@@ -103,15 +101,7 @@ def feed_once(
         up = ["cluster", "up", "--dir", str(cluster_dir), "--nodes", str(NODES), "--job", JOB]
         _smr(*up, "--replication", str(REPLICATION), *([] if secure else ["--insecure"]))
         try:
-            command = [
-                sys.executable,
-                "-m",
-                "smr",
-                "feed",
-                str(text),
-                "--cluster",
-                str(cluster_dir),
-            ]
+            command = smr_command("feed", str(text), "--cluster", str(cluster_dir))
             command += [] if combine else ["--no-combine"]
             knocking = None
             stop = Path(workdir) / "stop-outsider"
@@ -124,9 +114,7 @@ def feed_once(
                     text=True,
                 )
             try:
-                started = time.perf_counter()
-                subprocess.run(command, cwd=REPO, check=True, capture_output=True)
-                elapsed = time.perf_counter() - started
+                elapsed = timed_run(command)
             finally:
                 stop.touch()
                 attempts = int(knocking.communicate(timeout=30)[0]) if knocking else 0

@@ -19,6 +19,15 @@ pytestmark = pytest.mark.e2e
 JOB = "examples.wordcount:counted"
 
 
+def up_with_table(
+    cluster: Cluster, dsn: str, table: str, merge: str = "add", job: str = JOB, *extra: str
+) -> None:
+    """Three nodes of ``job`` writing their output to ``table`` too (``extra``: more flags)."""
+    cluster.up(
+        3, job, *extra, "--output-postgres", dsn, "--output-table", table, "--output-merge", merge
+    )
+
+
 def table_counts(dsn: str, table: str) -> dict[str, int]:
     with psycopg.connect(dsn) as connection:
         rows = connection.execute(f"SELECT key, value FROM {table}").fetchall()
@@ -54,9 +63,7 @@ def test_the_table_and_the_files_hold_each_record_once(
     cluster: Cluster, postgres_dsn: str, job: str, merge: str
 ) -> None:
     table = f"plain_{merge}"
-    cluster.up(
-        3, job, "--output-postgres", postgres_dsn, "--output-table", table, "--output-merge", merge
-    )
+    up_with_table(cluster, postgres_dsn, table, merge, job)
     cluster.feed(EXAMPLE_BOOKS[0], job=job)
     expected = word_counts(EXAMPLE_BOOKS[:1])
     assert wait_for_table(postgres_dsn, table, expected) == expected
@@ -84,10 +91,7 @@ def test_an_unreachable_database_stops_cluster_up_with_the_reason(cluster: Clust
 def test_a_node_killed_during_the_feed_loses_and_repeats_no_record(
     cluster: Cluster, postgres_dsn: str
 ) -> None:
-    cluster.up(
-        3, JOB, "--replication", "1",
-        "--output-postgres", postgres_dsn, "--output-table", "killed", "--output-merge", "add",
-    )  # fmt: skip
+    up_with_table(cluster, postgres_dsn, "killed", "add", JOB, "--replication", "1")
     books = feed_books()
     feed = cluster.feed_in_background(*books, job=JOB, extra=FEED_FLAGS)
     time.sleep(3)
@@ -109,13 +113,9 @@ def test_a_node_killed_during_the_feed_loses_and_repeats_no_record(
 def test_a_database_that_hangs_then_drops_its_connections_loses_no_record(
     cluster: Cluster, postgres_dsn: str
 ) -> None:
-    job = "examples.wordcount:counted"
-    cluster.up(
-        3, job, "--replication", "1",
-        "--output-postgres", postgres_dsn, "--output-table", "hung_feed", "--output-merge", "add",
-    )  # fmt: skip
+    up_with_table(cluster, postgres_dsn, "hung_feed", "add", JOB, "--replication", "1")
     books = feed_books()
-    feed = cluster.feed_in_background(*books, job=job, extra=FEED_FLAGS)
+    feed = cluster.feed_in_background(*books, job=JOB, extra=FEED_FLAGS)
     time.sleep(1.5)
     with psycopg.connect(postgres_dsn) as blocker:
         # Every node's commit waits for this lock: checkpoints are held, the nodes go on.
@@ -145,18 +145,17 @@ def test_a_database_that_hangs_then_drops_its_connections_loses_no_record(
 
 @pytest.mark.slow
 def test_a_restart_from_disk_writes_no_record_twice(cluster: Cluster, postgres_dsn: str) -> None:
-    job = "examples.wordcount:counted"
-    cluster.up(
-        3, job, "--replication", "1", "--data-dir", str(cluster.dir.parent / "data"),
-        "--output-postgres", postgres_dsn, "--output-table", "restarted", "--output-merge", "add",
-    )  # fmt: skip
-    cluster.feed(EXAMPLE_BOOKS[0], job=job)
+    data_dir = str(cluster.dir.parent / "data")
+    up_with_table(
+        cluster, postgres_dsn, "restarted", "add", JOB, "--replication", "1", "--data-dir", data_dir
+    )
+    cluster.feed(EXAMPLE_BOOKS[0], job=JOB)
     cluster.smr("cluster", "down", "--dir", str(cluster.dir))
-    cluster.smr("cluster", "up", "--dir", str(cluster.dir), "--job", job)
+    cluster.smr("cluster", "up", "--dir", str(cluster.dir), "--job", JOB)
     # The restarted nodes write to the same table; a rerun of the feed changes nothing, and
     # the next book's records come once.
-    cluster.feed(EXAMPLE_BOOKS[0], job=job)
-    cluster.feed(*EXAMPLE_BOOKS[1:], job=job)
+    cluster.feed(EXAMPLE_BOOKS[0], job=JOB)
+    cluster.feed(*EXAMPLE_BOOKS[1:], job=JOB)
     expected = word_counts(EXAMPLE_BOOKS)
     assert wait_for_table(postgres_dsn, "restarted", expected) == expected
     assert file_output(cluster)[0] == expected
