@@ -4,8 +4,8 @@ No I/O and nothing from ``smr``: the node wires this to sockets and timers (DESI
 ``StateStore`` keeps a node's state in master / inactive / active fragments and drops duplicate
 tuples by per-``(mapper, slot)`` high-water marks; ``swap`` / ``merge_inactive`` run the
 checkpoint cycle, and ``encode_delta`` / ``decode_delta`` carry its deltas to the secondaries.
-``checkpoint.backup`` holds a secondary's replica and tuple backup of a primary, and
-``checkpoint.promote`` turns them into primary state when that primary dies.
+``checkpoint.replica`` and ``checkpoint.backup`` hold a secondary's replica and tuple backup of
+a primary, and ``checkpoint.promote`` turns them into primary state when that primary dies.
 """
 
 from checkpoint.delta import (

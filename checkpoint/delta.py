@@ -17,9 +17,10 @@ Decoding never trusts its input: anything malformed raises ``DeltaError``.
 
 from __future__ import annotations
 
-from collections.abc import Container
+from collections.abc import Container, Iterator
 from dataclasses import dataclass
 from dataclasses import field as dataclass_field
+from itertools import chain
 from typing import Any, Final, final
 
 import msgpack
@@ -419,3 +420,45 @@ def restrict_delta(delta: Delta, slots: Container[int]) -> Delta:
         hwms={slot: vector for slot, vector in delta.hwms.items() if slot in slots},
         retired=delta.retired,
     )
+
+
+def split_delta(delta: Delta, keys_per_part: int) -> Iterator[tuple[Delta, bool]]:
+    """``delta`` cut into parts of about ``keys_per_part`` keys (and hwm-only slots) each,
+    in order, as ``(part, last)``: a primary ships a big checkpoint as several messages, so
+    neither it nor a secondary spends one long stretch of its loop on it.
+
+    Guarantees: every slot of ``delta`` is in exactly one part, with both its states and its
+    hwm vector, so a replica that applied some of the parts holds, slot by slot, a state and
+    the hwms it matches (of this checkpoint or of the one before); the retired mappers ride
+    in the last part; applying the parts in order equals applying ``delta``. There is always
+    at least one part (an empty delta is one empty part). The parts share ``delta``'s maps:
+    read-only, like it. Parts are built as they are asked for.
+    """
+    if keys_per_part < 1:
+        raise ValueError(f"keys_per_part must be >= 1, got {keys_per_part}")
+    states, hwms = delta.states, delta.hwms
+    part_states: Fragment = {}
+    part_hwms: dict[Slot, dict[MapperId, Seq]] = {}
+    size = 0
+    full: Delta | None = None
+    for slot in chain(states, [slot for slot in hwms if slot not in states]):
+        keys = states.get(slot)
+        if keys is not None:
+            part_states[slot] = keys
+            size += len(keys)
+        vector = hwms.get(slot)
+        if vector is not None:
+            part_hwms[slot] = vector
+        size += 1
+        if size >= keys_per_part:
+            # One part is held back, so that the last one is known to be last when sent.
+            if full is not None:
+                yield full, False
+            full = Delta(states=part_states, hwms=part_hwms)
+            part_states, part_hwms, size = {}, {}, 0
+    if full is not None and not part_states and not part_hwms:
+        yield Delta(states=full.states, hwms=full.hwms, retired=delta.retired), True
+        return
+    if full is not None:
+        yield full, False
+    yield Delta(states=part_states, hwms=part_hwms, retired=delta.retired), True

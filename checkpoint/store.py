@@ -77,6 +77,9 @@ class StateStore:
         # Whether a fragment may hold a tombstone: when neither does, reads skip the scan.
         self._active_has_tombstones = False
         self._inactive_has_tombstones = False
+        # Whether ``inactive`` is the very dict the last swap's delta holds: a partial merge
+        # then works on a copy, so the delta stays as it was handed out.
+        self._inactive_shared = False
         # Whether any value of a mutable type may be in the store: until one is, reads need
         # not look for values to deep-copy. Never reset: values move between fragments.
         self._holds_mutables = False
@@ -318,20 +321,39 @@ class StateStore:
         retired, self._retired_dirty = self._retired_dirty, {}
         # 3.
         self.inactive, self.active = self.active, {}
+        self._inactive_shared = True
         self._inactive_has_tombstones = self._active_has_tombstones
         self._active_has_tombstones = False
         return Delta(states=self.inactive, hwms=hwms, retired=retired)
 
-    def merge_inactive(self) -> None:
-        """Step 3 of the checkpoint cycle: fold the inactive fragment into master, clear it.
+    def merge_inactive(self, max_keys: int | None = None) -> bool:
+        """Step 3 of the checkpoint cycle: fold the inactive fragment into master, clear it;
+        with ``max_keys``, fold whole slots until about that many keys are folded (so a long
+        merge can be spread over several turns of a loop). True once it is merged whole.
 
         Tombstones delete fields; a key left without fields and a slot left without keys
-        disappear from master. Reads return the same states before and after.
+        disappear from master. Reads return the same states before, between and after
+        partial merges: each slot moves from inactive to master in one step.
         """
-        merge_into(self.master, self.inactive, self._inactive_has_tombstones)
-        # Rebind rather than clear: the delta returned by swap shares this fragment.
-        self.inactive = {}
+        if max_keys is None:
+            merge_into(self.master, self.inactive, self._inactive_has_tombstones)
+            # Rebind rather than clear: the delta returned by swap shares this fragment.
+            self.inactive = {}
+            self._inactive_has_tombstones = False
+            return True
+        if self._inactive_shared:
+            self.inactive = dict(self.inactive)
+            self._inactive_shared = False
+        inactive = self.inactive
+        merged_keys = 0
+        while inactive and merged_keys < max_keys:
+            slot, keys = inactive.popitem()
+            merge_into(self.master, {slot: keys}, self._inactive_has_tombstones)
+            merged_keys += len(keys)
+        if inactive:
+            return False
         self._inactive_has_tombstones = False
+        return True
 
     def apply_delta(self, delta: Delta, *, forget_retired: bool = True) -> None:
         """The replica side of a checkpoint: merge ``delta`` into master and raise the hwms.
@@ -427,6 +449,7 @@ class StateStore:
         if not dropped.isdisjoint(self.inactive):
             # Rebuild rather than edit: the delta returned by swap shares this fragment.
             self.inactive = {s: k for s, k in self.inactive.items() if s not in dropped}
+            self._inactive_shared = False
         for mapper in list(self._hwm):
             hwm_of_slot = self._hwm[mapper]
             for slot in dropped:

@@ -120,11 +120,16 @@ class StateReply(PeerMessage):
 
 @dataclass(frozen=True, slots=True)
 class Checkpoint(PeerMessage):
-    """A primary's checkpoint delta (the body) for a secondary to apply."""
+    """One part of a primary's checkpoint delta (the body) for a secondary to apply: a big
+    checkpoint travels as several parts of whole slots (``checkpoint.delta.split_delta``)."""
 
     kind: ClassVar[Kind] = Kind.CHECKPOINT
     number: CheckpointNumber
     """The primary's checkpoint counter (per incarnation), so gaps show."""
+    part: int
+    """The part's index within the checkpoint, from 0, so a missing part shows too."""
+    last: bool
+    """True on the checkpoint's final part: it is whole once this one is applied."""
     body: bytes
 
 

@@ -380,8 +380,13 @@ class NodeCore:
     def turn_is_full(self) -> bool:
         """True when this turn must stop reading messages: the inbox is full, or a snapshot
         chunk was applied (tens of ms each; chunks that arrive back to back, read in one
-        turn, would hold off heartbeats and probes for seconds)."""
-        return self.ingest.inbox_full or self.snapshots.chunks_this_turn > 0
+        turn, would hold off heartbeats and probes for seconds), or a checkpoint part (a few
+        ms each: the batches behind it are applied and acked before the next part)."""
+        return (
+            self.ingest.inbox_full
+            or self.snapshots.chunks_this_turn > 0
+            or self.replication.parts_this_turn > 0
+        )
 
     def receive_turn(self, receive: Receive) -> bool:
         """One turn of the receive loop; ``receive()`` returns the next waiting message as
@@ -394,8 +399,10 @@ class NodeCore:
         3. Send one cumulative ack per channel that advanced.
         4. End the turn: the next may read messages again.
         5. Send one chunk of each snapshot being sent.
+        6. Run the checkpoint in flight for a slice (``Replication.step_shipping``).
 
-        Returns True if work is left (batches to apply, snapshot chunks to send): the caller
+        Returns True if work is left (batches to apply, snapshot chunks or checkpoint parts
+        to send): the caller
         runs another turn soon (after letting its timers run) without waiting for a message.
         """
         # 1.
@@ -421,18 +428,22 @@ class NodeCore:
         self.ingest.send_acks()
         # 4.
         self.snapshots.chunks_this_turn = 0
+        self.replication.parts_this_turn = 0
         # 5.
         if self.snapshots.has_work:
             self.snapshots.step()
+        # 6.
+        if self.replication.shipping:
+            self.replication.step_shipping()
         return self.has_work
 
     @property
     def has_work(self) -> bool:
-        """True while batches wait to be applied (and the rate cap, if any, lets them) or
-        snapshot chunks to be sent."""
+        """True while batches wait to be applied (and the rate cap, if any, lets them),
+        snapshot chunks to be sent, or a checkpoint to be shipped."""
         ingest = self.ingest
         waiting = bool(ingest.inbox) and not ingest.capped_wait_s
-        return waiting or self.snapshots.has_work
+        return waiting or self.snapshots.has_work or self.replication.shipping
 
     # -- a timer fired -----------------------------------------------------------------------
 
@@ -441,7 +452,7 @@ class NodeCore:
         if timer is Timer.TICK:
             self.tick()
         else:
-            self.replication.checkpoint()
+            self.replication.start_checkpoint()
 
     def tick(self) -> None:
         """Periodic work: heartbeats, failure detection, the applied-tuples rate, output.

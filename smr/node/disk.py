@@ -36,6 +36,7 @@ import json
 import os
 import re
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, Final
@@ -135,7 +136,7 @@ class DiskState:
                     # Checksummed, and written here: no cap beyond its own size.
                     store.apply_delta(decode_delta(body, max_bytes=len(body)))
                 except DeltaError as error:
-                    raise DiskError(f"{log_path}: checkpoint {index + 1}: {error}") from error
+                    raise DiskError(f"{log_path}: record {index + 1}: {error}") from error
                 checkpoints += 1
         self.generation = generation
         self.log_bytes = log_path.stat().st_size if log_path.exists() else 0
@@ -189,11 +190,14 @@ class DiskState:
 
     # -- write ----------------------------------------------------------------------------------
 
-    def on_checkpoint(self, store: StateStore, view: View, own_range: Any, body: bytes) -> None:
-        """Step 1 or 2 of the protocol for one checkpoint (``body``: its encoded delta), after
-        the store merged it. An OSError (a full disk) propagates, and the checkpoint after it
-        writes a whole new snapshot: a log with a checkpoint missing is never appended to,
-        since replaying it would lose that checkpoint's changes in silence."""
+    def on_checkpoint(
+        self, store: StateStore, view: View, own_range: Any, bodies: Sequence[bytes]
+    ) -> None:
+        """Step 1 or 2 of the protocol for one checkpoint (``bodies``: its encoded parts, a
+        record each, written and synced together), after the store merged it. An OSError
+        (a full disk) propagates, and the checkpoint after it writes a whole new snapshot: a
+        log with a checkpoint missing is never appended to, since replaying it would lose
+        that checkpoint's changes in silence."""
         grown = self.log_bytes > max(LOG_BYTES_MIN, self.snapshot_bytes)
         renew = self.generation == 0 or own_range != self._range_written or grown
         try:
@@ -201,7 +205,7 @@ class DiskState:
                 self.write_snapshot(store, view, own_range)
                 self._log_broken = False
                 return
-            record = encode_record(body)
+            record = b"".join(encode_record(body) for body in bodies)
             log = self._open_log()
             log.write(record)
             log.flush()

@@ -12,6 +12,7 @@ import contextlib
 import gc
 import logging
 import os
+import random
 import signal
 import threading
 import time
@@ -146,7 +147,7 @@ def serve(
     if restored is not None and disk is not None:
         disk.serving(core.ring.range_of(core.node_id))
         log.info(
-            "restored %d keys from %s (generation %d and %d checkpoints) in %.2f s",
+            "restored %d keys from %s (generation %d and %d checkpoint records) in %.2f s",
             restored.keys,
             disk.directory,
             restored.generation,
@@ -236,7 +237,16 @@ async def _run(core: NodeCore, inbox: Inbox, links: FilteredLinks) -> None:
     settings = core.settings
     timers = [
         _every(min(TICK_MS, settings.heartbeat_interval_ms // 2), core.on_timer, Timer.TICK, wake),
-        _every(settings.checkpoint_interval_ms, core.on_timer, Timer.CHECKPOINT, wake),
+        # Each node's cycle starts at a random point of the interval: nodes started together
+        # would otherwise checkpoint together, each shipping its own checkpoint while it
+        # applies its predecessor's, two pauses stacked into one.
+        _every(
+            settings.checkpoint_interval_ms,
+            core.on_timer,
+            Timer.CHECKPOINT,
+            wake,
+            first_ms=random.uniform(0, settings.checkpoint_interval_ms),
+        ),
         _every(GC_FREEZE_INTERVAL_MS, _gc_freeze, None, wake),
     ]
     rule_set = asyncio.Event()
@@ -401,17 +411,33 @@ def _stop(stopping: asyncio.Event, wake: asyncio.Event) -> None:
 
 
 def _every(
-    interval_ms: int, action: Callable[[T], None], argument: T, wake: asyncio.Event
+    interval_ms: int,
+    action: Callable[[T], None],
+    argument: T,
+    wake: asyncio.Event,
+    first_ms: float | None = None,
 ) -> asyncio.Task[None]:
+    """A task that runs ``action(argument)`` every ``interval_ms`` (the first time after
+    ``first_ms``, if given), then wakes the loop."""
+
     async def repeat() -> None:
+        if first_ms is not None:
+            await asyncio.sleep(first_ms / 1000)
+            _run_timer(action, argument, wake)
         while True:
             await asyncio.sleep(interval_ms / 1000)
-            try:
-                action(argument)
-            except InvariantViolation as violation:
-                _crash(violation)
-            except Exception:
-                log.exception("timer %s(%s) failed", getattr(action, "__name__", action), argument)
-            wake.set()
+            _run_timer(action, argument, wake)
 
     return asyncio.get_running_loop().create_task(repeat())
+
+
+def _run_timer(action: Callable[[T], None], argument: T, wake: asyncio.Event) -> None:
+    """One firing of a timer: a failure is logged (an invariant violation crashes the
+    node), and the loop is woken to run the work the action left."""
+    try:
+        action(argument)
+    except InvariantViolation as violation:
+        _crash(violation)
+    except Exception:
+        log.exception("timer %s(%s) failed", getattr(action, "__name__", action), argument)
+    wake.set()

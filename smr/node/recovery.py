@@ -11,9 +11,10 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Final
 
-from checkpoint.backup import BackedUpBatch, PeerReplica
+from checkpoint.backup import BackedUpBatch
 from checkpoint.loss import lost_slots, mark_lost, uncovered_slots
 from checkpoint.promote import Copy, PromoteOutcome, promote
+from checkpoint.replica import PeerReplica
 from checkpoint.store import ReduceFn, StateStore
 from ring.failure import FailureDetector, Verdict
 from ring.ids import Incarnation, NodeId, Slot

@@ -11,12 +11,21 @@ Snapshots (full copies after a range change or a gap) are in :mod:`smr.node.snap
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
-from checkpoint.backup import BackedUpBatch, CheckpointGap, PeerReplica, TupleBackup
-from checkpoint.delta import DeltaError, decode_delta, encode_delta, restrict_delta
+from checkpoint.backup import BackedUpBatch, TupleBackup
+from checkpoint.delta import (
+    Delta,
+    DeltaError,
+    decode_delta,
+    encode_delta,
+    restrict_delta,
+    split_delta,
+)
 from checkpoint.ids import CheckpointNumber, MapperId
+from checkpoint.replica import CheckpointGap, PeerReplica
 from ring.ids import NodeId, Slot
 from ring.placement import Ring, SlotRange
 from ring.view import Status, View
@@ -32,6 +41,8 @@ EARLY_CHECKPOINT_AT_FRACTION: Final = 0.75
 # A primary takes at most one early checkpoint per this many seconds (several secondaries
 # may ask at once; one checkpoint answers them all).
 EARLY_CHECKPOINT_GAP_S: Final = 0.01
+# Keys merged into master per step of a checkpoint in flight (whole slots: about this many).
+MERGE_KEYS_PER_STEP: Final = 500
 
 
 log = logging.getLogger(__name__)
@@ -99,6 +110,10 @@ class Replication:
         self._early_checkpoint_at = -1e9
         # When the last checkpoint was taken (None: none yet); status reports its age.
         self.checkpointed_at: float | None = None
+        # The checkpoint being sent and merged, a step per turn (start_checkpoint).
+        self._shipping: Iterator[None] | None = None
+        # As a secondary: checkpoint parts applied this turn (NodeCore.turn_is_full).
+        self.parts_this_turn = 0
 
     def cover_initial_ranges(self) -> None:
         """At a cluster's start, count each predecessor's range as covered: its state starts
@@ -201,11 +216,14 @@ class Replication:
         return replica
 
     def on_checkpoint(self, identity: bytes, message: Checkpoint) -> None:
-        """A secondary applies a primary's checkpoint, then evicts what it covers."""
+        """A secondary applies a part of a primary's checkpoint; after the last part, it
+        evicts what the checkpoint covers."""
         node = self._node
         sender = node.membership.from_live_peer(message)
         if sender is None:
             return
+        if message.part < 0:
+            raise FrameError(f"checkpoint from {sender}: part {message.part} is negative")
         if sender not in node.predecessors:
             if sender in self.incoming:
                 self._apply_to_copy(sender, message)
@@ -214,13 +232,14 @@ class Replication:
             delta = decode_delta(message.body)
         except DeltaError as error:
             raise FrameError(f"checkpoint from {sender}: {error}") from None
+        self.parts_this_turn += 1
         replica = self.replica(sender)
         try:
-            applied = replica.apply_checkpoint(message.number, delta)
+            applied = replica.apply_checkpoint(message.number, delta, message.part, message.last)
         except CheckpointGap:
             node.peer_send(sender, SnapshotRequest(*node.stamp))
             return
-        if applied:
+        if applied and message.last:
             node.counters.checkpoints_applied += 1
             self.evict_covered(sender)
             node.moves.joins.progress()
@@ -237,12 +256,15 @@ class Replication:
         moving = incoming.moving
         try:
             applied = incoming.replica.apply_checkpoint(
-                message.number, restrict_delta(delta, _SlotsOf(moving))
+                message.number,
+                restrict_delta(delta, _SlotsOf(moving)),
+                message.part,
+                message.last,
             )
         except CheckpointGap as gap:
             node.moves.copy_failed(giver, f"the copy missed a checkpoint ({gap})")
             return
-        if applied and incoming.replica.is_complete:
+        if applied and message.last and incoming.replica.is_complete:
             node.moves.copied(giver, incoming.replica.last_checkpoint)
 
     def expect_copy(self, giver: NodeId, moving: SlotRange) -> None:
@@ -383,23 +405,44 @@ class Replication:
         node.counters.checkpoints_early += 1
         self.checkpoint()
 
+    @property
+    def shipping(self) -> bool:
+        """True while a checkpoint begun by ``start_checkpoint`` is still being sent or
+        merged (``step_shipping`` runs it on, a step per turn)."""
+        return self._shipping is not None
+
     def checkpoint(self) -> bool:
+        """The whole checkpoint cycle before returning (a move's final checkpoint, an early
+        one, the last one on the way out): ``start_checkpoint``, then ``finish_shipping``.
+        False if it did not run (step 0)."""
+        if not self.start_checkpoint():
+            return False
+        self.finish_shipping()
+        return True
+
+    def start_checkpoint(self) -> bool:
         """The checkpoint cycle (DESIGN section 5); never waits for the network, except
-        for the output table's commit. False if it did not run (step 0).
+        for the output table's commit. Steps 0 and 1 run now, the rest a step per turn
+        (``step_shipping``), so a big checkpoint does not stall the loop: tuples are applied
+        between its parts. A cycle still in flight is finished first. False if it did not
+        run (step 0).
 
         0. Make the output durable (``OutputSink.make_durable``): the file written and the
            output table committed, so no record of a state change this checkpoint carries
            exists only in this process. If the table cannot commit, stop here: the node
            applies on (to ``BACKLOG_RECORDS_MAX`` records) and the next cycle tries again.
         1. Swap the active fragment out with the hwm vectors of its slots (atomic: the event
-           loop runs one thing at a time, so this falls between two tuples).
-        2. Number it, encode it once, send it to every secondary (optimistic: no ack awaited;
-           a secondary that misses one asks for a snapshot).
-        3. Merge it into master.
-        4. With a data directory, write it there (``smr.node.disk``); a write that fails is
-           counted (``disk_errors``) and logged, and the node serves on.
+           loop runs one thing at a time, so this falls between two tuples), and number it.
+        2. Cut it into parts of whole slots (``split_delta``); encode each and send it to
+           every secondary (optimistic: no ack awaited; a secondary that misses a part asks
+           for a snapshot), one part a step.
+        3. Merge it into master, about ``MERGE_KEYS_PER_STEP`` keys a step (reads see the
+           same state throughout).
+        4. With a data directory, write its parts there (``smr.node.disk``); a write that
+           fails is counted (``disk_errors``) and logged, and the node serves on.
         """
         node = self._node
+        self.finish_shipping()
         # 0.
         if not node.reducer.output.make_durable():
             node.counters.checkpoints_held += 1
@@ -407,27 +450,63 @@ class Replication:
         # 1.
         delta = node.store.swap()
         self.checkpoint_number = CheckpointNumber(self.checkpoint_number + 1)
+        self._shipping = self._ship(delta, self.checkpoint_number)
+        return True
+
+    def step_shipping(self) -> None:
+        """Run one step of the checkpoint in flight (a part sent, or a merge step): a turn
+        runs one, so its parts and merge steps interleave with the turns that apply tuples
+        and none of those waits behind the whole checkpoint. Counted in steps, not time, so
+        that a simulated run replays the same."""
+        shipping = self._shipping
+        if shipping is None:
+            return
+        try:
+            next(shipping)
+        except StopIteration:
+            self._shipping = None
+        except BaseException:
+            self._shipping = None
+            raise
+
+    def finish_shipping(self) -> None:
+        """Run the checkpoint in flight to its end: before anything that must follow it
+        whole (the next cycle, a snapshot, a move's final checkpoint)."""
+        shipping, self._shipping = self._shipping, None
+        if shipping is not None:
+            for _ in shipping:
+                pass
+
+    def _ship(self, delta: Delta, number: CheckpointNumber) -> Iterator[None]:
+        """Steps 2 to 4 of ``start_checkpoint``, yielding between steps."""
+        node = self._node
         # 2. (A move's copy holder gets them too: smr.node.moves, step 3.)
         targets = (*node.secondaries, *node.moves.copy_target())
-        body = encode_delta(delta) if targets or node.disk is not None else b""
-        if targets:
-            node.counters.checkpoint_bytes_sent += len(body) * len(targets)
-            for target in targets:
-                node.peer_send(target, Checkpoint(*node.stamp, self.checkpoint_number, body))
+        bodies: list[bytes] = []
+        if targets or node.disk is not None:
+            parts = split_delta(delta, node.settings.checkpoint_part_keys)
+            for index, (part, last) in enumerate(parts):
+                body = encode_delta(part)
+                bodies.append(body)
+                node.counters.checkpoint_bytes_sent += len(body) * len(targets)
+                for target in targets:
+                    node.peer_send(target, Checkpoint(*node.stamp, number, index, last, body))
+                if not last:
+                    yield
         # 3.
-        node.store.merge_inactive()
+        while not node.store.merge_inactive(MERGE_KEYS_PER_STEP):
+            yield
         node.counters.checkpoints += 1
         self.checkpointed_at = node.clock()
         # 4. On local disk too, with --data-dir (smr.node.disk).
         if node.disk is not None:
             try:
                 node.disk.on_checkpoint(
-                    node.store, node.view, node.ring.range_of(node.node_id), body
+                    node.store, node.view, node.ring.range_of(node.node_id), bodies
                 )
             except OSError as error:
                 node.counters.disk_errors += 1
                 log.error("cannot write the state to %s: %s", node.disk.directory, error)
-        return True
 
 
 def _moved_name(giver: NodeId, receiver: NodeId, moved: SlotRange) -> NodeId:

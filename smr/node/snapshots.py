@@ -12,8 +12,8 @@ import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Final
 
-from checkpoint.backup import PeerReplica
 from checkpoint.delta import DeltaError, decode_delta, encode_delta
+from checkpoint.replica import PeerReplica
 from ring.ids import NodeId, Slot
 from ring.placement import Role, SlotRange
 from smr.protocol import (
@@ -153,7 +153,9 @@ class Snapshots:
             yield
         self._snapshot_ids = snap = SnapshotNumber(self._snapshot_ids + 1)
         chunks_sent = 0
-        # 1.
+        # 1. A checkpoint in flight is shipped whole first: the secondary then applies every
+        #    part of checkpoint ``as_of`` before the snapshot begins.
+        node.replication.finish_shipping()
         while not node.peer_send(
             secondary,
             SnapshotBegin(

@@ -6,9 +6,9 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from checkpoint.backup import PeerReplica
 from checkpoint.ids import MapperId
 from checkpoint.promote import PrimaryCopy
+from checkpoint.replica import PeerReplica
 from checkpoint.store import StateStore
 from ring.hashing import slot_of
 from ring.ids import NodeId, Slot
@@ -47,6 +47,8 @@ def not_converged(sim: Simulation) -> str | None:
             return f"{node.node_id} has {len(core.ingest.inbox)} batches to apply"
         if core.snapshots.has_work:
             return f"{node.node_id} has snapshot work pending"
+        if core.replication.shipping:
+            return f"{node.node_id} is shipping a checkpoint"
         if core.moves.giving is not None:
             return f"{node.node_id} is giving a move ({core.moves.giving.step.value})"
         if core.moves.taking.settling is not None:

@@ -53,6 +53,7 @@ class SimConfig:
     # Node settings (smr.node.NodeSettings' defaults; the failure detector keeps its own).
     checkpoint_interval_ms: int = _NODE_DEFAULTS.checkpoint_interval_ms
     snapshot_chunk_keys: int = _NODE_DEFAULTS.snapshot_chunk_keys
+    checkpoint_part_keys: int = _NODE_DEFAULTS.checkpoint_part_keys
     backup_bytes_max: int = _NODE_DEFAULTS.backup_bytes_max
     # The real default (5 s) is for processes that start one after the other; simulated
     # nodes all start at virtual time 0 and hear each other within milliseconds.
@@ -125,6 +126,7 @@ class SimConfig:
             finish_mappers=rng.random() < 0.7,
             mapper_lease_ms=rng.choice((50, 300, 2000)),
             mapper_parts=rng.choice((1, 3, 8)),
+            checkpoint_part_keys=rng.choice((3, 20, _NODE_DEFAULTS.checkpoint_part_keys)),
         )
 
 

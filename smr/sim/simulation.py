@@ -117,6 +117,7 @@ class Simulation:
             checkpoint_interval_ms=config.checkpoint_interval_ms,
             backup_bytes_max=config.backup_bytes_max,
             snapshot_chunk_keys=config.snapshot_chunk_keys,
+            checkpoint_part_keys=config.checkpoint_part_keys,
             first_contact_grace_ms=config.first_contact_grace_ms,
             # The schedules' tolerance rules hold a lost node lost for the whole run: a
             # fenced node that joins again somewhere else would change which nodes are

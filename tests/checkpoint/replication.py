@@ -16,7 +16,8 @@ import msgpack
 from hypothesis import strategies as st
 
 from checkpoint import Key, MapperId, Seq, StateStore, decode_delta, encode_delta
-from checkpoint.backup import BackedUpBatch, HwmFn, PeerReplica, TupleBackup
+from checkpoint.backup import BackedUpBatch, HwmFn, TupleBackup
+from checkpoint.replica import PeerReplica
 from ring.ids import Slot
 
 M1 = MapperId("mapper-1")

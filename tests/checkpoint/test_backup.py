@@ -20,13 +20,12 @@ from checkpoint.backup import (
     SUMMARY_BYTES_PER_SLOT,
     BackedUpBatch,
     BackupFull,
-    CheckpointGap,
     HwmFn,
-    PeerReplica,
     TupleBackup,
     replay_plan,
 )
 from checkpoint.ids import CheckpointNumber
+from checkpoint.replica import CheckpointGap, PeerReplica
 from ring.ids import Slot
 from tests.checkpoint.replication import (
     M1,
@@ -362,6 +361,30 @@ def test_a_skipped_checkpoint_number_raises_a_gap_and_sets_needs_snapshot() -> N
     # Until a snapshot begins, checkpoints are ignored, the next number included.
     assert replica.apply_checkpoint(2, delta_of(S0, "a", 2, M1, 2)) is False
     assert replica.store.read(S0, "a") == {"count": 1}
+
+
+def test_the_parts_of_a_checkpoint_apply_in_order_and_a_skipped_part_is_a_gap() -> None:
+    replica = PeerReplica()
+    replica.begin_snapshot(as_of=0)
+    replica.end_snapshot()
+    # Part 0 of checkpoint 1: its slot is at checkpoint 1 now, the checkpoint is not whole.
+    assert replica.apply_checkpoint(1, delta_of(S0, "a", 1, M1, 1), 0, False) is True
+    assert replica.last_checkpoint == 0
+    assert (replica.store.read(S0, "a"), replica.hwm(M1, S0)) == ({"count": 1}, 1)
+    assert replica.apply_checkpoint(1, delta_of(S0, "a", 9, M1, 9), 0, False) is False
+    assert replica.apply_checkpoint(1, delta_of(S1, "b", 2, M1, 2), 1, True) is True
+    assert replica.last_checkpoint == 1
+    assert replica.apply_checkpoint(1, delta_of(S1, "b", 9, M1, 9), 1, True) is False
+    assert replica.store.read(S1, "b") == {"count": 2}
+    # Part 1 of checkpoint 2 without its part 0: a gap, named by part.
+    with pytest.raises(CheckpointGap, match="part 1 of checkpoint 2 arrived while part 0 was"):
+        replica.apply_checkpoint(2, delta_of(S0, "a", 3, M1, 3), 1, True)
+    assert replica.needs_snapshot
+    assert replica.store.read(S0, "a") == {"count": 1}
+    # A snapshot starts the count of parts afresh.
+    replica.begin_snapshot(as_of=2)
+    assert replica.apply_checkpoint(3, delta_of(S0, "a", 4, M1, 4), 0, True) is True
+    assert replica.last_checkpoint == 3
 
 
 def test_a_gap_aborts_a_snapshot_and_its_late_chunks_and_end_are_ignored() -> None:

@@ -23,9 +23,11 @@ from checkpoint import (
     DeltaError,
     MapperId,
     Seq,
+    StateStore,
     decode_delta,
     encode_delta,
 )
+from checkpoint.delta import split_delta
 from ring.ids import Slot
 
 scalars = (
@@ -267,3 +269,39 @@ def test_delta_counts_keys_and_knows_when_it_is_empty() -> None:
     assert not Delta({}, {Slot(0): {MapperId("m"): Seq(1)}}).is_empty()
     delta = Delta({Slot(0): {"a": {"x": 1}, "b": {"x": TOMBSTONE}}, Slot(1): {"c": {}}}, {})
     assert delta.key_count() == 3
+
+
+@given(
+    deltas, st.dictionaries(st.text(max_size=3).map(MapperId), seqs, max_size=2), st.integers(1, 5)
+)
+def test_a_delta_split_into_parts_applies_as_the_whole_and_keeps_each_slot_whole(
+    delta: Delta, retired: dict[MapperId, Seq], keys_per_part: int
+) -> None:
+    """Every slot in exactly one part with both its states and its hwm vector; the retired
+    mappers in the last part only; the parts applied in order give what the whole gives."""
+    delta = Delta(states=delta.states, hwms=delta.hwms, retired=retired)
+    parts = list(split_delta(delta, keys_per_part))
+    assert parts and [last for _, last in parts] == [False] * (len(parts) - 1) + [True]
+    seen: list[int] = []
+    for part, last in parts:
+        slots_of_part = set(part.states) | set(part.hwms)
+        seen.extend(slots_of_part)
+        for slot in slots_of_part:
+            assert part.states.get(slot) == delta.states.get(slot)
+            assert part.hwms.get(slot) == delta.hwms.get(slot)
+        assert part.retired == (retired if last else {})
+        if not last:
+            assert part.key_count() + len(slots_of_part) >= keys_per_part
+    assert sorted(seen) == sorted(set(delta.states) | set(delta.hwms))
+    whole, in_parts = StateStore(), StateStore()
+    whole.apply_delta(decode_delta(encode_delta(delta)))
+    for part, _ in parts:
+        in_parts.apply_delta(decode_delta(encode_delta(part)))
+    assert in_parts.snapshot(in_parts.slots() | whole.slots()) == whole.snapshot(
+        in_parts.slots() | whole.slots()
+    )
+
+
+def test_split_delta_refuses_a_part_size_below_one() -> None:
+    with pytest.raises(ValueError, match="keys_per_part must be >= 1"):
+        next(split_delta(Delta(states={}, hwms={}), 0))

@@ -18,8 +18,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from checkpoint import FAILURE_EXAMPLES_MAX, Delta, Key, MapperId, Seq, StateStore
-from checkpoint.backup import BackedUpBatch, PeerReplica, TupleBackup, replay_plan
+from checkpoint.backup import BackedUpBatch, TupleBackup, replay_plan
 from checkpoint.promote import PrimaryCopy, PromoteOutcome, promote
+from checkpoint.replica import PeerReplica
 from ring.ids import Slot
 from tests.checkpoint.replication import (
     M1,

@@ -31,6 +31,7 @@ from checkpoint import (
     decode_delta,
     encode_delta,
 )
+from checkpoint.delta import split_delta
 from ring.ids import Slot
 
 SLOTS = [Slot(0), Slot(1), Slot(2)]
@@ -180,6 +181,26 @@ class StoreMachine(RuleBasedStateMachine):
     @rule()
     def merge_inactive(self) -> None:
         self.store.merge_inactive()
+
+    @rule(max_keys=st.integers(1, 3))
+    def merge_inactive_partly(self, max_keys: int) -> None:
+        """A step of a merge spread over turns: reads stay the model's (the invariants)."""
+        assert self.store.merge_inactive(max_keys) == (not self.store.inactive)
+
+    @precondition(lambda self: not self.store.inactive)
+    @rule(keys_per_part=st.integers(1, 4), max_keys=st.integers(1, 3))
+    def checkpoint_in_parts(self, keys_per_part: int, max_keys: int) -> None:
+        """The node's cycle with the delta shipped in parts while the merge runs in steps:
+        the delta handed out stays as it was, and the parts bring the replica level."""
+        delta = self.store.swap()
+        states_before = copy.deepcopy(delta.states)
+        self.store.merge_inactive(max_keys)
+        assert exact(delta.states) == exact(states_before)
+        for part, _ in split_delta(delta, keys_per_part):
+            self.replica.apply_delta(decode_delta(encode_delta(part)))
+        assert exact(states_of(self.replica)) == exact(states_of(self.store))
+        for slot in self.store.slots() | self.replica.slots():
+            assert self.replica.hwm_vector(slot) == self.store.hwm_vector(slot)
 
     @rule()
     def checkpoint(self) -> None:

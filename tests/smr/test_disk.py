@@ -31,7 +31,7 @@ def add(store: StateStore, slot: int, seq: int, key: str, value: int) -> None:
 def checkpoint(disk: DiskState, store: StateStore, own_range: object = RANGE) -> None:
     delta = store.swap()
     store.merge_inactive()
-    disk.on_checkpoint(store, VIEW, own_range, encode_delta(delta))
+    disk.on_checkpoint(store, VIEW, own_range, [encode_delta(delta)])
 
 
 def contents(store: StateStore) -> tuple[object, ...]:

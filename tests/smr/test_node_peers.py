@@ -19,6 +19,7 @@ from smr.node import NodeCore, NodeSettings
 from smr.protocol import (
     Batch,
     ChannelNumber,
+    Checkpoint,
     Kind,
     Message,
     NotOwner,
@@ -382,6 +383,57 @@ def test_a_snapshot_missing_a_chunk_is_not_completed_but_asked_again_and_ends_eq
     # Both ends timed the chunks they handled; status reports the longest.
     assert n0.snapshots.stall_ms_max > 0 and n1.snapshots.stall_ms_max > 0
     assert n1.status()["snapshot_stall_ms_max"] == round(n1.snapshots.stall_ms_max, 3)
+
+
+def test_a_checkpoint_ships_a_part_per_turn_and_a_lost_part_is_repaired_by_a_snapshot() -> None:
+    """The timer's checkpoint goes out a part per turn, tuples applied between its parts;
+    the secondary applies each part and ends equal to the primary; a part lost on the way
+    shows as a gap, and the snapshot asked for makes the replica equal again."""
+    cluster = Cluster(2, replication=1, checkpoint_part_keys=10)
+    n0, n1 = cluster.core("n0"), cluster.core("n1")
+    ring = n0.ring
+    words = [
+        w for w in (f"w{i}" for i in range(400)) if ring.primary(slot_of(w, SLOT_BITS)) == "n0"
+    ]
+    assert len(words) > 100
+    cluster.feed(words)
+    assert n1.replication.replicas[NodeId("n0")].is_complete
+    cluster.feed(words)
+    # The timer's cycle: swapped now, shipped a step per turn.
+    assert n0.replication.start_checkpoint()
+    steps = 0
+    between: list[str] = []
+    while n0.replication.shipping:
+        assert n0.has_work
+        n0.replication.step_shipping()
+        steps += 1
+        between.append(words[steps % len(words)])
+        cluster.feed(between[-1:])
+    parts = [m for src, _, m in cluster.delivered if src == "n0" and isinstance(m, Checkpoint)]
+    assert len(parts) >= 5
+    assert {m.number for m in parts} == {n0.replication.checkpoint_number}
+    assert [m.part for m in parts] == list(range(len(parts)))
+    assert [m.last for m in parts] == [False] * (len(parts) - 1) + [True]
+    assert steps >= len(parts)
+    assert n0.store.inactive == {}
+    assert n1.counters.checkpoints_applied == 1
+    n0.replication.checkpoint()
+    cluster.deliver()
+    assert replica_state(n1, n0) == owned_state(n0)
+
+    # Part 1 of the next checkpoint is lost: the replica asks for a snapshot.
+    cluster.lose = lambda src, dst, message: (
+        isinstance(message, Checkpoint) and (message.part == 1 and not cluster.lost)
+    )
+    cluster.feed(words)
+    n0.replication.checkpoint()
+    cluster.deliver()
+    assert [(type(m), m.part) for _, _, m in cluster.lost] == [(Checkpoint, 1)]  # type: ignore[attr-defined]
+    begun = [m for src, _, m in cluster.delivered if src == "n0" and isinstance(m, SnapshotBegin)]
+    assert len(begun) == 2
+    assert n1.replication.replicas[NodeId("n0")].is_complete
+    assert replica_state(n1, n0) == owned_state(n0)
+    assert owned_state(n0) == {w: {"count": 3 + between.count(w)} for w in words}
 
 
 def test_a_node_started_a_moment_ago_is_known_to_the_node_it_asks_to_join_beside() -> None:

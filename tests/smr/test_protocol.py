@@ -98,7 +98,7 @@ RECORDS: list[Message] = [
     Error(None, "no"),
     DumpReply(RequestId(1), None, b"page"),
     DumpReply(RequestId(1), Slot(17), b""),
-    Checkpoint(*PEER, CheckpointNumber(3), b"delta"),
+    Checkpoint(*PEER, CheckpointNumber(3), 2, False, b"delta"),
     SnapshotBegin(*PEER, CheckpointNumber(3), SnapshotNumber(1), Slot(16), 32),
     RecoverRequest(RequestId(5)),
     RecoverReply(RequestId(5), 12),
@@ -125,11 +125,10 @@ def test_every_record_round_trips(message: Message) -> None:
 def test_records_keep_the_wire_names_and_order_of_their_fields() -> None:
     """Typed records changed no byte on the wire: peer fields are "from", "inc", "epoch"
     first, a dump page's continuation is "next"."""
-    checkpoint = Checkpoint(*PEER, CheckpointNumber(3), b"delta")
-    assert header_of(checkpoint) == {"from": "n1", "inc": 2, "epoch": 9, "number": 3}
-    assert encode(checkpoint) == encode_raw(
-        Kind.CHECKPOINT, {"from": "n1", "inc": 2, "epoch": 9, "number": 3}, b"delta"
-    )
+    checkpoint = Checkpoint(*PEER, CheckpointNumber(3), 2, False, b"delta")
+    header = {"from": "n1", "inc": 2, "epoch": 9, "number": 3, "part": 2, "last": False}
+    assert header_of(checkpoint) == header
+    assert encode(checkpoint) == encode_raw(Kind.CHECKPOINT, header, b"delta")
     batch = _batch(7, 3, 1, 0, b"")
     expected = {
         "stream": "s1",
