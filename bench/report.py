@@ -125,7 +125,8 @@ def node_apply_section(report: dict[str, Any] | None) -> list[str]:
         "per batch as the aggregators' partials are) decoded and applied as a node does, "
         "against a bare Python dict loop that decodes the same bodies and adds the same "
         f"counts; best of {report['node_apply']['raw batches']['rounds']} interleaved rounds, "
-        "counts checked. Then the engine (1 node, a feeder process, every tuple acked) against "
+        "counts checked (reading the engine's counts back for the check is not timed). "
+        "Then the engine (1 node, a feeder process, every tuple acked) against "
         "the raw pyzmq + msgpack ceiling between two processes, medians of "
         f"{report['runs_per_configuration']} runs. Machine: {fmt_machine(report)}.",
         "",

@@ -152,15 +152,33 @@ def apply_folds(store: StateStore, batches: Iterable[Columns], fold: KeyFold) ->
     failed_keys: list[tuple[Key, BaseException]] = []
     mutables = fold.mutable_values
     if additive and len(owned) == 1 and not tombstones_possible:
-        # The common case inline: a key whose active fields hold the one owned field takes
-        # the sum in place; the others (and a sum past 64 bits) go the general way below.
+        # The common case inline: a key that holds the one owned field takes the sum, in
+        # place when active holds it, else into a new active entry (the field read from
+        # inactive, then master: a read takes the newest fragment field by field); new
+        # keys and a sum past 64 bits go the general way below.
         (name,) = owned
         general: dict[Key, Any] = {}
+        older = [
+            cast(dict[int, dict[Key, dict[str, Any]]], fragment).get
+            for fragment in (store.inactive, store.master)
+            if fragment
+        ]
         for key, partial in grouped.items():
-            active_keys = active_get(slot_of[key])
+            slot = slot_of[key]
+            active_keys = active_get(slot)
             fields = None if active_keys is None else active_keys.get(key)
-            field = None if fields is None else fields.get(name)
-            if fields is None or field is None:
+            field: Any = _ABSENT
+            if fields is not None:
+                field = fields.get(name, _ABSENT)
+            else:
+                for fragment_get in older:
+                    keys_of_slot = fragment_get(slot)
+                    held = None if keys_of_slot is None else keys_of_slot.get(key)
+                    if held is not None:
+                        field = held.get(name, _ABSENT)
+                        if field is not _ABSENT:
+                            break
+            if field is None or field is _ABSENT:
                 general[key] = partial
                 continue
             try:
@@ -170,7 +188,12 @@ def apply_folds(store: StateStore, batches: Iterable[Columns], fold: KeyFold) ->
             if summed is None or (summed.__class__ is int and not _INT_MIN <= summed < _INT_END):
                 general[key] = partial
                 continue
-            fields[name] = summed
+            if fields is not None:
+                fields[name] = summed
+            elif active_keys is not None:
+                active_keys[key] = {name: summed}
+            else:
+                active[slot] = {key: {name: summed}}
         grouped = general
     for key, partial in grouped.items():
         slot = slot_of[key]

@@ -99,10 +99,17 @@ def snapshot_of(store: StateStore) -> tuple[dict[Any, Any], dict[Any, Any]]:
 
 
 @settings(max_examples=300, deadline=None)
-@given(batches=deliveries(), turn=st.integers(1, 5), checkpoints=st.sets(st.integers(0, 12)))
+@given(
+    batches=deliveries(),
+    turn=st.integers(1, 5),
+    checkpoints=st.sets(st.integers(0, 12)),
+    merge_keys=st.none() | st.integers(1, 3),
+)
 def test_folds_leave_the_store_as_the_per_tuple_path_does(
-    batches: list[Columns], turn: int, checkpoints: set[int]
+    batches: list[Columns], turn: int, checkpoints: set[int], merge_keys: int | None
 ) -> None:
+    """Also while a checkpoint is merged in steps across turns (``merge_keys``): keys then
+    hold their state in master, inactive and active at once."""
     expected = per_tuple(batches, set())
     for additive in (True, False):
         store = StateStore()
@@ -111,9 +118,12 @@ def test_folds_leave_the_store_as_the_per_tuple_path_does(
             assert outcome.applied + outcome.duplicates == sum(
                 len(b[3]) for b in batches[start : start + turn]
             )
+            if store.inactive and merge_keys is not None:
+                store.merge_inactive(merge_keys)
             if start in checkpoints:
-                store.swap()
                 store.merge_inactive()
+                store.swap()
+                store.merge_inactive(merge_keys)
         assert snapshot_of(store) == snapshot_of(expected)
 
 
