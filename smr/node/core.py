@@ -399,11 +399,11 @@ class NodeCore:
         3. Send one cumulative ack per channel that advanced.
         4. End the turn: the next may read messages again.
         5. Send one chunk of each snapshot being sent.
-        6. Run the checkpoint in flight for a slice (``Replication.step_shipping``).
+        6. Run one step of the checkpoint in flight (``Replication.step_shipping``).
 
         Returns True if work is left (batches to apply, snapshot chunks or checkpoint parts
-        to send): the caller
-        runs another turn soon (after letting its timers run) without waiting for a message.
+        to send): the caller runs another turn soon (after letting its timers run) without
+        waiting for a message.
         """
         # 1.
         self.recovery.note_turn_start(self.clock() - self.read_at)
