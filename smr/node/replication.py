@@ -128,7 +128,10 @@ class Replication:
                 self.covered[predecessor] = initial
 
     def reset(self) -> None:
-        """Drop every replica, backup and orphan copy (fencing)."""
+        """Drop every replica, backup and orphan copy, and the checkpoint in flight
+        (fencing: the store it came from is kept whole as the fenced copy, whose reads see
+        its unmerged part, and the next incarnation numbers and ships its own)."""
+        self._shipping = None
         self.replicas.clear()
         self.backups.clear()
         self.covered.clear()

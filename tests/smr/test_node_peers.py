@@ -436,6 +436,29 @@ def test_a_checkpoint_ships_a_part_per_turn_and_a_lost_part_is_repaired_by_a_sna
     assert owned_state(n0) == {w: {"count": 3 + between.count(w)} for w in words}
 
 
+def test_a_node_fenced_mid_checkpoint_stops_shipping_and_its_fenced_copy_keeps_every_key() -> None:
+    cluster = Cluster(3, replication=1, checkpoint_part_keys=5)
+    n1 = cluster.core("n1")
+    ring = n1.ring
+    words = [
+        w for w in (f"w{i}" for i in range(600)) if ring.primary(slot_of(w, SLOT_BITS)) == "n1"
+    ]
+    cluster.feed(words)
+    expected = owned_state(n1)
+    assert len(expected) == len(words)
+    assert n1.replication.start_checkpoint()
+    n1.replication.step_shipping()
+    assert n1.replication.shipping and n1.store.inactive
+    fenced = n1.store
+    n1.membership.merge_view(successor_takes_over(n1.view, NodeId("n1")))
+    assert n1.counters.fenced == 1
+    # The next incarnation ships nothing of the old one's store; the fenced copy, with its
+    # checkpoint half merged, still reads every key.
+    assert not n1.replication.shipping and not n1.has_work
+    assert n1.handoff.holds_copy
+    assert {key: state for _, key, state in fenced.items()} == expected
+
+
 def test_a_node_started_a_moment_ago_is_known_to_the_node_it_asks_to_join_beside() -> None:
     # Seen in the live autoscale benchmark: a node asked to join right after it started was
     # not in the giver's view yet, so the giver dropped the ask as from an unknown node and
