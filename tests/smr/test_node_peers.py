@@ -167,6 +167,16 @@ class Cluster:
         self.deliver()
 
 
+def words_of(core: NodeCore, candidates: int) -> list[str]:
+    """The words among ``w0`` .. ``w{candidates - 1}`` whose primary is ``core``."""
+    ring = core.ring
+    return [
+        w
+        for w in (f"w{i}" for i in range(candidates))
+        if ring.primary(slot_of(w, SLOT_BITS)) == core.node_id
+    ]
+
+
 def owned_state(core: NodeCore) -> dict[Any, Any]:
     roles = core.roles
     slots = [s for s in core.store.slots() if roles[s] == Role.PRIMARY]
@@ -352,10 +362,7 @@ def test_a_not_owner_by_an_older_view_makes_the_emitter_send_its_view_and_is_no_
 def test_a_snapshot_missing_a_chunk_is_not_completed_but_asked_again_and_ends_equal() -> None:
     cluster = Cluster(2, replication=1, snapshot_chunk_keys=5)
     n0, n1 = cluster.core("n0"), cluster.core("n1")
-    ring = n0.ring
-    words = [
-        w for w in (f"w{i}" for i in range(400)) if ring.primary(slot_of(w, SLOT_BITS)) == "n0"
-    ]
+    words = words_of(n0, 400)
     assert len(words) > 40
 
     def lose_chunk_1_of_the_first_snapshot(src: str, dst: str, message: Message) -> bool:
@@ -391,10 +398,7 @@ def test_a_checkpoint_ships_a_part_per_turn_and_a_lost_part_is_repaired_by_a_sna
     shows as a gap, and the snapshot asked for makes the replica equal again."""
     cluster = Cluster(2, replication=1, checkpoint_part_keys=10)
     n0, n1 = cluster.core("n0"), cluster.core("n1")
-    ring = n0.ring
-    words = [
-        w for w in (f"w{i}" for i in range(400)) if ring.primary(slot_of(w, SLOT_BITS)) == "n0"
-    ]
+    words = words_of(n0, 400)
     assert len(words) > 100
     cluster.feed(words)
     assert n1.replication.replicas[NodeId("n0")].is_complete
@@ -439,10 +443,7 @@ def test_a_checkpoint_ships_a_part_per_turn_and_a_lost_part_is_repaired_by_a_sna
 def test_a_node_fenced_mid_checkpoint_stops_shipping_and_its_fenced_copy_keeps_every_key() -> None:
     cluster = Cluster(3, replication=1, checkpoint_part_keys=5)
     n1 = cluster.core("n1")
-    ring = n1.ring
-    words = [
-        w for w in (f"w{i}" for i in range(600)) if ring.primary(slot_of(w, SLOT_BITS)) == "n1"
-    ]
+    words = words_of(n1, 600)
     cluster.feed(words)
     expected = owned_state(n1)
     assert len(expected) == len(words)
