@@ -485,12 +485,15 @@ class Replication:
         node = self._node
         # 2. (A move's copy holder gets them too: smr.node.moves, step 3.)
         targets = (*node.secondaries, *node.moves.copy_target())
+        # The parts' bodies, for the data directory only (written after the merge).
         bodies: list[bytes] = []
-        if targets or node.disk is not None:
+        keep_bodies = node.disk is not None
+        if targets or keep_bodies:
             parts = split_delta(delta, node.settings.checkpoint_part_keys)
             for index, (part, last) in enumerate(parts):
                 body = encode_delta(part)
-                bodies.append(body)
+                if keep_bodies:
+                    bodies.append(body)
                 node.counters.checkpoint_bytes_sent += len(body) * len(targets)
                 for target in targets:
                     node.peer_send(target, Checkpoint(*node.stamp, number, index, last, body))
