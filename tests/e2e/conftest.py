@@ -6,6 +6,7 @@ Every node a test starts is stopped by its PID when the test ends, whatever happ
 from __future__ import annotations
 
 import collections
+import contextlib
 import gzip
 import json
 import os
@@ -21,6 +22,7 @@ import psutil
 import pytest
 import zmq
 
+from smr.client import Client, NodeUnreachable
 from smr.transport.security import load_keys
 from smr.transport.zeromq import use_keys_of
 
@@ -188,6 +190,19 @@ class Cluster:
         if not (self.dir / "cluster.json").exists():
             return []
         return [n["pid"] for n in self.spec()["nodes"] if n.get("pid")]
+
+    def applied(self) -> int:
+        """Tuples applied so far, summed over the nodes that answer (asked directly, not
+        through the CLI, so that a test can poll it while a feed runs)."""
+        client = Client(timeout_ms=1000)
+        total = 0
+        try:
+            for node in self.spec()["nodes"]:
+                with contextlib.suppress(NodeUnreachable):
+                    total += client.status(node["addr"]).get("tuples_applied", 0)
+        finally:
+            client.close()
+        return total
 
     def status(self) -> dict[str, dict[str, Any]]:
         """Every node's status row; exit code 1 (some node unreachable) is expected here."""

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from examples.wordcount import WORD
-from tests.e2e.conftest import EXAMPLE_BOOKS, Cluster, feed_books, word_counts
+from tests.e2e.conftest import EXAMPLE_BOOKS, Cluster, word_counts
 from tests.e2e.jobs import POISON
 
 pytestmark = pytest.mark.e2e
@@ -22,12 +22,16 @@ FAST = "examples.wordcount:fast"
 
 
 def test_the_fast_word_count_stays_exact_with_a_node_killed_mid_feed(cluster: Cluster) -> None:
-    books = feed_books()
-    # Capped nodes, so that the feed is still running when the node dies.
-    cluster.up(4, FAST, "--replication", "1", "--rate-cap", "15000")
+    books = EXAMPLE_BOOKS
+    # Capped nodes, so that the feed is still running when the node dies (the shipped books
+    # take some 4 s at this cap); the kill waits for tuples applied, not for a time.
+    cluster.up(4, FAST, "--replication", "1", "--rate-cap", "3000")
     feed = cluster.feed_in_background(*books, job=FAST, combine=True)
-    time.sleep(1.0)
-    assert feed.poll() is None, "the feed ended before the fault"
+    deadline = time.monotonic() + 30
+    while cluster.applied() < 5_000:
+        assert feed.poll() is None, "the feed ended before the fault"
+        assert time.monotonic() < deadline, "the feed applied too little in 30 s"
+        time.sleep(0.1)
     cluster.smr("fault", "kill", "n1", "--cluster", str(cluster.dir))
     cluster.wait_feed(feed)
     assert cluster.counts() == word_counts(books)

@@ -8,22 +8,11 @@ import time
 
 import pytest
 
-from smr.client import Client
 from tests.e2e.conftest import EXAMPLE_BOOKS, Cluster, word_counts
-from tests.e2e.scenario_player import statuses
 
 pytestmark = pytest.mark.e2e
 
 SLOW_JOB = "tests.e2e.jobs:slow_wordcount"
-
-
-def applied(cluster: Cluster) -> int:
-    addrs = {node["id"]: node["addr"] for node in cluster.spec()["nodes"]}
-    client = Client(timeout_ms=1000)
-    try:
-        return sum(row.get("tuples_applied", 0) for row in statuses(addrs, client).values())
-    finally:
-        client.close()
 
 
 @pytest.mark.slow
@@ -34,7 +23,7 @@ def test_feed_killed_midway_and_run_again_counts_every_word_exactly_once(
     feed = cluster.feed_in_background(*EXAMPLE_BOOKS, job=SLOW_JOB, combine=True)
     try:
         deadline = time.monotonic() + 30
-        while applied(cluster) < 20_000:
+        while cluster.applied() < 20_000:
             assert feed.poll() is None, "the feed ended before it could be killed mid-way"
             assert time.monotonic() < deadline, "the feed applied too little in 30 s"
             time.sleep(0.1)
@@ -66,7 +55,7 @@ def test_feed_interrupted_says_where_it_stopped_and_how_to_resume(cluster: Clust
     feed = cluster.feed_in_background(EXAMPLE_BOOKS[0], job=SLOW_JOB, combine=True)
     try:
         deadline = time.monotonic() + 30
-        while applied(cluster) == 0:
+        while cluster.applied() == 0:
             assert feed.poll() is None and time.monotonic() < deadline
             time.sleep(0.1)
         feed.send_signal(signal.SIGTERM)
