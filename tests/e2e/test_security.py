@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -111,24 +112,36 @@ def test_only_key_holders_reach_a_cluster_and_others_change_nothing(
         "an unknown client key": env_without_keys(SMR_KEYS=str(knows_public)),
     }
     book = EXAMPLE_BOOKS[1]
-    for who, env in outsiders.items():
-        for args in (
-            ("feed", "--cluster", seed, "--job", "examples.wordcount:job", book),
-            ("dump", "--cluster", seed, "--out", str(tmp_path / "dump.jsonl")),
-            ("query", "--cluster", seed, "whale"),
-            ("status", "--cluster", seed),
-        ):
-            result = smr_as(env, *args)
+    commands = [
+        ("feed", "--cluster", seed, "--job", "examples.wordcount:job", book),
+        ("dump", "--cluster", seed, "--out", str(tmp_path / "dump.jsonl")),
+        ("query", "--cluster", seed, "whale"),
+        ("status", "--cluster", seed),
+    ]
+    # Raw messages of the kinds the fault, move and join commands send, and reads.
+    messages: list[Message] = [
+        NetRuleRequest(1, b"{}"),
+        MoveRequest(2, 500_000, False),
+        JoinRequest(3, "n0"),
+        *READS,
+    ]
+    # Each refused command waits out its connect timeout: run them side by side.
+    with ThreadPoolExecutor(max_workers=len(commands) * len(outsiders)) as pool:
+        results = {
+            (who, args): pool.submit(smr_as, env, *args)
+            for who, env in outsiders.items()
+            for args in commands
+        }
+        replies = {
+            who: pool.submit(raw_replies, nodes[0]["addr"], messages, env)
+            for who, env in outsiders.items()
+        }
+        for (who, args), future in results.items():
+            result = future.result()
             assert result.returncode != 0, (who, args, result.stdout)
             assert "accepts no connection" in result.stderr, (who, args, result.stderr)
-        # Raw messages of the kinds the fault, move and join commands send, and reads.
-        messages: list[Message] = [
-            NetRuleRequest(1, b"{}"),
-            MoveRequest(2, 500_000, False),
-            JoinRequest(3, "n0"),
-            *READS,
-        ]
-        assert raw_replies(nodes[0]["addr"], messages, env) == 0, who
+        for who, future in replies.items():
+            assert future.result() == 0, who
     # The same from a key holder (the directory's own keys, through $SMR_KEYS): answered.
     holder = env_without_keys(SMR_KEYS=str(keys))
     assert raw_replies(nodes[0]["addr"], READS, holder) == len(READS)
