@@ -146,6 +146,9 @@ class TupleBackup:
     - ``evict_covered(hwm)`` drops exactly the batches whose every tuple ``hwm`` covers
       (``last_seq_by_slot[slot] <= hwm(mapper, slot)`` for each slot), whatever ``hwm`` held
       at earlier calls: no coverage result is cached from one call to the next.
+      ``evict_some(hwm, scans_max)`` drops only covered batches, scanning at most
+      ``scans_max`` of them; passes of it until one says it was whole leave what
+      ``evict_covered(hwm)`` leaves.
     - ``batches()`` lists the held batches in arrival order. Batches of one mapper are added in
       its channel order, which is seq order in each slot: replay relies on that, since a tuple
       replayed after a higher seq of its ``(mapper, slot)`` would be dropped as a duplicate.
@@ -220,8 +223,19 @@ class TupleBackup:
 
     def evict_covered(self, hwm: HwmFn) -> int:
         """Drop every batch whose every tuple ``hwm`` covers; return how many were dropped.
+        A pass of ``evict_some`` with no bound on its scans."""
+        return self._evict(hwm, None)[0]
 
-        For each held batch, in arrival order:
+    def evict_some(self, hwm: HwmFn, scans_max: int) -> bool:
+        """A bounded pass of ``evict_covered``: it stops once ``scans_max`` batches were
+        scanned slot by slot (step 2), keeping the rest unchecked for a later pass; True if
+        it went through every held batch. Every batch it drops is covered, as in
+        ``evict_covered``: a pass cut short only keeps covered batches a little longer."""
+        return self._evict(hwm, scans_max)[1]
+
+    def _evict(self, hwm: HwmFn, scans_max: int | None) -> tuple[int, bool]:
+        """``(dropped, whole)``: for each held batch, in arrival order, until ``scans_max``
+        scans (the rest kept as they are):
 
         1. Recheck its blocker: still uncovered, so keep the batch (one lookup).
         2. Otherwise scan all its slots for an uncovered one, the ones covered before
@@ -232,7 +246,10 @@ class TupleBackup:
         lookup = _hwms_by_mapper_of(hwm)
         kept: list[_Held] = []
         evicted_bytes = evicted_tuples = 0
-        for held in self._held:
+        scans_left = len(self._held) if scans_max is None else scans_max
+        whole = True
+        held_all = self._held
+        for index, held in enumerate(held_all):
             batch = held.batch
             # 1.
             if lookup is None:
@@ -246,7 +263,12 @@ class TupleBackup:
             if held.blocker_seq > covered_seq:
                 kept.append(held)
                 continue
+            if scans_left == 0:
+                kept.extend(held_all[index:])
+                whole = False
+                break
             # 2.
+            scans_left -= 1
             blocker = _first_uncovered(batch, hwm, lookup)
             if blocker is None:
                 evicted_bytes += batch.size_bytes
@@ -254,11 +276,11 @@ class TupleBackup:
             else:
                 held.blocker_slot, held.blocker_seq = blocker
                 kept.append(held)
-        evicted = len(self._held) - len(kept)
+        evicted = len(held_all) - len(kept)
         self._held = kept
         self._bytes_held -= evicted_bytes
         self._tuple_count -= evicted_tuples
-        return evicted
+        return evicted, whole
 
     def split_off(self, slots: AbstractSet[int]) -> TupleBackup:
         """Move ``slots`` out of this backup into a new one (a range that moved to another

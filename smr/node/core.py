@@ -399,11 +399,12 @@ class NodeCore:
         3. Send one cumulative ack per channel that advanced.
         4. End the turn: the next may read messages again.
         5. Send one chunk of each snapshot being sent.
-        6. Run one step of the checkpoint in flight (``Replication.step_shipping``).
+        6. Run one step of the checkpoint in flight (``Replication.step_shipping``) and one
+           of the backup evictions under way (``Replication.step_eviction``).
 
         Returns True if work is left (batches to apply, snapshot chunks or checkpoint parts
-        to send): the caller runs another turn soon (after letting its timers run) without
-        waiting for a message.
+        to send, backups to evict): the caller runs another turn soon (after letting its
+        timers run) without waiting for a message.
         """
         # 1.
         self.recovery.note_turn_start(self.clock() - self.read_at)
@@ -433,17 +434,21 @@ class NodeCore:
         if self.snapshots.has_work:
             self.snapshots.step()
         # 6.
-        if self.replication.shipping:
-            self.replication.step_shipping()
+        replication = self.replication
+        if replication.shipping:
+            replication.step_shipping()
+        if replication.evicting:
+            replication.step_eviction()
         return self.has_work
 
     @property
     def has_work(self) -> bool:
         """True while batches wait to be applied (and the rate cap, if any, lets them),
-        snapshot chunks to be sent, or a checkpoint to be shipped."""
+        snapshot chunks to be sent, a checkpoint to be shipped, or a backup to be evicted."""
         ingest = self.ingest
         waiting = bool(ingest.inbox) and not ingest.capped_wait_s
-        return waiting or self.snapshots.has_work or self.replication.shipping
+        replication = self.replication
+        return waiting or self.snapshots.has_work or replication.shipping or replication.evicting
 
     # -- a timer fired -----------------------------------------------------------------------
 

@@ -43,6 +43,9 @@ EARLY_CHECKPOINT_AT_FRACTION: Final = 0.75
 EARLY_CHECKPOINT_GAP_S: Final = 0.01
 # Keys merged into master per step of a checkpoint in flight (whole slots: about this many).
 MERGE_KEYS_PER_STEP: Final = 500
+# Backed-up batches scanned per step of an eviction (a batch of 1000 tuples spans about as
+# many slots: some 50 us each, so a step stays near a millisecond).
+EVICT_SCANS_PER_STEP: Final = 20
 
 
 log = logging.getLogger(__name__)
@@ -114,6 +117,9 @@ class Replication:
         self._shipping: Iterator[None] | None = None
         # As a secondary: checkpoint parts applied this turn (NodeCore.turn_is_full).
         self.parts_this_turn = 0
+        # As a secondary: the primaries whose backup is being evicted a step per turn
+        # (after their checkpoint's last part), in the order their checkpoints ended.
+        self._evicting: dict[NodeId, None] = {}
 
     def cover_initial_ranges(self) -> None:
         """At a cluster's start, count each predecessor's range as covered: its state starts
@@ -132,6 +138,7 @@ class Replication:
         (fencing: the store it came from is kept whole as the fenced copy, whose reads see
         its unmerged part, and the next incarnation numbers and ships its own)."""
         self._shipping = None
+        self._evicting.clear()
         self.replicas.clear()
         self.backups.clear()
         self.covered.clear()
@@ -244,7 +251,9 @@ class Replication:
             return
         if applied and message.last:
             node.counters.checkpoints_applied += 1
-            self.evict_covered(sender)
+            # What it covers is evicted a step per turn (step_eviction): a whole pass over
+            # a second's batches is a pause of milliseconds.
+            self._evicting[sender] = None
             node.moves.joins.progress()
 
     def _apply_to_copy(self, giver: NodeId, message: Checkpoint) -> None:
@@ -343,14 +352,19 @@ class Replication:
                 absorber, replica, moved_backup, covered
             )
 
-    def evict_covered(self, primary: NodeId) -> None:
+    def evict_covered(self, primary: NodeId, scans_max: int | None = None) -> bool:
         """Drop the batches backed up for ``primary`` that its replica's hwm covers, in its
-        own backup and in the superseded orphan copies it absorbed (an orphan left with no
-        batch is forgotten)."""
+        own backup (at most ``scans_max`` batches scanned, if given: ``TupleBackup.evict_some``)
+        and in the superseded orphan copies it absorbed (an orphan left with no batch is
+        forgotten). True once its own backup was passed whole."""
         hwm = self.replicas[primary].hwm
         backup = self.backups.get(primary)
+        whole = True
         if backup is not None:
-            backup.evict_covered(hwm)
+            if scans_max is None:
+                backup.evict_covered(hwm)
+            else:
+                whole = backup.evict_some(hwm, scans_max)
         for name, orphan in list(self.orphans.items()):
             if orphan.absorber != primary or not orphan.superseded:
                 continue
@@ -358,6 +372,24 @@ class Replication:
                 orphan.backup.evict_covered(hwm)
             if orphan.backup is None or not orphan.backup.batches():
                 del self.orphans[name]
+        return whole
+
+    @property
+    def evicting(self) -> bool:
+        """Whether a backup waits for the rest of its eviction (``step_eviction``)."""
+        return bool(self._evicting)
+
+    def step_eviction(self) -> None:
+        """One step of the evictions under way: ``EVICT_SCANS_PER_STEP`` batches scanned for
+        the first primary in line; it leaves the line once its backup was passed whole (or
+        it is no longer a predecessor)."""
+        for primary in list(self._evicting):
+            if primary not in self.replicas:
+                del self._evicting[primary]
+                continue
+            if self.evict_covered(primary, EVICT_SCANS_PER_STEP):
+                del self._evicting[primary]
+            return
 
     def forget_former_predecessors(self, view: View) -> None:
         """After a view change: forget replicas and backups of nodes that are no longer

@@ -206,6 +206,50 @@ def test_eviction_is_exact_whatever_the_hwm_did_before(
         assert_totals_match(backup)
 
 
+@settings(max_examples=200, deadline=None)
+@given(
+    specs=batch_specs,
+    first=hwm_tables,
+    then=hwm_tables,
+    scans_max=st.integers(1, 4),
+    through_replica=st.booleans(),
+)
+def test_an_eviction_in_bounded_steps_drops_only_covered_batches_and_ends_where_a_whole_pass_does(
+    specs: list[tuple[int, list[int]]],
+    first: dict[tuple[MapperId, Slot], int],
+    then: dict[tuple[MapperId, Slot], int],
+    scans_max: int,
+    through_replica: bool,
+) -> None:
+    """Blockers set by a first pass against one hwm, then bounded passes against another:
+    each pass scans at most ``scans_max`` batches and drops only covered ones, a pass says
+    it was whole only at the end, and the batches left are those a whole pass leaves."""
+    batches = build_batches(specs)
+    whole, stepped = TupleBackup(), TupleBackup()
+    nothing = hwm_from({})
+    for batch in batches:
+        whole.add(batch, nothing)
+        stepped.add(batch, nothing)
+    whole.evict_covered(hwm_from(first))
+    stepped.evict_covered(hwm_from(first))
+    hwm = replica_with_hwms(then).hwm if through_replica else hwm_from(then)
+    reference = hwm_from(then)
+    whole.evict_covered(hwm)
+    passes_max = len(batches) + 1
+    for _ in range(passes_max):
+        before = stepped.batches()
+        done = stepped.evict_some(hwm, scans_max)
+        after_ids = {id(batch) for batch in stepped.batches()}
+        gone = [batch for batch in before if id(batch) not in after_ids]
+        assert len(gone) <= scans_max
+        assert all(is_covered(batch, reference) for batch in gone)
+        assert_totals_match(stepped)
+        if done:
+            break
+    assert done, f"no whole pass after {passes_max} passes of {len(batches)} batches"
+    assert stepped.batches() == whole.batches()
+
+
 @settings(max_examples=100, deadline=None)
 @given(specs=batch_specs, moved=st.sets(st.integers(0, SLOT_COUNT - 1).map(Slot)))
 def test_split_off_puts_each_slot_of_each_batch_on_exactly_one_side(

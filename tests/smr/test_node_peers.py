@@ -16,6 +16,7 @@ from smr.api import Job
 from smr.batch_body import encode_batch_body
 from smr.emitter import Emitter
 from smr.node import NodeCore, NodeSettings
+from smr.node.replication import EVICT_SCANS_PER_STEP
 from smr.protocol import (
     Batch,
     ChannelNumber,
@@ -438,6 +439,32 @@ def test_a_checkpoint_ships_a_part_per_turn_and_a_lost_part_is_repaired_by_a_sna
     assert n1.replication.replicas[NodeId("n0")].is_complete
     assert replica_state(n1, n0) == owned_state(n0)
     assert owned_state(n0) == {w: {"count": 3 + between.count(w)} for w in words}
+
+
+def test_a_secondary_evicts_what_a_checkpoint_covers_a_step_per_turn() -> None:
+    """After a checkpoint's last part the secondary still holds the batches it covers, and
+    has work: each eviction step scans a bounded number of them, until none is left."""
+    cluster = Cluster(2, replication=1)
+    n0, n1 = cluster.core("n0"), cluster.core("n1")
+    words = words_of(n0, 400)
+    for index in range(3 * EVICT_SCANS_PER_STEP + 2):
+        cluster.feed(words[index % len(words) :][:5])
+    backup = n1.replication.backups[NodeId("n0")]
+    batches = backup.batch_count
+    assert batches > 3 * EVICT_SCANS_PER_STEP
+    n0.replication.checkpoint()
+    cluster.deliver()
+    assert n1.counters.checkpoints_applied == 1
+    assert backup.batch_count == batches and n1.replication.evicting and n1.has_work
+    steps = 0
+    while n1.replication.evicting:
+        before = backup.batch_count
+        n1.replication.step_eviction()
+        assert before - backup.batch_count <= EVICT_SCANS_PER_STEP
+        steps += 1
+    assert steps == -(-batches // EVICT_SCANS_PER_STEP)
+    assert backup.batch_count == 0 and not n1.has_work
+    assert replica_state(n1, n0) == owned_state(n0)
 
 
 def test_a_node_fenced_mid_checkpoint_stops_shipping_and_its_fenced_copy_keeps_every_key() -> None:
