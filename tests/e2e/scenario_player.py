@@ -32,6 +32,11 @@ from smr.scenarios import Scenario
 # A signal sent later than this after its time means the run did not follow the schedule
 # (a 250 ms pause must not become 400 ms): the test fails rather than check the wrong run.
 SIGNAL_LATE_MS_MAX: Final = 100
+# A filter rule is set when every node it names has read it, between two turns of its loop,
+# and lasts its duration from then: a late rule starts the fault later but does not lengthen
+# it. Under load on two cores, one node's turn (a takeover, a snapshot) took just over
+# 100 ms, and the run was refused though it followed the schedule.
+RULES_LATE_MS_MAX: Final = 250
 # How long a starved process runs between two gaps (smr.faults.Starve): a node's timer tick.
 STARVE_TURN_MS: Final = 50
 # Polling the nodes' status: how often, and for how long at most.
@@ -159,7 +164,7 @@ def play(
                 assert addrs is not None
                 send_rules(client, sent.rules, dict(addrs))
                 late_ms = (time.monotonic() - due_s) * 1000
-                assert late_ms <= SIGNAL_LATE_MS_MAX, f"{sent} set {late_ms:.0f} ms late"
+                assert late_ms <= RULES_LATE_MS_MAX, f"{sent} set {late_ms:.0f} ms late"
                 continue
             if sent.signum is not signal.SIGCONT:
                 assert feed.poll() is None, f"the feed ended before {sent.at_ms} ms"
