@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
-from checkpoint.backup import BackedUpBatch, TupleBackup
+from checkpoint.backup import BackedUpBatch, HwmFn, TupleBackup
 from checkpoint.delta import (
     Delta,
     DeltaError,
@@ -352,19 +352,18 @@ class Replication:
                 absorber, replica, moved_backup, covered
             )
 
-    def evict_covered(self, primary: NodeId, scans_max: int | None = None) -> bool:
+    def evict_covered(self, primary: NodeId) -> None:
         """Drop the batches backed up for ``primary`` that its replica's hwm covers, in its
-        own backup (at most ``scans_max`` batches scanned, if given: ``TupleBackup.evict_some``)
-        and in the superseded orphan copies it absorbed (an orphan left with no batch is
-        forgotten). True once its own backup was passed whole."""
+        own backup and in the superseded orphan copies it absorbed (``_evict_orphans``)."""
         hwm = self.replicas[primary].hwm
         backup = self.backups.get(primary)
-        whole = True
         if backup is not None:
-            if scans_max is None:
-                backup.evict_covered(hwm)
-            else:
-                whole = backup.evict_some(hwm, scans_max)
+            backup.evict_covered(hwm)
+        self._evict_orphans(primary, hwm)
+
+    def _evict_orphans(self, primary: NodeId, hwm: HwmFn) -> None:
+        """Evict against ``hwm`` the superseded orphan copies ``primary`` absorbed; an orphan
+        left with no batch is forgotten."""
         for name, orphan in list(self.orphans.items()):
             if orphan.absorber != primary or not orphan.superseded:
                 continue
@@ -372,7 +371,6 @@ class Replication:
                 orphan.backup.evict_covered(hwm)
             if orphan.backup is None or not orphan.backup.batches():
                 del self.orphans[name]
-        return whole
 
     @property
     def evicting(self) -> bool:
@@ -380,14 +378,18 @@ class Replication:
         return bool(self._evicting)
 
     def step_eviction(self) -> None:
-        """One step of the evictions under way: ``EVICT_SCANS_PER_STEP`` batches scanned for
-        the first primary in line; it leaves the line once its backup was passed whole (or
-        it is no longer a predecessor)."""
+        """One step of the evictions under way, for the first primary in line: at most
+        ``EVICT_SCANS_PER_STEP`` batches of its backup scanned (``TupleBackup.evict_some``);
+        once a pass went through the whole backup, its orphan copies are evicted too and it
+        leaves the line. A primary no longer a predecessor leaves the line at once."""
         for primary in list(self._evicting):
-            if primary not in self.replicas:
+            replica = self.replicas.get(primary)
+            if replica is None:
                 del self._evicting[primary]
                 continue
-            if self.evict_covered(primary, EVICT_SCANS_PER_STEP):
+            backup = self.backups.get(primary)
+            if backup is None or backup.evict_some(replica.hwm, EVICT_SCANS_PER_STEP):
+                self._evict_orphans(primary, replica.hwm)
                 del self._evicting[primary]
             return
 
