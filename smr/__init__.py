@@ -14,11 +14,20 @@ from importlib import metadata
 
 from smr import agg
 from smr.api import Job, JobLoadError, load_job
-from smr.connection import Cluster, connect
+from smr.connection import Cluster, MapperIdReused, connect
 
 try:
     __version__ = metadata.version("smr")
 except metadata.PackageNotFoundError:  # a source tree on sys.path that was never installed
     __version__ = "0+unknown"
 
-__all__ = ["Cluster", "Job", "JobLoadError", "__version__", "agg", "connect", "load_job"]
+__all__ = [
+    "Cluster",
+    "Job",
+    "JobLoadError",
+    "MapperIdReused",
+    "__version__",
+    "agg",
+    "connect",
+    "load_job",
+]

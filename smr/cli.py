@@ -137,7 +137,14 @@ job_of_cluster_option = click.option(
     "--mapper-id",
     help="The feed's identity [default: derived from the cluster's incarnation, the job and "
     "the files (path, size, modification time), so that running the same feed again delivers "
-    "only what is missing; random for standard input, which cannot be resumed].",
+    "only what is missing; random for standard input, which cannot be resumed]. An id that "
+    "already delivered tuples is refused unless --resume is given.",
+)
+@click.option(
+    "--resume",
+    is_flag=True,
+    help="Continue the stream of --mapper-id from its start: the nodes drop the tuples they "
+    "already have (files only: standard input cannot be read again).",
 )
 @click.option("--progress/--no-progress", default=None, help="Progress bar (default: on a TTY).")
 @click.argument("files", nargs=-1, required=True)
@@ -150,6 +157,7 @@ def feed_command(
     window: int,
     no_combine: bool,
     mapper_id: str | None,
+    resume: bool,
     progress: bool | None,
     files: tuple[str, ...],
 ) -> None:
@@ -158,6 +166,11 @@ def feed_command(
     Resumable: a feed stopped part-way (interrupted, killed, a node unreachable) delivers
     exactly the rest when run again with the same arguments, and a finished one nothing.
     """
+    if resume and "-" in files:
+        raise click.UsageError(
+            "--resume cannot continue a stream from standard input (it cannot be read again "
+            "from its start): feed files, or use a new --mapper-id"
+        )
     cluster = seeds.resolve(cluster_arg)
     spec = cluster.spec
     job_ref = feeder_job(spec, cluster.where, job_ref)
@@ -171,7 +184,8 @@ def feed_command(
                 "feeding it as lines of UTF-8 anyway",
                 err=True,
             )
-    flags = [*(["--mapper-id", mapper_id] if mapper_id else [])]
+    # The command that resumes a feed of a given id says so.
+    flags = [*(["--mapper-id", mapper_id, "--resume"] if mapper_id else [])]
     if batch_size != BATCH_SIZE_DEFAULT:
         flags += ["--batch-size", str(batch_size)]
     if no_combine:
@@ -183,6 +197,7 @@ def feed_command(
         window_batches=window,
         combine=not no_combine,
         mapper_id=MapperId(mapper_id) if mapper_id else None,
+        resume=resume,
         show_progress=sys.stderr.isatty() if progress is None else progress,
         flags=tuple(flags),
     )

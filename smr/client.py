@@ -1,4 +1,4 @@
-"""Control requests to nodes: ping, view, status, dump, query, output.
+"""Control requests to nodes: ping, view, status, dump, query, output, a mapper's history.
 
 Every request carries an id that its reply echoes; a reply that does not come within the
 timeout raises :class:`NodeUnreachable` naming the node and its address.
@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
+from checkpoint.ids import MapperId
 from ring.ids import NodeId, Slot
 from ring.view import View
 from smr.protocol import (
@@ -20,6 +21,8 @@ from smr.protocol import (
     DumpRequest,
     Error,
     FrameError,
+    HistoryReply,
+    HistoryRequest,
     JoinRequest,
     Message,
     MoveReply,
@@ -67,6 +70,7 @@ Reply = TypeVar(
     MoveReply,
     NetRuleReply,
     OutputReply,
+    HistoryReply,
 )
 # The messages that answer a request (they echo its id): an error, or a reply above.
 _REPLIES: Final = (Error, *Reply.__constraints__)
@@ -268,6 +272,15 @@ class Client:
             for addr, offset in offsets.items()
         }
         return self.request_each(list(requests), requests, OutputReply)
+
+    def history_each(
+        self, addrs: Sequence[str], mapper: MapperId
+    ) -> dict[str, HistoryReply | NodeUnreachable | RuntimeError]:
+        """What each node at ``addrs`` holds of ``mapper`` in the slots it is primary of,
+        asked all at once (``smr.stream_history``); or why not."""
+        return self.request_each(
+            addrs, functools.partial(HistoryRequest, mapper=mapper), HistoryReply
+        )
 
     def close(self) -> None:
         """Close every socket."""

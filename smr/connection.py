@@ -26,6 +26,10 @@ its own input offset, and after a crash connects again with both and re-emits fr
 offset sends every tuple once: what had reached the nodes after the flush is dropped as a
 duplicate. With ``combine``, identities depend on how tuples were batched, so such a
 connection starts at position 0 only.
+
+A named stream that gives no position is a new one: if its mapper id already delivered
+tuples, its first write raises :class:`MapperIdReused` and sends nothing
+(:mod:`smr.stream_history`), where it would have had its tuples taken for resends.
 """
 
 from __future__ import annotations
@@ -56,6 +60,7 @@ from smr.emitter import BATCH_SIZE_DEFAULT, LINGER_MS_DEFAULT, WINDOW_BATCHES_DE
 from smr.output import Repeats, parse_line
 from smr.protocol import OutputReply
 from smr.seeds import ClusterRef
+from smr.stream_history import HistoryUnknown, MapperIdReused, mapper_history
 from smr.transport.security import load_keys
 from smr.transport.zeromq import use_keys, use_keys_of
 from smr.values import EmitError
@@ -64,6 +69,8 @@ __all__ = [
     "Cluster",
     "DeliveryError",
     "EmitError",
+    "HistoryUnknown",
+    "MapperIdReused",
     "OutputRecord",
     "Subscription",
     "Unreachable",
@@ -107,7 +114,7 @@ def connect(
     *,
     job: Job | str | None = None,
     mapper_id: str | None = None,
-    position: int = 0,
+    position: int | None = None,
     timeout_s: float = TIMEOUT_S_DEFAULT,
     batch_size: int = BATCH_SIZE_DEFAULT,
     window_batches: int = WINDOW_BATCHES_DEFAULT,
@@ -125,10 +132,12 @@ def connect(
     ``job`` (a :class:`smr.Job` or a ``module:attribute`` reference) gives the ``combine``
     that writes apply; ``mapper_id`` names the stream this program writes (default: a new
     random one) and ``position`` is where it resumes (a value :meth:`Cluster.flush`
-    returned; only without ``combine``). The seeds are asked for the ring now:
+    returned, 0 for its start; only 0 with ``combine``). A ``mapper_id`` without a
+    ``position`` starts a new stream: the first write raises :class:`MapperIdReused` if
+    the id already delivered tuples. The seeds are asked for the ring now:
     :class:`smr.spec.ClusterError` if none answers, ValueError for a bad argument.
     """
-    if not isinstance(position, int) or position < 0:
+    if position is not None and (type(position) is not int or position < 0):
         raise ValueError(f"position must be an int of at least 0, not {position!r}")
     if isinstance(job, str):
         job = load_job(job)
@@ -172,7 +181,7 @@ class Cluster:
         *,
         job: Job | None = None,
         mapper_id: str | None = None,
-        position: int = 0,
+        position: int | None = None,
         timeout_s: float = TIMEOUT_S_DEFAULT,
         batch_size: int = BATCH_SIZE_DEFAULT,
         batch_bytes: int | None = None,
@@ -187,8 +196,10 @@ class Cluster:
         self.mapper_id = MapperId(mapper_id or f"client-{uuid.uuid4().hex[:16]}")
         # A random id is never used again: close tells the nodes it finished.
         self._finish_on_close = not mapper_id
+        # A named stream without a position is new: its id must have no history.
+        self._new_named_stream = bool(mapper_id) and position is None
         self._job = job
-        self._start_position = position
+        self._start_position = position or 0
         self._emitter_options: dict[str, Any] = {
             "batch_size": batch_size,
             "window_batches": window_batches,
@@ -235,10 +246,19 @@ class Cluster:
     # -- writing -------------------------------------------------------------------------------
 
     def writer(self) -> Emitter:
-        """The emitter this connection writes through (made at the first write)."""
+        """The emitter this connection writes through (made at the first write, once a new
+        named stream's id proved unused: :class:`MapperIdReused` if it delivered tuples
+        before, :class:`HistoryUnknown` if that cannot be told within ``timeout_s``)."""
         if self._closed:
             raise RuntimeError("this connection is closed")
         if self._emitter is None:
+            if self._new_named_stream:
+                history = mapper_history(
+                    self._client, self.view, self.spec.slot_bits, self.mapper_id, self.timeout_s
+                )
+                if history.used:
+                    raise MapperIdReused(history)
+                self._new_named_stream = False
             combine = self._job.combine if self._job is not None else None
             emitter = Emitter(
                 self.view(),

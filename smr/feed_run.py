@@ -7,6 +7,11 @@ tuple identities again, and the nodes drop every tuple at or below their hwm as 
 running an interrupted feed again delivers exactly the rest, and running a finished one
 delivers nothing new. Standard input cannot be read twice, so a feed of it gets a random id.
 
+A feed given ``--mapper-id`` names a stream of its own: if that id already delivered tuples
+the feed is refused before it sends anything (``smr.stream_history``), unless ``--resume``
+says it continues that stream from its start (the nodes then drop what they already have).
+Standard input cannot resume, so it is refused whenever its id was used.
+
 With the job's ``combine``, seqs go to combined rows when a batch closes, and which keys
 share a batch depends on which node owns each slot. A feed that ran before while the ring's
 owners were not what they are now (or changed during that run) would send the same seqs
@@ -37,6 +42,7 @@ from smr.connection import Cluster
 from smr.emitter import Emitter
 from smr.feed import FeedPosition, FeedResult, feed, total_bytes
 from smr.seeds import ClusterRef
+from smr.stream_history import MapperIdReused
 
 
 class FeedNotResumable(Exception):
@@ -176,6 +182,8 @@ class FeedOptions:
     window_batches: int
     combine: bool
     mapper_id: MapperId | None
+    resume: bool
+    """With ``mapper_id``: the feed continues that stream from its start (``--resume``)."""
     show_progress: bool
     flags: tuple[str, ...]
     """The flags to repeat in the command that resumes the feed."""
@@ -194,7 +202,9 @@ def run(
     go in the cluster's state directory).
 
     1. Derive the mapper id (:func:`feed_mapper_id`) unless given; with ``combine``, refuse
-       a rerun whose earlier run saw other owners (:func:`check_combine_resumable`).
+       a rerun whose earlier run saw other owners (:func:`check_combine_resumable`). A
+       given id that already delivered tuples is refused unless the feed resumes it
+       (:func:`open_writer`).
     2. Read the nodes' counters, feed until every tuple is acked, read them again: the
        difference says how much of the input the nodes already had (a rerun).
     3. Stopped early (SIGINT, SIGTERM, a node that cannot be reached): drop the emitter,
@@ -207,20 +217,12 @@ def run(
     mapper_id = options.mapper_id or feed_mapper_id(
         spec.incarnation, job_ref, paths, options.batch_size if combine else None
     )
-    # The feed writes through a connection, as any program does (smr.connection).
-    connection = Cluster(
-        cluster,
-        job=job if combine else None,
-        mapper_id=mapper_id,
-        batch_size=options.batch_size,
-        batch_bytes=options.batch_bytes,
-        window_batches=options.window_batches,
-    )
+    connection = _connection(cluster, job if combine else None, mapper_id, options)
     view = connection.view()
     record_path = cluster.state_dir / "feeds" / f"{mapper_id}.json"
     if combine and "-" not in paths:
         check_combine_resumable(record_path, view)
-    emitter = connection.writer()
+    emitter = open_writer(connection, "-" in paths)
     owners_at_start = _owners(view)
     addrs = {str(m.node_id): m.addr for m in view.members.values()}
     client = Client(timeout_ms=1000)
@@ -275,6 +277,44 @@ def run(
         )
         return 1
     return 0
+
+
+def _connection(
+    cluster: ClusterRef, job: Job | None, mapper_id: MapperId, options: FeedOptions
+) -> Cluster:
+    """The connection the feed writes through, as any program does (smr.connection). A
+    derived id names the input itself, so the feed resumes it (position 0: the nodes drop
+    what they have); a given one starts a new stream unless ``--resume`` says otherwise."""
+    new_stream = options.mapper_id is not None and not options.resume
+    return Cluster(
+        cluster,
+        job=job,
+        mapper_id=mapper_id,
+        position=None if new_stream else 0,
+        batch_size=options.batch_size,
+        batch_bytes=options.batch_bytes,
+        window_batches=options.window_batches,
+    )
+
+
+def open_writer(connection: Cluster, from_stdin: bool) -> Emitter:
+    """The connection's emitter; a new stream under a used id is refused with what to do
+    (MapperIdReused), and nothing is sent."""
+    try:
+        return connection.writer()
+    except MapperIdReused as used:
+        connection.abort()
+        if from_stdin:
+            advice = (
+                "standard input cannot resume it: use a new id (or none: a feed of standard "
+                "input gets a random one)"
+            )
+        else:
+            advice = "pass --resume to continue it, or use a new id"
+        raise MapperIdReused(used.history, advice) from None
+    except BaseException:
+        connection.abort()
+        raise
 
 
 def _feed_with_progress(

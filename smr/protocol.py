@@ -17,9 +17,9 @@ ints non-negative) and returns the record; :func:`encode` turns a record back in
 :data:`Message` is the union of all records: handlers ``match`` on the record type and read
 attributes, never header keys. Messages between nodes (:class:`PeerMessage`) all start with
 the sender, its incarnation and its view's epoch; they are defined in
-:mod:`smr.peer_messages`, the reads a program sends (dump pages, queries, output reads) in
-:mod:`smr.read_messages`, and the version, the kinds and the id types in :mod:`smr.wire`
-(every name is importable from here).
+:mod:`smr.peer_messages`, the reads a program sends (dump pages, queries, output reads, a
+mapper's history) in :mod:`smr.read_messages`, and the version, the kinds and the id types
+in :mod:`smr.wire` (every name is importable from here).
 
 A tuple batch keeps the channel fields (stream id, channel batch number, view epoch) and
 the mapper id in the header and the tuples in the body, so the body is encoded once and the
@@ -73,6 +73,8 @@ from smr.peer_messages import (
 from smr.read_messages import (
     DumpReply,
     DumpRequest,
+    HistoryReply,
+    HistoryRequest,
     Output,
     OutputReply,
     OutputRequest,
@@ -107,6 +109,8 @@ __all__ = [
     "FrameError",
     "Gossip",
     "Heartbeat",
+    "HistoryReply",
+    "HistoryRequest",
     "JoinRequest",
     "Kind",
     "MapperDone",
@@ -409,6 +413,8 @@ Message: TypeAlias = (
     | Output
     | OutputRequest
     | OutputReply
+    | HistoryRequest
+    | HistoryReply
     | PeerMessages
 )
 """One decoded, validated message: a record of one of the kinds."""

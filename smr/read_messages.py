@@ -1,12 +1,13 @@
-"""The messages that read a cluster (DESIGN section 9): state by slot range or by key, and
-the reducers' output, by offset or as a published stream. Encoded and decoded by
-:mod:`smr.protocol`, like every message."""
+"""The messages that read a cluster (DESIGN section 9): state by slot range or by key, the
+reducers' output, by offset or as a published stream, and what the nodes hold of a mapper
+id. Encoded and decoded by :mod:`smr.protocol`, like every message."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+from checkpoint.ids import MapperId
 from ring.ids import NodeId, Slot
 from smr.wire import Kind, RequestId
 
@@ -91,3 +92,34 @@ class Output:
     node: NodeId
     n: int
     body: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryRequest:
+    """Asks what the node holds of mapper ``mapper`` in the slots it is primary of, by its
+    own view; answered by :class:`HistoryReply` (``smr.stream_history``)."""
+
+    kind: ClassVar[Kind] = Kind.MAPPER_HISTORY_REQUEST
+    req: RequestId
+    mapper: MapperId
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryReply:
+    """What the node holds of the mapper asked for, in its range: the ``length`` slots from
+    ``start`` it is primary of (0: it owns none)."""
+
+    kind: ClassVar[Kind] = Kind.MAPPER_HISTORY
+    req: RequestId
+    start: Slot
+    length: int
+    slots: int
+    """How many slots of the range hold a hwm of the mapper: a tuple of it was applied."""
+    seq_max: int
+    """The highest of those hwms (0 if none)."""
+    last: int | None
+    """The mapper's last seq if it finished (its lease runs here, or it was retired), else
+    None (``smr.node.retirement``)."""
+    lost: int
+    """How many slots of the range are lost: their hwms went with their state, so what the
+    mapper delivered there is not known."""

@@ -5,7 +5,7 @@ nodes)."""
 
 from __future__ import annotations
 
-from enum import IntEnum
+from enum import IntEnum, unique
 from typing import Final, NewType
 
 PROTOCOL_VERSION: Final = 8
@@ -31,6 +31,7 @@ SnapshotNumber = NewType("SnapshotNumber", int)
 FRAME_BYTES_MAX_DEFAULT: Final = 16 * 1024 * 1024
 
 
+@unique  # two kinds given one number would be one kind, in silence
 class Kind(IntEnum):
     """The message kinds; a reply is usually its request's kind plus one."""
 
@@ -59,6 +60,8 @@ class Kind(IntEnum):
     OUTPUT_REQUEST = 27
     OUTPUT_LINES = 28
     MAPPER_DONE = 29
+    MAPPER_HISTORY_REQUEST = 31
+    MAPPER_HISTORY = 32
     # Between nodes; every peer message names its sender and the sender's incarnation.
     HEARTBEAT = 40
     GOSSIP = 41

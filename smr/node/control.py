@@ -1,4 +1,5 @@
-"""Control requests from clients and the CLI: ping, view, status, dump, query and output.
+"""Control requests from clients and the CLI: ping, view, status, dump, query, output and
+a mapper's history.
 
 Each answer echoes the request's ``req`` id. Reads serve only slots this node is primary
 of in its own view, so a client that follows the view reads each key from one node.
@@ -16,7 +17,7 @@ from checkpoint.loss import accept_loss, lost_slots
 from ring.hashing import slot_of
 from ring.ids import NodeId, Slot
 from ring.moves import MoveRefused
-from ring.placement import Role
+from ring.placement import Role, SlotRange
 from ring.view import Status
 from ring.zones import one_zone_ranges
 from smr.output import OutputGone
@@ -25,6 +26,8 @@ from smr.protocol import (
     DumpRequest,
     Error,
     FrameError,
+    HistoryReply,
+    HistoryRequest,
     JoinRequest,
     MoveReply,
     MoveRequest,
@@ -185,6 +188,25 @@ class Control:
             self._refuse_unencodable(identity, message.req, entries)
             return
         node.reply(identity, encode(QueryReply(message.req, body)))
+
+    def on_history_request(self, identity: bytes, message: HistoryRequest) -> None:
+        """What this node holds of a mapper in the slots it is primary of, by its own view:
+        how many have its hwm and the highest, its last seq if it finished, and how many
+        are lost (``smr.stream_history`` asks every owner, to tell a used mapper id)."""
+        node = self._node
+        own = node.ring.range_of(node.node_id) or SlotRange(Slot(0), 0, 1 << node.slot_bits)
+        hwms = node.store.hwms_of(message.mapper)
+        mine = [seq for slot, seq in hwms.items() if own.contains(slot)]
+        reply = HistoryReply(
+            message.req,
+            own.start,
+            own.length,
+            slots=len(mine),
+            seq_max=max(mine, default=0),
+            last=node.retirement.last_of(message.mapper),
+            lost=sum(1 for slot in node.recovery.offline if own.contains(slot)),
+        )
+        node.reply(identity, encode(reply))
 
     def _refuse_unencodable(
         self, identity: bytes, req: RequestId, entries: list[tuple[int, Any, dict[str, Any]]]

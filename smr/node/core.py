@@ -52,6 +52,7 @@ from smr.protocol import (
     FrameError,
     Gossip,
     Heartbeat,
+    HistoryRequest,
     JoinRequest,
     MapperDone,
     Message,
@@ -312,6 +313,8 @@ class NodeCore:
                 self.control.on_dump_request(identity, message)
             case QueryRequest():
                 self.control.on_query_request(identity, message)
+            case HistoryRequest():
+                self.control.on_history_request(identity, message)
             case OutputRequest():
                 self.control.on_output_request(identity, message)
             case RecoverRequest():

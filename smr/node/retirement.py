@@ -34,7 +34,9 @@ retirement reaches it, or forever on its own store: more memory, never a wrong c
 Mapper ids are never used again for other tuples: a client's id is random
 (``client-<uuid4>``), a feed of standard input too, and a feed of files is named by a digest of
 the cluster's incarnation, the job and the files' paths, sizes and modification times, so the
-same id means the same tuples with the same seqs (step 4 answers a rerun). Memory after
+same id means the same tuples with the same seqs (step 4 answers a rerun). A stream named by
+its writer that starts without resuming is refused before it sends, if its id was used
+(``smr.stream_history``, which reads ``last_of``). Memory after
 retirement: one entry per finished mapper in each store that knew it, instead of one per slot
 it wrote to.
 """

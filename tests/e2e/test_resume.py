@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import time
 
 import pytest
@@ -49,10 +50,8 @@ def test_finished_feed_run_again_adds_nothing_and_says_so(cluster: Cluster) -> N
     assert cluster.counts() == word_counts(EXAMPLE_BOOKS[:1])
 
 
-@pytest.mark.slow
-def test_feed_interrupted_says_where_it_stopped_and_how_to_resume(cluster: Cluster) -> None:
-    cluster.up(2, SLOW_JOB)
-    feed = cluster.feed_in_background(EXAMPLE_BOOKS[0], job=SLOW_JOB, combine=True)
+def terminate_once_applying(cluster: Cluster, feed: subprocess.Popen[str]) -> str:
+    """SIGTERM a background feed once the nodes applied some of it; its standard error."""
     try:
         deadline = time.monotonic() + 30
         while cluster.applied() == 0:
@@ -64,6 +63,14 @@ def test_feed_interrupted_says_where_it_stopped_and_how_to_resume(cluster: Clust
         if feed.poll() is None:
             feed.kill()
             feed.communicate()
+    return err
+
+
+@pytest.mark.slow
+def test_feed_interrupted_says_where_it_stopped_and_how_to_resume(cluster: Cluster) -> None:
+    cluster.up(2, SLOW_JOB)
+    feed = cluster.feed_in_background(EXAMPLE_BOOKS[0], job=SLOW_JOB, combine=True)
+    err = terminate_once_applying(cluster, feed)
     assert feed.returncode == 2
     assert f"after reading through {EXAMPLE_BOOKS[0]}:" in err
     assert "run the same command: smr feed --cluster" in err

@@ -90,12 +90,20 @@ def test_a_finished_mapper_id_used_for_more_tuples_is_refused(cluster: Cluster) 
     with smr.connect(cluster.dir) as first:
         mapper_id = first.mapper_id
         first.emit_many([("alpha", 1)] * 50)
-    # Its id again, with the same 50 tuples: they were delivered, the nodes ack them.
-    with smr.connect(cluster.dir, mapper_id=mapper_id) as again:
+    # Its id again, resumed from the start with the same 50 tuples: they were delivered,
+    # the nodes ack them. (Without a position, the connection is refused before it sends:
+    # tests/e2e/test_stream_identity.py.)
+    with smr.connect(cluster.dir, mapper_id=mapper_id, position=0) as again:
         again.emit_many([("alpha", 1)] * 50)
     wait_status(cluster, retired_everywhere(1))
-    # And with more: refused aloud, nothing applied.
-    reused = smr.connect(cluster.dir, mapper_id=mapper_id)
+    # Retired, its hwms gone, the id still has a history: a new stream under it is refused.
+    with (
+        smr.connect(cluster.dir, mapper_id=mapper_id) as new_stream,
+        pytest.raises(smr.MapperIdReused, match=r"\(finished at seq 50\)"),
+    ):
+        new_stream.emit("alpha", 1)
+    # And with more: refused aloud at intake, nothing applied.
+    reused = smr.connect(cluster.dir, mapper_id=mapper_id, position=0)
     try:
         with pytest.raises(DeliveryError, match="said it had finished at seq 50"):
             reused.emit_many([("alpha", 1)] * 60)

@@ -28,6 +28,8 @@ from smr.protocol import (
     DumpReply,
     DumpRequest,
     Error,
+    HistoryReply,
+    HistoryRequest,
     Message,
     Nack,
     NotOwner,
@@ -300,3 +302,32 @@ def test_checkpoint_keeps_state_readable(node: Harness) -> None:
     node.core.replication.checkpoint()
     assert node.state(k) == {"count": 2}
     assert node.core.store.active == {} or all(not v for v in node.core.store.active.values())
+
+
+def _history(node: Harness, mapper: str) -> HistoryReply:
+    node.replies.clear()
+    node.core.on_frames(PEER, encode(HistoryRequest(RequestId(9), MapperId(mapper))))
+    ((_, reply),) = node.replies
+    assert isinstance(reply, HistoryReply)
+    return reply
+
+
+def test_history_tells_what_a_mapper_delivered_in_the_slots_the_node_is_primary_of(
+    node: Harness,
+) -> None:
+    assert _history(node, "m") == HistoryReply(
+        RequestId(9), Slot(0), 128, slots=0, seq_max=0, last=None, lost=0
+    )
+    pairs = [(k, 1) for k in node.own_keys[:40]]
+    node.deliver(node.batch_frames(1, pairs, mapper="m", seqs=list(range(1, 41))))
+    slots = {slot_of(k, SLOT_BITS) for k, _ in pairs}
+    # The hwms of slots this node is not primary of (a copy it holds) are not its to tell.
+    node.core.store.raise_hwm(MapperId("m"), Slot(200), 500)
+    assert _history(node, "m") == HistoryReply(
+        RequestId(9), Slot(0), 128, slots=len(slots), seq_max=40, last=None, lost=0
+    )
+    node.core.retirement.on_done(MapperId("m"), 40)
+    node.core.recovery.offline = {Slot(3), Slot(130)}
+    assert _history(node, "m").last == 40
+    assert _history(node, "m").lost == 1
+    assert _history(node, "other").slots == 0

@@ -21,6 +21,8 @@ from smr.protocol import (
     Error,
     FrameError,
     Heartbeat,
+    HistoryReply,
+    HistoryRequest,
     Kind,
     Message,
     Ping,
@@ -114,6 +116,9 @@ RECORDS: list[Message] = [
     ),
     Suspect(*PEER, NodeId("n0"), Incarnation(1), RequestId(6)),
     Vouch(*PEER, NodeId("n0"), RequestId(6)),
+    HistoryRequest(RequestId(7), MapperId("ingest")),
+    HistoryReply(RequestId(7), Slot(16), 32, slots=5, seq_max=900, last=None, lost=0),
+    HistoryReply(RequestId(7), Slot(0), 0, slots=0, seq_max=0, last=1200, lost=3),
 ]
 
 
