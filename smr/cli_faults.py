@@ -18,6 +18,7 @@ from smr.cli_options import choose_keys
 from smr.fault_backends import (
     FaultBackend,
     FaultLog,
+    HealIncomplete,
     LocalBackend,
     parse_duration_ms,
     parse_groups,
@@ -209,8 +210,18 @@ def fault_loss(
 @fault_group.command("heal")
 @_target_options
 def fault_heal(backend: FaultBackend, log: FaultLog) -> None:
-    """End every partition, delay and loss now (paused nodes stay paused)."""
-    log.record("heal", backend.nodes(), _or_fail(backend.heal))
+    """End every partition, delay and loss now (paused nodes stay paused). A node that runs
+    and cannot be reached (paused, or refusing this process's keys) is named, and the
+    command exits 2 after logging the heal of the others."""
+    try:
+        how = backend.heal()
+    except HealIncomplete as incomplete:
+        if incomplete.reached:
+            log.record("heal", incomplete.reached, incomplete.how)
+        raise click.ClickException(str(incomplete)) from None
+    except (ClusterError, ValueError) as error:
+        raise click.ClickException(str(error)) from None
+    log.record("heal", backend.nodes(), how)
 
 
 @fault_group.command("run")

@@ -23,7 +23,7 @@ import json
 import re
 import signal
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -71,7 +71,8 @@ class FaultBackend(Protocol):
         ...
 
     def heal(self) -> str:
-        """End every partition, delay and loss now (paused nodes stay paused)."""
+        """End every partition, delay and loss now (paused nodes stay paused); HealIncomplete
+        if a node that runs could not be reached (it keeps its faults until they end)."""
         ...
 
 
@@ -113,19 +114,55 @@ def emulated_rules(
     return rules
 
 
+class HealIncomplete(ClusterError):
+    """A heal that did not reach every running node: ``reached`` were healed (by ``how``),
+    each of ``missed`` says why not; the faults set there end by themselves after their
+    duration."""
+
+    def __init__(self, reached: Sequence[str], missed: Mapping[str, str], how: str) -> None:
+        by_reason: dict[str, list[str]] = {}
+        for node, why in sorted(missed.items()):
+            by_reason.setdefault(why, []).append(node)
+        if len(by_reason) == 1:
+            reasons = next(iter(by_reason))
+        else:
+            reasons = "; ".join(f"{', '.join(nodes)}: {why}" for why, nodes in by_reason.items())
+        super().__init__(
+            f"heal did not reach {', '.join(sorted(missed))} ({reasons}); the faults set "
+            "there end by themselves after their duration"
+        )
+        self.reached = list(reached)
+        self.missed = dict(missed)
+        self.how = how
+
+
+NOT_ANSWERING = "running, but not answering: paused, or refusing this process's keys"
+
+
 def send_rules(
-    client: Client, rules: dict[str, bytes], addr_of: dict[str, str], heal: bool = False
+    client: Client,
+    rules: dict[str, bytes],
+    addr_of: dict[str, str],
+    heal: bool = False,
+    runs: Callable[[str], bool] = lambda node: True,
 ) -> str:
     """Send each node its rule; what they set, or ClusterError naming the nodes that did not
     take theirs (those that did heal by themselves after the rule's duration). A ``heal``
-    passes over nodes that do not answer: a dead node holds nothing back."""
+    passes over nodes that do not answer and do not run (``runs``: a dead node holds
+    nothing back), and raises HealIncomplete for those that run and did not take it."""
     answers = client.net_rules_each({addr_of[node]: body for node, body in rules.items()})
     failed = {
-        node: answer
-        for node in rules
-        if isinstance(answer := answers[addr_of[node]], Exception)
-        and not (heal and isinstance(answer, NodeUnreachable))
+        node: answer for node in rules if isinstance(answer := answers[addr_of[node]], Exception)
     }
+    if heal:
+        missed = {
+            node: NOT_ANSWERING if isinstance(error, NodeUnreachable) else str(error)
+            for node, error in failed.items()
+            if not isinstance(error, NodeUnreachable) or runs(node)
+        }
+        if missed:
+            raise HealIncomplete([n for n in rules if n not in failed], missed, EMULATED)
+        return EMULATED
     if failed:
         reasons = "; ".join(f"{node}: {error}" for node, error in sorted(failed.items()))
         raise ClusterError(f"the fault reached only part of the nodes ({reasons})")
@@ -168,7 +205,12 @@ class LocalBackend:
             if node not in addr_of:
                 raise ClusterError(f"no node {node!r} in the cluster (nodes: {sorted(addr_of)})")
         rules = emulated_rules(action, sorted(addr_of), targets, **fields)
-        return send_rules(self._client, rules, addr_of, heal=action == "heal")
+
+        def runs(node_id: str) -> bool:
+            pid = spec.node(node_id).pid
+            return pid is not None and local_cluster.is_our_node(pid, node_id)
+
+        return send_rules(self._client, rules, addr_of, heal=action == "heal", runs=runs)
 
     def partition(self, group_a: Sequence[str], group_b: Sequence[str], duration_ms: int) -> str:
         """Each side's filter holds its messages to the other side."""
@@ -186,7 +228,8 @@ class LocalBackend:
         return self._emulate("loss", [node], loss_ppm=loss_ppm, duration_ms=duration_ms)
 
     def heal(self) -> str:
-        """Every node's filter drops its rules and sends what it held."""
+        """Every node's filter drops its rules and sends what it held; HealIncomplete names
+        the node processes that run and did not answer (those gone hold nothing back)."""
         return self._emulate("heal", [])
 
 

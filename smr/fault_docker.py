@@ -31,7 +31,7 @@ from typing import Any, Final
 
 from smr.client import Client
 from smr.docker_engine import DockerError, engine, ip_of, node_containers, own_project
-from smr.fault_backends import EMULATED, emulated_rules, send_rules
+from smr.fault_backends import EMULATED, HealIncomplete, emulated_rules, send_rules
 from smr.spec import NEWCOMER_PORT_DEFAULT, ClusterError
 
 CHAIN_IN: Final = "smr-fault-in"
@@ -182,8 +182,10 @@ class DockerBackend:
 
     def heal(self) -> str:
         """Flush the fault chains and netem in every running node container, and every
-        node's filter."""
-        running = self._running()
+        node's filter; HealIncomplete names the paused containers and the running ones
+        whose filter did not answer."""
+        containers = self._containers()
+        running = {n: c for n, c in sorted(containers.items()) if c.status == "running"}
         for node, container in running.items():
             self._run(
                 node,
@@ -191,6 +193,15 @@ class DockerBackend:
                 f"iptables -F {CHAIN_IN} 2>/dev/null; iptables -F {CHAIN_OUT} 2>/dev/null; "
                 "tc qdisc del dev eth0 root 2>/dev/null; true",
             )
+        how = "iptables chains flushed, netem removed, filters healed"
+        missed = {n: "paused" for n, c in containers.items() if c.status == "paused"}
+        reached = list(running)
         heal = emulated_rules("heal", list(running), [])
-        send_rules(self._client, heal, self._addresses(running), heal=True)
-        return "iptables chains flushed, netem removed, filters healed"
+        try:
+            send_rules(self._client, heal, self._addresses(running), heal=True)
+        except HealIncomplete as incomplete:
+            missed.update(incomplete.missed)
+            reached = incomplete.reached
+        if missed:
+            raise HealIncomplete(reached, missed, how)
+        return how
