@@ -418,7 +418,8 @@ def _int_key(key: str) -> int:
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def status_command(cluster_arg: str, as_json: bool) -> None:
     """Show the ring: node, token, range share, keys, tuples/s, reduce errors, bad frames,
-    under-replicated slots. Exits 1 if any node does not answer."""
+    under-replicated slots. Exits 1 if any node does not answer, or answers though the
+    others declared it dead, or slots are offline."""
     from smr import status_view
 
     with connect(cluster_arg, timeout_s=1.0) as cluster:
@@ -435,6 +436,7 @@ def status_command(cluster_arg: str, as_json: bool) -> None:
             click.secho(zones, fg="yellow", err=True)
     problems = [
         (status_view.offline_line(rows), "red"),
+        (status_view.dead_line(rows), "red"),
         (status_view.unreachable_line(rows), None),
     ]
     for line, colour in problems:

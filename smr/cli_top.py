@@ -58,6 +58,7 @@ def render(cluster: Cluster, width: int) -> Group:
     for line, style in (
         (status_view.moves_line(rows), ""),
         (status_view.unreachable_line(rows), "yellow"),
+        (status_view.dead_line(rows), "red"),
         (status_view.offline_line(rows), "red"),
     ):
         if line is not None:

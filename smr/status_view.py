@@ -19,7 +19,7 @@ from rich.console import Console
 from rich.measure import Measurement
 from rich.table import Table
 
-from ring.view import OWNING_STATUSES
+from ring.view import OWNING_STATUSES, Status, View
 from smr.client import Client, NodeUnreachable, cluster_view
 from smr.spec import ClusterSpec
 
@@ -104,7 +104,28 @@ def collect(spec: ClusterSpec, client: Client) -> list[Row]:
         else:
             rows.append({"state": "up", **answer})
     heard_through_peers(rows)
+    if view is not None:
+        declared_dead(rows, view)
     return rows
+
+
+def declared_dead(rows: list[Row], view: View) -> None:
+    """A node that answers and still serves, though the nodes' merged view marks its
+    incarnation dead (its peers declared it dead: a partition cut it off, say, and its
+    range was taken over), gets ``role`` "dead" and ``declared_dead``: it serves no slot
+    the ring routes to it, and is fenced once it hears. One that knows (fenced) keeps its
+    role."""
+    for row in rows:
+        member = view.members.get(row["node"])
+        if (
+            row["state"] == "up"
+            and member is not None
+            and member.status is Status.DEAD
+            and member.incarnation >= row.get("incarnation", 0)
+            and row.get("role") != "fenced"
+        ):
+            row["role"] = "dead"
+            row["declared_dead"] = True
 
 
 def heard_through_peers(rows: list[Row]) -> None:
@@ -138,6 +159,19 @@ def offline_line(rows: Sequence[Row]) -> str | None:
         f"smr: {sum(offline.values())} slots lost their state beyond the replication factor "
         f"and refuse tuples ({where}); 'smr recover --cluster DIR --accept-loss' brings them "
         "back empty"
+    )
+
+
+def dead_line(rows: Sequence[Row]) -> str | None:
+    """One line naming the nodes that answer though their peers declared them dead, or
+    None if there are none."""
+    dead = [row["node"] for row in rows if row.get("declared_dead")]
+    if not dead:
+        return None
+    return (
+        f"smr: declared dead by the other nodes, yet answering: {', '.join(dead)} (cut off "
+        "from them? the ring serves their slots elsewhere; each rejoins empty once it "
+        "hears)"
     )
 
 

@@ -1,5 +1,6 @@
 """What the operator's commands say when a fault gets in their way: ``smr fault heal`` names
-the nodes it could not reach and exits 2."""
+the nodes it could not reach and exits 2, and ``smr status`` shows a node its peers declared
+dead as dead, though it still answers (cut off by a partition)."""
 
 from __future__ import annotations
 
@@ -7,10 +8,12 @@ import json
 import os
 import shutil
 import signal
+import time
 from pathlib import Path
 
 import pytest
 
+from smr.client import Client
 from tests.e2e.conftest import Cluster
 
 pytestmark = pytest.mark.e2e
@@ -57,3 +60,28 @@ def test_heal_heals_the_nodes_it_reaches_names_a_paused_one_and_passes_over_a_de
     healed = cluster.smr("fault", "heal", "--cluster", str(cluster.dir), check=False)
     assert healed.returncode == 0, healed.stderr
 
+
+def test_status_shows_a_node_its_peers_declared_dead_as_dead_while_it_answers(
+    cluster: Cluster,
+) -> None:
+    cluster.up(3)
+    addrs = {node["id"]: node["addr"] for node in cluster.spec()["nodes"]}
+    cluster.smr("fault", "partition", "n0", "--duration", "20s", "--cluster", str(cluster.dir))
+    client = Client(timeout_ms=1000)
+    try:
+        deadline = time.monotonic() + 10
+        while "n0" not in client.status(addrs["n1"])["dead_in_view"]:
+            assert time.monotonic() < deadline, "n1 never declared n0 dead"
+            time.sleep(0.1)
+        # n0, cut off, has not heard: by its own view it still serves its range.
+        assert client.status(addrs["n0"])["role"] == "serving"
+    finally:
+        client.close()
+    result = cluster.smr("status", "--cluster", str(cluster.dir), "--json", check=False)
+    roles = {row["node"]: row["role"] for row in json.loads(result.stdout)["nodes"]}
+    assert roles == {"n0": "dead", "n1": "serving", "n2": "serving"}
+    assert result.returncode == 1
+    assert result.stderr == (
+        "smr: declared dead by the other nodes, yet answering: n0 (cut off from them? the "
+        "ring serves their slots elsewhere; each rejoins empty once it hears)\n"
+    )

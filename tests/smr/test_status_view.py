@@ -8,6 +8,8 @@ from typing import Any
 import pytest
 from rich.console import Console
 
+from ring.ids import NodeId
+from ring.view import Member, Status, View
 from smr import status_view
 
 UP: dict[str, Any] = {
@@ -105,3 +107,48 @@ def test_zones_line_names_the_ranges_the_newest_view_keeps_in_one_zone() -> None
     assert line.startswith("smr: 1 ranges keep every copy in one zone: n2 (a);"), line
     assert status_view.zones_line([older, DOWN]) is None
     assert status_view.zones_line([DOWN]) is None
+
+
+def _view(n0_status: Status, n0_incarnation: int = 1) -> View:
+    return View(
+        [
+            Member(NodeId("n0"), n0_incarnation, "tcp://a", 0, "", n0_status, 3),
+            Member(NodeId("n1"), 1, "tcp://b", 8192, "", Status.UP, 1),
+        ]
+    )
+
+
+def _serving(node: str, incarnation: int = 1, role: str = "serving") -> dict[str, Any]:
+    return {**UP, "node": node, "incarnation": incarnation, "role": role}
+
+
+def test_a_node_that_answers_but_its_peers_declared_dead_shows_as_dead() -> None:
+    # A partition: n0 cut off still answers and serves by its own view; n1 took it over.
+    rows = [_serving("n0"), _serving("n1")]
+    status_view.declared_dead(rows, _view(Status.DEAD))
+    assert [row["role"] for row in rows] == ["dead", "serving"]
+    assert status_view.dead_line(rows) == (
+        "smr: declared dead by the other nodes, yet answering: n0 (cut off from them? the "
+        "ring serves their slots elsewhere; each rejoins empty once it hears)"
+    )
+    console = Console(width=80, record=True, file=io.StringIO())
+    status_view.print_table(rows, "smr cluster c", console)
+    states = {line.split()[0]: line.split()[1] for line in console.export_text().splitlines()
+              if line.split()[:1] in (["n0"], ["n1"])}  # fmt: skip
+    assert states == {"n0": "dead", "n1": "serving"}
+
+
+def test_a_node_back_as_a_new_incarnation_or_fenced_is_not_shown_dead() -> None:
+    rejoined = [_serving("n0", incarnation=2, role="standby"), _serving("n1")]
+    status_view.declared_dead(rejoined, _view(Status.DEAD, n0_incarnation=1))
+    fenced = [_serving("n0", role="fenced"), _serving("n1")]
+    status_view.declared_dead(fenced, _view(Status.DEAD))
+    alive = [_serving("n0"), _serving("n1")]
+    status_view.declared_dead(alive, _view(Status.UP))
+    for rows in (rejoined, fenced, alive):
+        assert "declared_dead" not in rows[0] and status_view.dead_line(rows) is None
+    assert [rejoined[0]["role"], fenced[0]["role"], alive[0]["role"]] == [
+        "standby",
+        "fenced",
+        "serving",
+    ]
