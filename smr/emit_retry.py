@@ -41,14 +41,18 @@ def resend(emitter: Emitter, channel: Channel, from_chan: ChannelNumber) -> None
 def retry(emitter: Emitter, channels: list[Channel]) -> None:
     """On every pump: release held rows of a move gone quiet, answer NACKs the resend limit
     skipped, send what a full socket kept back, and on a stalled channel ask for the view,
-    go back N, or give up (``DeliveryError``) past ``give_up_after_s``."""
+    go back N, or give up (``DeliveryError``) past ``give_up_after_s`` of silence (counted
+    from the start of a drain that retries an earlier failure at the earliest)."""
     now = emitter._clock()
     if emitter._holds and emitter._holds.stale(now, emitter.resend_after_s):
         # No word from the moving node in a resend interval: send the held rows again
         # (if the move still goes on, they are refused and held once more).
         release_held(emitter)
     held_since = emitter._holds.since
-    if held_since is not None and now - held_since >= emitter.give_up_after_s:
+    # Silence before a retried drain began was reported by an earlier call already.
+    counted_from = emitter.stall_counted_from
+    if held_since is not None and now - max(held_since, counted_from) >= emitter.give_up_after_s:
+        emitter.delivery_failed = True
         raise DeliveryError(
             f"{len(emitter._holds.rows)} tuples of slots being moved were held back for "
             f"{now - held_since:.0f} s: the move never ended"
@@ -68,7 +72,8 @@ def retry(emitter: Emitter, channels: list[Channel]) -> None:
                 if chan >= start:
                     emitter._transmit(channel, chan)
         stalled_s = now - channel.progress_at
-        if stalled_s >= emitter.give_up_after_s:
+        if now - max(channel.progress_at, counted_from) >= emitter.give_up_after_s:
+            emitter.delivery_failed = True
             raise DeliveryError(
                 f"node {channel.node} at {channel.outbox.addr} acknowledged nothing for "
                 f"{stalled_s:.0f} s; {sum(len(b.rows) for b in channel.unacked.values())} "

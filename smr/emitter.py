@@ -205,6 +205,10 @@ class Emitter:
         self._view_asked_at = -1e9
         # How many pump calls are under way (a re-route sends from inside one).
         self._pump_depth = 0
+        # Silence before this does not count towards giving up (smr.emit_retry); a drain
+        # after a DeliveryError moves it to its own start (see drain).
+        self.stall_counted_from = -math.inf
+        self.delivery_failed = False
         # The tuples of slots a node is handing over in a move, held back until it ends.
         self._holds = Holds()
         self._set_view(view)
@@ -506,19 +510,29 @@ class Emitter:
     def drain(self, timeout_s: float | None = None) -> None:
         """Flush, then wait until every tuple is acked; DeliveryError if that cannot happen.
 
-        ``timeout_s`` bounds the wait (default: the give-up time of a stalled channel)."""
-        self.flush()
-        deadline = self._clock() + (timeout_s if timeout_s is not None else 1e18)
-        # Re-routing while waiting may leave tuples open (see flush): send them too.
-        while self.unacked_batches or self._first_open_dest() is not None or self._holds.rows:
-            if self._clock() > deadline:
-                raise DeliveryError(
-                    f"{self.unacked_batches} batches still unacknowledged and "
-                    f"{len(self._holds.rows)} tuples of moving slots held back after "
-                    f"{timeout_s} s"
-                )
+        ``timeout_s`` bounds the wait (default: the give-up time of a stalled channel).
+        After a DeliveryError, a drain may be called again (the nodes are back, say): it
+        waits its own time, the give-up time counted from its start, and does not fail at
+        once on the silence an earlier call already reported."""
+        if self.delivery_failed:
+            self.delivery_failed = False
+            self.stall_counted_from = self._clock()
+        try:
             self.flush()
-            self.pump(timeout_ms=50)
+            deadline = self._clock() + (timeout_s if timeout_s is not None else 1e18)
+            # Re-routing while waiting may leave tuples open (see flush): send them too.
+            while self.unacked_batches or self._first_open_dest() is not None or self._holds.rows:
+                if self._clock() > deadline:
+                    raise DeliveryError(
+                        f"{self.unacked_batches} batches still unacknowledged and "
+                        f"{len(self._holds.rows)} tuples of moving slots held back after "
+                        f"{timeout_s} s"
+                    )
+                self.flush()
+                self.pump(timeout_ms=50)
+        except DeliveryError:
+            self.delivery_failed = True
+            raise
 
     def finish_mapper(self, timeout_s: float | None = None) -> None:
         """Drain, then tell the nodes the current mapper finished, so that they retire its

@@ -1,6 +1,6 @@
 """Node links from plain functions, for tests that drive a NodeCore by hand, and mapper
-transports for tests that drive an Emitter: one whose nodes ack at once, one that only
-keeps what is sent."""
+transports for tests that drive an Emitter: one whose nodes ack at once, one whose nodes
+can all be down for a while, one that only keeps what is sent."""
 
 from __future__ import annotations
 
@@ -35,16 +35,20 @@ class CallbackLinks:
 
 
 class _AckingEnd:
-    """A channel end that acks every batch at once and keeps its bodies."""
+    """A channel end that acks every batch at once and keeps its bodies; while its node is
+    down (``up[0]`` False) what it is sent is lost."""
 
-    def __init__(self, addr: str, bodies: list[tuple[int, bytes]]) -> None:
+    def __init__(
+        self, addr: str, bodies: list[tuple[int, bytes]], up: list[bool] | None = None
+    ) -> None:
         self.addr = addr
         self._bodies = bodies
+        self._up = [True] if up is None else up
         self._replies: list[list[bytes]] = []
 
     def send(self, frames: Sequence[bytes]) -> bool:
         message = decode(frames)
-        if isinstance(message, Batch):
+        if isinstance(message, Batch) and self._up[0]:
             self._bodies.append((message.n, message.body))
             self._replies.append(encode(Ack(message.stream, message.chan, Epoch(1))))
         return True
@@ -68,6 +72,25 @@ class AckingTransport:
 
     def wait_any(self, ends: Sequence[Any], timeout_ms: int) -> list[Any]:
         return [end for end in ends if end._replies]
+
+
+@dataclass
+class OutageTransport:
+    """A :class:`smr.transport.MapperTransport` whose nodes ack every batch at once while
+    they are up (``up[0]``) and lose what they are sent while down; a wait that finds no
+    reply takes its whole timeout on ``now``, the emitter's clock."""
+
+    now: list[float]
+    up: list[bool] = field(default_factory=lambda: [True])
+
+    def open(self, addr: str, send_queue_messages_max: int) -> _AckingEnd:
+        return _AckingEnd(addr, [], self.up)
+
+    def wait_any(self, ends: Sequence[Any], timeout_ms: int) -> list[Any]:
+        ready = [end for end in ends if end._replies]
+        if not ready:
+            self.now[0] += timeout_ms / 1000
+        return ready
 
 
 class RecordingEnd:

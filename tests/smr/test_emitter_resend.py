@@ -1,18 +1,22 @@
 """Go-back-N in the emitter: a NACK makes it send a channel's batches again from the one the
 node expects, once per stall (the NACKs of a pipelined window do not each start one); a NACK
 past where the last go-back-N started is answered at once, and one the limit skipped is
-answered when the limit ends, so a full window never waits for the resend timer."""
+answered when the limit ends, so a full window never waits for the resend timer. A drain
+that failed may be retried, and the retry waits its own time."""
 
 from __future__ import annotations
+
+import pytest
 
 from checkpoint.ids import MapperId
 from ring.hashing import even_tokens, slot_of
 from ring.ids import NodeId
 from ring.placement import Ring
 from ring.view import Member, Status, View
+from smr.channels import DeliveryError
 from smr.emitter import Emitter
 from smr.protocol import Ack, Batch, ChannelNumber, Nack, encode
-from tests.smr.links import RecordingTransport
+from tests.smr.links import OutageTransport, RecordingTransport
 
 SLOT_BITS = 8
 BATCHES = 6
@@ -102,3 +106,32 @@ def test_a_nack_the_limit_skipped_is_answered_when_the_limit_ends() -> None:
     assert setup.sent()[before:] == [2, 3, 4, 5, 6]
     setup.later(setup.emitter.resend_after_s / 2)  # once: the NACK was answered
     assert len(setup.sent()) == before + 5
+
+
+def test_a_flush_retried_after_the_nodes_came_back_waits_its_own_time() -> None:
+    view = View(
+        Member(NodeId(f"n{i}"), 1, f"sim://n{i}", token, "", Status.UP, 1)
+        for i, token in enumerate(even_tokens(3, SLOT_BITS))
+    )
+    now = [100.0]
+    transport = OutageTransport(now)
+    emitter = Emitter(
+        view, SLOT_BITS, MapperId("m"), replication=1, clock=lambda: now[0], transport=transport
+    )
+    transport.up[0] = False  # every node stops answering
+    emitter.emit("whale", 1)
+    with pytest.raises(DeliveryError, match="held back after 20 s"):
+        emitter.drain(20)
+    now[0] += 15  # 35 s of silence in all, past the 30 s give-up time; then they are back
+    transport.up[0] = True
+    emitter.drain(20)  # before, this raised at once: "acknowledged nothing for 35 s"
+    assert emitter.unacked_batches == 0 and emitter.tuples_acked == 1
+    # A retry while they are still away waits its own 20 s too, then says so again.
+    transport.up[0] = False
+    emitter.emit("whale", 1)
+    with pytest.raises(DeliveryError, match="held back after 20 s"):
+        emitter.drain(20)
+    retried_at = now[0]
+    with pytest.raises(DeliveryError, match="held back after 20 s"):
+        emitter.drain(20)
+    assert now[0] - retried_at >= 20
