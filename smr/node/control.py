@@ -250,6 +250,8 @@ class Control:
             "balance_above": node.settings.balance_above,
             "epoch": node.view.epoch,
             "inbox_peak": node.ingest.inbox_peak,
+            "inbox_tuples_peak": node.ingest.inbox_tuples_peak,
+            "inbox_admits_tuples": node.ingest.admit_tuples(),
             "rss_bytes": psutil.Process().memory_info().rss,
             "incarnation": node.incarnation,
             "status_in_view": member.status.value if member else None,

@@ -451,7 +451,8 @@ class NodeCore:
         ingest = self.ingest
         waiting = bool(ingest.inbox) and not ingest.capped_wait_s
         replication = self.replication
-        return waiting or self.snapshots.has_work or replication.shipping or replication.evicting
+        sending = self.snapshots.can_send_now
+        return waiting or sending or replication.shipping or replication.evicting
 
     # -- a timer fired -----------------------------------------------------------------------
 

@@ -26,9 +26,18 @@ batch's mapper id is the tuples' identity for dedup, the stream names the channe
    Before all this (5a), a batch of a mapper that said it finished
    (``smr.node.retirement``) is acked as duplicates if every seq is at or below its last
    one, and refused with ``ERROR`` otherwise.
-6. Otherwise the batch joins the bounded inbox and the channel advances. When the inbox is
-   full the node stops reading its socket, so the socket queue and then TCP push back on the
-   mappers: backpressure, never a drop.
+6. Otherwise the batch joins the bounded inbox and the channel advances. The inbox is
+   bounded in time as well as in batches: once it holds ``admit_ms`` of work at the node's
+   apply rate (its cap, else the rate it measured), or ``INBOX_BATCHES_MAX`` batches, the
+   node stops reading its socket, so the socket queue and then TCP push back on the
+   mappers: backpressure, never a drop. A saturated node thus holds a fraction of a second
+   of work, and a move never waits long for it.
+6a. A move's freeze hands back what is queued for the moving slots (:meth:`Ingest.hand_back`):
+   on each channel with a queued batch holding a moving slot, that batch and the later ones
+   leave the inbox unapplied and unacked, and the mapper is refused from that batch on,
+   as if the freeze had come before it (``NOT_OWNER`` naming the moving range): it holds
+   the moving slots' tuples back until the move ends, then sends them to the new owner,
+   and sends the rest again at once.
 7. Applying a batch skips tuples with ``seq <= hwm`` (already applied) and reduces the rest:
    per tuple, per batch (``reduce_batch``), or, with aggregators, the batches of one turn
    together (``smr.node.reducer.Reducer.apply``); only then is the batch acked (a slow node
@@ -44,6 +53,7 @@ from typing import TYPE_CHECKING, Final
 from checkpoint.bulk import Columns
 from checkpoint.ids import MapperId
 from checkpoint.loss import RESERVED_MAPPER_PREFIX
+from ring.ids import Slot
 from ring.invariants import InvariantViolation
 from ring.placement import Role
 from smr.batch_body import BatchColumns, decode_batch_body, decode_batch_ids
@@ -74,6 +84,9 @@ APPLY_TUPLES_PER_TURN: Final = 20_000
 # And at most this long per turn, whatever the tuples cost: a reducer slower than expected
 # (or a starved CPU) delays its own batches, not the node's timers, probes and acks.
 APPLY_SECONDS_PER_TURN: Final = 0.05
+# The time bound never admits fewer tuples than this (a few batches), so that a slow node
+# still reads batches of the usual sizes whole and its apply turns stay full.
+ADMIT_TUPLES_MIN: Final = 200
 # While the output table holds too many records uncommitted: how often to look again.
 OUTPUT_HELD_RETRY_S: Final = 0.05
 
@@ -105,6 +118,8 @@ class Ingest:
         # Tuples in the inbox's batches, and whether the last apply stopped with batches
         # left (its budget spent): the load a heartbeat reports.
         self.inbox_tuples = 0
+        # The most tuples the inbox has held (what the time bound of step 6 keeps small).
+        self.inbox_tuples_peak = 0
         self.behind = False
         self._expected: dict[StreamId, ChannelNumber] = {}
         # Channels owed a cumulative ack, and per stream the last batch number processed
@@ -133,8 +148,29 @@ class Ingest:
 
     @property
     def inbox_full(self) -> bool:
-        """True when the node must stop reading its socket (backpressure)."""
-        return len(self.inbox) >= INBOX_BATCHES_MAX
+        """True when the node must stop reading its socket (backpressure): the inbox holds
+        ``INBOX_BATCHES_MAX`` batches, or ``admit_ms`` of work at the node's apply rate."""
+        if len(self.inbox) >= INBOX_BATCHES_MAX:
+            return True
+        admit_tuples = self.admit_tuples()
+        return admit_tuples is not None and self.inbox_tuples >= admit_tuples
+
+    def admit_tuples(self) -> int | None:
+        """How many tuples the inbox admits (step 6): ``admit_ms`` at the node's apply rate,
+        its cap when it has one, else the rate its apply turns measured (None before any
+        was measured, or without a time bound: the batch bound alone holds)."""
+        node = self._node
+        admit_ms = node.settings.admit_ms
+        if admit_ms is None:
+            return None
+        if self.rate_cap is not None:
+            rate_per_s = self.rate_cap.rate_per_s
+        else:
+            us_per_tuple = node.load.apply_us_per_tuple
+            if us_per_tuple <= 0:
+                return None
+            rate_per_s = 1e6 / us_per_tuple
+        return max(ADMIT_TUPLES_MIN, round(rate_per_s * admit_ms / 1000))
 
     def reset(self) -> None:
         """Forget every channel and pending batch (fencing: the mappers resend to the owners)."""
@@ -278,7 +314,40 @@ class Ingest:
         self.inbox.append(Pending(identity, stream, mapper, chan, batch))
         self.inbox_tuples += len(batch)
         self.inbox_peak = max(self.inbox_peak, len(self.inbox))
+        self.inbox_tuples_peak = max(self.inbox_tuples_peak, self.inbox_tuples)
         self._expected[stream] = ChannelNumber(chan + 1)
+
+    def hand_back(self, moving: frozenset[Slot]) -> list[tuple[bytes, StreamId]]:
+        """6a: take out of the inbox, unapplied and unacked, every batch from the first one
+        per channel holding a slot of ``moving`` on, and expect that batch again on the
+        channel; returns the channels handed back (the caller refuses them with its view
+        and the moving range, so that their mappers send the moving slots' tuples to the
+        new owner once the move ends, and the rest again at once).
+
+        Guarantees: no tuple of ``moving`` is left to apply here; every batch taken out was
+        never acked (acks carry only numbers processed), so its mapper still holds it."""
+        first: dict[StreamId, tuple[bytes, ChannelNumber]] = {}
+        for pending in self.inbox:
+            batch = pending.batch
+            if pending.stream in first or batch is None or moving.isdisjoint(batch.slots):
+                continue
+            first[pending.stream] = (pending.identity, pending.chan)
+        if not first:
+            return []
+        kept: deque[Pending] = deque()
+        for pending in self.inbox:
+            handed = pending.stream in first and pending.chan >= first[pending.stream][1]
+            if not handed:
+                kept.append(pending)
+            elif pending.batch is not None:
+                self.inbox_tuples -= len(pending.batch)
+                # Never applied here: a snapshot waiting for it (Snapshots, step 0) need not.
+                self.taken_total += 1
+        self.inbox = kept
+        for stream, (_identity, chan) in first.items():
+            self._expected[stream] = chan
+        self._node.counters.batches_handed_back += len(first)
+        return [(identity, stream) for stream, (identity, _chan) in first.items()]
 
     def apply_inbox(self, tuples_max: int = APPLY_TUPLES_PER_TURN) -> None:
         """7. Apply accepted batches in order, about ``tuples_max`` tuples and

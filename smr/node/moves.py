@@ -16,9 +16,12 @@ replica set after the move that holds no copy of them before it. The protocol:
    (H keeps their part about the moving slots). H answers ``MoveCopied(through)`` when its
    copy completes and after each checkpoint it applies.
 4. Freeze (G): once H's copy is complete, G refuses batches with a moving slot (``NOT_OWNER``
-   with its view: the mappers keep them), waits until no accepted batch with a moving slot
-   is left to apply, and checkpoints: that checkpoint, ``final``, holds the moving slots'
-   last changes; it goes to R and H like any other.
+   with its view: the mappers keep them), hands back the batches with a moving slot still
+   queued in its inbox, unapplied and unacked (``Ingest.hand_back``: their mappers are
+   refused as if the freeze had come first, and send those slots' tuples to R once the
+   move ends), and checkpoints at once: that checkpoint, ``final``, holds the moving slots'
+   last changes; it goes to R and H like any other. So the freeze never waits for a queue
+   to drain.
 5. Commit (G): once H reports ``through >= final``, send ``MoveCommit(final)`` to R (and
    to H, which notes ``final``); a leaver first writes its own entry *leaving*
    (``ring.view.hand_over_all``). From here on only R decides; G resends the commit until
@@ -73,10 +76,12 @@ from smr.protocol import (
     MovePropose,
     MoveSwitched,
     Nack,
+    NotOwner,
     RequestId,
     StreamId,
     ViewReply,
     encode,
+    pack_body,
 )
 
 if TYPE_CHECKING:
@@ -312,8 +317,24 @@ class Moves:
             # 4.
             self.freeze(giving.plan.moving)
             giving.frozen_at = node.clock()
+            self._hand_back_queued(giving)
             self._to(Step.DRAINING)
         self.advance()
+
+    def _hand_back_queued(self, giving: Giving) -> None:
+        """Step 4: the batches with a moving slot still queued here go back to their
+        mappers, refused as any batch of a frozen slot is (``Ingest.hand_back``)."""
+        node = self._node
+        moving = giving.plan.moving
+        handed = node.ingest.hand_back(self.frozen)
+        view_body = pack_body(node.view.to_wire())
+        for identity, stream in handed:
+            chan = node.ingest.expected(stream)
+            refusal = NotOwner(
+                stream, chan, node.view.epoch, moving.start, moving.length, view_body
+            )
+            node.reply(identity, encode(refusal))
+            giving.refused.add((identity, stream))
 
     # -- 4-5. freeze and commit (giver) -----------------------------------------------------
 

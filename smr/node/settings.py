@@ -47,6 +47,11 @@ class NodeSettings:
     # Tuples applied per second at most (smr.node.rate_cap: emulates a smaller machine for
     # benchmarks and tests of autoscaling). None: as fast as the reducer goes.
     apply_rate_cap_per_s: float | None = None
+    # A node admits into its inbox at most this long of work at its apply rate (its cap,
+    # else what it measured) and stops reading beyond it (smr.node.ingest, step 6): a
+    # saturated node holds little, so a move, join or takeover never waits seconds for a
+    # queue to drain; the rest waits at the mappers (backpressure). None: batches only.
+    admit_ms: int | None = 200
     # Neighbour balance (smr.node.balance): a node at least this busy (utilisation, 0 to 1)
     # for a few seconds moves a third of its load to its clockwise neighbour, which accepts
     # only if it is 0.3 less busy. None: off (moves come from operators and the autoscaler).
@@ -110,6 +115,8 @@ class NodeCounters:
     moves_received: int = 0
     moves_called_off: int = 0
     batches_refused_moving: int = 0
+    # Channels whose queued batches a move's freeze handed back to their mapper (Ingest 6a).
+    batches_handed_back: int = 0
     peer_messages_dropped: int = 0
     # Bytes of the peer messages this node handed to its links (heartbeats, checkpoints,
     # snapshots, moves; tuples come from the feeders and are not counted).

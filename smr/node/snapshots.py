@@ -43,6 +43,8 @@ class Snapshots:
     def __init__(self, node: NodeCore) -> None:
         self._node = node
         self._jobs: dict[NodeId, Iterator[None]] = {}
+        # The snapshots waiting for batches accepted before them to be applied (step 0).
+        self._awaiting_apply: set[NodeId] = set()
         # Snapshot chunks applied since the receive loop last yielded (see NodeCore.turn_is_full).
         self.chunks_this_turn = 0
         # The number of the last snapshot this node began sending, and per primary the one
@@ -68,6 +70,7 @@ class Snapshots:
     def reset(self) -> None:
         """Drop every snapshot being sent or received (fencing)."""
         self._jobs.clear()
+        self._awaiting_apply.clear()
         self._copy = None
         self._receiving.clear()
         self._receiving_range.clear()
@@ -150,7 +153,11 @@ class Snapshots:
         #    that it holds them; every later one went to the secondary too (Ingest step 5).
         accepted = node.ingest.accepted_total
         while node.ingest.taken_total < accepted:
+            # Only applying moves this on: no work of its own (a capped node sleeps until
+            # its cap lets batches through, instead of turning in place).
+            self._awaiting_apply.add(secondary)
             yield
+        self._awaiting_apply.discard(secondary)
         self._snapshot_ids = snap = SnapshotNumber(self._snapshot_ids + 1)
         chunks_sent = 0
         # 1. A checkpoint in flight is shipped whole first: the secondary then applies every
@@ -214,6 +221,12 @@ class Snapshots:
     def has_work(self) -> bool:
         """True while snapshot chunks wait to be sent."""
         return bool(self._jobs)
+
+    @property
+    def can_send_now(self) -> bool:
+        """True while a snapshot can send its next chunk now: not while every snapshot
+        waits for batches to be applied first (step 0), which only applying moves on."""
+        return any(secondary not in self._awaiting_apply for secondary in self._jobs)
 
     def step(self) -> None:
         """Send one snapshot chunk per pending snapshot (each step, from choosing the chunk's

@@ -55,6 +55,9 @@ class SimConfig:
     snapshot_chunk_keys: int = _NODE_DEFAULTS.snapshot_chunk_keys
     checkpoint_part_keys: int = _NODE_DEFAULTS.checkpoint_part_keys
     backup_bytes_max: int = _NODE_DEFAULTS.backup_bytes_max
+    # Tuples a node applies per (virtual) second at most (None: no cap): a feed above the
+    # ring's cap saturates it, as the autoscaling benchmarks do.
+    apply_rate_cap_per_s: float | None = None
     # The real default (5 s) is for processes that start one after the other; simulated
     # nodes all start at virtual time 0 and hear each other within milliseconds.
     first_contact_grace_ms: int = 0

@@ -124,6 +124,7 @@ class Simulation:
             # adjacent (joins are played as Join commands instead).
             rejoin_after_fence_ms=None,
             mapper_lease_ms=config.mapper_lease_ms,
+            apply_rate_cap_per_s=config.apply_rate_cap_per_s,
         )
         self.tolerance = Tolerance(
             failure_timeout_ms=self.settings.failure_timeout_ms,
@@ -289,8 +290,16 @@ class Simulation:
         self._current = node.node_id
         try:
             work_left = core.receive_turn(receive)
-            if work_left or (arrivals and arrivals[0][0] <= now):
+            ready = bool(arrivals) and arrivals[0][0] <= now
+            capped_s = core.ingest.capped_wait_s
+            if work_left or (ready and (capped_s is None or not core.ingest.inbox_full)):
                 self._schedule(now + BACKGROUND_STEP_US, self._wake, node)
+            elif capped_s is not None:
+                # Batches held back by the apply rate cap (and, with the inbox full, the
+                # messages behind them): the real loop sleeps until the cap lets them
+                # through (smr.node.loop), then takes another turn.
+                wait_us = max(BACKGROUND_STEP_US, round(capped_s * 1e6))
+                self._schedule(now + wait_us, self._wake, node)
         finally:
             self._current = None
 
