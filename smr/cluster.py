@@ -477,41 +477,59 @@ def add_node(cluster_dir: Path, ready_timeout_s: float = 30.0, zone: str = "") -
     """Start one more node in fault zone ``zone``, on standby (it owns nothing until it
     joins: ``smr scale out``), record it in the cluster's spec, and return once it answers
     a ping."""
+    return add_nodes(cluster_dir, [zone], ready_timeout_s)[0]
+
+
+def add_nodes(
+    cluster_dir: Path, zones: Sequence[str], ready_timeout_s: float = 30.0
+) -> list[NodeSpec]:
+    """Start one more node per entry of ``zones`` (its fault zone), side by side, on
+    standby; record them in the cluster's spec and return once each answers a ping (a
+    process takes a second or two to start: several started one after the other would
+    take as many times that)."""
     spec = read_spec(cluster_dir)
-    # A removed node's id stays in the other nodes' views (as left, or dead): a new node of
-    # the same id would be taken for it. So ids are never reused in a cluster's life.
-    index = _next_node_index(spec)
-    spec.extra[NEXT_NODE_INDEX_KEY] = index + 1
+    nodes = []
     taken = _ports_of(spec)
-    node = NodeSpec(
-        id=NodeId(f"n{index}"),
-        addr=f"tcp://{LOOPBACK_HOST}:{_free_port(taken)}",
-        pub_addr=f"tcp://{LOOPBACK_HOST}:{_free_port(taken)}",
-        token=Token(0),
-        zone=zone,
-        standby=True,
-        metrics_addr=f"{LOOPBACK_HOST}:{_free_port(taken)}",
-    )
-    spec.nodes.append(node)
-    spec.seeds.append(node.addr)
+    for zone in zones:
+        # A removed node's id stays in the other nodes' views (as left, or dead): a new
+        # node of the same id would be taken for it. So ids are never reused in a
+        # cluster's life.
+        index = _next_node_index(spec)
+        spec.extra[NEXT_NODE_INDEX_KEY] = index + 1
+        node = NodeSpec(
+            id=NodeId(f"n{index}"),
+            addr=f"tcp://{LOOPBACK_HOST}:{_free_port(taken)}",
+            pub_addr=f"tcp://{LOOPBACK_HOST}:{_free_port(taken)}",
+            token=Token(0),
+            zone=zone,
+            standby=True,
+            metrics_addr=f"{LOOPBACK_HOST}:{_free_port(taken)}",
+        )
+        spec.nodes.append(node)
+        spec.seeds.append(node.addr)
+        nodes.append(node)
     write_spec(cluster_dir, spec)
-    node.pid = spawn_node(cluster_dir, node.id)
+    pids = {node.id: spawn_node(cluster_dir, node.id) for node in nodes}
+    for node in nodes:
+        node.pid = pids[node.id]
     write_spec(cluster_dir, spec)
     client = Client(timeout_ms=250)
     deadline = time.monotonic() + ready_timeout_s
     try:
-        while True:
-            try:
-                client.ping(node.addr)
-                return node
-            except NodeUnreachable:
-                if not is_our_node(node.pid, node.id) or time.monotonic() > deadline:
-                    raise ClusterError(
-                        f"the new node {node.id} did not start: "
-                        f"{_last_log_line(cluster_dir, node.id)}"
-                    ) from None
+        for node in nodes:
+            while True:
+                try:
+                    client.ping(node.addr)
+                    break
+                except NodeUnreachable:
+                    if not is_our_node(pids[node.id], node.id) or time.monotonic() > deadline:
+                        raise ClusterError(
+                            f"the new node {node.id} did not start: "
+                            f"{_last_log_line(cluster_dir, node.id)}"
+                        ) from None
     finally:
         client.close()
+    return nodes
 
 
 def remove_node(cluster_dir: Path, node_id: str, grace_s: float = 5.0) -> None:

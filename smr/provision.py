@@ -33,6 +33,11 @@ class Provisioner(Protocol):
         standby and answering requests."""
         ...
 
+    def start_many(self, count: int) -> list[NodeSpec]:
+        """``count`` new nodes (each in the zone ``start`` would choose), on standby and
+        answering; started side by side where the provisioner can."""
+        ...
+
     def stop(self, node_id: str) -> None:
         """Stop ``node_id`` (it should own nothing: it left the ring) and forget it."""
         ...
@@ -64,6 +69,16 @@ class LocalProcesses:
         if zone is None:
             zone = zone_for_new_node([node.zone for node in self.nodes()])
         return local_cluster.add_node(self.cluster_dir, zone=zone)
+
+    def start_many(self, count: int) -> list[NodeSpec]:
+        """``count`` new node processes started side by side (``smr.cluster.add_nodes``),
+        each in the zone with the fewest of the cluster's nodes counting those before it."""
+        zones = [node.zone for node in self.nodes()]
+        chosen = []
+        for _ in range(count):
+            chosen.append(zone_for_new_node(zones))
+            zones.append(chosen[-1])
+        return local_cluster.add_nodes(self.cluster_dir, chosen)
 
     def stop(self, node_id: str) -> None:
         """Stop the process and drop it from ``cluster.json`` (``smr.cluster.remove_node``)."""
@@ -137,6 +152,21 @@ class StandbyPool:
         for _ in range(self.size - left):
             self.inner.start()
         return node
+
+    def start_many(self, count: int) -> list[NodeSpec]:
+        """``count`` nodes: the pool's first, the rest started side by side; the pool
+        refills."""
+        handed = []
+        for _ in range(count):
+            if not self._pooled():
+                break
+            handed.append(self.start())
+        fresh = self.inner.start_many(count - len(handed)) if count > len(handed) else []
+        return handed + fresh
+
+    def _pooled(self) -> bool:
+        """Whether a standby node not handed out is in the pool now."""
+        return any(node.id not in self._handed_out for node in self.standby())
 
     def stop(self, node_id: str) -> None:
         """Stop ``node_id`` through the inner provisioner."""

@@ -70,6 +70,10 @@ class DockerNodes:
             raise ClusterError(f"compose project {self.project!r} has no running node container")
         return sorted(running, key=lambda c: str(c.name))[0]
 
+    def start_many(self, count: int) -> list[NodeSpec]:
+        """``count`` new node containers, one after the other."""
+        return [self.start() for _ in range(count)]
+
     def start(self, zone: str | None = None) -> NodeSpec:
         """A new node container, on standby and answering (its zone: ``zone`` or none)."""
         template = self._template()

@@ -108,6 +108,11 @@ class Controller:
         self._client = Client(timeout_ms=max(200, round(interval_s * 500)))
         self._tracks: dict[NodeId, _Track] = {}
         self.actions: deque[dict[str, Any]] = deque(maxlen=ACTIONS_KEPT)
+        # Decisions carried out (a scale-out by several nodes, or the release of several,
+        # is one): the scale actions of the papers' counts.
+        self.decisions_acted = 0
+        self.node_actions = 0
+        """Nodes added or released (``actions`` keeps the last ``ACTIONS_KEPT``)."""
         self.last_observation: Observation | None = None
         self._reason_logged = ""
         self._source_error = ""
@@ -197,6 +202,8 @@ class Controller:
         further node is released."""
         added = max(0, min(decision.nodes_wanted, self.nodes_max) - serving)
         released = decision.release[: max(0, serving - self.nodes_min)]
+        if added or released:
+            self.decisions_acted += 1
         if added:
             self._scale_out(added)
         for node in released:
@@ -205,16 +212,15 @@ class Controller:
             self._record(f"release {node}", partial(self._release, node))
 
     def _scale_out(self, count: int) -> None:
-        """Start ``count`` nodes and join them side by side (`smr.ring_ops.join_together`);
-        a node whose join fails is stopped, not offered again: whatever kept it from
-        joining (its log says) would likely keep it again, and the next scale-out starts a
-        fresh node."""
+        """Start ``count`` nodes side by side (a process takes a second or two to start)
+        and join them side by side (`smr.ring_ops.join_together`); a node whose join fails
+        is stopped, not offered again: whatever kept it from joining (its log says) would
+        likely keep it again, and the next scale-out starts a fresh node."""
         started = self._clock()
         nodes = []
         try:
-            for _ in range(count):
-                nodes.append(self.provisioner.start())
-        except Exception as error:  # fewer nodes than asked for: those join
+            nodes = self.provisioner.start_many(count)
+        except Exception as error:  # none started: nothing joins
             self._append_action("scale out", False, f"{type(error).__name__}: {error}", 0.0)
         try:
             outcomes: list[str | Exception] = list(
@@ -247,6 +253,7 @@ class Controller:
 
     def _append_action(self, what: str, ok: bool, outcome: str, took_s: float) -> None:
         (log.info if ok else log.error)("%s: %s (%.1f s)", what, outcome, took_s)
+        self.node_actions += 1
         self.actions.append(
             {
                 "at_unix_s": time.time(),

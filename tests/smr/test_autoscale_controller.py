@@ -31,6 +31,9 @@ class Provisioner:
         self.started.append(node_id)
         return NodeSpec(NodeId(node_id), "tcp://127.0.0.1:1", "tcp://127.0.0.1:2", Token(0))
 
+    def start_many(self, count: int) -> list[NodeSpec]:
+        return [self.start() for _ in range(count)]
+
     def stop(self, node_id: str) -> None:
         self.stopped.append(node_id)
 

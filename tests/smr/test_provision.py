@@ -30,6 +30,9 @@ class Started:
         self.running.append(node)
         return node
 
+    def start_many(self, count: int) -> list[NodeSpec]:
+        return [self.start() for _ in range(count)]
+
     def stop(self, node_id: str) -> None:
         self.stopped.append(node_id)
 
