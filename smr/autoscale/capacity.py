@@ -14,21 +14,28 @@ Per step (``capacity(config, memory, observation)``):
    full capacity times that skew factor. A ring with a growing backlog is saturated: what
    it applies is its capacity, whatever the lines say.
 4. Shortly after an action, keep the count while capacity covers the demand: the
-   highest of the recent average, the latest sample and the forecast peak (decisions are
-   meant to last), or while the ring is saturated (it is catching up what waited).
+   highest of the latest sample and the forecast's peak over the next ``join_s +
+   scale_in_margin_s`` (and, while the forecast follows no period, the recent average:
+   decisions are meant to last), or while the ring is saturated (it is catching up what
+   waited).
 5. Choose the smallest ``k`` in ``[nodes_min, nodes_max]`` whose capacity (at
    ``utilization_max``) covers the demand and whose **ring headroom** holds: if the
-   hottest node fails, its clockwise neighbour takes its load and catches up the backlog
-   within ``recovery_target_s`` (:func:`recovery_s`). The demand includes draining the
+   hottest node fails at the forecast's peak, its clockwise neighbour takes its load
+   and, with the nodes a scale-out adds beside it, catches up the backlog within
+   ``recovery_target_s`` (:func:`recovery_s`). The demand includes draining the
    backlog within ``drain_s`` (the source's lag too, when it reports), so a ring still
    draining one is not scaled in. Without the source's figures, a ring whose hottest node
    is saturated holds the mappers back, so what it sees is only a floor of the workload:
    outside the cooldown it plans for ``saturated_growth`` times its capacity now. More
-   nodes than now: scale out at once.
-6. Fewer: scale in once the choices of the last ``scale_in_settle_s`` stopped falling, to
-   the highest of them (one decision, not a staircase down a falling average), and only
-   by nodes whose paid period ends within ``release_window_s`` (**billing-period-aware
-   release**): a node already paid for until the end of its period serves until then.
+   nodes than now: scale out at once, by as many nodes as the demand needs (they join
+   side by side).
+6. Fewer: the demand is the forecast's peak over a join's time plus a margin, so the load
+   is forecast to stay low that long. While the forecast follows a period, scale in at
+   once; otherwise once the choices of the last ``scale_in_settle_s`` stopped falling, to
+   the highest of them (one decision, not a staircase down a falling average). Only by
+   nodes whose paid period ends within ``release_window_s`` (**billing-period-aware
+   release**, after VISP, with ``billing_period_s``): a node already paid for until the end
+   of its period serves until then, as spare capacity.
 """
 
 from __future__ import annotations
@@ -95,20 +102,32 @@ class Regression:
 class CapacityConfig:
     """The policy's parameters (times in seconds of the controller's clock)."""
 
-    utilization_max: float = 0.9
-    """Plan to use at most this share of the estimated capacity."""
+    utilization_max: float = 0.95
+    """Plan to use at most this share of the estimated capacity (the estimate reads a hair
+    under a node's true capacity when one node is hotter than the rest: at 0.9, a load
+    that 4 nodes serve at 90% got a 5th node every time)."""
     average_s: float = 10.0
     """The recent workload is averaged over this long."""
     forecast: ForecastConfig = field(default_factory=ForecastConfig)
     cooldown_s: float = 10.0
     regression_decay: float = 0.995
-    recovery_target_s: float | None = 10.0
+    recovery_target_s: float | None = 5.0
     """Ring headroom: a failure of the hottest node is caught up within this long (None:
     the rule is off)."""
     detect_s: float = 0.3
     """Failure to takeover (the recovery benchmark's median is about 0.25 s)."""
-    relief_s: float = 3.0
-    """Takeover until a join or a move relieves the neighbour."""
+    relief_s: float = 2.5
+    """Takeover until the nodes a scale-out adds serve beside the neighbour (a poll, a
+    decision and a join)."""
+    relief_nodes: int = 2
+    """How many nodes a scale-out after a failure adds beside the neighbour at most."""
+    join_s: float = 3.0
+    """A decision to the nodes it adds serving (their processes start side by side in
+    about 1.6 s on two cores, a join takes a fraction of a second, a poll up to one): the
+    forecast must cover at least this far."""
+    scale_in_margin_s: float = 5.0
+    """Scale in only if the forecast stays low for ``join_s`` and this margin: a node
+    released now could not be back before the load returns."""
     scale_in_settle_s: float = 10.0
     """Scale in only to the highest count recommended over this long, once the
     recommendations stopped falling."""
@@ -177,8 +196,11 @@ def capacity(
         return hold(observation, "waiting: no node has been measured at work yet"), memory
     count = len(observation.nodes)
     samples = max(1, round(config.average_s / config.forecast.interval_s))
-    average = forecaster.average(samples)
-    peak = forecaster.peak(config.forecast)
+    seasonal = forecaster.seasonal(config.forecast)
+    # Without a period, the recent average too (decisions are meant to last); with one,
+    # the forecast knows when the load falls and rises.
+    average = 0.0 if seasonal else forecaster.average(samples)
+    peak = forecaster.peak(config.forecast, config.join_s + config.scale_in_margin_s)
     # The latest sample too: after a step, the new level is the best forecast there is.
     # And the backlog (the nodes' and the source's), drained within drain_s.
     demand = max(average, peak, forecaster.average(1))
@@ -208,7 +230,8 @@ def capacity(
         if covered < demand:
             continue
         if config.recovery_target_s is not None and (
-            recovery_s(config, estimate, demand, nodes) > config.recovery_target_s
+            recovery_s(config, estimate, demand, nodes, observation.nodes_max)
+            > config.recovery_target_s
         ):
             continue
         chosen = nodes
@@ -223,7 +246,7 @@ def capacity(
         return decided(chosen, reason), replace(memory, acted_at_s=now)
     # 6. Scale in once the recommendations stopped falling, to the highest of them, and only
     #    by nodes at the end of a paid period.
-    settled = _settled(memory.recommended, now, config)
+    settled = chosen if seasonal else _settled(memory.recommended, now, config)
     if settled is None or settled >= count:
         return decided(count, f"{count} nodes cover the workload ({demand:,.0f}/s)"), memory
     release = releasable_nodes(config, observation)[: count - settled]
@@ -303,25 +326,38 @@ def capacities(
     return Capacities(node_full, skew, hot_factor, now)
 
 
-def recovery_s(config: CapacityConfig, estimate: Capacities, workload: float, nodes: int) -> float:
+def recovery_s(
+    config: CapacityConfig,
+    estimate: Capacities,
+    workload: float,
+    nodes: int,
+    nodes_max: int | None = None,
+) -> float:
     """The ring-headroom rule: how long until a failure of the hottest of ``nodes`` nodes
-    is caught up, its clockwise neighbour taking its load (``inf`` when it never is).
+    is caught up at ``workload`` (``inf`` when it never is).
 
-    The hottest node applies ``hot_factor * workload / nodes``; the neighbour is assumed
-    as hot. If the neighbour can apply both, it catches up the backlog of the detection
-    time with its spare capacity. Otherwise the backlog also grows until a join or a move
-    relieves it (``relief_s``), and drains at the spare capacity of one node.
+    The hottest node applies ``hot_factor * workload / nodes``; its clockwise neighbour,
+    assumed as hot, takes its load after ``detect_s``, with the backlog of that time. The
+    neighbour alone drains it with what it can apply beyond both loads (or the backlog
+    grows, when it cannot apply both), until a scale-out relieves it (``relief_s``): up to
+    ``relief_nodes`` nodes (as many as ``nodes_max`` allows after the failure; all of them
+    when it is None) join beside the neighbour and share the two ranges, and the backlog
+    drains at their spare capacity together.
     """
     if nodes < 2:
         return math.inf
     capacity_node = estimate.node_full_per_s
     load = estimate.hot_factor * workload / nodes
-    if 2 * load < capacity_node:
-        return config.detect_s + load * config.detect_s / (capacity_node - 2 * load)
-    spare = capacity_node - load
+    backlog = load * config.detect_s
+    alone_per_s = capacity_node - 2 * load  # the neighbour's drain (negative: growth)
+    if alone_per_s > 0 and backlog / alone_per_s <= config.relief_s:
+        return config.detect_s + backlog / alone_per_s
+    backlog -= alone_per_s * config.relief_s
+    room = config.relief_nodes if nodes_max is None else nodes_max - (nodes - 1)
+    added = max(0, min(config.relief_nodes, room))
+    spare = (1 + added) * capacity_node - 2 * load
     if spare <= 0:
         return math.inf
-    backlog = load * config.detect_s + (2 * load - capacity_node) * config.relief_s
     return config.detect_s + config.relief_s + backlog / spare
 
 

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from ring.ids import NodeId
 from smr.autoscale.capacity import (
+    Capacities,
     CapacityConfig,
     CapacityMemory,
     Regression,
@@ -19,7 +20,7 @@ from smr.autoscale.capacity import (
     recovery_s,
     releasable_nodes,
 )
-from smr.autoscale.forecast import ForecastConfig, Forecaster
+from smr.autoscale.forecast import ForecastConfig, Forecaster, period_of
 from smr.autoscale.model import ModelRing
 from smr.autoscale.observe import NodeReport, Observation, SourceReport, incomplete
 from smr.autoscale.policies import POLICIES, PolicyRunner
@@ -215,6 +216,69 @@ def test_a_forecast_with_a_high_recent_error_falls_back_to_the_latest_line() -> 
     assert all(value >= 0 for value in jumpy.path(config))
 
 
+def square_wave(period: int, low: float, high: float, samples: int, phase: int = 0) -> list[float]:
+    return [high if ((t + phase) % period) < period // 2 else low for t in range(samples)]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    period=st.integers(8, 60),
+    phase=st.integers(0, 59),
+    low=st.floats(0, 5000),
+    span=st.floats(100, 20_000),
+    shape=st.sampled_from(["square", "sine"]),
+)
+def test_the_period_of_a_periodic_load_is_found(
+    period: int, phase: int, low: float, span: float, shape: str
+) -> None:
+    samples = 3 * period
+    if shape == "square":
+        values = square_wave(period, low, low + span, samples, phase)
+    else:
+        values = [
+            low + span * (1 + math.sin(2 * math.pi * (t + phase) / period)) / 2
+            for t in range(samples)
+        ]
+    config = ForecastConfig(period_min=6)
+    found = period_of(tuple(values), config)
+    assert found is not None and abs(found - period) <= 1, (found, period)
+
+
+def test_a_load_without_a_period_has_none() -> None:
+    config = ForecastConfig()
+    ramp = tuple(100.0 + 10 * t for t in range(120))
+    assert period_of(ramp, config) is None
+    assert period_of(tuple([500.0] * 120), config) is None
+
+
+def test_the_seasonal_forecast_sees_the_next_edge_of_a_square_wave_coming() -> None:
+    config = ForecastConfig()
+    forecaster = Forecaster()
+    wave = square_wave(40, 2000, 10_000, 200)
+    seen_before = []
+    for t, value in enumerate(wave):
+        forecaster = forecaster.observe(config, value)
+        if t >= 100 and value == 2000 and wave[(t + 5) % 40 + 120] == 10_000:
+            # Low now, high within 5 s: the forecast over the next 8 s says so.
+            seen_before.append(forecaster.peak(config, 8))
+    assert forecaster.period == 40 and forecaster.seasonal(config)
+    assert seen_before and all(peak == pytest.approx(10_000) for peak in seen_before)
+    # A whole period ahead, it follows the wave, falls included.
+    assert forecaster.path(config, 40) == pytest.approx(square_wave(40, 2000, 10_000, 240)[200:])
+
+
+def test_a_period_that_changes_falls_back_to_the_smoothed_forecast() -> None:
+    config = ForecastConfig()
+    forecaster = Forecaster()
+    for value in square_wave(30, 1000, 5000, 150):
+        forecaster = forecaster.observe(config, value)
+    assert forecaster.seasonal(config)
+    for _ in range(40):
+        forecaster = forecaster.observe(config, 3000)  # the period is gone
+    assert not forecaster.seasonal(config)
+    assert forecaster.path(config) == pytest.approx([3000] * 10, rel=0.01)
+
+
 # -- capacity ------------------------------------------------------------------------------------
 
 
@@ -238,6 +302,29 @@ def test_headroom_recovery_grows_with_the_load_per_node() -> None:
     assert times == sorted(times, reverse=True)
     assert times[0] == math.inf  # 1500/s a node: more than one node's capacity
     assert recovery_s(config, estimate, 1000, 1) == math.inf
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    node_full=st.floats(100, 10_000),
+    hot_factor=st.floats(1, 2),
+    workload_share=st.floats(0.05, 3),
+    nodes=st.integers(1, 12),
+    relief_nodes=st.integers(0, 3),
+)
+def test_headroom_recovery_is_shorter_with_more_nodes_and_more_relief(
+    node_full: float, hot_factor: float, workload_share: float, nodes: int, relief_nodes: int
+) -> None:
+    estimate = Capacities(node_full, 1 / hot_factor, hot_factor, node_full * nodes)
+    workload = workload_share * node_full * nodes
+    config = CapacityConfig(relief_nodes=relief_nodes)
+    now = recovery_s(config, estimate, workload, nodes)
+    assert now >= config.detect_s
+    assert recovery_s(config, estimate, workload, nodes + 1) <= now
+    more_relief = CapacityConfig(relief_nodes=relief_nodes + 1)
+    assert recovery_s(more_relief, estimate, workload, nodes) <= now
+    # A ring at its ceiling (nodes_max) gets no nodes beside the neighbour.
+    assert recovery_s(config, estimate, workload, nodes, nodes_max=nodes) >= now
 
 
 def test_billing_aware_release_waits_for_the_end_of_a_paid_period() -> None:
@@ -292,6 +379,36 @@ def test_capacity_makes_one_decision_per_change_of_a_square_wave() -> None:
     changes = [t for t in range(period_s, len(workload)) if workload[t] != workload[t - 1]]
     assert len(later) == len(changes), (later, changes)
     assert max(counts[period_s:]) == 5 and min(counts[period_s:]) == 2
+    assert ring.backlog_tuples < 100
+
+
+def test_capacity_scales_out_before_the_edges_of_a_periodic_load_once_per_edge() -> None:
+    # A square wave of 80 s (the live benchmark's: 20% of the peak, then the peak), on
+    # nodes of 1000/s that serve 2 s after the decision. From the second period on, the
+    # forecast knows the period: the nodes serve when the load rises (no backlog builds),
+    # each edge gets one decision, and the policy runs within 15% of the nodes an oracle
+    # (the next second's load, joining at once) would.
+    ring = ModelRing(capacity_per_s=1000, nodes_min=2, nodes_max=8)
+    ring.start(2, 0.0)
+    runner = PolicyRunner("capacity")
+    period_s = 80
+    workload = square_wave(period_s, 720, 3600, 6 * period_s, phase=period_s // 2)
+    counts, acted = drive(ring, runner, workload)
+    settled = 2 * period_s
+    edges = [t for t in range(settled, len(workload)) if workload[t] != workload[t - 1]]
+    later = [t for t in acted if t >= settled - 5]
+    assert len(later) <= len(edges) + 1, (later, edges)
+    for edge in edges:
+        if workload[edge] > workload[edge - 1]:
+            assert counts[edge] >= 4, (edge, counts[edge - 5 : edge + 5])
+    oracle = [
+        max(2, math.ceil(workload[min(t + 1, len(workload) - 1)] / 950))
+        for t in range(len(workload))
+    ]
+    assert sum(counts[settled:]) <= 1.15 * sum(oracle[settled:]), (
+        sum(counts[settled:]),
+        sum(oracle[settled:]),
+    )
     assert ring.backlog_tuples < 100
 
 
