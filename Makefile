@@ -92,8 +92,8 @@ bench: $(STAMP)
 	$(BIN)/python bench/rebalance.py
 	$(BIN)/python bench/autoscale.py
 	$(BIN)/python bench/autoscale_live.py --duration-s 180
-	$(BIN)/python bench/autoscale_live.py --duration-s 180 --policies static+kill,capacity+kill \
-		--out bench/results/autoscale_live_kill.json
+	$(BIN)/python bench/autoscale_live.py --duration-s 180 --patterns square,sine \
+		--policies static+kill,capacity+kill --out bench/results/autoscale_live_kill.json
 	$(BIN)/python bench/report.py
 
 clean:

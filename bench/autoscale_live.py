@@ -3,7 +3,9 @@ local cluster of capped nodes (``--rate-cap``: on two cores, eight real nodes ha
 capacity than two, so each node emulates a smaller machine) while the autoscale controller
 runs a policy; against static peak provisioning in the same run.
 
-Per pattern and policy (and ``static``: the peak's nodes throughout, no controller), on a
+Per pattern and policy (and ``static``: the peak's nodes throughout, no controller; and
+``oracle``: a controller whose policy knows the load of the next ``ORACLE_LEAD_S`` and the
+cap, and runs the fewest nodes that serve it at 90%, the least a policy could use), on a
 fresh cluster (r = 1, nodes capped at ``--cap`` tuples/s; the peak needs ``--peak-nodes``
 nodes at 90%, and a policy may run up to two more while it catches up): the feeder emits
 the pattern open-loop (batches of 100), records every tuple's ack latency and, per second,
@@ -12,9 +14,10 @@ the tuples offered and acked, and writes the source's figures for the controller
 policy sees only the nodes' figures); the controller polls every second. Reported:
 node-seconds over static's, latency p50/p95/max (emit to acked by every replica, from when
 the tuple was due: time spent held back at the source by backpressure counts, rescales
-included), the source's worst lag (the age of the oldest tuple due and not emitted), omega
-per 10 s interval (acked over offered) and chi (the share outside 1 ± 0.05), the actions,
-whether every count was exact, and for the capacity policy its estimate of a node's capacity
+included) and its ECDF (in the JSON and the plot), the source's worst lag (the age of the
+oldest tuple due and not emitted), omega per 10 s interval (acked over offered) and chi (the
+share outside 1 ± 0.05), the actions, whether every count was exact, and for the capacity
+policy its estimate of a node's capacity
 and that estimate's error against the cap.
 
 A policy named ``P+kill`` runs ``P`` and SIGKILLs the busiest serving node
@@ -24,14 +27,15 @@ on, for ``CAUGHT_UP_HOLD_S``, no tuple waited over ``CAUGHT_UP_LATENCY_MS`` from
 due), against the capacity policy's recovery-time target (its ring headroom rule is meant to
 keep it).
 
-    python bench/autoscale_live.py [--patterns square,sine] [--duration-s 90] [--cap 3000]
-        [--policies static,capacity,capacity-nodes-only,target-util,thresholds]
+    python bench/autoscale_live.py [--patterns square,sine,nyc-taxi] [--duration-s 90]
+        [--cap 3000] [--policies static,oracle,capacity,capacity-nodes-only,target-util]
         [--policies static+kill,capacity+kill --out bench/results/autoscale_live_kill.json]
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import threading
 import time
@@ -61,9 +65,16 @@ from bench.harness import (  # noqa: E402
     write_report,
 )
 from bench.loads import Schedule, build  # noqa: E402
+from smr.autoscale.observe import Decision, Observation, first_released  # noqa: E402
+from smr.autoscale.policies import PolicyRunner  # noqa: E402
 
 OUT = RESULTS / "autoscale_live.json"
-POLICIES_RUN: Final = ("static", "capacity", "capacity-nodes-only", "target-util", "thresholds")
+POLICIES_RUN: Final = ("static", "oracle", "capacity")
+# The oracle knows the load this far ahead: about a join's time, so its nodes serve when the
+# load comes.
+ORACLE_LEAD_S: Final = 3.0
+# Points of the latency ECDF kept per run (quantiles evenly spaced, and the maximum).
+ECDF_POINTS: Final = 200
 # This run's policy decides without the source's figures (the feeder writes none).
 NODES_ONLY: Final = "-nodes-only"
 UTILIZATION_PLANNED: Final = 0.9
@@ -84,7 +95,7 @@ CAUGHT_UP_LATENCY_MS: Final = 1000.0
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--patterns", default="square,sine")
+    parser.add_argument("--patterns", default="square,sine,nyc-taxi")
     parser.add_argument("--duration-s", type=float, default=90.0)
     parser.add_argument("--cap", type=float, default=3000.0, help="tuples/s a node applies")
     parser.add_argument("--peak-nodes", type=int, default=4)
@@ -143,7 +154,6 @@ def run(
 ) -> dict[str, Any]:
     """One pattern under one policy on a fresh capped cluster."""
     from smr.autoscale.controller import Controller
-    from smr.autoscale.policies import PolicyRunner
 
     killing = policy.endswith(KILL)
     base_policy = policy.removesuffix(KILL)
@@ -157,17 +167,19 @@ def run(
         controller = None
         stopping = threading.Event()
         thread = None
+        oracle = None
         if base_policy != "static":
-            controller = Controller(
-                cluster_dir,
-                PolicyRunner(base_policy.removesuffix(NODES_ONLY)),
-                NODES_MIN,
-                nodes_max,
-                interval_s=1.0,
-            )
+            if base_policy == "oracle":
+                runner: PolicyRunner = Oracle(schedule, args.cap)
+                oracle = runner
+            else:
+                runner = PolicyRunner(base_policy.removesuffix(NODES_ONLY))
+            controller = Controller(cluster_dir, runner, NODES_MIN, nodes_max, interval_s=1.0)
             thread = threading.Thread(target=controller.run, args=(stopping,), daemon=True)
             thread.start()
         counts: list[int] = []
+        # The policy's decisions as they change: [second, nodes wanted, why].
+        reasons: list[list[Any]] = []
         try:
             with feeder_process(
                 _schedule_feeder,
@@ -177,10 +189,15 @@ def run(
                 not base_policy.endswith(NODES_ONLY),
             ) as feeder:
                 started = time.monotonic()
+                if oracle is not None:
+                    oracle.started_at_s = started
                 while time.monotonic() - started < schedule.duration_s:
                     time.sleep(1.0)
                     seen = controller.last_observation if controller else None
                     counts.append(len(seen.nodes) if seen else start_nodes)
+                    last = controller.policy.last if controller else None
+                    if last is not None and (not reasons or reasons[-1][2] != last.reason):
+                        reasons.append([len(counts), last.nodes_wanted, last.reason])
                     elapsed_s = time.monotonic() - started
                     if kill_at_s is not None and killed is None and elapsed_s >= kill_at_s:
                         killed = _kill_busiest(cluster_dir, elapsed_s)
@@ -201,6 +218,7 @@ def run(
         for offered, acked in _by_interval(fed["offered_per_s"], fed["acked_per_s"])
     ]
     latencies = list(fed["latency_ms"])
+    action_log = list(controller.actions) if controller else []
     figures = capacity_figures(controller.policy, args.cap) if controller is not None else {}
     return {
         **figures,
@@ -209,14 +227,17 @@ def run(
         "node_seconds": sum(counts),
         "nodes_mean": round(sum(counts) / max(1, len(counts)), 2),
         "nodes_over_time": counts,
-        "actions": len(controller.actions) if controller else 0,
-        "actions_failed": sum(not a["ok"] for a in controller.actions) if controller else 0,
-        "action_log": list(controller.actions) if controller else [],
+        "actions": controller.decisions_acted if controller else 0,
+        "node_actions": controller.node_actions if controller else 0,
+        "actions_failed": sum(not a["ok"] for a in action_log),
+        "action_log": action_log,
+        "decisions": reasons,
         "latency_ms": {
             "p50": round(percentile(latencies, 0.5) or 0.0, 1),
             "p95": round(percentile(latencies, 0.95) or 0.0, 1),
             "max": round(max(latencies, default=0.0), 1),
         },
+        "latency_ecdf_ms": _ecdf(latencies),
         "omega_by_interval": [round(o, 3) for o in omegas],
         "chi": round(sum(abs(o - 1) > OMEGA_TOLERANCE for o in omegas) / max(1, len(omegas)), 3),
         "offered_per_s": fed["offered_per_s"],
@@ -230,6 +251,51 @@ def run(
         "exact": exact,
         "kill": _recovery(killed, fed["latency_max_ms_by_due_s"]) if killing else None,
     }
+
+
+class Oracle(PolicyRunner):
+    """The oracle: it knows the schedule's load over the next ``ORACLE_LEAD_S`` and the
+    nodes' cap, and runs the fewest nodes that serve it at 90% (releasing the last started
+    first); it waits for no figures but a change under way. ``started_at_s`` (the
+    controller's clock when the feed began) is set once the feed starts; it holds until
+    then."""
+
+    def __init__(self, schedule: Schedule, cap_per_s: float) -> None:
+        super().__init__("capacity")
+        self.name = "oracle"
+        self._schedule = schedule
+        self._cap_per_s = cap_per_s
+        self.started_at_s: float | None = None
+
+    def step(self, observation: Observation) -> Decision:
+        """The nodes the coming load needs."""
+        count = len(observation.nodes)
+        if self.started_at_s is None or any(node.changing for node in observation.nodes):
+            self.last = Decision(count, "waiting")
+            return self.last
+        at_s = observation.now_s - self.started_at_s
+        steps = round(ORACLE_LEAD_S * 10)
+        coming = max(self._schedule.rate_at(at_s + step / 10) for step in range(steps + 1))
+        wanted = math.ceil(coming / (self._cap_per_s * UTILIZATION_PLANNED))
+        wanted = max(observation.nodes_min, min(observation.nodes_max, wanted))
+        release = first_released(observation, count - wanted) if wanted < count else ()
+        self.last = Decision(wanted, f"the next {ORACLE_LEAD_S:.0f} s: {coming:,.0f}/s", release)
+        return self.last
+
+
+def _ecdf(latencies: list[float]) -> list[list[float]]:
+    """``ECDF_POINTS`` points ``[latency ms, share at or below it]`` of the latencies'
+    empirical distribution, evenly spaced in share, the maximum last."""
+    if not latencies:
+        return []
+    ordered = sorted(latencies)
+    last = len(ordered) - 1
+    points = []
+    for index in range(ECDF_POINTS):
+        share = index / ECDF_POINTS
+        points.append([round(ordered[round(share * last)], 1), round(share, 4)])
+    points.append([round(ordered[-1], 1), 1.0])
+    return points
 
 
 def _kill_at_s(schedule: Schedule) -> float:
@@ -418,8 +484,23 @@ def _schedule_feeder(
 def plot(report: dict[str, Any], png: Path) -> None:
     """Per pattern: offered load and each policy's node count over time."""
     plt = pyplot()
-    patterns = sorted({entry["pattern"] for entry in report["runs"]})
-    fig, axes = plt.subplots(1, len(patterns), figsize=(6 * len(patterns), 4), squeeze=False)
+    patterns = list(dict.fromkeys(entry["pattern"] for entry in report["runs"]))
+    fig, axes = plt.subplots(2, len(patterns), figsize=(6 * len(patterns), 8), squeeze=False)
+    for ax, pattern in zip(axes[1], patterns, strict=True):
+        for entry in report["runs"]:
+            points = entry.get("latency_ecdf_ms")
+            if entry["pattern"] == pattern and points:
+                ax.step(
+                    [max(1.0, ms) for ms, _ in points],
+                    [share for _, share in points],
+                    where="post",
+                    label=entry["policy"],
+                )
+        ax.set_xscale("log")
+        ax.set_xlabel("ack latency from when due, ms (log)")
+        ax.set_ylabel("share of tuples")
+        ax.set_title(f"{pattern}: latency ECDF")
+        ax.legend(fontsize=7)
     for ax, pattern in zip(axes[0], patterns, strict=True):
         load = ax.twinx()
         for entry in report["runs"]:

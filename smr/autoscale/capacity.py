@@ -128,7 +128,7 @@ class CapacityConfig:
     scale_in_margin_s: float = 5.0
     """Scale in only if the forecast stays low for ``join_s`` and this margin: a node
     released now could not be back before the load returns."""
-    scale_in_settle_s: float = 10.0
+    scale_in_settle_s: float = 5.0
     """Scale in only to the highest count recommended over this long, once the
     recommendations stopped falling."""
     drain_s: float = 5.0
@@ -200,11 +200,17 @@ def capacity(
     # Without a period, the recent average too (decisions are meant to last); with one,
     # the forecast knows when the load falls and rises.
     average = 0.0 if seasonal else forecaster.average(samples)
-    peak = forecaster.peak(config.forecast, config.join_s + config.scale_in_margin_s)
+    # Nodes asked for now serve in join_s: a scale-out plans for the forecast that far;
+    # a scale-in only if the load stays low a margin longer (a node released now could
+    # not be back in time).
+    peak = forecaster.peak(config.forecast, config.join_s)
+    peak_kept = forecaster.peak(config.forecast, config.join_s + config.scale_in_margin_s)
     # The latest sample too: after a step, the new level is the best forecast there is.
     # And the backlog (the nodes' and the source's), drained within drain_s.
-    demand = max(average, peak, forecaster.average(1))
-    demand += observation.backlog_tuples / config.drain_s
+    draining = observation.backlog_tuples / config.drain_s
+    latest = forecaster.average(1)
+    demand = max(average, peak, latest) + draining
+    demand_kept = max(demand, peak_kept + draining)
     usable = config.utilization_max
     # Without the source's figures, a saturated ring's workload is a floor (with them, the
     # workload and the lag at the source are known, and the demand above covers both).
@@ -213,6 +219,7 @@ def capacity(
     cooling = now - memory.acted_at_s < config.cooldown_s
     if saturated and not cooling:
         demand = max(demand, estimate.now_per_s * config.saturated_growth * usable)
+        demand_kept = max(demand_kept, demand)
 
     def decided(nodes: int, reason: str, release: tuple[NodeId, ...] = ()) -> Decision:
         return Decision(nodes, reason, release, round(estimate.at(nodes), 1), round(peak, 1))
@@ -221,22 +228,12 @@ def capacity(
     #    mappers: what it applies then is that backlog, not the workload.
     if cooling and saturated:
         return decided(count, "recently scaled; catching up what waited"), memory
-    if cooling and estimate.now_per_s * usable >= demand:
+    if cooling and estimate.now_per_s * usable >= demand_kept:
         return decided(count, "recently scaled; capacity covers the workload"), memory
     # 5.
-    chosen = observation.nodes_max
-    for nodes in range(observation.nodes_min, observation.nodes_max + 1):
-        covered = estimate.at(nodes) * usable
-        if covered < demand:
-            continue
-        if config.recovery_target_s is not None and (
-            recovery_s(config, estimate, demand, nodes, observation.nodes_max)
-            > config.recovery_target_s
-        ):
-            continue
-        chosen = nodes
-        break
-    memory = replace(memory, recommended=_window(memory.recommended, now, chosen, config))
+    chosen = fewest_nodes(config, estimate, observation, demand)
+    kept = fewest_nodes(config, estimate, observation, demand_kept)
+    memory = replace(memory, recommended=_window(memory.recommended, now, kept, config))
     if chosen > count:
         reason = (
             f"workload {demand:,.0f}/s (average {average:,.0f}/s, forecast peak "
@@ -246,14 +243,31 @@ def capacity(
         return decided(chosen, reason), replace(memory, acted_at_s=now)
     # 6. Scale in once the recommendations stopped falling, to the highest of them, and only
     #    by nodes at the end of a paid period.
-    settled = chosen if seasonal else _settled(memory.recommended, now, config)
+    settled = kept if seasonal else _settled(memory.recommended, now, config)
     if settled is None or settled >= count:
-        return decided(count, f"{count} nodes cover the workload ({demand:,.0f}/s)"), memory
+        return decided(count, f"{count} nodes cover the workload ({demand_kept:,.0f}/s)"), memory
     release = releasable_nodes(config, observation)[: count - settled]
     if not release:
         return decided(count, f"{settled} nodes would do; no paid period ends soon"), memory
-    reason = f"{count - len(release)} nodes cover the workload ({demand:,.0f}/s)"
+    reason = f"{count - len(release)} nodes cover the workload ({demand_kept:,.0f}/s)"
     return decided(count - len(release), reason, release), replace(memory, acted_at_s=now)
+
+
+def fewest_nodes(
+    config: CapacityConfig, estimate: Capacities, observation: Observation, demand: float
+) -> int:
+    """Step 5: the fewest nodes within the bounds whose capacity (at ``utilization_max``)
+    covers ``demand`` and whose ring headroom holds (the most allowed when none does)."""
+    for nodes in range(observation.nodes_min, observation.nodes_max + 1):
+        if estimate.at(nodes) * config.utilization_max < demand:
+            continue
+        if config.recovery_target_s is not None and (
+            recovery_s(config, estimate, demand, nodes, observation.nodes_max)
+            > config.recovery_target_s
+        ):
+            continue
+        return nodes
+    return observation.nodes_max
 
 
 def _window(
