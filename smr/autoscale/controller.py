@@ -169,6 +169,7 @@ class Controller:
                 _utilization(status),
                 int(status["inbox_tuples"]),
                 changing,
+                status.get("token"),
             )
             reports.append(track.last)
         known = {node.id for node in spec.nodes}

@@ -43,6 +43,9 @@ class NodeReport:
     """Tuples accepted and not applied yet (the node's inbox)."""
     changing: bool = False
     """A join, leave or move at this node is under way."""
+    token: int | None = None
+    """The node's place on the ring (None when not known): a released node's range goes to
+    its clockwise neighbour, the node of the next token."""
 
 
 @dataclass(frozen=True)
@@ -132,7 +135,26 @@ def clamp(observation: Observation, nodes: int) -> int:
 
 
 def first_released(observation: Observation, count: int) -> tuple[NodeId, ...]:
-    """``count`` nodes to release when no paid period applies: the last started first (the
-    oldest nodes have the longest-lived state and copies)."""
+    """``count`` nodes to release when no paid period applies. A released node's range goes
+    to its clockwise neighbour, so where the ring order is known (every report has its
+    token) each is chosen in turn as the one whose load and its neighbour's (that neighbour
+    then carrying both) add up to the least: the ring stays as even as it can, and two
+    neighbours are not released onto one node while another carries little. Otherwise, and
+    on ties, the last started first (the oldest nodes have the longest-lived state and
+    copies)."""
     by_start = sorted(observation.nodes, key=lambda n: (n.started_at_s, n.node), reverse=True)
-    return tuple(node.node for node in by_start[:count])
+    if any(node.token is None for node in observation.nodes):
+        return tuple(node.node for node in by_start[:count])
+    order = {node.node: index for index, node in enumerate(by_start)}
+    ring = sorted(observation.nodes, key=lambda n: (n.token, n.node))
+    names = [node.node for node in ring]
+    loads = [node.applied_per_s for node in ring]
+    released: list[NodeId] = []
+    while len(released) < count and len(names) > 1:
+        pairs = [loads[i] + loads[(i + 1) % len(names)] for i in range(len(names))]
+        chosen = min(range(len(names)), key=lambda i: (pairs[i], order[names[i]]))
+        receiver = (chosen + 1) % len(names)
+        loads[receiver] += loads[chosen]
+        released.append(names.pop(chosen))
+        loads.pop(chosen)
+    return tuple(released)

@@ -22,7 +22,13 @@ from smr.autoscale.capacity import (
 )
 from smr.autoscale.forecast import ForecastConfig, Forecaster, period_of
 from smr.autoscale.model import ModelRing
-from smr.autoscale.observe import NodeReport, Observation, SourceReport, incomplete
+from smr.autoscale.observe import (
+    NodeReport,
+    Observation,
+    SourceReport,
+    first_released,
+    incomplete,
+)
 from smr.autoscale.policies import POLICIES, PolicyRunner
 from smr.autoscale.reactive import (
     TargetUtilConfig,
@@ -325,6 +331,53 @@ def test_headroom_recovery_is_shorter_with_more_nodes_and_more_relief(
     assert recovery_s(more_relief, estimate, workload, nodes) <= now
     # A ring at its ceiling (nodes_max) gets no nodes beside the neighbour.
     assert recovery_s(config, estimate, workload, nodes, nodes_max=nodes) >= now
+
+
+def ring_of(loads: list[float]) -> Observation:
+    """Nodes n0, n1, ... in ring order (tokens 0, 100, ...), applying ``loads``."""
+    nodes = [
+        NodeReport(NodeId(f"n{i}"), 0, -100, -100 + i, load, 0.5, 0, token=100 * i)
+        for i, load in enumerate(loads)
+    ]
+    return observation(0, *nodes)
+
+
+def after_releases(loads: list[float], released: tuple[NodeId, ...]) -> list[float]:
+    """The loads left once ``released`` leave in turn, each range going clockwise."""
+    names, left = [f"n{i}" for i in range(len(loads))], list(loads)
+    for node in released:
+        index = names.index(node)
+        left[(index + 1) % len(names)] += left[index]
+        names.pop(index)
+        left.pop(index)
+    return left
+
+
+def test_releases_keep_the_ring_even_where_its_order_is_known() -> None:
+    # Four even nodes down to two: not two neighbours onto one node (1/4 and 3/4 left).
+    released = first_released(ring_of([1000.0] * 4), 2)
+    assert after_releases([1000.0] * 4, released) == [2000.0, 2000.0]
+    # Without the ring order: the last started first, as before.
+    unordered = [report(f"n{i}", 0, 0.5, started_at=-100 + i) for i in range(4)]
+    assert first_released(observation(0, *unordered), 2) == (NodeId("n3"), NodeId("n2"))
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    loads=st.lists(st.floats(0, 10_000), min_size=2, max_size=8),
+    data=st.data(),
+)
+def test_the_release_choice_leaves_no_node_hotter_than_releasing_the_last_started_would(
+    loads: list[float], data: st.DataObject
+) -> None:
+    count = data.draw(st.integers(1, len(loads) - 1))
+    chosen = first_released(ring_of(loads), count)
+    assert len(set(chosen)) == count
+    # Greedy on the merged pair: each single release leaves the lightest merged load there
+    # is, so the hottest node after it is never hotter than with the last started one.
+    by_start = tuple(NodeId(f"n{i}") for i in reversed(range(len(loads))))[:count]
+    if count == 1:
+        assert max(after_releases(loads, chosen)) <= max(after_releases(loads, by_start)) + 1e-6
 
 
 def test_billing_aware_release_waits_for_the_end_of_a_paid_period() -> None:
