@@ -318,26 +318,52 @@ def autoscale_live_section(
         f"Each pattern for {report['duration_s']:.0f} s on real node processes capped at "
         f"{fmt_n(report['cap_per_node'])} tuples/s each (r = 1; the peak needs "
         f"{report['peak_nodes']} nodes at 90%; a policy may run two more while it catches "
-        "up), the controller polling every second, against static peak provisioning in the "
-        "same run. The feeder is open-loop: what backpressure holds back waits at the source "
-        "and counts. It writes its rate and lag for the controller (`source.json`), except "
-        "for `capacity-nodes-only`, which sees only the nodes' figures. Node-seconds over "
-        "static's; ack latency from when a tuple was due (rescales included); the source's "
-        "worst lag; chi (10 s intervals where acked/offered is outside 1 ± 0.05); actions; "
-        f"exactness. Machine: {fmt_machine(report)}.",
+        "up), the controller polling every second, against static peak provisioning"
+        + (
+            " and an oracle (it knows the next 3 s of load and the cap, and runs the fewest "
+            "nodes that serve it at 90%)"
+            if any(run["policy"] == "oracle" for run in report["runs"])
+            else ""
+        )
+        + " in the same run. The feeder is open-loop: what backpressure "
+        "holds back waits at the source and counts. It writes its rate and lag for the "
+        "controller (`source.json`)"
+        + (
+            ", except for `capacity-nodes-only`, which sees only the nodes' figures"
+            if any(run["policy"].endswith("-nodes-only") for run in report["runs"])
+            else ""
+        )
+        + ". Node-seconds over static's; ack latency from when a tuple was due (rescales "
+        "included); the source's worst lag; chi (10 s intervals where acked/offered is "
+        "outside 1 ± 0.05); actions: the scale decisions carried out (the nodes added or "
+        f"released, in brackets); exactness. Machine: {fmt_machine(report)}.",
         "",
-        "| pattern | policy | node-seconds | latency p50 | p95 | max | source lag max | chi "
-        "| actions | exact |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| pattern | policy | node-seconds | vs oracle | latency p50 | p95 | max | source lag "
+        "max | chi | actions | exact |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for run in report["runs"]:
         latency = run["latency_ms"]
         lag = run.get("source_lag_s_max")
         failed = run["actions_failed"]
-        actions = f"{run['actions']} ({failed} failed)" if failed else str(run["actions"])
+        actions = str(run["actions"])
+        if run.get("node_actions"):
+            actions += f" ({run['node_actions']}{f', {failed} failed' if failed else ''})"
+        elif failed:
+            actions += f" ({failed} failed)"
+        oracle = next(
+            (
+                other
+                for other in report["runs"]
+                if other["pattern"] == run["pattern"] and other["policy"] == "oracle"
+            ),
+            None,
+        )
+        versus = f"{run['node_seconds'] / oracle['node_seconds']:.2f}" if oracle else "-"
         lines.append(
             f"| {run['pattern']} | {run['policy']} | {run['node_seconds_ratio']:.2f} | "
-            f"{fmt_ms(latency['p50'])} | {fmt_ms(latency['p95'])} | {fmt_ms(latency['max'])} | "
+            f"{versus} | {fmt_ms(latency['p50'])} | {fmt_ms(latency['p95'])} | "
+            f"{fmt_ms(latency['max'])} | "
             f"{'-' if lag is None else f'{lag:.1f} s'} | {run['chi']:.2f} | "
             f"{actions} | "
             f"{'yes' if run['exact']['exact'] else 'NO'} |"
@@ -349,7 +375,7 @@ def autoscale_live_section(
             "A `+kill` run SIGKILLs its busiest serving node 10 s after the load first "
             "reaches its peak (halfway through the peak if it is shorter). Caught up: from "
             "then on, for 5 s, no tuple due waited over 1 s; the target is the capacity "
-            "policy's recovery time, which its ring headroom rule is meant to keep.",
+            "policy's recovery time, which its ring headroom rule is meant to keep (5 s).",
             "",
             "| pattern | policy | node killed | at | caught up after | target | worst latency "
             "until then |",
