@@ -300,7 +300,7 @@ class NodeCore:
         """Pass ``message`` to the role that serves its kind."""
         match message:
             case Batch():
-                self.ingest.on_batch(identity, message)
+                self.ingest.receive(identity, message)
             case Ping():
                 self.control.on_ping(identity, message)
             case MapperDone():
@@ -381,12 +381,13 @@ class NodeCore:
 
     @property
     def turn_is_full(self) -> bool:
-        """True when this turn must stop reading messages: the inbox is full, or a snapshot
-        chunk was applied (tens of ms each; chunks that arrive back to back, read in one
-        turn, would hold off heartbeats and probes for seconds), or a checkpoint part (a few
-        ms each: the batches behind it are applied and acked before the next part)."""
+        """True when this turn must stop reading messages: the inbox is full and so is the
+        queue of batches read meanwhile (``Ingest.reading_paused``), or a snapshot chunk was
+        applied (tens of ms each; chunks that arrive back to back, read in one turn, would
+        hold off heartbeats and probes for seconds), or a checkpoint part (a few ms each:
+        the batches behind it are applied and acked before the next part)."""
         return (
-            self.ingest.inbox_full
+            self.ingest.reading_paused
             or self.snapshots.chunks_this_turn > 0
             or self.replication.parts_this_turn > 0
         )
@@ -397,8 +398,9 @@ class NodeCore:
 
         1. Read and handle messages until none waits, the turn is full, or it has read
            ``MESSAGES_PER_TURN_MAX`` of them.
-        2. Apply accepted batches (a bounded number of tuples); a move being given takes
-           its next step if that waited for them (``Moves.advance``).
+        2. Apply accepted batches (a bounded number of tuples), then take the batches read
+           while the inbox was full as it has room; a move being given takes its next step
+           if that waited for them (``Moves.advance``).
         3. Send one cumulative ack per channel that advanced.
         4. End the turn: the next may read messages again.
         5. Send one chunk of each snapshot being sent.
@@ -426,6 +428,7 @@ class NodeCore:
             self.recovery.note_drained()
         # 2.
         self.ingest.apply_inbox()
+        self.ingest.take_deferred()
         if self.moves.giving is not None:
             self.moves.advance()
         # 3.

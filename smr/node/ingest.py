@@ -32,6 +32,11 @@ batch's mapper id is the tuples' identity for dedup, the stream names the channe
    node stops reading its socket, so the socket queue and then TCP push back on the
    mappers: backpressure, never a drop. A saturated node thus holds a fraction of a second
    of work, and a move never waits long for it.
+   While the inbox is full the node goes on reading its socket for the messages of its
+   peers (views, checkpoints, moves, probes: a busy node must not answer them late), and
+   keeps the batches it reads meanwhile as they came, unaccepted and unacked
+   (``Ingest.deferred``, at most ``DEFERRED_BATCHES_MAX``; then it stops reading), to be
+   taken in that order, before any batch read later, as the inbox makes room.
 6a. A move's freeze hands back what is queued for the moving slots (:meth:`Ingest.hand_back`):
    on each channel with a queued batch holding a moving slot, that batch and the later ones
    leave the inbox unapplied and unacked, and the mapper is refused from that batch on,
@@ -87,6 +92,9 @@ APPLY_SECONDS_PER_TURN: Final = 0.05
 # The time bound never admits fewer tuples than this (a few batches), so that a slow node
 # still reads batches of the usual sizes whole and its apply turns stay full.
 ADMIT_TUPLES_MIN: Final = 200
+# Batches read while the inbox is full, kept unaccepted (step 6) so that the messages of
+# peers behind them are read on time; past this many the node stops reading its socket.
+DEFERRED_BATCHES_MAX: Final = 64
 # While the output table holds too many records uncommitted: how often to look again.
 OUTPUT_HELD_RETRY_S: Final = 0.05
 
@@ -114,6 +122,8 @@ class Ingest:
     def __init__(self, node: NodeCore) -> None:
         self._node = node
         self.inbox: deque[Pending] = deque()
+        # Batches read while the inbox was full, in the order they came (step 6).
+        self.deferred: deque[tuple[bytes, Batch]] = deque()
         self.inbox_peak = 0
         # Tuples in the inbox's batches, and whether the last apply stopped with batches
         # left (its budget spent): the load a heartbeat reports.
@@ -172,9 +182,30 @@ class Ingest:
             rate_per_s = 1e6 / us_per_tuple
         return max(ADMIT_TUPLES_MIN, round(rate_per_s * admit_ms / 1000))
 
+    @property
+    def reading_paused(self) -> bool:
+        """True when the node must stop reading its socket: the inbox is full and so is the
+        queue of batches read meanwhile (backpressure)."""
+        return len(self.deferred) >= DEFERRED_BATCHES_MAX
+
+    def receive(self, identity: bytes, message: Batch) -> None:
+        """A batch read from the socket: handled now (``on_batch``), or kept in ``deferred``
+        while the inbox is full or batches read before it wait there (step 6)."""
+        if self.deferred or self.inbox_full:
+            self.deferred.append((identity, message))
+            return
+        self.on_batch(identity, message)
+
+    def take_deferred(self) -> None:
+        """Handle the batches kept while the inbox was full, in order, as it makes room."""
+        deferred = self.deferred
+        while deferred and not self.inbox_full:
+            self.on_batch(*deferred.popleft())
+
     def reset(self) -> None:
         """Forget every channel and pending batch (fencing: the mappers resend to the owners)."""
         self.inbox.clear()
+        self.deferred.clear()
         self.inbox_tuples = 0
         self.behind = False
         self._expected.clear()
