@@ -315,7 +315,14 @@ class Emitter:
 
     def _send_rows(self, dest: int, rows: list[Row]) -> None:
         epoch = self.view.epoch
-        parts = encode_within(rows, 2 * self.batch_bytes)
+        # Re-routed rows come together: cut them into batches of the usual size, as a
+        # node admits a bounded time's work at once (smr.node.ingest, step 6).
+        size = self.batch_size
+        parts = [
+            part
+            for start in range(0, len(rows), size)
+            for part in encode_within(rows[start : start + size], 2 * self.batch_bytes)
+        ]
         for index, (part, body) in enumerate(parts):
             if self.view.epoch != epoch:
                 # The view changed while an earlier part waited for window room.

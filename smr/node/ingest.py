@@ -130,6 +130,10 @@ class Ingest:
         self.inbox_tuples = 0
         # The most tuples the inbox has held (what the time bound of step 6 keeps small).
         self.inbox_tuples_peak = 0
+        # The longest time from an apply turn that left batches waiting to the next one that
+        # applied some, since `stall_s_max` was last reset (a move measures its own).
+        self.stall_s_max = 0.0
+        self._left_waiting_at: float | None = None
         self.behind = False
         self._expected: dict[StreamId, ChannelNumber] = {}
         # Channels owed a cumulative ack, and per stream the last batch number processed
@@ -432,9 +436,13 @@ class Ingest:
             self._count(reducer.apply(store, together))
         self.behind = bool(self.inbox)
         if applied:
-            load.note_apply(applied, clock() - started)
+            ended = clock()
+            load.note_apply(applied, ended - started)
             if rate_cap is not None:
                 rate_cap.spend(applied)
+            if self._left_waiting_at is not None:
+                self.stall_s_max = max(self.stall_s_max, started - self._left_waiting_at)
+            self._left_waiting_at = ended if self.behind else None
         reducer.flush_emits()
 
     def _count(self, outcome: BatchOutcome) -> None:

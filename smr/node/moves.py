@@ -198,6 +198,7 @@ class Moves:
         now = self._node.clock()
         self.giving = Giving(MoveNumber(self._numbers), plan, Step.PROPOSED, now, now)
         self.giving.peer_bytes_at_start = self._node.counters.peer_bytes_sent
+        self._node.ingest.stall_s_max = 0.0  # the record's apply_stall_ms_max
         return self.giving
 
     @property
@@ -501,6 +502,9 @@ class Moves:
             "total_ms": round((now - giving.started_at) * 1000, 1),
             "frozen_ms": round(frozen_ms, 1),
             "mappers_refused": len(giving.refused),
+            # The longest wait between two apply turns while batches waited here: what the
+            # slots that stay (and the feed) saw of the move.
+            "apply_stall_ms_max": round(node.ingest.stall_s_max * 1000, 1),
             # What the giver sent its peers meanwhile: the copy holder's snapshot of the
             # moving slots and its share of the checkpoints and heartbeats.
             "peer_bytes_sent": node.counters.peer_bytes_sent - giving.peer_bytes_at_start,

@@ -18,18 +18,18 @@ CAP_PER_S = 8000
 WORDS = 40_000
 
 
-def first_words(path: Path) -> Path:
-    """A file of the first ``WORDS`` words of the shipped books, 100 a line."""
+def first_words(path: Path, count: int = WORDS) -> Path:
+    """A file of the first ``count`` words of the shipped books, 100 a line."""
     words: list[str] = []
     for book in EXAMPLE_BOOKS:
         with gzip.open(book, "rt", encoding="utf-8", errors="replace") as text:
             for line in text:
                 words += WORD.findall(line.lower())
-                if len(words) >= WORDS:
+                if len(words) >= count:
                     break
-        if len(words) >= WORDS:
+        if len(words) >= count:
             break
-    words = words[:WORDS]
+    words = words[:count]
     path.write_text("\n".join(" ".join(words[i : i + 100]) for i in range(0, len(words), 100)))
     return path
 
