@@ -117,7 +117,9 @@ class MoveTaking:
             return f"{me}'s replica of {giver} is not complete yet"
         if covered is None or not covered.covers(moving):
             return f"{me}'s replica of {giver} does not cover the moving slots"
-        if node.ingest.inbox_full:
+        if node.ingest.reading_paused:
+            # Not merely busy (a busy node's inbox holds its 200 ms of work all the time):
+            # it has stopped reading, its inbox and the batches read meanwhile both full.
             return f"{me} is overloaded (its inbox is full)"
         busy_ppm = round(node.utilization() * 1_000_000)
         if accept_below_ppm and busy_ppm >= accept_below_ppm:
