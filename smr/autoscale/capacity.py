@@ -303,7 +303,9 @@ def learn(
         lines[node.node] = line.add(node.utilization, node.applied_per_s, config.regression_decay)
     current = {node.node for node in observation.nodes}
     lines = {node: line for node, line in lines.items() if node in current}
-    forecaster = memory.forecaster.observe(config.forecast, observation.workload_per_s)
+    forecaster = memory.forecaster.observe(
+        config.forecast, observation.workload_per_s, observation.now_s
+    )
     return replace(memory, lines=lines, forecaster=forecaster)
 
 

@@ -24,7 +24,7 @@ period changes falls back by itself.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Final
 
 # Below this many samples there is no trend to speak of.
@@ -76,10 +76,25 @@ class Forecaster:
     """The period found in ``history``, in samples (None: none found)."""
     seasonal_errors: tuple[float, ...] = ()
     """The absolute errors of the seasonal one-step forecasts of the last samples."""
+    at_s: float | None = None
+    """When the last sample was taken (None: the samples carry no time)."""
 
-    def observe(self, config: ForecastConfig, value: float) -> Forecaster:
-        """The state after one more sample (tuples/s over the last interval)."""
+    def observe(
+        self, config: ForecastConfig, value: float, at_s: float | None = None
+    ) -> Forecaster:
+        """The state after one more sample (tuples/s over the last interval), taken at
+        ``at_s`` if given: intervals missed since the last sample (a controller busy with a
+        scale action takes none) are filled in on the line between the two, so that a
+        period counts in intervals, not in samples."""
         value = max(0.0, value)
+        if at_s is not None and self.at_s is not None and self.history:
+            missed = min(config.history, round((at_s - self.at_s) / config.interval_s) - 1)
+            state, last = self, self.history[-1]
+            for step in range(1, missed + 1):
+                state = state.observe(config, last + (value - last) * step / (missed + 1))
+            return replace(state.observe(config, value), at_s=at_s)
+        if at_s is not None:
+            return replace(self.observe(config, value), at_s=at_s)
         recent = (*self.recent, value)[-config.window :]
         history = (*self.history, value)[-config.history :]
         if self.level is None:

@@ -273,6 +273,23 @@ def test_the_seasonal_forecast_sees_the_next_edge_of_a_square_wave_coming() -> N
     assert forecaster.path(config, 40) == pytest.approx(square_wave(40, 2000, 10_000, 240)[200:])
 
 
+@settings(max_examples=40, deadline=None)
+@given(gaps=st.lists(st.integers(0, 300), min_size=1, max_size=12), gap_s=st.integers(2, 6))
+def test_a_period_is_counted_in_seconds_when_samples_are_missed(
+    gaps: list[int], gap_s: int
+) -> None:
+    # A controller busy with a scale action takes no sample for a few seconds: the missed
+    # intervals are filled in, so the period found is still the load's, in seconds.
+    config = ForecastConfig()
+    wave = square_wave(40, 2000, 10_000, 320)
+    forecaster = Forecaster()
+    skipped = {t + k for t in gaps for k in range(1, gap_s)}
+    for t, value in enumerate(wave):
+        if t not in skipped:
+            forecaster = forecaster.observe(config, value, at_s=1000.0 + t)
+    assert forecaster.period in (39, 40, 41), forecaster.period
+
+
 def test_a_period_that_changes_falls_back_to_the_smoothed_forecast() -> None:
     config = ForecastConfig()
     forecaster = Forecaster()
