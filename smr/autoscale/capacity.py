@@ -273,8 +273,10 @@ def fewest_nodes(
 def _window(
     recommended: tuple[tuple[float, int], ...], now: float, nodes: int, config: CapacityConfig
 ) -> tuple[tuple[float, int], ...]:
-    """The recommendations of the last ``scale_in_settle_s``, with ``nodes`` at ``now``."""
-    kept = [(at, n) for at, n in recommended if now - at <= config.scale_in_settle_s]
+    """The recommendations of the last ``scale_in_settle_s`` and half as long again (polls
+    come a little over a second apart: the window must still span the settle time), with
+    ``nodes`` at ``now``."""
+    kept = [(at, n) for at, n in recommended if now - at <= config.scale_in_settle_s * 1.5]
     return (*kept, (now, nodes))
 
 
@@ -284,10 +286,11 @@ def _settled(
     """The highest count recommended over the settle window, if the recommendations have
     stopped falling (the highest of the window's recent half is as high) and the window is
     full; else None. Scaling in to it is one decision, not a staircase."""
-    if not recommended or now - recommended[0][0] < config.scale_in_settle_s * 0.9:
+    settle_s = config.scale_in_settle_s
+    if not recommended or now - recommended[0][0] < settle_s * 0.9:
         return None
-    highest = max(n for _, n in recommended)
-    recent = max(n for at, n in recommended if now - at <= config.scale_in_settle_s / 2)
+    highest = max(n for at, n in recommended if now - at <= settle_s)
+    recent = max(n for at, n in recommended if now - at <= settle_s / 2)
     return highest if recent == highest else None
 
 

@@ -482,6 +482,25 @@ def test_capacity_scales_out_before_the_edges_of_a_periodic_load_once_per_edge()
     assert ring.backlog_tuples < 100
 
 
+def test_capacity_scales_in_when_polls_come_a_little_over_a_second_apart() -> None:
+    # A controller polls every second plus the poll's own time: the settle window must
+    # still fill (it never did at 1.02 s a poll with a 5 s window, and the live sine kept
+    # 6 nodes through its trough).
+    config = CapacityConfig(recovery_target_s=None)
+    memory, now, wanted = CapacityMemory(), 0.0, 4
+    for step in range(60):
+        now += 1.03
+        # 30 polls of a steady 3,000/s (no period to follow), then 400/s.
+        applied = 750 if step < 30 else 100
+        nodes = [report(f"n{i}", now, applied / 1000, applied=applied) for i in range(4)]
+        decision, memory = capacity(config, memory, observation(now, *nodes, workload=4 * applied))
+        wanted = decision.nodes_wanted
+        if wanted < 4:
+            break
+    assert not memory.forecaster.seasonal(config.forecast)
+    assert wanted < 4, decision.reason
+
+
 def learned(config: CapacityConfig, nodes: int) -> CapacityMemory:
     """The capacity policy's memory after 30 s of ``nodes`` nodes at 30-48% utilisation,
     each applying 1000/s at full utilisation."""
