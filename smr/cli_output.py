@@ -4,14 +4,13 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import sys
 from pathlib import Path
 
 import click
 
 from smr.cli_options import cluster_dir_option
-from smr.output import OutputFiles
+from smr.output import OutputFiles, record_line
 from smr.spec import ClusterError
 
 
@@ -24,9 +23,10 @@ from smr.spec import ClusterError
 )
 def output_command(cluster_dir: Path, out: Path | None) -> None:
     """Every record the cluster's reducers emitted, from every node's output file (those of
-    dead nodes too), one JSON line each: {"key", "value", "origin"}. A record a takeover
-    emitted again (same origin: the tuple it came from) is written once; how many repeats
-    were dropped goes to standard error."""
+    dead nodes too), one line of strict JSON each: {"key", "value", "origin"}, bytes as
+    {"base64": ...} and a non-finite float as {"float": "NaN"}, as the files hold them. A
+    record a takeover emitted again (same origin: the tuple it came from) is written once;
+    how many repeats were dropped goes to standard error."""
     directory = cluster_dir / "output"
     if not directory.is_dir():
         raise ClusterError(f"{cluster_dir} has no output directory: is it a cluster's directory?")
@@ -41,7 +41,7 @@ def output_command(cluster_dir: Path, out: Path | None) -> None:
                 "value": record.get("value"),
                 "origin": record.get("origin"),
             }
-            sink.write(json.dumps(line) + "\n")
+            sink.write(record_line(line) + "\n")
             written += 1
     torn_note = f", {files.torn} torn lines of killed nodes skipped" if files.torn else ""
     click.echo(f"{written} records, {files.repeats} repeats dropped{torn_note}", err=True)

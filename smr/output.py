@@ -12,7 +12,9 @@ The file is the complete record of a node's output: appended, flushed every tick
 shutdown, and before each checkpoint leaves the node (:meth:`OutputSink.make_durable`), so a
 record whose state change a checkpoint carries is never lost with its node. The publish
 stream (``smr tail``) carries the same lines for watching and, by PUB's contract, skips
-messages for subscribers that fall behind.
+messages for subscribers that fall behind. Every line is strict JSON, values in their JSON
+form (:func:`smr.values.json_form`: bytes as base64, no ``NaN``), which :func:`parse_line`
+reverses.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import IO, TYPE_CHECKING, Any, Final
 
 from ring.ids import NodeId
 from smr.protocol import Output, encode
+from smr.values import form_text, from_json_form, is_plain_json, json_form
 
 if TYPE_CHECKING:
     from smr.output_table import TableSink
@@ -42,6 +45,15 @@ READ_BYTES_MAX: Final = 1 << 20
 class OutputGone(Exception):
     """A read asked for an offset past the end of the output file (a file that was replaced
     or truncated since the reader's position was taken)."""
+
+
+def record_line(record: dict[str, Any]) -> str:
+    """An output record (``{"node", "key", "value", "origin"}``, or some of them) as one line
+    of strict JSON, its key and value in their JSON form (:func:`smr.values.json_form`): how
+    the output files and ``smr output`` write records alike."""
+    if is_plain_json(record.get("key")) and is_plain_json(record.get("value")):
+        return form_text(record)
+    return form_text(json_form(record))
 
 
 class OutputSink:
@@ -68,18 +80,13 @@ class OutputSink:
         self.table = table
 
     def extend(self, records: Sequence[Emitted]) -> None:
-        """Add records; values that JSON cannot encode are written as their ``str()``."""
+        """Add records, each a line of :func:`record_line`."""
         node = self._node_id
+        pending = self._pending
         for key, value, mapper, slot, seq, index in records:
-            self._pending.append(
-                json.dumps(
-                    {
-                        "node": node,
-                        "key": key,
-                        "value": value,
-                        "origin": [mapper, slot, seq, index],
-                    },
-                    default=str,
+            pending.append(
+                record_line(
+                    {"node": node, "key": key, "value": value, "origin": [mapper, slot, seq, index]}
                 )
             )
         if self.table is not None:
@@ -209,12 +216,16 @@ class OutputFiles:
 
 
 def parse_line(line: str | bytes) -> dict[str, Any] | None:
-    """The record ``{"node", "key", "value", "origin"}`` a line of an output file holds, or
-    None if it holds none (blank, or torn by a kill mid-write)."""
+    """The record ``{"node", "key", "value", "origin"}`` a line of an output file holds, its
+    key and value as they were emitted (:func:`smr.values.from_json_form`), or None if it
+    holds none (blank, or torn by a kill mid-write). A file an earlier version wrote may
+    hold ``NaN``: it is read as the float."""
     try:
         record = json.loads(line)
     except ValueError:
         return None
     if not isinstance(record, dict) or "key" not in record:
         return None
+    record["key"] = from_json_form(record["key"])
+    record["value"] = from_json_form(record.get("value"))
     return record

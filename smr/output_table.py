@@ -27,7 +27,6 @@ emitted again by the node that replays them, and step 2 drops what was already w
 from __future__ import annotations
 
 import concurrent.futures
-import json
 import logging
 import math
 import queue
@@ -37,6 +36,8 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
+
+from smr.values import is_plain_json, json_form, json_text
 
 if TYPE_CHECKING:
     import psycopg
@@ -56,6 +57,30 @@ OVERDUE_WAIT_S: Final = 0.05
 """How long later checkpoints wait for a commit that outlived ``COMMIT_WAIT_S``."""
 STATEMENT_TIMEOUT_MS: Final = 10_000
 _TABLE_NAME = re.compile(r"[a-z_][a-z0-9_]{0,47}")
+
+
+def _jsonb_refuses(form: Any) -> str | None:
+    """The first string of a JSON form (keys too) that PostgreSQL's jsonb cannot hold: one
+    with a NUL character or a lone surrogate; None if there is none."""
+    if isinstance(form, str):
+        if "\x00" in form or not (form.isascii() or _is_utf8(form)):
+            return form
+        return None
+    if isinstance(form, dict):
+        form = [*form.keys(), *form.values()]
+    if isinstance(form, list):
+        for item in form:
+            if (refused := _jsonb_refuses(item)) is not None:
+                return refused
+    return None
+
+
+def _is_utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 class TableError(Exception):
@@ -93,14 +118,22 @@ class TableTarget:
         )
 
     def check_value(self, value: Any) -> None:
-        """TypeError if ``value`` cannot be merged into the table (``add`` needs finite
-        numbers): raised in the emitting reduce call, which then fails as a whole."""
-        if self.merge == "add" and not (
-            value.__class__ is int or (value.__class__ is float and math.isfinite(value))
-        ):
+        """TypeError if ``value`` cannot be merged into the table: ``add`` needs finite
+        numbers, ``replace`` a value whose JSON form (``smr.values.json_form``) jsonb can
+        hold (a string without NUL or a lone surrogate). Raised in the emitting reduce call,
+        which then fails as a whole: a value the table would refuse at every commit."""
+        if self.merge == "add":
+            if not (value.__class__ is int or (value.__class__ is float and math.isfinite(value))):
+                raise TypeError(
+                    f"the output table adds values, so a reducer must emit finite numbers, "
+                    f"not {value!r}"
+                )
+        elif (
+            refused := _jsonb_refuses(value if is_plain_json(value) else json_form(value))
+        ) is not None:
             raise TypeError(
-                f"the output table adds values, so a reducer must emit finite numbers, "
-                f"not {value!r}"
+                f"the output table keeps values as jsonb, which cannot hold the string "
+                f"{refused!r} (a NUL character or a lone surrogate) of {value!r}"
             )
 
     def prepare(self) -> None:
@@ -352,7 +385,7 @@ class TableSink:
                     update = f"{table}.value + EXCLUDED.value"
                     cast = "numeric"
                 else:
-                    values = [json.dumps(merged[name], default=str) for name in names]
+                    values = [json_text(merged[name]) for name in names]
                     update = "EXCLUDED.value"
                     cast = "jsonb"
                 connection.execute(

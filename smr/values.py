@@ -14,12 +14,17 @@ rest:
   which a reply cannot carry, an int of 2**64 or more, or a str with a lone surrogate never
   reaches the store. Raises :class:`StateValueError` otherwise; the node treats it as a
   failed ``reduce`` (rolled back, logged, counted).
+
+And the one way a user value leaves as JSON (:func:`json_text`, :func:`json_form`, reversed by
+:func:`from_json_form`): strict JSON, bytes as ``{"base64": ...}``, a non-finite float as
+``{"float": "NaN"}``, for the output files and every reader of them, dump and query alike.
 """
 
 from __future__ import annotations
 
 import base64
 import json
+import math
 from typing import Any, Final
 
 import msgpack
@@ -181,13 +186,121 @@ def _check_field_value(name: str, value: Any) -> None:
         ) from None
 
 
+# The JSON form of user values: one rule for every JSON the engine writes (the output files,
+# so smr output, smr tail and subscribe; dump and query; the output table's jsonb). Tags are
+# one-key objects; a user's dict that would read as a tag is wrapped in JSON_TAG_DICT.
+JSON_TAG_BYTES: Final = "base64"
+JSON_TAG_FLOAT: Final = "float"
+JSON_TAG_DICT: Final = "dict"
+_NON_FINITE: Final = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+# Values that are their own JSON form (a float only when finite).
+_PLAIN_TYPES: Final = (str, int, bool, type(None))
+# One encoder made once (json.dumps with options makes one per call).
+_STRICT_JSON: Final = json.JSONEncoder(allow_nan=False)
+
+
+def json_form(value: Any) -> Any:
+    """``value`` as strict JSON data, by one rule that :func:`from_json_form` reverses:
+
+    - ``bytes`` become ``{"base64": "..."}`` (the aggregators' sketches are bytes);
+    - a float that is not finite becomes ``{"float": "NaN"}`` (or ``"Infinity"``,
+      ``"-Infinity"``): JSON has no such numbers;
+    - a dict that would read as one of these tags (``{"base64": str}``, ``{"float": "NaN"}``
+      ...) or as this wrapping (``{"dict": {...}}``) becomes ``{"dict": {...}}``;
+    - tuples become lists, dict keys strings as ``json`` makes them (``1`` is ``"1"``), and
+      anything else JSON has no form for (a set, an object) its ``str()``.
+    """
+    cls = value.__class__
+    if cls in _PLAIN_TYPES:
+        return value
+    if cls is float:
+        return value if math.isfinite(value) else {JSON_TAG_FLOAT: _float_name(value)}
+    if isinstance(value, bytes | bytearray | memoryview):
+        return {JSON_TAG_BYTES: base64.b64encode(value).decode("ascii")}
+    if isinstance(value, dict):
+        form = {_json_key(key): json_form(item) for key, item in value.items()}
+        return {JSON_TAG_DICT: form} if _reads_as_tag(form) else form
+    if isinstance(value, list | tuple):
+        return [json_form(item) for item in value]
+    # Subclasses of the plain types (an IntEnum, a StrEnum) as their plain values.
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, str):
+        return str.__str__(value)
+    if isinstance(value, float):
+        return json_form(float(value))
+    return str(value)
+
+
+def is_plain_json(value: Any) -> bool:
+    """Whether ``value`` is its own JSON form (a str, an int, a finite float, a bool, None):
+    the common case, written without walking :func:`json_form`."""
+    cls = value.__class__
+    return cls in _PLAIN_TYPES or (cls is float and math.isfinite(value))
+
+
+def from_json_form(data: Any) -> Any:
+    """The value :func:`json_form` made ``data`` of (parsed JSON): tags back to bytes,
+    non-finite floats and dicts. What no tag names is returned as it is (lists stay lists)."""
+    if isinstance(data, dict):
+        if len(data) == 1:
+            ((tag, inner),) = data.items()
+            if tag == JSON_TAG_BYTES and isinstance(inner, str):
+                try:
+                    return base64.b64decode(inner, validate=True)
+                except ValueError:
+                    pass
+            elif tag == JSON_TAG_FLOAT and isinstance(inner, str) and inner in _NON_FINITE:
+                return _NON_FINITE[inner]
+            elif tag == JSON_TAG_DICT and isinstance(inner, dict):
+                return {key: from_json_form(item) for key, item in inner.items()}
+        return {key: from_json_form(item) for key, item in data.items()}
+    if isinstance(data, list):
+        return [from_json_form(item) for item in data]
+    return data
+
+
+def json_text(value: Any) -> str:
+    """``value`` as one line of strict JSON (:func:`json_form`): no ``NaN`` or ``Infinity``,
+    bytes as base64, the same for every reader."""
+    return form_text(value if is_plain_json(value) else json_form(value))
+
+
+def form_text(form: Any) -> str:
+    """Data already in its JSON form (what :func:`json_form` returns, or a container of
+    plain values) as one line of strict JSON; ValueError for a NaN left in it."""
+    return _STRICT_JSON.encode(form)
+
+
 def state_json(record: Any) -> str:
-    """``record`` (states read from nodes) as one line of JSON. A state may hold what JSON has
-    no form for: bytes become ``{"base64": "..."}`` (the aggregators' sketches are bytes)."""
-    return json.dumps(record, default=_json_default)
+    """``record`` (states read from nodes, for ``smr dump`` and ``smr query``) as one line of
+    JSON, by :func:`json_text`'s rule."""
+    return json_text(record)
 
 
-def _json_default(value: Any) -> Any:
-    if isinstance(value, bytes | bytearray):
-        return {"base64": base64.b64encode(value).decode("ascii")}
-    raise TypeError(f"{type(value).__name__} has no JSON form")
+def _float_name(value: float) -> str:
+    if math.isnan(value):
+        return "NaN"
+    return "Infinity" if value > 0 else "-Infinity"
+
+
+def _json_key(key: Any) -> str:
+    """A dict key as JSON writes it: a str as it is, a number, bool or None as ``json``
+    spells it (``1`` as ``"1"``, ``True`` as ``"true"``), anything else as its ``str()``."""
+    if key.__class__ is str:
+        return key
+    if isinstance(key, bool | int | float) or key is None:
+        return json.dumps(key)
+    return str(key)
+
+
+def _reads_as_tag(form: dict[str, Any]) -> bool:
+    """Whether a dict's JSON form would be read back by :func:`from_json_form` as a tag."""
+    if len(form) != 1:
+        return False
+    ((tag, inner),) = form.items()
+    if tag == JSON_TAG_BYTES:
+        return isinstance(inner, str)
+    if tag == JSON_TAG_FLOAT:
+        return isinstance(inner, str) and inner in _NON_FINITE
+    return tag == JSON_TAG_DICT and isinstance(inner, dict)

@@ -203,3 +203,24 @@ def _split_lines_failing_once(lines: list[str]) -> tuple[list[str], list[int]]:
 
 
 failing_once_fast = Job("failing-once", map_batch=_split_lines_failing_once, reduce=agg.count())
+
+
+# Values JSON has no plain form for (and a dict that looks like the form's own tag), each
+# kept in its marker word's state and emitted by `odd_values`.
+ODD_VALUES: dict[str, Any] = {
+    "zzbytes": b"\x00\xff",
+    "zznan": float("nan"),
+    "zzinf": float("inf"),
+    "zzneginf": float("-inf"),
+    "zztaglike": {"base64": "AP8="},
+    "zznested": [b"\x01", {"float": "NaN"}, 2.5],
+}
+
+
+def keep_and_emit_odd(word: str, n: int, state: dict[str, Any], emit: Any) -> None:
+    value = ODD_VALUES[word]
+    state["value"] = value
+    emit(word, value)
+
+
+odd_values = Job("odd-values", map=split_words, reduce=keep_and_emit_odd)

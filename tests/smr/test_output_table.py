@@ -86,6 +86,19 @@ def test_bad_targets_are_refused_with_the_reason(postgres_dsn: str) -> None:
     TableTarget(postgres_dsn, "typed", "add").check_value(7.5)
 
 
+@pytest.mark.parametrize("value", ["a\x00b", "\ud800", {"k": ["x", "\udc00"]}, {"\x00": 1}])
+def test_a_value_jsonb_cannot_hold_fails_its_reduce_call_in_replace(value: object) -> None:
+    with pytest.raises(TypeError, match="jsonb"):
+        TableTarget("host=127.0.0.1", "t", "replace").check_value(value)
+
+
+@pytest.mark.parametrize(
+    "value", [b"\x00\xff", float("nan"), float("-inf"), "\u00e9\U0001f600", {"base64": "AP8="}]
+)
+def test_values_json_has_no_plain_form_for_go_to_the_table_in_replace(value: object) -> None:
+    TableTarget("host=127.0.0.1", "t", "replace").check_value(value)
+
+
 def test_a_commit_that_hangs_holds_the_caller_briefly_and_completes_later(
     postgres_dsn: str,
 ) -> None:
