@@ -263,12 +263,20 @@ class Client:
         )
 
     def output_each(
-        self, offsets: Mapping[str, int], max_bytes: int
+        self, offsets: Mapping[str, int], max_bytes: int, of: Mapping[str, str] | None = None
     ) -> dict[str, OutputReply | NodeUnreachable | RuntimeError]:
         """Each address's output lines from its offset (about ``max_bytes``), asked all at
-        once; or why not (NodeRefused when the offset is past the end of its file)."""
+        once; or why not (NodeRefused when the offset is past the end of its file). With
+        ``of``, an address it names reads that node's file from its disk instead (NodeRefused
+        if it holds none)."""
+        of = of or {}
         requests = {
-            addr: functools.partial(OutputRequest, offset=offset, max_bytes=max_bytes)
+            addr: functools.partial(
+                OutputRequest,
+                offset=offset,
+                max_bytes=max_bytes,
+                of=None if addr not in of else NodeId(of[addr]),
+            )
             for addr, offset in offsets.items()
         }
         return self.request_each(list(requests), requests, OutputReply)

@@ -40,9 +40,7 @@ import logging
 import os
 import time
 import uuid
-from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Final
@@ -57,10 +55,9 @@ from smr.api import Job, load_job
 from smr.channels import DeliveryError
 from smr.client import QUERY_KEYS_MAX, Client, NodeUnreachable, cluster_view
 from smr.emitter import BATCH_SIZE_DEFAULT, LINGER_MS_DEFAULT, WINDOW_BATCHES_DEFAULT, Emitter
-from smr.output import Repeats, parse_line
-from smr.protocol import OutputReply
 from smr.seeds import ClusterRef
 from smr.stream_history import HistoryUnknown, MapperIdReused, mapper_history
+from smr.subscription import OutputRecord, Subscription
 from smr.transport.security import load_keys
 from smr.transport.zeromq import use_keys, use_keys_of
 from smr.values import EmitError
@@ -87,26 +84,11 @@ REQUEST_TIMEOUT_MS: Final = 1000
 # Pairs of an iterator checked and emitted together by emit_many.
 EMIT_CHUNK_PAIRS: Final = 10_000
 SCAN_PAGE_KEYS: Final = 10_000
-OUTPUT_READ_BYTES: Final = 1 << 20
-# How often a subscription asks the nodes for new output when there was none.
-OUTPUT_POLL_S: Final = 0.1
-VIEW_REFRESH_S: Final = 1.0
 
 
 class Unreachable(NodeUnreachable):
     """A call could not reach the nodes it needed within its timeout (the message names
     them, or the slot or key it could not read)."""
-
-
-@dataclass(frozen=True, slots=True)
-class OutputRecord:
-    """One record a reducer emitted: the node that emitted it, its key, its value, and its
-    origin ``(mapper, slot, seq, index)``, the tuple it was emitted for (``smr.output``)."""
-
-    node: str
-    key: Any
-    value: Any
-    origin: tuple[str, int, int, int] | None = None
 
 
 def connect(
@@ -412,8 +394,10 @@ class Cluster:
     ) -> Subscription:
         """The records reducers emit, as ``smr tail`` shows them, from ``position``: "end"
         (from now), "start" (everything each node's output holds), or a
-        :attr:`Subscription.position` taken earlier (node -> byte offset)."""
-        return Subscription(self, position, idle_timeout_s)
+        :attr:`Subscription.position` taken earlier (node -> byte offset). Every record a
+        node wrote is returned, or its node named in :attr:`Subscription.unread_of_dead`
+        (see :class:`Subscription`)."""
+        return Subscription(self.view, self._client, position, idle_timeout_s)
 
     # -- the end -------------------------------------------------------------------------------
 
@@ -452,133 +436,6 @@ class Cluster:
             self.close()
         else:
             self.abort()
-
-
-class Subscription:
-    """An iterator of :class:`OutputRecord`, read from each node's output file in order.
-
-    :attr:`position` (node -> byte offset) always points just after the last record
-    returned: give it to :meth:`Cluster.subscribe` to go on from there. Records of a node
-    that does not answer are read when it answers again; a node's records come in the order
-    it wrote them, those of different nodes interleaved. A record whose origin came
-    before (a takeover's replay) is skipped: each origin is returned once, at the cost of
-    remembering every origin read. Iteration ends after ``idle_timeout_s`` without a record
-    (never, by default).
-
-    A subscription reads through the nodes: what a node wrote and the subscription had not
-    read when the node died stays on that node's disk (``smr output`` reads a local
-    cluster's files, an output table has every record). It is not passed over in silence:
-    :attr:`unread_of_dead` says which dead node had at least how many bytes unread (as of the
-    node's last answer), and a warning is logged.
-    """
-
-    def __init__(
-        self, cluster: Cluster, position: Mapping[str, int] | str, idle_timeout_s: float | None
-    ) -> None:
-        if isinstance(position, str) and position not in ("start", "end"):
-            raise ValueError(f'position must be "start", "end" or a mapping, not {position!r}')
-        self._cluster = cluster
-        self.position: dict[str, int] = dict(position) if isinstance(position, Mapping) else {}
-        self._idle_timeout_s = idle_timeout_s
-        self._pending: deque[tuple[str, int, OutputRecord | None]] = deque()
-        self.repeats = Repeats()
-        # Torn lines passed over: a node killed mid-write (their records come again).
-        self.torn = 0
-        self._sizes: dict[str, int] = {}
-        self.unread_of_dead: dict[str, int] = {}
-        # "From now" places the nodes that answer now at their end; a node placed later
-        # (one that did not answer then, or joined since) is read from its start, so its
-        # records of the time in between are not skipped.
-        self._from_end = position == "end"
-        if self._from_end:
-            self._place_new_nodes()
-            self._from_end = False
-
-    def __iter__(self) -> Iterator[OutputRecord]:
-        return self
-
-    def __next__(self) -> OutputRecord:
-        idle_since = time.monotonic()
-        while True:
-            while not self._pending:
-                self._read()
-                if self._pending:
-                    break
-                if (
-                    self._idle_timeout_s is not None
-                    and time.monotonic() - idle_since >= self._idle_timeout_s
-                ):
-                    raise StopIteration
-                time.sleep(OUTPUT_POLL_S)
-            node, end_offset, record = self._pending.popleft()
-            self.position[node] = end_offset
-            if record is not None:  # None: a repeat or a torn line, passed over
-                return record
-
-    def _place_new_nodes(self) -> dict[str, str]:
-        """The live nodes (id -> address), each first seen given its starting offset: its
-        end when placed as the subscription starts from now, else 0 (all it holds)."""
-        cluster = self._cluster
-        view = cluster.view(refresh=time.monotonic() - cluster._view_at > VIEW_REFRESH_S)
-        addrs = {
-            str(member.node_id): member.addr
-            for member in view.members.values()
-            if member.status is not Status.DEAD
-        }
-        new = [node for node in addrs if node not in self.position]
-        if new and self._from_end:
-            sizes = cluster._client.output_each({addrs[n]: 0 for n in new}, 0)
-            for node in new:
-                size = sizes[addrs[node]]
-                if isinstance(size, OutputReply):
-                    self.position[node] = size.size
-        elif new:
-            self.position.update(dict.fromkeys(new, 0))
-        return addrs
-
-    def _read(self) -> None:
-        """Read the next lines of every live node into ``_pending``, each with the offset
-        just after it (a node that does not answer is read next time; one that refuses
-        its offset, its output file replaced, raises RuntimeError)."""
-        cluster = self._cluster
-        addrs = self._place_new_nodes()
-        for node, size in self._sizes.items():
-            unread = size - self.position.get(node, size)
-            if node not in addrs and unread > 0 and node not in self.unread_of_dead:
-                self.unread_of_dead[node] = unread
-                log.warning(
-                    "node %s died with %d bytes of output this subscription had not read: "
-                    "they are in its output file (smr output reads a local cluster's files)",
-                    node,
-                    unread,
-                )
-        offsets = {addrs[n]: self.position[n] for n in addrs if n in self.position}
-        replies = cluster._client.output_each(offsets, OUTPUT_READ_BYTES)
-        for node, addr in addrs.items():
-            reply = replies.get(addr)
-            if isinstance(reply, RuntimeError):
-                raise RuntimeError(f"cannot follow the output of {node}: {reply}")
-            if not isinstance(reply, OutputReply):
-                continue
-            self._sizes[node] = reply.size
-            self.unread_of_dead.pop(node, None)  # back: it is read again
-            offset = offsets[addr]
-            for line in reply.body.splitlines(keepends=True):
-                offset += len(line)
-                entry = parse_line(line)
-                origin = None if entry is None else entry.get("origin")
-                if entry is None:
-                    self.torn += line.strip() != b""
-                if entry is None or self.repeats.is_repeat(origin):
-                    self._pending.append((node, offset, None))
-                    continue
-                record = OutputRecord(
-                    entry["node"],
-                    entry["key"],
-                    entry["value"],
-                    None if origin is None else tuple(origin),
-                )
-                self._pending.append((node, offset, record))
 
 
 def _checked_key(key: Any) -> str | int:

@@ -15,6 +15,10 @@ stream (``smr tail``) carries the same lines for watching and, by PUB's contract
 messages for subscribers that fall behind. Every line is strict JSON, values in their JSON
 form (:func:`smr.values.json_form`: bytes as base64, no ``NaN``), which :func:`parse_line`
 reverses.
+
+A node reads its own file for a subscriber, and the file of another node that its disk
+holds beside its own (a local cluster's directory, a volume the nodes share), so that what a
+dead node wrote can still be read (:meth:`OutputSink.read_of`).
 """
 
 from __future__ import annotations
@@ -47,6 +51,19 @@ class OutputGone(Exception):
     or truncated since the reader's position was taken)."""
 
 
+class OutputMissing(Exception):
+    """A read asked for the output file of a node that this node's disk does not hold (the
+    nodes do not share a directory), or named a node no file can be named after."""
+
+
+def output_path(directory: Path, node_id: str) -> Path:
+    """The output file of node ``node_id`` in ``directory``: ``ID.jsonl``. OutputMissing
+    for an id that is not a plain file name (a path, a hidden name)."""
+    if not node_id or node_id.startswith(".") or any(c in node_id for c in "/\\\0"):
+        raise OutputMissing(f"no output file is named after node {node_id!r}")
+    return directory / f"{node_id}.jsonl"
+
+
 def record_line(record: dict[str, Any]) -> str:
     """An output record (``{"node", "key", "value", "origin"}``, or some of them) as one line
     of strict JSON, its key and value in their JSON form (:func:`smr.values.json_form`): how
@@ -54,6 +71,31 @@ def record_line(record: dict[str, Any]) -> str:
     if is_plain_json(record.get("key")) and is_plain_json(record.get("value")):
         return form_text(record)
     return form_text(json_form(record))
+
+
+def read_lines(path: Path, offset: int, max_bytes: int) -> tuple[bytes, int, int]:
+    """The whole lines of ``path`` from byte ``offset``, about ``max_bytes`` of them (at
+    least one line if there is one, capped at ``READ_BYTES_MAX``; none for 0), the offset
+    after them, and the file's size. A line not yet ended (being written, or torn by a kill)
+    is not read. OutputGone if ``offset`` is past the end of the file."""
+    with open(path, "rb") as file:
+        size = file.seek(0, 2)
+        if offset > size:
+            raise OutputGone(
+                f"output offset {offset} is past the end of {path.name} ({size} bytes)"
+            )
+        if max_bytes <= 0:
+            return b"", offset, size
+        max_bytes = min(max_bytes, READ_BYTES_MAX)
+        file.seek(offset)
+        data = file.read(max_bytes)
+        end = data.rfind(b"\n") + 1
+        while end == 0 and len(data) < size - offset:
+            # A line longer than max_bytes: read on to its end.
+            more = file.read(max_bytes)
+            data += more
+            end = data.rfind(b"\n") + 1
+    return data[:end], offset + end, size
 
 
 class OutputSink:
@@ -125,28 +167,23 @@ class OutputSink:
             self.table.start_commit()
 
     def read(self, offset: int, max_bytes: int) -> tuple[bytes, int, int]:
-        """The whole lines written from byte ``offset`` of the file, about ``max_bytes`` of
-        them (at least one line if there is one, capped at ``READ_BYTES_MAX``; none for 0),
-        the offset after them, and the file's size. Lines still pending are not read: they
-        are written within a tick. OutputGone if ``offset`` is past the end of the file."""
-        with open(self.path, "rb") as file:
-            size = file.seek(0, 2)
-            if offset > size:
-                raise OutputGone(
-                    f"output offset {offset} is past the end of {self.path.name} ({size} bytes)"
-                )
-            if max_bytes <= 0:
-                return b"", offset, size
-            max_bytes = min(max_bytes, READ_BYTES_MAX)
-            file.seek(offset)
-            data = file.read(max_bytes)
-            end = data.rfind(b"\n") + 1
-            while end == 0 and len(data) < size - offset:
-                # A line longer than max_bytes: read on to its end.
-                more = file.read(max_bytes)
-                data += more
-                end = data.rfind(b"\n") + 1
-        return data[:end], offset + end, size
+        """This node's output lines from byte ``offset`` (:func:`read_lines`). Lines still
+        pending are not read: they are written within a tick."""
+        return read_lines(self.path, offset, max_bytes)
+
+    def read_of(self, node_id: str, offset: int, max_bytes: int) -> tuple[bytes, int, int]:
+        """The output lines of node ``node_id`` from byte ``offset``, from its file beside
+        this node's own (:func:`read_lines`): what a node that died wrote, for a subscriber
+        that cannot reach it. OutputMissing if this node's disk holds no such file."""
+        if node_id == self._node_id:
+            return self.read(offset, max_bytes)
+        path = output_path(self.path.parent, node_id)
+        try:
+            return read_lines(path, offset, max_bytes)
+        except FileNotFoundError:
+            raise OutputMissing(
+                f"this node's disk holds no output file of {node_id} ({path.parent} has none)"
+            ) from None
 
     def close(self) -> bool:
         """Flush and close the file; commit what the table holds. False if the table did

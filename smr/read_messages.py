@@ -63,12 +63,15 @@ class QueryReply:
 @dataclass(frozen=True, slots=True)
 class OutputRequest:
     """Asks for the node's output records from byte ``offset`` of its output file, at most
-    about ``max_bytes`` of them; answered by :class:`OutputReply`."""
+    about ``max_bytes`` of them; answered by :class:`OutputReply`. With ``of``, the records
+    of that node, from its file on the answering node's disk (ERROR if it holds none): how a
+    subscriber reads what a node that died wrote."""
 
     kind: ClassVar[Kind] = Kind.OUTPUT_REQUEST
     req: RequestId
     offset: int
     max_bytes: int
+    of: NodeId | None = None
 
 
 @dataclass(frozen=True, slots=True)

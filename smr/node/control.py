@@ -20,7 +20,7 @@ from ring.moves import MoveRefused
 from ring.placement import Role, SlotRange
 from ring.view import Status
 from ring.zones import one_zone_ranges
-from smr.output import OutputGone
+from smr.output import OutputGone, OutputMissing
 from smr.protocol import (
     DumpReply,
     DumpRequest,
@@ -107,12 +107,19 @@ class Control:
         node.reply(identity, encode(DumpReply(message.req, next_slot, body)))
 
     def on_output_request(self, identity: bytes, message: OutputRequest) -> None:
-        """This node's output lines from ``offset`` (``smr.output.OutputSink.read``); ERROR
-        if the offset is past the end of its file."""
+        """This node's output lines from ``offset`` (``smr.output.OutputSink.read``), or
+        those of node ``of`` from its file on this node's disk (``read_of``); ERROR if the
+        offset is past the end of the file, or this node holds no such file."""
         node = self._node
+        output = node.reducer.output
         try:
-            lines, next_offset, size = node.reducer.output.read(message.offset, message.max_bytes)
-        except (OutputGone, OSError) as error:
+            if message.of is None:
+                lines, next_offset, size = output.read(message.offset, message.max_bytes)
+            else:
+                lines, next_offset, size = output.read_of(
+                    message.of, message.offset, message.max_bytes
+                )
+        except (OutputGone, OutputMissing, OSError) as error:
             node.reply(identity, encode(Error(message.req, str(error))))
             return
         node.reply(identity, encode(OutputReply(message.req, next_offset, size, lines)))

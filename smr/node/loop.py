@@ -26,7 +26,7 @@ from smr.api import load_job
 from smr.node.core import TICK_MS, NodeCore, Timer
 from smr.node.disk import DiskError, DiskState
 from smr.node.settings import NodeSettings
-from smr.output import OutputSink
+from smr.output import OutputSink, output_path
 from smr.output_table import TableSink
 from smr.protocol import (
     Error,
@@ -98,6 +98,7 @@ def serve(
         # A cluster with keys (DIR/keys, or $SMR_KEYS): the inbox and the output accept only
         # its clients, and this node reaches its peers as one.
         keys = use_keys_of(cluster_dir)
+        output_file = output_path(cluster_dir / "output", node_id)
         inbox = Inbox(me.bind_addr)
         publisher = Publisher(me.pub_bind_addr)
     except Exception as error:  # every start-up failure is a one-line, actionable error
@@ -105,7 +106,7 @@ def serve(
         return 2
     output = OutputSink(
         node_id,
-        cluster_dir / "output" / f"{node_id}.jsonl",
+        output_file,
         publisher.publish,
         None if table is None else TableSink(table),
     )

@@ -12,7 +12,7 @@ import pytest
 
 from checkpoint.delta import encode_delta
 from ring.hashing import slot_of
-from ring.ids import Slot
+from ring.ids import NodeId, Slot
 from ring.invariants import InvariantViolation
 from smr.api import Job
 from smr.node.reducer import Reducer
@@ -151,3 +151,21 @@ def test_output_reads_whole_lines_from_an_offset_and_refuse_one_past_the_end(
     assert isinstance(size_only, OutputReply) and (size_only.body, size_only.size) == (b"", end)
     past = _request(node, encode(OutputRequest(RequestId(4), end + 1, 100)))
     assert isinstance(past, Error) and "past the end" in past.message
+
+
+def test_a_node_reads_another_nodes_output_file_only_from_beside_its_own(node: Harness) -> None:
+    # A dead node's file in the same output directory (a local cluster's): read from an offset.
+    other = node.output_path.parent / "n9.jsonl"
+    other.write_text('{"node": "n9", "key": "k", "value": 1, "origin": ["m", 0, 1, 0]}\n{"no')
+    reply = _request(node, encode(OutputRequest(RequestId(1), 0, 100, NodeId("n9"))))
+    assert isinstance(reply, OutputReply) and reply.body.decode().count("\n") == 1
+    assert (reply.next_offset, reply.size) == (
+        other.read_bytes().index(b"\n") + 1,
+        other.stat().st_size,
+    )
+    for name, reason in (
+        ("n8", "holds no output file of n8"),
+        ("../n9", "no output file is named"),
+    ):
+        refused = _request(node, encode(OutputRequest(RequestId(2), 0, 100, NodeId(name))))
+        assert isinstance(refused, Error) and reason in refused.message

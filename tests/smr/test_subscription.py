@@ -11,10 +11,10 @@ import pytest
 
 from ring.ids import NodeId, Token
 from ring.view import Member, Status, View
-from smr import connection
+from smr import subscription as subscription_module
 from smr.client import NodeUnreachable
-from smr.connection import Subscription
 from smr.protocol import OutputReply, RequestId
+from smr.subscription import Subscription
 
 
 class FakeOutputs:
@@ -30,9 +30,14 @@ class FakeOutputs:
             record["origin"] = origin
         self.files[addr] += (json.dumps(record) + "\n").encode()
 
-    def output_each(self, offsets: dict[str, int], max_bytes: int) -> dict[str, Any]:
+    def output_each(
+        self, offsets: dict[str, int], max_bytes: int, of: dict[str, str] | None = None
+    ) -> dict[str, Any]:
         replies: dict[str, Any] = {}
         for addr, offset in offsets.items():
+            if of:  # these nodes' disks hold no other node's file
+                replies[addr] = RuntimeError(f"no output file of {of[addr]} here")
+                continue
             if addr == "tcp://b" and not self.b_up:
                 replies[addr] = NodeUnreachable("b does not answer")
                 continue
@@ -59,11 +64,15 @@ class FakeCluster:
         return self._view
 
 
+def subscribe(cluster: FakeCluster, position: Any, idle_timeout_s: float) -> Subscription:
+    return Subscription(cluster.view, cluster._client, position, idle_timeout_s)  # type: ignore[arg-type]
+
+
 def test_a_node_silent_when_the_subscription_started_is_read_from_its_start() -> None:
     outputs = FakeOutputs()
     outputs.write("tcp://a", "a", "before-a")
     outputs.write("tcp://b", "b", "before-b")
-    subscription = Subscription(FakeCluster(outputs), "end", idle_timeout_s=0.2)  # type: ignore[arg-type]
+    subscription = subscribe(FakeCluster(outputs), "end", idle_timeout_s=0.2)
     outputs.write("tcp://a", "a", "after-a")
     outputs.write("tcp://b", "b", "while-b-was-silent")
     outputs.b_up = True
@@ -80,7 +89,7 @@ def test_a_node_silent_when_the_subscription_started_is_read_from_its_start() ->
 def test_a_replayed_record_is_returned_once_and_its_position_passed() -> None:
     outputs = FakeOutputs()
     outputs.b_up = True
-    subscription = Subscription(FakeCluster(outputs), "start", idle_timeout_s=0.2)  # type: ignore[arg-type]
+    subscription = subscribe(FakeCluster(outputs), "start", idle_timeout_s=0.2)
     outputs.write("tcp://a", "a", "x", ["m", 5, 10, 0])
     outputs.write("tcp://a", "a", "y", ["m", 5, 11, 0])
     # b took a's range over and replayed seq 11, then applied seq 12; a torn line is skipped.
@@ -101,11 +110,11 @@ def test_a_node_that_dies_with_records_unread_is_reported(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # One line per read: the subscription learns b's size before it has read all of it.
-    monkeypatch.setattr(connection, "OUTPUT_READ_BYTES", 1)
+    monkeypatch.setattr(subscription_module, "OUTPUT_READ_BYTES", 1)
     outputs = FakeOutputs()
     outputs.b_up = True
     cluster = FakeCluster(outputs)
-    subscription = Subscription(cluster, "start", idle_timeout_s=0.2)  # type: ignore[arg-type]
+    subscription = subscribe(cluster, "start", idle_timeout_s=0.2)
     outputs.write("tcp://b", "b", "y", ["m", 6, 10, 0])
     outputs.write("tcp://b", "b", "z", ["m", 6, 11, 0])
     assert next(subscription).key == "y"
