@@ -1,7 +1,7 @@
 """The house rules, measured from the source (docs/design/architecture.md#layout): import
 circles among the project's modules, private names imported across modules, reaches into
-another object's private members, long functions, big modules, and modules directly under
-``smr/``.
+another module's private members, one node role reaching into another's data through the
+core, long functions, big modules, and modules directly under ``smr/``.
 
 Every measure is a pure function of a checkout's root, so that ``tests/test_house.py`` runs
 it on this repository and on small trees it plants in a temporary directory. Each returns its
@@ -231,6 +231,110 @@ def _private_names_defined(tree: ast.Module) -> set[str]:
     return {name for name in names if _is_private(name)}
 
 
+ROLE_HOLDER = ("smr/node/core.py", "NodeCore")
+# Records the core shares with every role rather than roles: the counters (each role is to
+# keep its own, docs/design/layout.md#node-context) are not counted as a role's data.
+SHARED_RECORDS = frozenset({"NodeCounters"})
+NODE_NAMES = frozenset({"node", "_node", "core", "_core"})
+
+
+def node_roles(root: Path) -> dict[str, tuple[str, set[str]]]:
+    """The node's roles: each attribute ``NodeCore`` sets to an instance of a class of
+    ``smr/node/`` (``self.replication = Replication(self)``; not the ``SHARED_RECORDS``), with
+    the path of the class's module and the names the class offers (its methods and
+    properties)."""
+    modules = project_modules(root)
+    classes: dict[str, tuple[str, set[str]]] = {}
+    for module in modules.values():
+        if not module.path.startswith("smr/node/"):
+            continue
+        for node in module.tree.body:
+            if isinstance(node, ast.ClassDef):
+                offered = {
+                    item.name
+                    for item in node.body
+                    if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))
+                }
+                classes[node.name] = (module.path, offered)
+    holder = next((m for m in modules.values() if m.path == ROLE_HOLDER[0]), None)
+    roles: dict[str, tuple[str, set[str]]] = {}
+    if holder is None:
+        return roles
+    for holder_class in ast.walk(holder.tree):
+        if isinstance(holder_class, ast.ClassDef) and holder_class.name == ROLE_HOLDER[1]:
+            for assign in ast.walk(holder_class):
+                if not (isinstance(assign, ast.Assign) and len(assign.targets) == 1):
+                    continue
+                target = assign.targets[0]
+                if not (isinstance(target, ast.Attribute) and _is_self(target.value)):
+                    continue
+                # The outermost call: Balancer(self, BalanceConfig(above)) is a Balancer.
+                calls = [
+                    call.func.id
+                    for call in ast.walk(assign.value)
+                    if isinstance(call, ast.Call) and isinstance(call.func, ast.Name)
+                ]
+                if calls and calls[0] in classes and calls[0] not in SHARED_RECORDS:
+                    roles[target.attr] = classes[calls[0]]
+    return roles
+
+
+def _is_node(node: ast.expr) -> bool:
+    """Whether `node` names the node core: ``node``, ``core``, ``self.node``, ``self._core``."""
+    if isinstance(node, ast.Name):
+        return node.id in NODE_NAMES
+    return isinstance(node, ast.Attribute) and node.attr in NODE_NAMES and _is_self(node.value)
+
+
+def role_reaches(root: Path) -> Counter[str]:
+    """Reads and writes of another node role's data through the core, from ``smr/node/``:
+    ``node.replication.replicas`` (or ``replication.replicas`` after ``replication =
+    node.replication``) in a module other than the role's own, where ``replicas`` is not a
+    method or property of the role's class: "path: role.member", counted. A role asks another
+    through the names it offers; its data is its own."""
+    roles = node_roles(root)
+    found: Counter[str] = Counter()
+    for module in project_modules(root).values():
+        if not module.path.startswith("smr/node/"):
+            continue
+        functions = [
+            node
+            for node in ast.walk(module.tree)
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+        ]
+        seen: set[int] = set()
+        for function in functions:
+            aliases = {
+                assign.targets[0].id: assign.value.attr
+                for assign in ast.walk(function)
+                if isinstance(assign, ast.Assign)
+                and len(assign.targets) == 1
+                and isinstance(assign.targets[0], ast.Name)
+                and isinstance(assign.value, ast.Attribute)
+                and assign.value.attr in roles
+                and _is_node(assign.value.value)
+            }
+            for node in ast.walk(function):
+                if id(node) in seen or not isinstance(node, ast.Attribute):
+                    continue
+                value = node.value
+                if (
+                    isinstance(value, ast.Attribute)
+                    and value.attr in roles
+                    and _is_node(value.value)
+                ):
+                    role = value.attr
+                elif isinstance(value, ast.Name) and value.id in aliases:
+                    role = aliases[value.id]
+                else:
+                    continue
+                seen.add(id(node))
+                path, offered = roles[role]
+                if path != module.path and node.attr not in offered:
+                    found[f"{module.path}: {role}.{node.attr}"] += 1
+    return found
+
+
 def long_functions(root: Path, lines_max: int = FUNCTION_LINES_MAX) -> Counter[str]:
     """Functions (methods, nested functions) longer than `lines_max` lines, from ``def`` to
     their last line: "path: Outer.name"."""
@@ -323,6 +427,7 @@ def figures(root: Path) -> str:
             f"private names imported across modules: {sum(private_imports(root).values())}",
             f"reaches into another module's _private members: "
             f"{sum(private_reaches(root).values())}",
+            f"reaches into another node role's data: {sum(role_reaches(root).values())}",
             f"functions over {FUNCTION_LINES_MAX} lines: "
             + str(sum(1 for _, n in longest if n > FUNCTION_LINES_MAX)),
             f"modules over {MODULE_LINES_MAX} lines: {len(big_modules(root))}",
