@@ -29,6 +29,7 @@ PACKAGES = ("smr", "ring", "checkpoint")
 FUNCTION_LINES_MAX = 80
 MODULE_LINES_MAX = 500
 TOP_LEVEL_MODULES_MAX = 12
+DOCSTRING_LINES_MAX = 30
 
 # Attributes that start with "_" but are public API of the standard library (namedtuple's
 # methods, os._exit): reaching them is no reach into another object's state.
@@ -369,6 +370,24 @@ def _functions(
             yield from _functions(node, prefix)
 
 
+def long_docstrings(root: Path, lines_max: int = DOCSTRING_LINES_MAX) -> dict[str, int]:
+    """Module docstrings longer than `lines_max` lines, by path, with their length: the essays
+    that belong in docs/design/ (docs/design/layout.md#docstrings). A figure, not a rule."""
+    found: dict[str, int] = {}
+    for module in project_modules(root).values():
+        first = module.tree.body[0] if module.tree.body else None
+        if (
+            isinstance(first, ast.Expr)
+            and isinstance(first.value, ast.Constant)
+            and isinstance(first.value.value, str)
+            and first.end_lineno is not None
+        ):
+            lines = first.end_lineno - first.lineno + 1
+            if lines > lines_max:
+                found[module.path] = lines
+    return found
+
+
 def big_modules(root: Path, lines_max: int = MODULE_LINES_MAX) -> Counter[str]:
     """Modules longer than `lines_max` lines, by path."""
     return Counter(
@@ -433,6 +452,7 @@ def figures(root: Path) -> str:
             f"modules over {MODULE_LINES_MAX} lines: {len(big_modules(root))}",
             f"modules directly under smr/: {len(top_level_modules(root))}"
             f" (at most {TOP_LEVEL_MODULES_MAX})",
+            f"module docstrings over {DOCSTRING_LINES_MAX} lines: {len(long_docstrings(root))}",
         ]
     )
 

@@ -334,7 +334,7 @@ def test_no_new_module_directly_under_smr() -> None:
 def test_the_figures_name_every_rule() -> None:
     figures = house.figures(ROOT)
     print(figures)
-    assert len(figures.splitlines()) == 7
+    assert len(figures.splitlines()) == 8
 
 
 # The checks, each shown to find a violation planted in a small tree.
@@ -501,6 +501,12 @@ def test_a_function_over_80_lines_is_found(tmp_path: Path) -> None:
     found = house.long_functions(root)
     assert found == Counter({"ring/long.py: one_over": 1, "smr/node/loop.py: Loop.serve": 1})
     assert "new" in fails(lambda: house.ratchet("long functions", found, Counter()))
+
+
+def test_a_long_module_docstring_is_counted(tmp_path: Path) -> None:
+    essay = '"""An essay.\n' + "More.\n" * 30 + '"""\n'
+    root = plant(tmp_path, {"smr/essay.py": essay, "smr/short.py": '"""Short."""\n'})
+    assert house.long_docstrings(root) == {"smr/essay.py": 32}
 
 
 def test_a_module_over_500_lines_is_found(tmp_path: Path) -> None:
