@@ -553,6 +553,14 @@ def _next_node_index(spec: ClusterSpec) -> int:
     )
 
 
+def start_refusal(cluster_dir: Path, node_id: str) -> str | None:
+    """Why node ``node_id`` of the local cluster in ``cluster_dir`` refused to start (its
+    state on disk not whole, say): a node that cannot start logs one line, "cannot start:
+    WHY", and exits. None when its log does not end with such a line."""
+    _, said, why = _last_log_line(cluster_dir, node_id).partition("cannot start: ")
+    return why if said else None
+
+
 def _last_log_line(cluster_dir: Path, node_id: str) -> str:
     try:
         lines = (cluster_dir / "logs" / f"{node_id}.log").read_text(errors="replace").splitlines()

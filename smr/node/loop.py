@@ -155,6 +155,13 @@ def serve(
             restored.checkpoints,
             restored.seconds,
         )
+        if disk.unverified:
+            log.warning(
+                "%s was written before state files had manifests: restored unchecked (a file "
+                "cut or removed there cannot be seen); its first checkpoint writes a "
+                "generation with a manifest",
+                disk.directory,
+            )
     loop = uvloop.new_event_loop()
     metrics_addr = ""
     if me.metrics_addr:
