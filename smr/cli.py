@@ -454,11 +454,12 @@ def _note_start_refusals(cluster_arg: str, rows: list[dict[str, Any]]) -> None:
     cluster_dir = Path(cluster_arg)
     if not (cluster_dir / CLUSTER_FILE).is_file():
         return
-    from smr.cluster import start_refusal
+    from smr.cluster import start_refusal, state_missing
 
+    missing = state_missing(read_spec(cluster_dir))
     for row in rows:
         if row["state"] == "unreachable":
-            why = start_refusal(cluster_dir, row["node"])
+            why = missing.get(row["node"]) or start_refusal(cluster_dir, row["node"])
             if why is not None:
                 row["refused_start"] = why
 

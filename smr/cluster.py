@@ -335,6 +335,8 @@ def up(
                     f"{cluster_dir} holds the state of job {old.job!r} on disk, not {job!r}: "
                     "start that job, or remove the directory to start anew"
                 )
+            if missing := state_missing(old):
+                raise ClusterError("\n".join(missing.values()))
             use_keys_of(cluster_dir)
             _start_and_wait(cluster_dir, old, ready_timeout_s)
             return old
@@ -388,6 +390,29 @@ def state_on_disk(spec: ClusterSpec) -> bool:
     return data_dir is not None and any(
         DiskState(data_dir / node.id).has_state() for node in spec.nodes
     )
+
+
+def state_missing(spec: ClusterSpec) -> dict[str, str]:
+    """The nodes of ``spec`` whose folder in the data directory holds no state though some
+    other node's does, each with one line saying so. A node writes its first generation
+    before it answers (``smr.node.loop``), so in a cluster that ran with ``--data-dir`` a node
+    without files lost them (removed, or moved aside): restarting it empty would serve its
+    range empty, in silence."""
+    data_dir = spec.data_dir()
+    if data_dir is None:
+        return {}
+    having = [node.id for node in spec.nodes if DiskState(data_dir / node.id).has_state()]
+    if not having:
+        return {}
+    return {
+        node.id: (
+            f"{node.id}: {data_dir / node.id} holds no state, though {', '.join(having)} "
+            "hold theirs (removed, or moved aside?); refusing to restore in part: put its "
+            "files back"
+        )
+        for node in spec.nodes
+        if node.id not in having
+    }
 
 
 def _start_and_wait(cluster_dir: Path, spec: ClusterSpec, ready_timeout_s: float) -> None:

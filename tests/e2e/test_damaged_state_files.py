@@ -1,11 +1,14 @@
 """A state file damaged while the cluster is down, over real node processes: the newest log
-cut at a record boundary (so every record left reads whole), cut to 0 bytes, removed, or the
-snapshot removed. Each once restarted in part and in silence (``up``, ``status`` and ``dump``
-exiting 0 with keys missing); now the node's manifest (``smr.node.disk``) tells what the
-generation must hold, and the restart is refused with one line naming the node and the file."""
+cut at a record boundary (so every record left reads whole), cut to 0 bytes, removed, the
+snapshot removed, or the node's whole folder. Each once restarted in part and in silence
+(``up``, ``status`` and ``dump`` exiting 0 with keys missing); now the node's manifest
+(``smr.node.disk``) tells what its generation must hold, a node writes a generation before
+it first answers (so a folder without one lost it: ``smr.cluster.state_missing``), and the
+restart is refused with one line naming the node and the file."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -41,9 +44,12 @@ def _damage(data_dir: Path, damage: str) -> str:
         assert log.stat().st_size > 0
         log.unlink()
         return str(log)
-    assert damage == "snapshot removed"
-    snapshot.unlink()
-    return str(snapshot)
+    if damage == "snapshot removed":
+        snapshot.unlink()
+        return str(snapshot)
+    assert damage == "node's folder removed"
+    shutil.rmtree(node_dir)
+    return str(node_dir)
 
 
 def _missing_or_wrong(cluster: Cluster, expected: dict[str, int]) -> int:
@@ -59,6 +65,7 @@ def _missing_or_wrong(cluster: Cluster, expected: dict[str, int]) -> int:
         pytest.param("log cut to 0 bytes", marks=pytest.mark.slow),
         pytest.param("log removed", marks=pytest.mark.slow),
         "snapshot removed",
+        "node's folder removed",
     ],
 )
 def test_a_state_file_damaged_at_a_boundary_refuses_the_restart_naming_it(
