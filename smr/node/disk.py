@@ -336,14 +336,13 @@ class DiskState:
         except OSError as error:
             raise DiskError(f"{path}: {error.strerror}") from error
 
-    @staticmethod
-    def _records(path: Path, data: bytes, expected: int | None = None) -> list[bytes]:
+    def _records(self, path: Path, data: bytes, expected: int | None = None) -> list[bytes]:
         try:
             records = decode_records(data)
         except RecordError as error:
-            raise DiskError(f"{path} is damaged {error}; move it aside to start empty") from error
+            self._refuse(path, f"is damaged {error}")
         if expected is not None and len(records) != expected:
-            raise DiskError(f"{path}: {len(records)} records, it should hold {expected}")
+            self._refuse(path, f"holds {len(records)} records, not {expected}")
         return records
 
     # -- write ----------------------------------------------------------------------------------
