@@ -374,7 +374,9 @@ class DiskState:
             self.log_bytes += len(record)
             self.checkpoints_written += 1
             self.manifest = self.manifest.with_checkpoint(record, number)
-            self._write_manifest(self.manifest)
+            # No directory sync: if the rename is lost in a crash, the manifest before it
+            # describes a prefix of this log, which restores as well.
+            self._write_manifest(self.manifest, sync_directory=False)
         except OSError:
             self._renew_pending = True
             raise
@@ -420,12 +422,13 @@ class DiskState:
                     self._path(kind, older).unlink()
         self.snapshot_seconds_max = max(self.snapshot_seconds_max, time.monotonic() - started)
 
-    def _write_manifest(self, manifest: Manifest) -> None:
+    def _write_manifest(self, manifest: Manifest, sync_directory: bool = True) -> None:
         """The manifest, written whole (after the files it describes are on disk)."""
         self._write_whole(
             self._path("manifest", manifest.generation), encode_record(manifest.encode())
         )
-        self._fsync_directory()
+        if sync_directory:
+            self._fsync_directory()
 
     @staticmethod
     def _write_whole(path: Path, data: bytes) -> None:

@@ -211,7 +211,7 @@ def test_a_checkpoint_appended_before_a_crash_kept_its_manifest_is_restored(
     add(store, 1, 1, "x", 1)
     checkpoint(disk, store)
     add(store, 2, 2, "y", 1)
-    monkeypatch.setattr(DiskState, "_write_manifest", lambda self, manifest: None)
+    monkeypatch.setattr(DiskState, "_write_manifest", lambda self, manifest, **_: None)
     checkpoint(disk, store)  # in the log, synced; the manifest still says the log is empty
     disk.close()
     restored = DiskState(tmp_path / "a").restore()
