@@ -456,9 +456,12 @@ def _note_start_refusals(cluster_arg: str, rows: list[dict[str, Any]]) -> None:
         return
     from smr.cluster import start_refusal, state_missing
 
-    missing = state_missing(read_spec(cluster_dir))
+    spec = read_spec(cluster_dir)
+    missing = state_missing(spec)
+    # A node `up` did not start (--without) refused nothing.
+    started = {node.id for node in spec.nodes if node.pid is not None}
     for row in rows:
-        if row["state"] == "unreachable":
+        if row["state"] == "unreachable" and row["node"] in started:
             why = missing.get(row["node"]) or start_refusal(cluster_dir, row["node"])
             if why is not None:
                 row["refused_start"] = why

@@ -9,6 +9,7 @@ restart is refused with one line naming the node and the file."""
 from __future__ import annotations
 
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -102,3 +103,40 @@ def test_a_state_file_damaged_at_a_boundary_refuses_the_restart_naming_it(
     status = cluster.smr("status", "--cluster", str(cluster.dir), check=False)
     assert status.returncode != 0
     assert f"{VICTIM}: {damaged}" in status.stderr, status.stderr
+
+
+@pytest.mark.slow  # about 30 s: the failure detector's grace for a node never heard
+def test_a_node_left_out_of_a_restart_has_its_range_marked_lost_loudly(cluster: Cluster) -> None:
+    """The way past a refused node (``up --without``): its successor takes its range over as
+    from a dead node, and with no copy on disk the range is marked lost, never served empty:
+    ``status`` and ``recover`` say so and exit 1."""
+    data_dir = cluster.dir.parent / "data"
+    cluster.up(3, "examples.wordcount:job", "--replication", "1", "--data-dir", str(data_dir))
+    cluster.feed(EXAMPLE_BOOKS[0], extra=["--no-combine"])
+    cluster.smr("cluster", "down", "--dir", str(cluster.dir))
+    shutil.rmtree(data_dir / VICTIM)
+    tokens = sorted(node["token"] for node in cluster.spec()["nodes"])
+    (victim,) = (node for node in cluster.spec()["nodes"] if node["id"] == VICTIM)
+    after = tokens[tokens.index(victim["token"]) + 1]  # n1 is not the last on the ring
+    up = cluster.smr(
+        "cluster",
+        "up",
+        "--dir",
+        str(cluster.dir),
+        "--job",
+        "examples.wordcount:job",
+        "--without",
+        VICTIM,
+    )
+    assert f"{VICTIM}  " in up.stdout and "not started (--without)" in up.stdout
+    assert f"{VICTIM} left out" in up.stderr
+    deadline = time.monotonic() + 30
+    while sum(row.get("offline_slots") or 0 for row in cluster.status().values()) == 0:
+        assert time.monotonic() < deadline, cluster.status()
+        time.sleep(0.5)
+    rows = cluster.status()
+    assert sum(row.get("offline_slots") or 0 for row in rows.values()) == after - victim["token"]
+    status = cluster.smr("status", "--cluster", str(cluster.dir), check=False)
+    assert status.returncode == 1 and "lost their state" in status.stderr, status.stderr
+    recover = cluster.smr("recover", "--cluster", str(cluster.dir), check=False)
+    assert recover.returncode == 1 and "slots offline (state lost)" in recover.stdout
