@@ -97,8 +97,9 @@ class WindowedState:
         self._fold = fold
         self._on_late = on_late
         self._panes: dict[Key, dict[Window, _Pane]] = {}
-        self._timers: list[tuple[int, int, int, Key, Window]] = []
-        self._timer_number = 0
+        # (due_ms, close or purge, window, key is an int, key): one order for every node
+        # that holds the same windows, however they arrived or were restored.
+        self._timers: list[tuple[int, int, Window, bool, Key]] = []
         self._arrivals = 0
         self._watermark_ms = START_OF_TIME_MS
         self.late_dropped = 0
@@ -120,12 +121,17 @@ class WindowedState:
         if self.spec.merging:
             result = self._add_to_session(key, event_time_ms, value)
             return [] if result is None else [result]
-        panes = self._panes.setdefault(key, {})
-        windows = assign(self.spec, event_time_ms)
-        states = {w: self._folded(key, panes.get(w), value) for w in windows}  # all or nothing
-        corrections = []
-        for window, state in states.items():
+        panes = self._panes.get(key)
+        if panes is None:
+            panes = self._panes[key] = {}
+        folded = []
+        for window in assign(self.spec, event_time_ms):  # every window folded, then kept
             pane = panes.get(window)
+            state = {} if pane is None else dict(pane.state)
+            self._fold(key, value, state)
+            folded.append((window, pane, state))
+        corrections = []
+        for window, pane, state in folded:
             if pane is None:
                 pane = panes[window] = _Pane()
                 self._push(window.close_ms, _CLOSE, key, window)
@@ -134,11 +140,6 @@ class WindowedState:
                 pane.revision += 1
                 corrections.append(WindowResult(key, window, dict(state), pane.revision))
         return corrections
-
-    def _folded(self, key: Key, pane: _Pane | None, value: Any) -> dict[str, Any]:
-        state = {} if pane is None else dict(pane.state)
-        self._fold(key, value, state)
-        return state
 
     def _add_to_session(self, key: Key, event_time_ms: int, value: Any) -> WindowResult | None:
         """A session tuple: its window ``[t, t + gap)`` merged with every session of the key it
@@ -178,12 +179,13 @@ class WindowedState:
 
     def advance(self, watermark_ms: int) -> list[WindowResult]:
         """Raise the watermark to ``watermark_ms`` (a lower one changes nothing), close every
-        window whose last instant it reached (their final results, in closing order) and
-        purge every closed window whose lateness it passed."""
+        window whose last instant it reached and purge every closed window whose lateness it
+        passed. The final results come in one order, by closing time, window, then key,
+        whatever order the windows arrived in (a restored state gives the same list)."""
         self._watermark_ms = max(self._watermark_ms, watermark_ms)
         finals = []
         while self._timers and self._timers[0][0] <= self._watermark_ms:
-            _due, _number, what, key, window = heapq.heappop(self._timers)
+            _due, what, window, _is_int, key = heapq.heappop(self._timers)
             pane = self._panes.get(key, {}).get(window)
             if pane is None:
                 continue  # merged into another session, or purged: the timer is stale
@@ -200,8 +202,7 @@ class WindowedState:
             del self._panes[key]
 
     def _push(self, due_ms: int, what: int, key: Key, window: Window) -> None:
-        self._timer_number += 1
-        heapq.heappush(self._timers, (due_ms, self._timer_number, what, key, window))
+        heapq.heappush(self._timers, (due_ms, what, window, isinstance(key, int), key))
 
     def held(self) -> Iterator[tuple[Key, Window]]:
         """Every ``(key, window)`` whose state is in memory."""

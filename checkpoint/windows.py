@@ -10,7 +10,7 @@ Pure: no I/O, nothing from ``smr``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Final, Literal
+from typing import Final, Literal, NamedTuple
 
 __all__ = [
     "END_OF_TIME_MS",
@@ -37,9 +37,9 @@ WindowKind = Literal["tumbling", "hopping", "session"]
 FIELD_PREFIX: Final = "@"
 
 
-@dataclass(frozen=True, order=True)
-class Window:
-    """The half-open event-time interval ``[start_ms, end_ms)``."""
+class Window(NamedTuple):
+    """The half-open event-time interval ``[start_ms, end_ms)`` (a tuple: hashed and
+    compared in C, as it is a dict key on the hot path)."""
 
     start_ms: int
     end_ms: int
