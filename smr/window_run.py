@@ -6,8 +6,9 @@ The steps, per record:
 1. A :class:`Watermark` marker among the records raises the watermark to its time (closing
    what it passes), as if the mapper had stamped it.
 2. Any other record: its event time (``job.event_time``, an int of milliseconds), then its
-   tuples (``map``, with aggregators lifted into partials), each checked as a feeder checks
-   it and folded into its key's windows, judged against the watermark of the moment.
+   tuples (``map``), each checked as a feeder checks it and folded into its key's windows
+   (with aggregators, lifted into a partial first), judged against the watermark of the
+   moment. A late tuple goes to the side output as ``map`` emitted it.
 3. After every ``batch_size`` records the watermark rises to the largest event time seen
    minus the window's ``out_of_orderness_ms``, minus 1 (:func:`mapper_watermark_ms`): the
    mapper's watermark, which in a ring
@@ -62,7 +63,8 @@ def run_windowed(
     run = WindowedRun()
     on_late = (lambda k, v, t: run.late.append((k, v, t))) if job.late_side_output else None
     state = WindowedState(spec, _fold_of(job), on_late)
-    mapper = job.mapper()
+    mapper = job.map  # values as the user emits them: aggregators lift them in the fold
+    assert mapper is not None, "a windowed job has a map"
     emitted: list[tuple[Key, Any]] = []
     largest_ms = START_OF_TIME_MS
     since_watermark = 0
@@ -127,11 +129,12 @@ def _fold_of(job: Job) -> Fold:
     aggregation = job.aggregation
     if aggregation is not None:
         fold_key = aggregation.fold_key
+        lift = aggregation.lift
 
-        def fold_partial(key: Key, partial: Any, state: dict[str, Any]) -> None:
-            state.update(fold_key(state, partial))
+        def fold_value(key: Key, value: Any, state: dict[str, Any]) -> None:
+            state.update(fold_key(state, lift(value)))
 
-        return fold_partial
+        return fold_value
     reduce = job.tuple_reduce
 
     def fold(key: Key, value: Any, state: dict[str, Any]) -> None:

@@ -226,3 +226,10 @@ def test_a_node_refuses_a_windowed_job_and_exits_2(
     with caplog.at_level(logging.ERROR):
         assert serve(windowed_cluster, "n0") == 2
     assert "windowed jobs run in smr.testing.run_job only" in caplog.text
+
+
+def test_the_guides_example_runs_as_written():
+    guide = (Path(__file__).resolve().parents[2] / "docs" / "guide" / "windows.md").read_text()
+    blocks = guide.split("```python\n")[1:]
+    example = next(block.split("```", 1)[0] for block in blocks if "run_job(" in block)
+    exec(compile(example, "docs/guide/windows.md", "exec"), {})  # its asserts must hold
