@@ -28,14 +28,10 @@ WINDOW_MS = 10_000
 SLIDE_MS = 2_000
 
 
+# --8<-- [start:q5]
 def bid_count(event: dict[str, Any], emit: Any) -> None:
     if event["kind"] == "bid":
         emit(event["auction"], 1)
-
-
-def bid_price(event: dict[str, Any], emit: Any) -> None:
-    if event["kind"] == "bid":
-        emit(event["auction"], event["price"])
 
 
 def event_time(event: dict[str, Any]) -> int:
@@ -49,6 +45,13 @@ q5 = Job(
     event_time=event_time,
     window=windows.hopping(WINDOW_MS, SLIDE_MS),
 )
+# --8<-- [end:q5]
+
+
+def bid_price(event: dict[str, Any], emit: Any) -> None:
+    if event["kind"] == "bid":
+        emit(event["auction"], event["price"])
+
 
 q7 = Job(
     "nexmark-q7",

@@ -25,19 +25,13 @@ from __future__ import annotations
 
 from typing import Final
 
-from checkpoint.window_state import WindowResult
-from checkpoint.windows import Window, WindowSpec
+# The types a windowed job's test meets, importable from here (their home is checkpoint/).
+from checkpoint.window_state import WindowResult as WindowResult
+from checkpoint.windows import Window as Window
+from checkpoint.windows import WindowSpec as WindowSpec
 from smr.api import Job, JobLoadError
 
-__all__ = [
-    "Window",
-    "WindowResult",
-    "WindowSpec",
-    "hopping",
-    "refuse_in_cluster",
-    "session",
-    "tumbling",
-]
+__all__ = ["hopping", "refuse_in_cluster", "session", "tumbling"]
 
 CLUSTER_REFUSAL: Final = (
     "windowed jobs run in smr.testing.run_job only in this version; the ring does not carry "
