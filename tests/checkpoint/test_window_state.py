@@ -218,3 +218,21 @@ def test_assignment_holds_the_event_time_and_nothing_else(spec, t):
         slide, size = spec.slide_ms, spec.size_ms
         holding = [k for k in range(-2000, 2000) if k * slide <= t < k * slide + size]
         assert len(windows) == len(holding)
+
+
+def test_memory_stays_bounded_over_a_long_stream():
+    """A small soak: 5,000 windows' worth of event time for 10 keys, a little out of order;
+    what is held never exceeds the windows open or within lateness, however long it runs."""
+    spec = WindowSpec("hopping", size_ms=100, slide_ms=20, allowed_lateness_ms=50)
+    state = WindowedState(spec, lambda k, v, s: s.update(n=s.get("n", 0) + 1))
+    bound = 10 * ((spec.size_ms + spec.allowed_lateness_ms) // spec.slide_ms + 2)
+    most_held = 0
+    for t in range(0, 100_000, 7):
+        state.add(t % 10, t - (t % 13), 1)
+        if t % 70 == 0:
+            state.advance(t - 30)
+            most_held = max(most_held, len(list(state.held())))
+            assert state.timers_held() <= 2 * bound
+    assert 0 < most_held <= bound
+    state.advance(END_OF_TIME_MS)
+    assert list(state.held()) == [] and state.timers_held() == 0
