@@ -72,15 +72,17 @@ def run_job(
     ``combine=False`` skips step 2's folding: a job whose ``combine`` agrees with its
     ``reduce`` ends in the same states either way, which is worth a test of its own.
 
-    A windowed job never combines; its watermark rises after every ``batch_size`` records
-    and at each :class:`Watermark` among them, and with ``finish`` (the default) reaches the
-    end of time at the end, so every window leaves (:mod:`smr.window_run`).
+    A windowed job never uses the job's ``combine``; with ``combine`` and aggregators it
+    folds the tuples of one key and one slice of event time per batch first. Its watermark
+    rises after every ``batch_size`` records and at each :class:`Watermark` among them, and
+    with ``finish`` (the default) reaches the end of time at the end, so every window leaves
+    (:mod:`smr.window_run`).
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, not {batch_size}")
     run = JobRun()
     if job.windowed:
-        windowed = run_windowed(job, records, batch_size=batch_size, finish=finish)
+        windowed = run_windowed(job, records, batch_size=batch_size, finish=finish, combine=combine)
         run.tuples = windowed.tuples
         run.windows = windowed.windows
         run.window_results = windowed.results

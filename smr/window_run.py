@@ -6,9 +6,10 @@ The steps, per record:
 1. A :class:`Watermark` marker among the records raises the watermark to its time (closing
    what it passes), as if the mapper had stamped it.
 2. Any other record: its event time (``job.event_time``, an int of milliseconds), then its
-   tuples (``map``), each checked as a feeder checks it and folded into its key's windows
-   (with aggregators, lifted into a partial first), judged against the watermark of the
-   moment. A late tuple goes to the side output as ``map`` emitted it.
+   tuples (``map``), each checked as a feeder checks it; at the end of the batch, each is
+   judged against the watermark and folded into its key's windows (with aggregators, lifted
+   into a partial, and combined per key and slice of event time: :class:`_Batch`). A late
+   tuple goes to the side output as ``map`` emitted it.
 3. After every ``batch_size`` records the watermark rises to the largest event time seen
    minus the window's ``out_of_orderness_ms``, minus 1 (:func:`mapper_watermark_ms`): the
    mapper's watermark, which in a ring
@@ -16,7 +17,7 @@ The steps, per record:
 4. At the end, unless ``finish=False``, the mapper finishes: the watermark reaches the end of
    time and every window leaves.
 
-Tuples are not combined: a combine would fold values of different windows together.
+The job's own ``combine`` is not used: it would fold values of different windows together.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
 from checkpoint.window_state import Fold, WindowedState, WindowResult, latest_windows
-from checkpoint.windows import END_OF_TIME_MS, START_OF_TIME_MS, Window, WindowSpec
+from checkpoint.windows import END_OF_TIME_MS, START_OF_TIME_MS, Window, WindowSpec, is_taken
+from smr.agg import Aggregation
 from smr.api import Job, Key
 from smr.emitter import BATCH_BYTES_DEFAULT
 from smr.values import check_state, row_bytes
@@ -55,7 +57,7 @@ class WindowedRun:
 
 
 def run_windowed(
-    job: Job, records: Iterable[Any], *, batch_size: int, finish: bool = True
+    job: Job, records: Iterable[Any], *, batch_size: int, finish: bool = True, combine: bool = True
 ) -> WindowedRun:
     """Run windowed ``job`` over ``records`` (steps in the module docstring)."""
     spec = job.window
@@ -63,37 +65,105 @@ def run_windowed(
     run = WindowedRun()
     on_late = (lambda k, v, t: run.late.append((k, v, t))) if job.late_side_output else None
     state = WindowedState(spec, _fold_of(job), on_late)
-    mapper = job.map  # values as the user emits them: aggregators lift them in the fold
+    batch = _Batch(job, state, combine)
+    mapper = job.map  # values as the user emits them: aggregators lift them per batch
     assert mapper is not None, "a windowed job has a map"
-    emitted: list[tuple[Key, Any]] = []
     largest_ms = START_OF_TIME_MS
-    since_watermark = 0
+    records_in_batch = 0
+    emitted: list[tuple[Key, Any]] = []
+
+    def emit(key: Key, value: Any) -> None:
+        emitted.append((key, value))
+
     for record in records:
         if isinstance(record, Watermark):
+            run.results += batch.apply()
             run.results += state.advance(record.time_ms)
             continue
         event_time_ms = _event_time(job, record)
+        emitted.clear()
         try:
-            mapper(record, lambda key, value: emitted.append((key, value)))
+            mapper(record, emit)
         except Exception as error:
             raise RuntimeError(f"map raised on record {record!r}: {error!r}") from error
         for key, value in emitted:
             row_bytes(key, value, BATCH_BYTES_DEFAULT)
-            run.tuples += 1
-            run.results += state.add(key, event_time_ms, value)
-        emitted.clear()
+            batch.append(key, event_time_ms, value)
+        run.tuples += len(emitted)
         largest_ms = max(largest_ms, event_time_ms)
-        since_watermark += 1
-        if since_watermark == batch_size:
+        records_in_batch += 1
+        if records_in_batch == batch_size:
+            run.results += batch.apply()
             run.results += state.advance(mapper_watermark_ms(largest_ms, spec))
-            since_watermark = 0
-    if since_watermark:
+            records_in_batch = 0
+    run.results += batch.apply()
+    if records_in_batch:
         run.results += state.advance(mapper_watermark_ms(largest_ms, spec))
     if finish:
         run.results += state.advance(END_OF_TIME_MS)
     run.windows = latest_windows(run.results)
     run.late_dropped = state.late_dropped
     return run
+
+
+class _Batch:
+    """The tuples of one batch, applied at its end: every tuple is judged against the same
+    watermark (it moves only between batches), so applying them together changes nothing
+    but the cost. With aggregators that do not depend on order (every one but ``last``)
+    and windows that slices of event time map to whole (tumbling, or hopping with a size a
+    multiple of the slide), the taken tuples of one key and one slice fold into one partial
+    first: they belong to exactly the same windows (the mapper-side combine, per window)."""
+
+    def __init__(self, job: Job, state: WindowedState, combine: bool) -> None:
+        spec = state.spec
+        self._state = state
+        self._aggregation = job.aggregation
+        self._tuples: list[tuple[Key, int, Any]] = []
+        self._slice_ms = 0
+        if combine and self._aggregation is not None and not self._aggregation.mutable_values:
+            if spec.kind == "tumbling":
+                self._slice_ms = spec.size_ms
+            elif spec.kind == "hopping" and spec.size_ms % spec.slide_ms == 0:
+                self._slice_ms = spec.slide_ms
+
+    def append(self, key: Key, event_time_ms: int, value: Any) -> None:
+        self._tuples.append((key, event_time_ms, value))
+
+    def apply(self) -> list[WindowResult]:
+        tuples, self._tuples = self._tuples, []
+        state, aggregation = self._state, self._aggregation
+        results: list[WindowResult] = []
+        if aggregation is None:
+            for key, event_time_ms, value in tuples:
+                results += state.add(key, event_time_ms, value)
+            return results
+        watermark_ms, lateness_ms = state.watermark_ms, state.spec.allowed_lateness_ms
+        slices: dict[tuple[Key, int], list[Any]] = {}
+        for key, event_time_ms, value in tuples:
+            if not is_taken(event_time_ms, watermark_ms, lateness_ms):
+                results += state.add(key, event_time_ms, value)  # dropped: counted, set aside
+                continue
+            partial = _lifted(aggregation, key, value)
+            if not self._slice_ms:
+                results += state.add(key, event_time_ms, partial)
+                continue
+            group = slices.get((key, event_time_ms // self._slice_ms))
+            if group is None:
+                slices[(key, event_time_ms // self._slice_ms)] = [event_time_ms, partial]
+            else:
+                group[1] = aggregation.merge(group[1], partial)
+        for (key, _slice), (event_time_ms, partial) in slices.items():
+            results += state.add(key, event_time_ms, partial)
+        return results
+
+
+def _lifted(aggregation: Aggregation, key: Key, value: Any) -> Any:
+    try:
+        return aggregation.lift(value)
+    except Exception as error:
+        raise RuntimeError(
+            f"an aggregator refused key {key!r}'s value {value!r}: {error!r}"
+        ) from error
 
 
 def mapper_watermark_ms(largest_event_time_ms: int, spec: WindowSpec) -> int:
@@ -129,12 +199,11 @@ def _fold_of(job: Job) -> Fold:
     aggregation = job.aggregation
     if aggregation is not None:
         fold_key = aggregation.fold_key
-        lift = aggregation.lift
 
-        def fold_value(key: Key, value: Any, state: dict[str, Any]) -> None:
-            state.update(fold_key(state, lift(value)))
+        def fold_partial(key: Key, partial: Any, state: dict[str, Any]) -> None:
+            state.update(fold_key(state, partial))
 
-        return fold_value
+        return fold_partial
     reduce = job.tuple_reduce
 
     def fold(key: Key, value: Any, state: dict[str, Any]) -> None:

@@ -17,7 +17,7 @@ from smr import Job, agg, windows
 from smr.cli import main
 from smr.spec import ClusterSpec, NodeSpec, write_spec
 from smr.testing import Watermark, run_job
-from smr.windows import Window
+from smr.windows import Window, WindowSpec
 
 Click = tuple[str, int]  # (page, event time ms)
 
@@ -233,3 +233,33 @@ def test_the_guides_example_runs_as_written():
     blocks = guide.split("```python\n")[1:]
     example = next(block.split("```", 1)[0] for block in blocks if "run_job(" in block)
     exec(compile(example, "docs/guide/windows.md", "exec"), {})  # its asserts must hold
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(st.tuples(st.sampled_from(["a", "b"]), st.integers(0, 3_000)), max_size=60),
+    st.sampled_from([windows.tumbling(500), windows.hopping(1000, 250), windows.hopping(900, 400)]),
+    st.integers(0, 800),
+    st.integers(1, 20),
+)
+def test_combining_per_key_and_slice_ends_in_the_same_windows(clicks, spec, lateness, batch_size):
+    """Out-of-order clicks, late ones corrected or dropped: folding a batch's tuples per key
+    and slice of event time first reads back exactly as folding each, drops counted alike."""
+    window = WindowSpec(
+        spec.kind,
+        spec.size_ms,
+        spec.slide_ms,
+        allowed_lateness_ms=lateness,
+        out_of_orderness_ms=300,
+    )
+    job = Job(
+        "clicks",
+        map=lambda click, emit: emit(click[0], click[1] % 7),
+        reduce=agg.fields(n=agg.count(), total=agg.sum(), top=agg.max()),
+        event_time=time_of,
+        window=window,
+    )
+    combined = run_job(job, clicks, batch_size=batch_size)
+    each = run_job(job, clicks, batch_size=batch_size, combine=False)
+    assert combined.windows == each.windows
+    assert combined.late_dropped == each.late_dropped
