@@ -201,15 +201,17 @@ def windowed_cluster(tmp_path: Path) -> Path:
     return tmp_path
 
 
-@pytest.mark.parametrize("command", ["cluster-up", "feed"])
+@pytest.mark.parametrize("command", ["cluster-up", "feed", "spark-feed"])
 def test_a_cluster_refuses_a_windowed_job_with_one_line(
     windowed_cluster: Path, command: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     job_ref = f"{windowed_cluster / 'wjob.py'}:job"
     if command == "cluster-up":
         args = ["cluster", "up", "--dir", str(windowed_cluster / "new"), "--job", job_ref]
-    else:
+    elif command == "feed":
         args = ["feed", "--cluster", str(windowed_cluster), str(windowed_cluster / "input.txt")]
+    else:
+        args = ["spark-feed", "--cluster", str(windowed_cluster), "--input", str(windowed_cluster)]
     with pytest.raises(SystemExit) as exit_:
         main(args)
     assert exit_.value.code == 2
