@@ -1,4 +1,5 @@
-"""A slot's event-time watermark over the mappers that feed it (docs/design/windows.md).
+"""A slot's event-time watermark over the mappers that feed it
+(docs/design/windows.md#a-slots-watermark).
 
 Each mapper stamps what it sends with its own watermark (its largest event time minus its
 out-of-orderness); :class:`SlotWatermark` keeps, per mapper, the highest stamp and when it was

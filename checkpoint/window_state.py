@@ -216,7 +216,8 @@ class WindowedState:
 
     def export_key(self, key: Key) -> dict[str, Any]:
         """``key``'s windows as fields of its slot state (``@<start>:<end>/<field>``), with
-        each window's revision, and a session's values and what it replaces."""
+        each window's revision, and a session's values and what it replaces
+        (docs/design/windows.md#window-state-is-slot-state)."""
         fields: dict[str, Any] = {}
         for window, pane in self._panes.get(key, {}).items():
             for name, value in pane.state.items():

@@ -118,8 +118,9 @@ def assign(spec: WindowSpec, event_time_ms: int) -> list[Window]:
 
 
 def is_taken(event_time_ms: int, watermark_ms: int, allowed_lateness_ms: int) -> bool:
-    """The one lateness rule: a tuple is taken when ``t + allowed_lateness > watermark``,
-    otherwise dropped (and counted). Every window of a taken tuple is still in memory."""
+    """The one lateness rule (docs/design/windows.md#one-rule-for-late-tuples): a tuple is
+    taken when ``t + allowed_lateness > watermark``, otherwise dropped (and counted). Every
+    window of a taken tuple is still in memory."""
     return event_time_ms + allowed_lateness_ms > watermark_ms
 
 

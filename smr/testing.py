@@ -9,7 +9,7 @@ goes on (a ``map`` or ``reduce`` that raises), ``run_job`` raises it, naming the
 key: a job's test should fail on what a cluster would only count. Comparing its states with
 what plain Python computes from the same input is the test ``smr init`` writes.
 
-A windowed job (``smr.windows``) runs through :mod:`smr.window_run`: its results are in
+A windowed job (``smr.windows``) runs through :mod:`smr.windows.run`: its results are in
 ``windows`` (the latest state per ``(key, window)``) and ``window_results`` (every result in
 the order it left); a :class:`Watermark` among the records advances event time.
 """
@@ -23,8 +23,8 @@ from typing import Any, Final
 from smr.api import Job, Key
 from smr.emitter import BATCH_BYTES_DEFAULT
 from smr.values import check_state, row_bytes
-from smr.window_run import Watermark, run_windowed
 from smr.windows import Window, WindowResult
+from smr.windows.run import Watermark, run_windowed
 
 __all__ = ["JobRun", "Watermark", "run_job"]
 
@@ -76,7 +76,7 @@ def run_job(
     folds the tuples of one key and one slice of event time per batch first. Its watermark
     rises after every ``batch_size`` records and at each :class:`Watermark` among them, and
     with ``finish`` (the default) reaches the end of time at the end, so every window leaves
-    (:mod:`smr.window_run`).
+    (:mod:`smr.windows.run`).
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, not {batch_size}")
