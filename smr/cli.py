@@ -59,6 +59,7 @@ from smr.transport import TransportError
 from smr.transport.security import KeysError
 from smr.transport.zeromq import Subscriber
 from smr.values import state_json
+from smr.windows import refuse_in_cluster
 
 USER_ERRORS = (
     spark_checkpoint.StaleCheckpoint,
@@ -174,7 +175,7 @@ def feed_command(
     cluster = seeds.resolve(cluster_arg)
     spec = cluster.spec
     job_ref = feeder_job(spec, cluster.where, job_ref)
-    job = load_job(job_ref)
+    job = refuse_in_cluster(load_job(job_ref))
     check_inputs(files)
     for path in dict.fromkeys(files):
         reason = None if path == "-" else not_text_reason(path)
@@ -282,7 +283,7 @@ def spark_feed_command(
     # User errors before Spark's start-up time: the job, the input, Java, the cluster.
     spec = read_spec(cluster_dir)
     job_ref = feeder_job(spec, str(cluster_dir / "cluster.json"), job_ref)
-    load_job(job_ref)
+    refuse_in_cluster(load_job(job_ref))
     socket_addr = smr_spark.parse_socket_ref(input_ref)
     if socket_addr is None:
         smr_spark.check_input_dir(Path(input_ref))

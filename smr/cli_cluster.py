@@ -15,6 +15,7 @@ from smr.api import load_job
 from smr.autoscale.policies import POLICIES
 from smr.output_table import MERGES, TableError, TableTarget
 from smr.spec import CLUSTER_FILE, ClusterError, ClusterSpec, read_spec
+from smr.windows import refuse_in_cluster
 
 
 @click.group("cluster")
@@ -163,7 +164,8 @@ def cluster_up(
     if replication is None:
         # One node's failure loses nothing by default; a lone node has nobody to copy to.
         replication = 1 if nodes >= 2 else 0
-    load_job(job_ref)  # fail here, with the reason, rather than in every node's log
+    # Fail here, with the reason, rather than in every node's log.
+    refuse_in_cluster(load_job(job_ref))
     try:
         target = None if output_dsn is None else TableTarget(output_dsn, output_table, output_merge)
     except TableError as error:

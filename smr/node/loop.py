@@ -40,6 +40,7 @@ from smr.protocol import (
 )
 from smr.spec import NodeSpec, read_spec, spec_to_json, split_host_port
 from smr.transport.netfilter import FilteredLinks, parse_rule
+from smr.windows import refuse_in_cluster
 
 if TYPE_CHECKING:
     from smr.transport.zeromq import Inbox
@@ -93,7 +94,7 @@ def serve(
         if newcomer is not None and node_id not in {node.id for node in spec.nodes}:
             spec.nodes.append(newcomer)
         me = spec.node(node_id)
-        job = load_job(spec.job)
+        job = refuse_in_cluster(load_job(spec.job))
         table = spec.output_table()
         # A cluster with keys (DIR/keys, or $SMR_KEYS): the inbox and the output accept only
         # its clients, and this node reaches its peers as one.
