@@ -31,6 +31,8 @@ from smr.sim.feeding import start_mappers
 from smr.sim.mappers import MapperProcess, SimChannelEnd
 from smr.sim.network import ADDR_PREFIX, Envelope, Link, SimClock, SimNetwork
 from smr.sim.nodes import MemoryOutput, SimNode, SimNodeLinks, sim_job
+from smr.sim.readers import FeedLedger, ReaderEnd, SimReaders
+from smr.sim.reuse import IdReuse
 
 log = logging.getLogger("smr.sim")
 
@@ -154,11 +156,16 @@ class Simulation:
         self._event_seq = 0
         self._current: str | None = None
         self._to_scheduler = threading.Semaphore(0)
-        self._ends: dict[str, SimChannelEnd] = {}
+        self._ends: dict[str, SimChannelEnd | ReaderEnd] = {}
         self.nodes: dict[NodeId, SimNode] = {}
         self.mappers: list[MapperProcess] = []
         self.emitters: dict[str, Emitter] = {}
         self.oracle: Counter[str] = Counter()
+        # What the mappers emitted and had acknowledged so far, and the readers checking
+        # against it (smr.sim.readers), when the run has readers.
+        self.ledger: FeedLedger | None = FeedLedger() if config.readers else None
+        self.readers: SimReaders | None = None
+        self.reuse: IdReuse | None = None
         self.tuples = 0
         self._ran = False
 
@@ -342,15 +349,8 @@ class Simulation:
 
     # -- mappers --------------------------------------------------------------------------------
 
-    def _mail_to_end(self, end: SimChannelEnd) -> None:
-        process = end._transport.process
-        if (
-            process is not None
-            and process.waiting_on is not None
-            and end.identity in process.waiting_on
-            and end.has_mail()
-        ):
-            process.resume()
+    def _mail_to_end(self, end: SimChannelEnd | ReaderEnd) -> None:
+        end.mail_arrived()
 
     def _mapper_deadline(self, process: MapperProcess, token: int) -> None:
         if process.waiting_on is not None and process.wait_token == token:
@@ -445,6 +445,12 @@ class Simulation:
         self._start_nodes(view)
         # 2.
         start_mappers(self, view)
+        if self.ledger is not None:
+            self.readers = SimReaders(self, self.ledger)
+            self.readers.start()
+        if config.reuse_ids:
+            self.reuse = IdReuse(self, self.mappers[0])
+            self.reuse.start()
         # 3.
         nemesis.schedule_faults(self)
         fed = self._run_until(
@@ -467,6 +473,8 @@ class Simulation:
         self._converge(heal_at_us + config.heal_limit_ms * 1000)
         self._note("converged")
         # 5.
+        if self.readers is not None:
+            self.readers.read_all_converged()
         checks.check_state(self)
         if self._check_tolerance:
             checks.check_no_false_death(self)
@@ -500,7 +508,16 @@ class Simulation:
             events=list(self.events),
             tuples=self.tuples,
             keys=len(self.oracle),
+            edges=self._edges_tally(),
         )
+
+    def _edges_tally(self) -> dict[str, int]:
+        tally: Counter[str] = Counter()
+        if self.readers is not None:
+            tally.update(self.readers.tally)
+        if self.reuse is not None:
+            tally.update(self.reuse.tally)
+        return dict(sorted(tally.items()))
 
     def describe_config(self) -> str:
         """The configuration, on one line."""

@@ -48,6 +48,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--faults-max", type=int, default=3, help="faults per schedule, at most")
     parser.add_argument("--drop", type=float, default=0.0, help="message drop probability")
     parser.add_argument("--duplicate", type=float, default=0.0, help="duplicate probability")
+    parser.add_argument(
+        "--edges",
+        action="store_true",
+        help="attack the edges too: readers during and after the run (checked against the "
+        "oracle), a stream id reused",
+    )
+    parser.add_argument(
+        "--strict-reads",
+        action="store_true",
+        help="with --edges, fail a run on a lost slot or a stale primary served to a reader",
+    )
     parser.add_argument("--jobs", type=int, default=1, help="worker processes")
     parser.add_argument("-v", "--verbose", action="store_true", help="print each run's events")
     args = parser.parse_args(argv)
@@ -60,6 +71,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         faults_max=args.faults_max,
         drop_probability=args.drop,
         duplicate_probability=args.duplicate,
+        edges=args.edges or args.strict_reads,
+        strict_reads=args.strict_reads,
     )
     logging.basicConfig(level=logging.CRITICAL)
     seeds = [args.seed] if args.seed is not None else range(args.start, args.start + args.seeds)
@@ -78,6 +91,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"ok seed={args.seed}: {result.tuples} tuples, {result.keys} keys, "
             f"{result.end_ms:.0f} ms virtual, fingerprint {result.fingerprint()[:16]}"
         )
+        if result.edges:
+            print("edges: " + ", ".join(f"{kind} {n}" for kind, n in result.edges.items()))
         return 0
     started = time.perf_counter()
     failed: list[int] = []
