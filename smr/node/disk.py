@@ -31,20 +31,19 @@ the file and the byte: it is never loaded in part.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO, Final
+from typing import Any, Final
 
 from checkpoint.delta import DeltaError, decode_delta, encode_delta
 from checkpoint.records import RecordError, decode_records, encode_record
 from checkpoint.store import StateStore
 from ring.view import View
+from smr.node.files import AppendFile, Files, LocalFiles
 from smr.protocol import pack_body, unpack_body
 
 DISK_FORMAT: Final = 1
@@ -73,10 +72,14 @@ class Restored:
 
 
 class DiskState:
-    """The state files of one node in ``directory`` (module docstring)."""
+    """The state files of one node in ``directory`` (module docstring), through ``files``
+    (default: the local disk; ``smr.node.files``)."""
 
-    def __init__(self, directory: Path, incarnation: str | None = None) -> None:
+    def __init__(
+        self, directory: Path, incarnation: str | None = None, files: Files | None = None
+    ) -> None:
         self.directory = directory
+        self.files: Files = LocalFiles() if files is None else files
         self.incarnation = incarnation
         """The cluster life the state belongs to: a snapshot of another is refused."""
         self.generation = 0
@@ -92,7 +95,7 @@ class DiskState:
         self._restored_figures: tuple[int, float] | None = None
         # A write failed: the log may lack a checkpoint, so the next one is a new snapshot.
         self._log_broken = False
-        self._log: BinaryIO | None = None
+        self._log: AppendFile | None = None
         self._range_written: Any = None
 
     # -- restore ------------------------------------------------------------------------------
@@ -130,7 +133,8 @@ class DiskState:
         store.apply_delta(snapshot)
         log_path = self.directory / f"log-{generation}.smr"
         checkpoints = 0
-        if log_path.exists():
+        log_bytes = self.files.size(log_path)
+        if log_bytes is not None:
             for index, body in enumerate(self._records(log_path)):
                 try:
                     # Checksummed, and written here: no cap beyond its own size.
@@ -139,8 +143,8 @@ class DiskState:
                     raise DiskError(f"{log_path}: record {index + 1}: {error}") from error
                 checkpoints += 1
         self.generation = generation
-        self.log_bytes = log_path.stat().st_size if log_path.exists() else 0
-        self.snapshot_bytes = path.stat().st_size
+        self.log_bytes = log_bytes or 0
+        self.snapshot_bytes = self.files.size(path) or 0
         restored = Restored(
             store, view, generation, checkpoints, store.key_count(), time.monotonic() - started
         )
@@ -168,18 +172,16 @@ class DiskState:
         }
 
     def _newest(self) -> tuple[int, Path] | None:
-        if not self.directory.is_dir():
-            return None
         found = [
-            (int(match.group(1)), path)
-            for path in self.directory.iterdir()
-            if (match := _SNAPSHOT.fullmatch(path.name))
+            (int(match.group(1)), self.directory / name)
+            for name in self.files.names(self.directory)
+            if (match := _SNAPSHOT.fullmatch(name))
         ]
         return max(found) if found else None
 
     def _records(self, path: Path, expected: int | None = None) -> list[bytes]:
         try:
-            records = decode_records(path.read_bytes())
+            records = decode_records(self.files.read_bytes(path))
         except RecordError as error:
             raise DiskError(f"{path} is damaged {error}; move it aside to start empty") from error
         except OSError as error:
@@ -208,8 +210,7 @@ class DiskState:
             record = b"".join(encode_record(body) for body in bodies)
             log = self._open_log()
             log.write(record)
-            log.flush()
-            os.fsync(log.fileno())
+            log.sync()
         except OSError:
             self._log_broken = True
             raise
@@ -219,7 +220,7 @@ class DiskState:
     def write_snapshot(self, store: StateStore, view: View, own_range: Any) -> None:
         """Step 1: generation ``G + 1`` of the whole store, then an empty log after it."""
         started = time.monotonic()
-        self.directory.mkdir(parents=True, exist_ok=True)
+        self.files.make_dir(self.directory)
         generation = self.generation + 1
         header = json.dumps(
             {
@@ -235,15 +236,10 @@ class DiskState:
         )
         path = self.directory / f"snapshot-{generation}.smr"
         temporary = path.with_suffix(".tmp")
-        with open(temporary, "wb") as file:
-            file.write(data)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temporary, path)
-        log_path = self.directory / f"log-{generation}.smr"
-        with open(log_path, "wb") as log:
-            os.fsync(log.fileno())
-        self._fsync_directory()
+        self.files.write_synced(temporary, data)
+        self.files.replace(temporary, path)
+        self.files.write_synced(self.directory / f"log-{generation}.smr", b"")
+        self.files.sync_dir(self.directory)
         old = self.generation
         self.close()
         self.generation = generation
@@ -252,8 +248,7 @@ class DiskState:
         self.snapshots_written += 1
         self._range_written = own_range
         for name in (f"snapshot-{old}.smr", f"log-{old}.smr"):
-            with contextlib.suppress(FileNotFoundError):
-                (self.directory / name).unlink()
+            self.files.unlink(self.directory / name)
         self.snapshot_seconds_max = max(self.snapshot_seconds_max, time.monotonic() - started)
 
     def close(self) -> None:
@@ -262,14 +257,7 @@ class DiskState:
             self._log.close()
             self._log = None
 
-    def _open_log(self) -> BinaryIO:
+    def _open_log(self) -> AppendFile:
         if self._log is None:
-            self._log = open(self.directory / f"log-{self.generation}.smr", "ab")  # noqa: SIM115
+            self._log = self.files.append(self.directory / f"log-{self.generation}.smr")
         return self._log
-
-    def _fsync_directory(self) -> None:
-        descriptor = os.open(self.directory, os.O_RDONLY)
-        try:
-            os.fsync(descriptor)
-        finally:
-            os.close(descriptor)
