@@ -15,6 +15,7 @@ from smr.faults import (
 )
 from smr.node import NodeSettings
 from smr.node.settings import NodeCounters
+from smr.sim.disk import DISK_FAULTS
 from smr.sim.network import NetworkSettings
 
 log = logging.getLogger("smr.sim")
@@ -89,6 +90,11 @@ class SimConfig:
     # A second stream names mapper m0's id at position 0 once m0 closed (smr.sim.reuse): the
     # history check must refuse it.
     reuse_ids: bool = False
+    # After the checks, restart the whole cluster from the nodes' simulated disks with
+    # this fault (smr.sim.disk.DISK_FAULTS; None: no disks, no restart). strict_disk fails
+    # a run on the silent partial restores the state files cannot detect today.
+    restart_fault: str | None = None
+    strict_disk: bool = False
 
     @property
     def feed_ms(self) -> int:
@@ -96,12 +102,20 @@ class SimConfig:
         chunks = -(-self.tuples_per_mapper // self.feed_chunk)
         return max(100, chunks * self.feed_pace_ms)
 
-    def with_edges(self, options: SweepOptions) -> SimConfig:
+    def with_edges(self, seed: int, options: SweepOptions) -> SimConfig:
         """This configuration with the edges ``options`` ask for (readers, a reused id);
         a seed's other draws stay what they were without them."""
         if not options.edges:
             return self
-        return replace(self, readers=True, strict_reads=options.strict_reads, reuse_ids=True)
+        rng = random.Random(f"smr.sim:{seed}:edges")
+        return replace(
+            self,
+            readers=True,
+            strict_reads=options.strict_reads,
+            reuse_ids=True,
+            restart_fault=rng.choice(DISK_FAULTS),
+            strict_disk=options.strict_disk,
+        )
 
     @classmethod
     def from_seed(cls, seed: int, options: SweepOptions | None = None) -> SimConfig:
@@ -145,7 +159,7 @@ class SimConfig:
             mapper_lease_ms=rng.choice((50, 300, 2000)),
             mapper_parts=rng.choice((1, 3, 8)),
             checkpoint_part_keys=rng.choice((3, 20, _NODE_DEFAULTS.checkpoint_part_keys)),
-        ).with_edges(options)
+        ).with_edges(seed, options)
 
 
 @dataclass(frozen=True)
@@ -164,6 +178,7 @@ class SweepOptions:
     # limits of reads too.
     edges: bool = False
     strict_reads: bool = False
+    strict_disk: bool = False
 
     def flags(self) -> str:
         """The command-line flags that select these options (for the replay command)."""
@@ -184,6 +199,8 @@ class SweepOptions:
             text += " --edges"
         if self.strict_reads:
             text += " --strict-reads"
+        if self.strict_disk:
+            text += " --strict-disk"
         return text
 
 

@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, replace
 from typing import Any, Final
 
+from checkpoint.store import StateStore
 from ring.hashing import even_tokens, slot_count
 from ring.ids import Incarnation, NodeId, Token
 from ring.view import Member, Status, View
@@ -27,11 +28,13 @@ from smr.node import TICK_MS, NodeCore, NodeSettings, Timer
 from smr.protocol import FrameError, decode, header_of
 from smr.sim import checks, nemesis
 from smr.sim.config import SimConfig, SimResult, SweepOptions, seeded_counters
+from smr.sim.disk import SimFiles, disk_of
 from smr.sim.feeding import start_mappers
 from smr.sim.mappers import MapperProcess, SimChannelEnd
 from smr.sim.network import ADDR_PREFIX, Envelope, Link, SimClock, SimNetwork
 from smr.sim.nodes import MemoryOutput, SimNode, SimNodeLinks, sim_job
 from smr.sim.readers import FeedLedger, ReaderEnd, SimReaders
+from smr.sim.restart import Restart
 from smr.sim.reuse import IdReuse
 
 log = logging.getLogger("smr.sim")
@@ -166,6 +169,9 @@ class Simulation:
         self.ledger: FeedLedger | None = FeedLedger() if config.readers else None
         self.readers: SimReaders | None = None
         self.reuse: IdReuse | None = None
+        # Each node's simulated disk, when the run restarts from them (smr.sim.disk).
+        self.disks: dict[NodeId, SimFiles] = {}
+        self.restart: Restart | None = None
         self.tuples = 0
         self._ran = False
 
@@ -226,22 +232,36 @@ class Simulation:
             ]
         )
 
+    def _new_core(self, sim_node: SimNode, view: View, store: StateStore | None = None) -> NodeCore:
+        """A node process starting (again): a new core for ``sim_node``, with ``view`` and
+        the ``store`` restored from its disk, if any; with its simulated disk when the run
+        restarts (``smr.sim.disk``)."""
+        node_id = sim_node.node_id
+        assert sim_node.links is not None
+        core = NodeCore(
+            node_id,
+            sim_job(),
+            view,
+            self.config.slot_bits,
+            sim_node.links,
+            MemoryOutput(node_id),
+            clock=self.clock.seconds,
+            settings=self.settings,
+            store=store,
+        )
+        if self.config.restart_fault is not None:
+            files = self.disks.setdefault(node_id, SimFiles())
+            core.disk = disk_of(node_id, files)
+        sim_node.core = core
+        return core
+
     def _start_nodes(self, view: View) -> None:
         phases = self._rng("timers")
         for node_id in (*self.node_ids, *self.standby_ids):
             sim_node = SimNode(node_id, None)
             sim_node.links = SimNodeLinks(self, sim_node)
             self.nodes[node_id] = sim_node
-            sim_node.core = NodeCore(
-                node_id,
-                sim_job(),
-                view,
-                self.config.slot_bits,
-                sim_node.links,
-                MemoryOutput(node_id),
-                clock=self.clock.seconds,
-                settings=self.settings,
-            )
+            self._new_core(sim_node, view)
             tick_us = self._tick_ms * 1000
             checkpoint_us = self.config.checkpoint_interval_ms * 1000
             self._schedule(phases.randint(1, tick_us), self._timer, sim_node, "tick")
@@ -479,6 +499,10 @@ class Simulation:
         if self._check_tolerance:
             checks.check_no_false_death(self)
         checks.check_replicas(self)
+        if config.restart_fault is not None:
+            self._settle()
+            self.restart = Restart(self, config.restart_fault)
+            self.restart.run()
         return self._result()
 
     def _result(self) -> SimResult:
@@ -517,6 +541,8 @@ class Simulation:
             tally.update(self.readers.tally)
         if self.reuse is not None:
             tally.update(self.reuse.tally)
+        if self.restart is not None:
+            tally.update(self.restart.tally)
         return dict(sorted(tally.items()))
 
     def describe_config(self) -> str:

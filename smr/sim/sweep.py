@@ -52,12 +52,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--edges",
         action="store_true",
         help="attack the edges too: readers during and after the run (checked against the "
-        "oracle), a stream id reused",
+        "oracle), a stream id reused, a restart from simulated disks with a disk fault",
     )
     parser.add_argument(
         "--strict-reads",
         action="store_true",
         help="with --edges, fail a run on a lost slot or a stale primary served to a reader",
+    )
+    parser.add_argument(
+        "--strict-disk",
+        action="store_true",
+        help="with --edges, fail a run on a restore partial in silence that the state files "
+        "cannot detect today (a lost tail, a lost file)",
     )
     parser.add_argument("--jobs", type=int, default=1, help="worker processes")
     parser.add_argument("-v", "--verbose", action="store_true", help="print each run's events")
@@ -71,8 +77,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         faults_max=args.faults_max,
         drop_probability=args.drop,
         duplicate_probability=args.duplicate,
-        edges=args.edges or args.strict_reads,
+        edges=args.edges or args.strict_reads or args.strict_disk,
         strict_reads=args.strict_reads,
+        strict_disk=args.strict_disk,
     )
     logging.basicConfig(level=logging.CRITICAL)
     seeds = [args.seed] if args.seed is not None else range(args.start, args.start + args.seeds)

@@ -3,15 +3,21 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from checkpoint.delta import encode_delta
+from checkpoint.store import StateStore
 from ring.hashing import slot_of
 from ring.ids import NodeId, Slot
+from ring.view import View
 from smr.faults import FaultSchedule, Kill
 from smr.sim import SimConfig, Simulation, SimulationFailure, SweepOptions, run_seed
+from smr.sim import restart as restart_module
 from smr.sim import reuse as reuse_module
+from smr.sim.disk import SimFiles, disk_of
 from smr.sim.readers import FeedLedger
 from smr.stream_history import MapperHistory
 
@@ -68,7 +74,10 @@ def test_a_read_of_a_count_above_what_was_emitted_fails_the_run() -> None:
     # The check can fail: a count made larger at its primary mid-feed is read and named.
     simulation = Simulation(3, config=SimConfig(readers=True), schedule=FaultSchedule(()))
     simulation._schedule(400_000, _bump_a_count, simulation, "w0", 10_000)
-    with pytest.raises(SimulationFailure, match=r"reader: n\d served 'w0' .* above the"):
+    with pytest.raises(
+        SimulationFailure,
+        match=r"reader: (n\d served 'w0' .* above the|after convergence .* w0: 10\d+ != )",
+    ):
         simulation.run()
 
 
@@ -76,7 +85,9 @@ def test_a_read_below_what_was_acked_fails_the_run() -> None:
     # And the other way: a count made smaller mid-feed (as if an acked tuple were lost).
     simulation = Simulation(4, config=SimConfig(readers=True), schedule=FaultSchedule(()))
     simulation._schedule(500_000, _bump_a_count, simulation, "w0", -1)
-    with pytest.raises(SimulationFailure, match=r"reader: .*'w0'.*below the"):
+    with pytest.raises(
+        SimulationFailure, match=r"reader: (.*'w0'.*below the|after convergence .* w0: (\d+) != )"
+    ):
         simulation.run()
 
 
@@ -135,10 +146,104 @@ def test_a_history_check_that_lets_a_reused_id_through_fails_the_run(
     # The check can fail: a history check that finds nothing lets m0 start again at 0.
     def nothing_found(
         client: Any, view_of: Any, slot_bits: int, mapper: Any, *rest: Any, **kw: Any
-    ):
+    ) -> MapperHistory:
         return MapperHistory(mapper)
 
     monkeypatch.setattr(reuse_module, "mapper_history", nothing_found)
     simulation = Simulation(7, config=SimConfig(reuse_ids=True), schedule=FaultSchedule(()))
     with pytest.raises(SimulationFailure, match="dropped in silence"):
         simulation.run()
+
+
+# -- the simulated disk and restarts ----------------------------------------------------------
+
+
+def test_the_simulated_disk_keeps_only_what_was_synced_through_a_crash() -> None:
+    files = SimFiles()
+    path = Path("/d/log-1.smr")
+    log = files.append(path)
+    log.write(b"abc")
+    log.sync()
+    log.write(b"def")
+    assert files.read_bytes(path) == b"abcdef"
+    files.crash()
+    assert files.read_bytes(path) == b"abc"
+    files.write_synced(Path("/d/x.tmp"), b"whole")
+    files.replace(Path("/d/x.tmp"), Path("/d/snapshot-1.smr"))
+    files.crash()
+    assert files.names(Path("/d")) == ["log-1.smr", "snapshot-1.smr"]
+    assert files.size(Path("/d/x.tmp")) is None
+
+
+def test_node_state_files_round_trip_on_the_simulated_disk() -> None:
+    # The real DiskState over SimFiles: a snapshot, two checkpoints in its log, a crash.
+    store = StateStore()
+    store.commit(Slot(1), "a", {}, {"count": 2})
+    files = SimFiles()
+    disk = disk_of(NodeId("n0"), files)
+    view = View([])
+    disk.write_snapshot(store, view, None)
+    for count in (3, 4):
+        store.commit(Slot(1), "a", {"count": count - 1}, {"count": count})
+        delta = store.swap()
+        store.merge_inactive()
+        disk.on_checkpoint(store, view, None, [encode_delta(delta)])
+    files.crash()
+    restored = disk_of(NodeId("n0"), files).restore()
+    assert restored is not None and restored.checkpoints == 2
+    assert restored.store.get(Slot(1), "a") == {"count": 4}
+
+
+RESTART = SimConfig(nodes=4, replication=1, slot_bits=7, readers=True)
+
+
+def restart_with(fault: str, seed: int = 3, **settings: Any) -> Simulation:
+    simulation = Simulation(
+        seed, config=RESTART, schedule=FaultSchedule(()), restart_fault=fault, **settings
+    )
+    simulation.run()
+    return simulation
+
+
+@pytest.mark.parametrize("fault", ["none", "crash"])
+def test_a_whole_cluster_restarted_from_its_disks_restores_exactly(fault: str) -> None:
+    simulation = restart_with(fault)
+    assert simulation.restart is not None
+    assert simulation.restart.tally == {"restored": 4}
+
+
+def test_a_torn_write_keeps_the_node_out_and_its_range_lost_loudly() -> None:
+    simulation = restart_with("torn-write")
+    assert simulation.restart is not None
+    tally = simulation.restart.tally
+    assert tally["restore refused"] == 1 and tally["restored"] == 3
+    assert simulation.restart.refused == [simulation.restart.target]
+    assert tally["restore partial in silence (known)"] == 0
+    # Its range went to a node that marks it lost (the replicas are not on disk).
+    assert tally["keys lost loudly"] > 0
+
+
+@pytest.mark.parametrize("fault", ["lost-tail", "lost-file"])
+def test_a_damage_the_state_files_cannot_detect_today_is_counted(fault: str) -> None:
+    simulation = restart_with(fault)
+    assert simulation.restart is not None
+    assert simulation.restart.tally["restore partial in silence (known)"] > 0
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a log cut at a record boundary, or a lost state file, restores in part in "
+    "silence until each generation has a manifest (issue 35, what to build 2): remove this "
+    "mark when the restore refuses it",
+)
+@pytest.mark.parametrize("fault", ["lost-tail", "lost-file"])
+def test_strict_disk_a_damaged_generation_is_refused_never_restored_in_part(fault: str) -> None:
+    restart_with(fault, strict_disk=True)
+
+
+def test_a_restore_that_differs_in_silence_fails_the_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The check can fail: with no fault taken for a known limit, the log cut at a record
+    # boundary (which restores today, in part) is named.
+    monkeypatch.setattr(restart_module, "SILENT_TODAY", frozenset())
+    with pytest.raises(SimulationFailure, match=r"restart \(lost-tail on n\d\): \d+ keys differ"):
+        restart_with("lost-tail")
