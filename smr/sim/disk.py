@@ -9,7 +9,8 @@ A run with a restart (``SimConfig.restart_fault``), after its checks passed:
 
 1. Every live node stops as ``smr cluster down`` stops it (one last checkpoint, to disk),
    but for the one node a ``crash`` picks, which stops without it; every message in flight
-   is lost; each disk keeps what was synced.
+   is lost; each disk keeps what was synced. Nodes the faults killed start again too, as
+   ``smr cluster up`` starts every node, from what their disks kept.
 2. One disk fault, on one live node's newest files (``DISK_FAULTS``): ``crash`` (nothing
    more: the unsynced tail is gone), ``lost-tail`` (the log loses whole records it had
    synced: a disk that lied), ``lost-file`` (the log or the snapshot is gone),
@@ -19,11 +20,16 @@ A run with a restart (``SimConfig.restart_fault``), after its checks passed:
    ``DiskError`` keeps the node out (loud: it does not start); the others start with the
    view and state they restored, and the ring converges again.
 4. The check: every key's count at its primary equals the oracle, or the key's slot is
-   marked lost there (loud). A count that differs in silence fails the run, unless the
+   reported lost there (loud: ``smr.sim.checks.reported_lost``, the node's offline set,
+   which ``status`` and ``recover`` show; a loss mark in the store that the node does not
+   act on is silent). A count that differs in silence fails the run, unless the
    fault is one the state files cannot detect today (``lost-tail`` and ``lost-file``, which
    a manifest per generation will catch) and the run does not ask for ``strict_disk``:
-   then it is counted as ``restore partial in silence``. The readers, if any, read
-   everything once more under the same rule.
+   then it is counted as ``restore partial in silence``. Likewise a key served by a node
+   the faults killed during the run and that came back from its older disk owning its old
+   range (no node that started holds a newer view: each state file holds the view of its
+   snapshot) is counted as ``stale state of a revived node served``. The readers, if any,
+   read everything once more under the same rule.
 
 Guarantee: a restore is exact, or refused loudly, or (without ``strict_disk``) counted as
 one of the known silent cases; anything else fails the run.

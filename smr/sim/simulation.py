@@ -262,10 +262,17 @@ class Simulation:
             sim_node.links = SimNodeLinks(self, sim_node)
             self.nodes[node_id] = sim_node
             self._new_core(sim_node, view)
-            tick_us = self._tick_ms * 1000
-            checkpoint_us = self.config.checkpoint_interval_ms * 1000
-            self._schedule(phases.randint(1, tick_us), self._timer, sim_node, "tick")
-            self._schedule(phases.randint(1, checkpoint_us), self._timer, sim_node, "checkpoint")
+            self._start_timers(sim_node, phases)
+
+    def _start_timers(self, sim_node: SimNode, phases: random.Random) -> None:
+        """The node's tick and checkpoint timers, from now, at seeded phases."""
+        now_us = self.clock.now_us
+        tick_us = self._tick_ms * 1000
+        checkpoint_us = self.config.checkpoint_interval_ms * 1000
+        self._schedule(now_us + phases.randint(1, tick_us), self._timer, sim_node, "tick")
+        self._schedule(
+            now_us + phases.randint(1, checkpoint_us), self._timer, sim_node, "checkpoint"
+        )
 
     def _send_to_node(
         self,
