@@ -37,7 +37,9 @@ query and dump during the faults and after convergence, each answer checked agai
 oracle (:mod:`smr.sim.readers`); a second stream names mapper ``m0``'s id at position 0,
 which the history check must refuse (:mod:`smr.sim.reuse`); and after the checks the whole
 cluster restarts from its simulated disks under one disk fault, each restore exact or
-refused loudly (:mod:`smr.sim.disk`, :mod:`smr.sim.restart`). ``--strict-reads`` and
+refused loudly (:mod:`smr.sim.disk`, :mod:`smr.sim.restart`); a subscriber follows the
+output from the start across deaths and must return every record written
+(:mod:`smr.sim.subscriber`). ``--strict-reads`` and
 ``--strict-disk`` also fail the known limits those modules count.
 
 A failed run raises :class:`SimulationFailure` (an ``AssertionError``) whose message starts

@@ -95,6 +95,8 @@ class SimConfig:
     # a run on the silent partial restores the state files cannot detect today.
     restart_fault: str | None = None
     strict_disk: bool = False
+    # A subscriber follows the output from the start (smr.sim.subscriber).
+    subscriber: bool = False
 
     @property
     def feed_ms(self) -> int:
@@ -115,6 +117,7 @@ class SimConfig:
             reuse_ids=True,
             restart_fault=rng.choice(DISK_FAULTS),
             strict_disk=options.strict_disk,
+            subscriber=True,
         )
 
     @classmethod

@@ -17,14 +17,13 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Final
 
 from checkpoint.ids import MapperId
 from ring.view import View
 from smr.client import NodeUnreachable
-from smr.protocol import FrameError, HistoryReply, HistoryRequest, RequestId, decode, encode
-from smr.sim.mappers import MapperProcess, SimChannelEnd, SimMapperTransport
+from smr.sim.clients import SimClient
+from smr.sim.mappers import MapperProcess, SimMapperTransport
 from smr.stream_history import HistoryUnknown, MapperIdReused, mapper_history
 
 if TYPE_CHECKING:
@@ -32,66 +31,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("smr.sim")
 
-# The real client's request timeout (smr.client.REQUEST_TIMEOUT_MS_DEFAULT) and a writer's
-# default wait for the whole check (smr.connection).
-REQUEST_TIMEOUT_MS: Final = 2000
+# A writer's default wait for the whole check (smr.connection).
 CHECK_TIMEOUT_S: Final = 10.0
 # How often the second stream looks whether the first one's close() returned.
 POLL_MS: Final = 50
-
-
-class SimHistoryClient:
-    """The ``history_each`` of :class:`smr.client.Client` over the simulated network, for a
-    simulated process (:class:`~smr.stream_history.HistoryAsker`)."""
-
-    def __init__(self, transport: SimMapperTransport) -> None:
-        self._transport = transport
-        self._ends: dict[str, SimChannelEnd] = {}
-        self._next_req = 0
-
-    def history_each(
-        self, addrs: Sequence[str], mapper: MapperId
-    ) -> dict[str, HistoryReply | NodeUnreachable | RuntimeError]:
-        """Ask every node at ``addrs`` at once; each answer, or why there is none."""
-        sim = self._transport.sim
-        answers: dict[str, HistoryReply | NodeUnreachable | RuntimeError] = {}
-        waiting: dict[str, int] = {}
-        for addr in dict.fromkeys(addrs):
-            if addr not in self._ends:
-                opened = self._transport.open(addr, 64)
-                assert isinstance(opened, SimChannelEnd)
-                self._ends[addr] = opened
-            end = self._ends[addr]
-            self._next_req += 1
-            if end.send(encode(HistoryRequest(RequestId(self._next_req), mapper))):
-                waiting[addr] = self._next_req
-            else:
-                answers[addr] = NodeUnreachable(f"{addr}: no connection")
-        deadline_us = sim.clock.now_us + REQUEST_TIMEOUT_MS * 1000
-        while waiting and sim.clock.now_us < deadline_us:
-            left_ms = max(1, (deadline_us - sim.clock.now_us) // 1000)
-            ends = [self._ends[addr] for addr in waiting]
-            for ready in self._transport.wait_any(ends, left_ms):
-                assert isinstance(ready, SimChannelEnd)
-                end = ready
-                while (frames := end.receive()) is not None:
-                    try:
-                        message = decode(frames)
-                    except FrameError as error:
-                        answers[end.addr] = RuntimeError(str(error))
-                        waiting.pop(end.addr, None)
-                        continue
-                    # An answer to an earlier ask that timed out is skipped.
-                    if getattr(message, "req", None) != waiting.get(end.addr):
-                        continue
-                    waiting.pop(end.addr)
-                    if isinstance(message, HistoryReply):
-                        answers[end.addr] = message
-                    else:
-                        answers[end.addr] = RuntimeError(f"{end.addr} answered {message!r}")
-        for addr in waiting:
-            answers[addr] = NodeUnreachable(f"{addr}: no answer in {REQUEST_TIMEOUT_MS} ms")
-        return answers
 
 
 class IdReuse:
@@ -127,7 +70,7 @@ class IdReuse:
         mapper = MapperId("m0")
         try:
             history = mapper_history(
-                SimHistoryClient(transport),
+                SimClient(transport),
                 self._view,
                 sim.config.slot_bits,
                 mapper,

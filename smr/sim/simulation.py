@@ -36,6 +36,7 @@ from smr.sim.nodes import MemoryOutput, SimNode, SimNodeLinks, sim_job
 from smr.sim.readers import FeedLedger, ReaderEnd, SimReaders
 from smr.sim.restart import Restart
 from smr.sim.reuse import IdReuse
+from smr.sim.subscriber import SimSubscriber
 
 log = logging.getLogger("smr.sim")
 
@@ -172,6 +173,11 @@ class Simulation:
         # Each node's simulated disk, when the run restarts from them (smr.sim.disk).
         self.disks: dict[NodeId, SimFiles] = {}
         self.restart: Restart | None = None
+        # Every node's output file, on the disk they share, when the run has a subscriber;
+        # and the simulated processes that are not mappers (the subscriber).
+        self.output_files: dict[str, bytearray] = {}
+        self.subscriber: SimSubscriber | None = None
+        self.background: list[MapperProcess] = []
         self.tuples = 0
         self._ran = False
 
@@ -244,7 +250,7 @@ class Simulation:
             view,
             self.config.slot_bits,
             sim_node.links,
-            MemoryOutput(node_id),
+            MemoryOutput(node_id, self.output_files if self.config.subscriber else None),
             clock=self.clock.seconds,
             settings=self.settings,
             store=store,
@@ -384,13 +390,13 @@ class Simulation:
             process.resume()
 
     def _raise_mapper_errors(self) -> None:
-        for process in self.mappers:
+        for process in (*self.mappers, *self.background):
             if process.error is not None:
                 error, process.error = process.error, None
                 raise MapperFailed(process.name, error)
 
     def _cancel_mappers(self) -> None:
-        for process in self.mappers:
+        for process in (*self.mappers, *self.background):
             process.cancel()
 
     # -- convergence and checks -------------------------------------------------------------------
@@ -478,6 +484,9 @@ class Simulation:
         if config.reuse_ids:
             self.reuse = IdReuse(self, self.mappers[0])
             self.reuse.start()
+        if config.subscriber:
+            self.subscriber = SimSubscriber(self)
+            self.subscriber.start()
         # 3.
         nemesis.schedule_faults(self)
         fed = self._run_until(
@@ -503,6 +512,8 @@ class Simulation:
         if self.readers is not None:
             self.readers.read_all_converged()
         checks.check_state(self)
+        if self.subscriber is not None:
+            self.subscriber.finish()
         if self._check_tolerance:
             checks.check_no_false_death(self)
         checks.check_replicas(self)
@@ -550,6 +561,8 @@ class Simulation:
             tally.update(self.reuse.tally)
         if self.restart is not None:
             tally.update(self.restart.tally)
+        if self.subscriber is not None:
+            tally.update(self.subscriber.tally)
         return dict(sorted(tally.items()))
 
     def describe_config(self) -> str:

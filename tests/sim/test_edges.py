@@ -1,5 +1,7 @@
 """The edges in the simulation: readers checked against the oracle during and after a run
-(``smr.sim.readers``), and a stream id reused at position 0 (``smr.sim.reuse``)."""
+(``smr.sim.readers``), a stream id reused at position 0 (``smr.sim.reuse``), a restart of
+the whole cluster from simulated disks under a disk fault (``smr.sim.disk``,
+``smr.sim.restart``), and a subscriber across a death (``smr.sim.subscriber``)."""
 
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from smr.sim import reuse as reuse_module
 from smr.sim.disk import SimFiles, disk_of
 from smr.sim.readers import FeedLedger
 from smr.sim.restart import Restart
+from smr.sim.subscriber import SimSubscriber
 from smr.stream_history import MapperHistory
 
 EDGES = SweepOptions(edges=True)
@@ -286,3 +289,38 @@ def test_strict_disk_a_revived_node_never_serves_its_stale_state() -> None:
     # 6 nodes, r = 3: n5 killed early and taken over by n0; at the restart n0's log is torn,
     # so n0 stays out and n5 serves its state of 100 ms into the run.
     run_seed(9, replace(BIG_EDGES, strict_disk=True))
+
+
+# -- a subscriber -------------------------------------------------------------------------------
+
+
+SUBSCRIBED = SimConfig(nodes=5, replication=1, slot_bits=8, vocabulary=20, subscriber=True)
+
+
+@pytest.mark.parametrize("kill_ms", [150, 260, 330, 410, 520, 640, 700, 790])
+def test_a_subscriber_gets_every_record_of_a_node_killed_mid_feed(kill_ms: int) -> None:
+    # 2000 tuples of 20 words fed over about 800 ms, a count emitted at every multiple of
+    # 50: the subscriber must return each record once, the killed node's included.
+    schedule = FaultSchedule((Kill(NodeId("n2"), kill_ms),))
+    simulation = Simulation(kill_ms, config=SUBSCRIBED, schedule=schedule)
+    result = simulation.run()
+    expected = sum(count // 50 for count in simulation.oracle.values())
+    assert result.edges["records followed"] == expected > 0
+    assert "nodes named unread" not in result.edges
+
+
+def test_a_subscriber_that_passes_over_a_record_fails_the_run(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The check can fail: one record taken out of what the subscriber returned is named.
+    check = SimSubscriber.check
+
+    def check_one_less(self: SimSubscriber) -> None:
+        self.records.pop(len(self.records) // 2)
+        check(self)
+
+    monkeypatch.setattr(SimSubscriber, "check", check_one_less)
+    schedule = FaultSchedule((Kill(NodeId("n2"), 400),))
+    simulation = Simulation(3, config=SUBSCRIBED, schedule=schedule)
+    with pytest.raises(SimulationFailure, match=r"subscriber: n\d wrote .* never returned"):
+        simulation.run()
