@@ -80,8 +80,11 @@ class SimSubscriber:
         )
         self.subscription = subscription
         while True:
+            # Stop after a whole pass begun once asked to: one that began before may have
+            # read the files as they were long ago (a node that answers late holds it).
+            last = self.stopping
             self.records.extend(subscription)
-            if self.stopping:
+            if last:
                 return
 
     def finish(self) -> None:
