@@ -59,6 +59,18 @@ def test_readers_during_and_after_faults_get_the_exact_state_or_a_refusal(seed: 
     )
 
 
+# Seeds of fresh --edges sweeps that once failed, each with what it found.
+EDGES_SEEDS_ONCE_FAILED = {
+    # The simulated subscriber stopped after a pass begun long before it was asked to.
+    9100147: EDGES,
+}
+
+
+@pytest.mark.parametrize("seed", sorted(EDGES_SEEDS_ONCE_FAILED))
+def test_seeds_that_once_failed_the_edges_sweep_pass(seed: int) -> None:
+    run_seed(seed, EDGES_SEEDS_ONCE_FAILED[seed])
+
+
 @pytest.mark.parametrize("seed", range(15))
 def test_bigger_rings_with_readers_and_a_reused_id(seed: int) -> None:
     result = run_seed(seed, BIG_EDGES)
