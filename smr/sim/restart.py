@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import logging
+import random
 from collections import Counter
 from typing import TYPE_CHECKING
 
@@ -13,6 +14,7 @@ from ring.placement import Role
 from smr.node.disk import DiskError
 from smr.sim.checks import reported_lost
 from smr.sim.disk import SILENT_TODAY, apply_fault, disk_of
+from smr.sim.nodes import SimNode
 
 if TYPE_CHECKING:
     from smr.sim.simulation import Simulation
@@ -35,17 +37,35 @@ class Restart:
     def run(self) -> None:
         """Steps 1 to 4: stop, damage, restore, converge, check."""
         sim = self.sim
-        live = sim._live()
         rng = sim._rng("restart")
-        self.target = rng.choice([node.node_id for node, _ in live])
-        # 'smr cluster up' starts every node of the cluster: those the faults killed come
-        # back too, from what their disks kept.
+        self.target = rng.choice([node.node_id for node, _ in sim._live()])
+        # 1.
+        starting = self._stop_all()
+        # 2.
+        done = apply_fault(sim, self.fault, self.target, sim.disks[self.target])
+        sim._note(f"restart: every node stopped; {done}")
+        # 3.
+        for node in starting:
+            self._start(node, rng)
+        if not self._converged():
+            return
+        # 4.
+        excused = self.check()
+        if sim.readers is not None:
+            sim.readers.read_all_converged(excused)
+
+    def _stop_all(self) -> list[SimNode]:
+        """Step 1: every live node stops (its last checkpoint, but for a crash), what is
+        in flight is lost, each disk keeps what was synced; the nodes to start again, in
+        id order: the live ones and, as 'smr cluster up' starts every node of the
+        cluster, those the faults killed, from what their disks kept."""
+        sim = self.sim
+        live = sim._live()
         dead = [
             node
             for node_id in (*sim.node_ids, *sim.standby_ids)
             if (node := sim.nodes[node_id]).killed and node_id in sim.disks
         ]
-        # 1.
         for node, core in live:
             if not (self.fault == "crash" and node.node_id == self.target):
                 sim._current = node.node_id
@@ -63,49 +83,50 @@ class Restart:
             node.dropped_peers.clear()
             node.missed_timers.clear()
             sim.disks[node.node_id].crash()
-        # 2.
-        done = apply_fault(sim, self.fault, self.target, sim.disks[self.target])
-        sim._note(f"restart: every node stopped; {done}")
-        # 3.
-        for node in starting:
-            disk = disk_of(node.node_id, sim.disks[node.node_id])
-            try:
-                restored = disk.restore()
-            except DiskError as error:
-                node.killed = True
-                self.refused.append(node.node_id)
-                self.tally["restore refused"] += 1
-                sim._note(f"restart: {node.node_id} does not start: {error}")
-                continue
-            view = sim._initial_view() if restored is None else restored.view
-            core = sim._new_core(node, view, None if restored is None else restored.store)
-            core.disk = disk
-            if restored is not None:
-                disk.serving(core.ring.range_of(core.node_id))
-                self.tally["restored"] += 1
-            if node.killed:
-                node.killed = False
-                self.revived.append(node.node_id)
-                sim._start_timers(node, rng)
-                self.tally["restored a node the faults killed"] += 1
-            sim._schedule(sim.clock.now_us, sim._wake, node)
+        return starting
+
+    def _start(self, node: SimNode, rng: random.Random) -> None:
+        """Step 3 for one node, as smr.node.loop starts it: a DiskError keeps it out."""
+        sim = self.sim
+        disk = disk_of(node.node_id, sim.disks[node.node_id])
+        try:
+            restored = disk.restore()
+        except DiskError as error:
+            node.killed = True
+            self.refused.append(node.node_id)
+            self.tally["restore refused"] += 1
+            sim._note(f"restart: {node.node_id} does not start: {error}")
+            return
+        view = sim._initial_view() if restored is None else restored.view
+        core = sim._new_core(node, view, None if restored is None else restored.store)
+        core.disk = disk
+        if restored is not None:
+            disk.serving(core.ring.range_of(core.node_id))
+            self.tally["restored"] += 1
+        if node.killed:
+            node.killed = False
+            self.revived.append(node.node_id)
+            sim._start_timers(node, rng)
+            self.tally["restored a node the faults killed"] += 1
+        sim._schedule(sim.clock.now_us, sim._wake, node)
+
+    def _converged(self) -> bool:
+        """Run until the ring converges: True; False if it cannot because a node that did
+        not start keeps its range (loud: with r = 0 nothing can take it over, and a ring of
+        two owners cannot tell a dead peer from a cut; its peers say it does not answer).
+        AssertionError otherwise."""
+        sim = self.sim
         try:
             sim._converge(sim.clock.now_us + sim.config.heal_limit_ms * 1000)
         except AssertionError as error:
-            # A node that did not start may keep its range unserved: with r = 0 nothing can
-            # take it over, and a ring of two owners cannot tell a dead peer from a cut.
-            # That is loud (the node did not start; its peers say it does not answer).
             unserved = [n for n in self.refused if f"{n} owns slots in the view" in str(error)]
             if not unserved:
                 raise
             self.tally["restore refused, range unserved"] += 1
             sim._note(f"restart: the range of {unserved[0]} stays unserved: {error}")
-            return
+            return False
         sim._note("converged after the restart")
-        # 4.
-        excused = self.check()
-        if sim.readers is not None:
-            sim.readers.read_all_converged(excused)
+        return True
 
     def check(self) -> set[str]:
         """Step 4 of :mod:`smr.sim.disk`; the keys whose silent difference is a known
