@@ -136,15 +136,13 @@ class Restart:
         if not live:
             raise AssertionError("restart: no node started again")
         actual: dict[str, int] = {}
-        primary_of: dict[str, NodeId] = {}
-        lost: set[Slot] = set()
+        lost: dict[NodeId, set[Slot]] = {}
         for node_id, core in live.items():
             roles = core.roles
-            lost |= reported_lost(core)
+            lost[node_id] = reported_lost(core)
             slots = [Slot(s) for s in sorted(core.store.slots()) if roles[s] == Role.PRIMARY]
             for _, key, state in core.store.items(slots):
                 actual[str(key)] = state.get("count", 0)
-                primary_of[str(key)] = node_id
         ring = next(iter(live.values())).ring
         excused: set[str] = set()
         silent: list[str] = []
@@ -153,7 +151,7 @@ class Restart:
                 continue
             slot = Slot(slot_of(key, sim.config.slot_bits))
             primary = ring.primary(slot)
-            if slot in lost:
+            if slot in lost.get(primary, ()):
                 self.tally["keys lost loudly"] += 1
                 excused.add(key)
             elif (
