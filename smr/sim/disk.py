@@ -25,11 +25,13 @@ A run with a restart (``SimConfig.restart_fault``), after its checks passed:
    act on is silent). A count that differs in silence fails the run, unless the
    fault is one the state files cannot detect today (``lost-tail`` and ``lost-file``, which
    a manifest per generation will catch) and the run does not ask for ``strict_disk``:
-   then it is counted as ``restore partial in silence``. Likewise a key served by a node
-   the faults killed during the run and that came back from its older disk owning its old
-   range (no node that started holds a newer view: each state file holds the view of its
-   snapshot) is counted as ``stale state of a revived node served``. The readers, if any,
-   read everything once more under the same rule.
+   then it is counted as ``restore partial in silence``. Likewise, when a node the faults
+   killed during the run came back from its older disk, a difference is counted as
+   ``stale state of a revived node served``: where no node that started holds a newer
+   copy, its old state is served as current, by itself (owning its old range again, as
+   each state file holds the view of its snapshot only) or by a node that promotes the
+   copy the revived node shipped it before it was fenced. The readers, if any, read
+   everything once more under the same rule.
 
 Guarantee: a restore is exact, or refused loudly, or (without ``strict_disk``) counted as
 one of the known silent cases; anything else fails the run.

@@ -159,10 +159,12 @@ class Restart:
             ):
                 self.tally["restore partial in silence (known)"] += 1
                 excused.add(key)
-            elif primary in self.revived and not sim.config.strict_disk:
-                # A node killed during the run comes back owning its old range when no
-                # node that started holds a newer view (a state file holds the view of its
-                # last snapshot): its old state is served as current.
+            elif self.revived and not sim.config.strict_disk:
+                # A node killed during the run came back from its older disk: where no node
+                # that started holds a newer copy, its old state is served as current, by
+                # itself (it owns its old range again when no node that started holds a
+                # newer view: a state file holds the view of its snapshot) or by a node
+                # that promotes the copy the revived node shipped it before it was fenced.
                 self.tally["stale state of a revived node served (known)"] += 1
                 excused.add(key)
             else:

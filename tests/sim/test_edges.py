@@ -59,10 +59,24 @@ def test_readers_during_and_after_faults_get_the_exact_state_or_a_refusal(seed: 
     )
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="silent loss in the core path, no edge involved: s0 joins beside n0 while the "
+    "copy holder n1 is stalled 2.7 s; the move settles after the stall and 3 tuples of one "
+    "key are missing (fresh default seed, also without --edges; issue 35, found 6)",
+)
+def test_default_seed_9101780_a_join_during_a_stall_loses_no_tuple() -> None:
+    run_seed(9101780)
+
+
 # Seeds of fresh --edges sweeps that once failed, each with what it found.
 EDGES_SEEDS_ONCE_FAILED = {
     # The simulated subscriber stopped after a pass begun long before it was asked to.
     9100147: EDGES,
+    # n3 killed, taken over by n4; at the restart n4's log is torn, n3 comes back from its
+    # older disk and ships its stale state to n5, which promotes it taking over n4: a
+    # revived node's stale state (counted as known, failed with --strict-disk).
+    9100960: EDGES,
 }
 
 
@@ -283,6 +297,7 @@ def test_a_loss_stays_reported_through_a_restart_from_disk() -> None:
         schedule=LOSS_BEYOND_TOLERANCE,
         check_tolerance=False,
         restart_fault="none",
+        strict_disk=True,
     )
     with pytest.raises(SimulationFailure, match="differs from the oracle"):
         simulation.run()
@@ -292,15 +307,25 @@ def test_a_loss_stays_reported_through_a_restart_from_disk() -> None:
 
 @pytest.mark.xfail(
     strict=True,
-    reason="a node killed during the run comes back from its older disk owning its old range "
-    "when the node that took it over does not start (a state file holds the view of its "
-    "snapshot only): its stale state is served as current (issue 35, what to build 2: the "
-    "newer copy must win, or the slots go to the ledger)",
+    reason="a node killed during the run comes back from its older disk when the node that "
+    "took it over does not start: its stale state is served as current, by itself (a state "
+    "file holds the view of its snapshot only) or by a node promoting the copy it shipped "
+    "(issue 35, what to build 2: the newer copy must win, or the slots go to the ledger)",
 )
-def test_strict_disk_a_revived_node_never_serves_its_stale_state() -> None:
-    # 6 nodes, r = 3: n5 killed early and taken over by n0; at the restart n0's log is torn,
-    # so n0 stays out and n5 serves its state of 100 ms into the run.
-    run_seed(9, replace(BIG_EDGES, strict_disk=True))
+@pytest.mark.parametrize(
+    ("seed", "options"),
+    [
+        # 6 nodes, r = 3: n5 killed early and taken over by n0; at the restart n0's log is
+        # torn, so n0 stays out and n5 serves its state of 100 ms into the run.
+        (9, BIG_EDGES),
+        # n3's stale state promoted by n5 (EDGES_SEEDS_ONCE_FAILED).
+        (9100960, EDGES),
+    ],
+)
+def test_strict_disk_a_revived_node_never_serves_its_stale_state(
+    seed: int, options: SweepOptions
+) -> None:
+    run_seed(seed, replace(options, strict_disk=True))
 
 
 # -- a subscriber -------------------------------------------------------------------------------
