@@ -30,8 +30,11 @@ A run with a restart (``SimConfig.restart_fault``), after its checks passed:
    ``stale state of a revived node served``: where no node that started holds a newer
    copy, its old state is served as current, by itself (owning its old range again, as
    each state file holds the view of its snapshot only) or by a node that promotes the
-   copy the revived node shipped it before it was fenced. The readers, if any, read
-   everything once more under the same rule.
+   copy the revived node shipped it before it was fenced. And a ring whose restored views
+   never agree (each node restores the view of its last snapshot, written when its own
+   range last changed; one that missed a join's view may refuse it as forged) is counted as
+   ``views of old snapshots never agree``. The readers, if any, read everything once more
+   under the same rule.
 
 Guarantee: a restore is exact, or refused loudly, or (without ``strict_disk``) counted as
 one of the known silent cases; anything else fails the run.
