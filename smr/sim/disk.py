@@ -153,7 +153,7 @@ def _newest(files: SimFiles, node: NodeId) -> tuple[Path, Path] | None:
 
 def apply_fault(sim: Simulation, fault: str, node: NodeId, files: SimFiles) -> str:
     """Step 2 of the module doc on ``node``'s disk; what was done, in words."""
-    rng = sim._rng("disk")
+    rng = sim.rng("disk")
     newest = _newest(files, node)
     if newest is None or fault in ("none", "crash"):
         return f"{fault} on {node}" + ("" if newest else " (no state files)")

@@ -188,7 +188,7 @@ class SimReaders:
     def __init__(self, sim: Simulation, ledger: FeedLedger) -> None:
         self.sim = sim
         self.ledger = ledger
-        self._rng = sim._rng("readers")
+        self._rng = sim.rng("readers")
         self._ends: dict[NodeId, ReaderEnd] = {}
         self._pending: dict[int, PendingRead] = {}
         self._next_req = 0
@@ -211,7 +211,7 @@ class SimReaders:
     def start(self) -> None:
         """Begin reading at a seeded moment; reads go on until :meth:`stop`."""
         self.reading = True
-        self.sim._schedule(self._rng.randint(1, self._every_us), self._read_once)
+        self.sim.schedule_at(self._rng.randint(1, self._every_us), self._read_once)
 
     def stop(self) -> None:
         """Send no more reads during the run (answers still arriving are checked)."""
@@ -221,7 +221,7 @@ class SimReaders:
         end = self._ends.get(node)
         if end is None:
             end = self._ends[node] = ReaderEnd(self, node)
-            self.sim._ends[end.identity] = end
+            self.sim.connect(end)
         return end
 
     def _send(self, node: NodeId, read: PendingRead, make: Any) -> None:
@@ -229,7 +229,7 @@ class SimReaders:
         req = self._next_req
         frames = encode(make(RequestId(req)))
         end = self._end(node)
-        if self.sim._send_to_node(end.out, end.identity.encode(), frames, None):
+        if self.sim.send_to_node(end.out, end.identity.encode(), frames):
             self._pending[req] = read
             self.tally[f"{read.what} sent"] += 1
         else:
@@ -238,8 +238,8 @@ class SimReaders:
     def _read_once(self) -> None:
         if not self.reading:
             return
-        self.sim._schedule(self.sim.clock.now_us + self._every_us, self._read_once)
-        live = self.sim._live()
+        self.sim.schedule_at(self.sim.clock.now_us + self._every_us, self._read_once)
+        live = self.sim.live()
         if not live or not self._keys:
             return
         rng = self._rng
@@ -407,7 +407,7 @@ class SimReaders:
         if excuse is None or self.sim.config.strict_reads:
             raise AssertionError(f"reader: {what}" + (f" ({excuse})" if excuse else ""))
         self.tally[excuse] += 1
-        self.sim._note(f"reader: {what} ({excuse})")
+        self.sim.note(f"reader: {what} ({excuse})")
 
     def _excuse(self, node: NodeId, slot: int) -> str | None:
         """Why a read below its floor is a known limit of reads today (module doc, 2.)."""
@@ -432,7 +432,7 @@ class SimReaders:
         self._final_dumped.clear()
         self._final_slots.clear()
         self._final_lost.clear()
-        live = sim._live()
+        live = sim.live()
         ring = live[0][1].ring
         by_primary: dict[NodeId, list[str]] = {}
         for key in self._keys:
@@ -451,7 +451,7 @@ class SimReaders:
         def final_left() -> int:
             return sum(1 for read in self._pending.values() if read.final)
 
-        if not sim._run_until(lambda: not final_left(), limit_us):
+        if not sim.run_until(lambda: not final_left(), limit_us):
             raise AssertionError(f"reader: {final_left()} reads unanswered after convergence")
         # Keys of slots marked lost were counted as such (strict reads failed on them).
         lost = self._final_lost | excused

@@ -37,13 +37,13 @@ class Restart:
     def run(self) -> None:
         """Steps 1 to 4: stop, damage, restore, converge, check."""
         sim = self.sim
-        rng = sim._rng("restart")
-        self.target = rng.choice([node.node_id for node, _ in sim._live()])
+        rng = sim.rng("restart")
+        self.target = rng.choice([node.node_id for node, _ in sim.live()])
         # 1.
         starting = self._stop_all()
         # 2.
         done = apply_fault(sim, self.fault, self.target, sim.disks[self.target])
-        sim._note(f"restart: every node stopped; {done}")
+        sim.note(f"restart: every node stopped; {done}")
         # 3.
         for node in starting:
             self._start(node, rng)
@@ -60,7 +60,7 @@ class Restart:
         id order: the live ones and, as 'smr cluster up' starts every node of the
         cluster, those the faults killed, from what their disks kept."""
         sim = self.sim
-        live = sim._live()
+        live = sim.live()
         dead = [
             node
             for node_id in (*sim.node_ids, *sim.standby_ids)
@@ -68,11 +68,8 @@ class Restart:
         ]
         for node, core in live:
             if not (self.fault == "crash" and node.node_id == self.target):
-                sim._current = node.node_id
-                try:
+                with sim.acting_as(node.node_id):
                     core.replication.checkpoint()
-                finally:
-                    sim._current = None
             if core.disk is not None:
                 core.disk.close()
         sim.network.drop_in_flight()
@@ -95,10 +92,10 @@ class Restart:
             node.killed = True
             self.refused.append(node.node_id)
             self.tally["restore refused"] += 1
-            sim._note(f"restart: {node.node_id} does not start: {error}")
+            sim.note(f"restart: {node.node_id} does not start: {error}")
             return
-        view = sim._initial_view() if restored is None else restored.view
-        core = sim._new_core(node, view, None if restored is None else restored.store)
+        view = sim.initial_view() if restored is None else restored.view
+        core = sim.new_core(node, view, None if restored is None else restored.store)
         core.disk = disk
         if restored is not None:
             disk.serving(core.ring.range_of(core.node_id))
@@ -106,9 +103,9 @@ class Restart:
         if node.killed:
             node.killed = False
             self.revived.append(node.node_id)
-            sim._start_timers(node, rng)
+            sim.start_timers(node, rng)
             self.tally["restored a node the faults killed"] += 1
-        sim._schedule(sim.clock.now_us, sim._wake, node)
+        sim.schedule_at(sim.clock.now_us, sim.wake, node)
 
     def _converged(self) -> bool:
         """Run until the ring converges: True; False if it cannot because a node that did
@@ -118,12 +115,12 @@ class Restart:
         below). AssertionError otherwise."""
         sim = self.sim
         try:
-            sim._converge(sim.clock.now_us + sim.config.heal_limit_ms * 1000)
+            sim.converge(sim.clock.now_us + sim.config.heal_limit_ms * 1000)
         except AssertionError as error:
             unserved = [n for n in self.refused if f"{n} owns slots in the view" in str(error)]
             if unserved:
                 self.tally["restore refused, range unserved"] += 1
-                sim._note(f"restart: the range of {unserved[0]} stays unserved: {error}")
+                sim.note(f"restart: the range of {unserved[0]} stays unserved: {error}")
                 return False
             if "holds another view" in str(error) and not sim.config.strict_disk:
                 # Each node restores the view of its last snapshot, written when its own
@@ -131,10 +128,10 @@ class Restart:
                 # may refuse the newer view as forged, and the views never agree (loud:
                 # the refusals are logged). Counted; --strict-disk fails it.
                 self.tally["views of old snapshots never agree (known)"] += 1
-                sim._note(f"restart: {error}")
+                sim.note(f"restart: {error}")
                 return False
             raise
-        sim._note("converged after the restart")
+        sim.note("converged after the restart")
         return True
 
     def check(self) -> set[str]:

@@ -43,7 +43,7 @@ class IdReuse:
     def __init__(self, sim: Simulation, first: MapperProcess) -> None:
         self.sim = sim
         self._first = first
-        self._rng = sim._rng("reuse")
+        self._rng = sim.rng("reuse")
         self.tally: Counter[str] = Counter()
         self._transport = SimMapperTransport(sim, "m0-again")
         self.process = MapperProcess(sim, "m0-again", self._body)
@@ -52,11 +52,11 @@ class IdReuse:
     def start(self) -> None:
         """Start the second stream's process (it waits for the first's close)."""
         self.sim.mappers.append(self.process)
-        self.sim._schedule(self.sim.clock.now_us, self.process.start)
+        self.sim.schedule_at(self.sim.clock.now_us, self.process.start)
 
     def _view(self, refresh: bool) -> View:
         # The view of some live node, as a client fetches it from any it reaches.
-        live = self.sim._live()
+        live = self.sim.live()
         if not live:
             raise NodeUnreachable("no node answers")
         return self._rng.choice(live)[1].view
@@ -80,11 +80,11 @@ class IdReuse:
             )
         except HistoryUnknown as unknown:
             self.tally["id reuse refused: history unknown"] += 1
-            sim._note(f"id reuse refused: {unknown}")
+            sim.note(f"id reuse refused: {unknown}")
             return
         if history.used:
             self.tally["id reuse refused"] += 1
-            sim._note(f"id reuse refused: {MapperIdReused(history)}")
+            sim.note(f"id reuse refused: {MapperIdReused(history)}")
             return
         raise AssertionError(
             "mapper id m0 was started again at position 0 after its first stream was "

@@ -9,7 +9,8 @@ import random
 import threading
 import traceback
 from collections import Counter, deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, replace
 from typing import Any, Final
 
@@ -191,6 +192,63 @@ class Simulation:
         # SHA-512, which does not depend on PYTHONHASHSEED.
         return random.Random(f"smr.sim:{self.seed}:{stream}")
 
+    # -- what the simulated clients, disks and restarts ask of the run -----------------------
+
+    def rng(self, stream: str) -> random.Random:
+        """The run's own random stream named ``stream`` (seeded from the seed and the name)."""
+        return self._rng(stream)
+
+    def schedule_at(self, time_us: int, action: Callable[..., None], *args: Any) -> None:
+        """Run ``action(*args)`` at virtual time ``time_us`` (after what is due before)."""
+        self._schedule(time_us, action, *args)
+
+    def run_until(self, done: Callable[[], bool], limit_us: int) -> bool:
+        """Run events until ``done()``, or until ``limit_us``: whether ``done()``."""
+        return self._run_until(done, limit_us)
+
+    def converge(self, deadline_us: int) -> None:
+        """Run until the ring converges; AssertionError saying why not by ``deadline_us``."""
+        self._converge(deadline_us)
+
+    def live(self) -> list[tuple[SimNode, NodeCore]]:
+        """The live nodes and their cores, in id order."""
+        return self._live()
+
+    def note(self, text: str) -> None:
+        """Keep ``text`` among the run's notable events, at the virtual time now."""
+        self._note(text)
+
+    def wake(self, node: SimNode) -> None:
+        """Give ``node`` a receive turn now."""
+        self._wake(node)
+
+    def initial_view(self) -> View:
+        """The view every node starts with."""
+        return self._initial_view()
+
+    @property
+    def tick_ms(self) -> int:
+        """The nodes' tick period."""
+        return self._tick_ms
+
+    def connect(self, end: SimChannelEnd | ReaderEnd) -> None:
+        """Register a client's end: replies to its identity go to it."""
+        self._ends[end.identity] = end
+
+    def send_to_node(self, link: Link, identity: bytes, frames: Sequence[bytes]) -> bool:
+        """A client's message to the node at the end of ``link``; False if it cannot be
+        sent (the node is down, or the link is full)."""
+        return self._send_to_node(link, identity, frames, None)
+
+    @contextmanager
+    def acting_as(self, node_id: NodeId) -> Iterator[None]:
+        """Within the block, what the nodes log is noted as ``node_id``'s."""
+        self._current = node_id
+        try:
+            yield
+        finally:
+            self._current = None
+
     # -- scheduling ---------------------------------------------------------------------------
 
     def _schedule(self, time_us: int, action: Callable[..., None], *args: Any) -> None:
@@ -238,7 +296,7 @@ class Simulation:
             ]
         )
 
-    def _new_core(self, sim_node: SimNode, view: View, store: StateStore | None = None) -> NodeCore:
+    def new_core(self, sim_node: SimNode, view: View, store: StateStore | None = None) -> NodeCore:
         """A node process starting (again): a new core for ``sim_node``, with ``view`` and
         the ``store`` restored from its disk, if any; with its simulated disk when the run
         restarts (``smr.sim.disk``)."""
@@ -267,10 +325,10 @@ class Simulation:
             sim_node = SimNode(node_id, None)
             sim_node.links = SimNodeLinks(self, sim_node)
             self.nodes[node_id] = sim_node
-            self._new_core(sim_node, view)
-            self._start_timers(sim_node, phases)
+            self.new_core(sim_node, view)
+            self.start_timers(sim_node, phases)
 
-    def _start_timers(self, sim_node: SimNode, phases: random.Random) -> None:
+    def start_timers(self, sim_node: SimNode, phases: random.Random) -> None:
         """The node's tick and checkpoint timers, from now, at seeded phases."""
         now_us = self.clock.now_us
         tick_us = self._tick_ms * 1000

@@ -48,7 +48,7 @@ class SimSubscriber:
 
     def __init__(self, sim: Simulation) -> None:
         self.sim = sim
-        self._rng = sim._rng("subscriber")
+        self._rng = sim.rng("subscriber")
         self.records: list[OutputRecord] = []
         self.tally: Counter[str] = Counter()
         self.stopping = False
@@ -60,10 +60,10 @@ class SimSubscriber:
     def start(self) -> None:
         """Start following at a seeded moment of the feed."""
         self.sim.background.append(self.process)
-        self.sim._schedule(self._rng.randint(0, 300_000), self.process.start)
+        self.sim.schedule_at(self._rng.randint(0, 300_000), self.process.start)
 
     def _view(self, refresh: bool) -> View:
-        live = self.sim._live()
+        live = self.sim.live()
         if not live:
             raise NodeUnreachable("no node answers")
         return self._rng.choice(live)[1].view
@@ -91,10 +91,10 @@ class SimSubscriber:
         """Let the nodes flush their output (two ticks), stop the subscriber once it is
         idle, and check what it returned (module doc)."""
         sim = self.sim
-        sim._run_until(lambda: False, sim.clock.now_us + 4 * sim._tick_ms * 1000)
+        sim.run_until(lambda: False, sim.clock.now_us + 4 * sim.tick_ms * 1000)
         self.stopping = True
         limit_us = sim.clock.now_us + sim.config.heal_limit_ms * 1000
-        if not sim._run_until(lambda: self.process.done, limit_us):
+        if not sim.run_until(lambda: self.process.done, limit_us):
             raise AssertionError("subscriber: still reading when the run ended")
         if self.process.error is not None:
             error, self.process.error = self.process.error, None

@@ -32,8 +32,7 @@ def _sweep_one(args: tuple[int, SweepOptions]) -> tuple[int, str | None, float]:
     return seed, None, time.perf_counter() - started
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """The sweep: run many seeds, print the failing ones and a summary; 1 if any failed."""
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m smr.sim", description="Deterministic simulation sweep of smr."
     )
@@ -67,7 +66,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--jobs", type=int, default=1, help="worker processes")
     parser.add_argument("-v", "--verbose", action="store_true", help="print each run's events")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The sweep: run many seeds, print the failing ones and a summary; 1 if any failed."""
+    args = _parser().parse_args(argv)
     options = SweepOptions(
         nodes=_parse_range(args.nodes),
         replication=_parse_range(args.replication),

@@ -122,7 +122,7 @@ def _bump_a_count(simulation: Simulation, key: str, by: int) -> None:
 def test_a_read_of_a_count_above_what_was_emitted_fails_the_run() -> None:
     # The check can fail: a count made larger at its primary mid-feed is read and named.
     simulation = Simulation(3, config=SimConfig(readers=True), schedule=FaultSchedule(()))
-    simulation._schedule(400_000, _bump_a_count, simulation, "w0", 10_000)
+    simulation.schedule_at(400_000, _bump_a_count, simulation, "w0", 10_000)
     with pytest.raises(
         SimulationFailure,
         match=r"reader: (n\d served 'w0' .* above the|after convergence .* w0: 10\d+ != )",
@@ -133,7 +133,7 @@ def test_a_read_of_a_count_above_what_was_emitted_fails_the_run() -> None:
 def test_a_read_below_what_was_acked_fails_the_run() -> None:
     # And the other way: a count made smaller mid-feed (as if an acked tuple were lost).
     simulation = Simulation(4, config=SimConfig(readers=True), schedule=FaultSchedule(()))
-    simulation._schedule(500_000, _bump_a_count, simulation, "w0", -1)
+    simulation.schedule_at(500_000, _bump_a_count, simulation, "w0", -1)
     with pytest.raises(
         SimulationFailure, match=r"reader: (.*'w0'.*below the|after convergence .* w0: (\d+) != )"
     ):
