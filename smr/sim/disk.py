@@ -43,17 +43,15 @@ one of the known silent cases; anything else fails the run.
 from __future__ import annotations
 
 import logging
+import random
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 from checkpoint.records import RecordError, decode_records, encode_record
 from ring.ids import NodeId
 from smr.node.disk import DiskState
 from smr.node.files import AppendFile
-
-if TYPE_CHECKING:
-    from smr.sim.simulation import Simulation
 
 log = logging.getLogger("smr.sim")
 
@@ -151,9 +149,9 @@ def _newest(files: SimFiles, node: NodeId) -> tuple[Path, Path] | None:
     return DATA_DIR / node / newest, DATA_DIR / node / f"log-{generation}.smr"
 
 
-def apply_fault(sim: Simulation, fault: str, node: NodeId, files: SimFiles) -> str:
-    """Step 2 of the module doc on ``node``'s disk; what was done, in words."""
-    rng = sim.rng("disk")
+def apply_fault(rng: random.Random, fault: str, node: NodeId, files: SimFiles) -> str:
+    """Step 2 of the module doc on ``node``'s disk, its choices drawn from ``rng``; what
+    was done, in words."""
     newest = _newest(files, node)
     if newest is None or fault in ("none", "crash"):
         return f"{fault} on {node}" + ("" if newest else " (no state files)")

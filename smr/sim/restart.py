@@ -42,7 +42,7 @@ class Restart:
         # 1.
         starting = self._stop_all()
         # 2.
-        done = apply_fault(sim, self.fault, self.target, sim.disks[self.target])
+        done = apply_fault(sim.rng("disk"), self.fault, self.target, sim.disks[self.target])
         sim.note(f"restart: every node stopped; {done}")
         # 3.
         for node in starting:
