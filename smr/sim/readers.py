@@ -64,6 +64,7 @@ from smr.protocol import (
     pack_body,
     unpack_body,
 )
+from smr.sim.checks import reported_lost
 from smr.sim.network import Link
 
 if TYPE_CHECKING:
@@ -344,9 +345,10 @@ class SimReaders:
                 self.dump(read.node, slot, slot + 1, final=True)
 
     def _lost_at(self, node: NodeId) -> set[Slot]:
-        """The slots marked lost (not accepted) at ``node`` now, if it lives."""
+        """The slots ``node`` knows are lost now, if it lives: marked lost (not accepted)
+        in its store, or in its offline set."""
         core = self.sim.live_cores().get(node)
-        return set() if core is None else lost_slots(core.store)
+        return set() if core is None else lost_slots(core.store) | reported_lost(core)
 
     def _check_page(self, read: PendingRead, page: DumpReply, lost: set[Slot]) -> None:
         served_end = read.end if page.next_start is None else page.next_start
