@@ -28,13 +28,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, Protocol
 
 from checkpoint.ids import MapperId
 from ring.ids import Slot
 from ring.placement import SlotRange
 from ring.view import View
-from smr.client import Client, NodeUnreachable
+from smr.client import NodeUnreachable
 from smr.protocol import HistoryReply
 
 # Between two asks of a check whose answers left slots uncovered (a node down, a view moving).
@@ -91,6 +91,17 @@ class MapperIdReused(ValueError):
         self.history = history
 
 
+class HistoryAsker(Protocol):
+    """What :func:`mapper_history` asks through: :class:`smr.client.Client`, or a simulated
+    client (``smr.sim``)."""
+
+    def history_each(
+        self, addrs: list[str], mapper: MapperId
+    ) -> dict[str, HistoryReply | NodeUnreachable | RuntimeError]:
+        """What each node at ``addrs`` holds of ``mapper``, or why it did not answer."""
+        ...
+
+
 def uncovered(ranges: Iterable[SlotRange], slot_count: int) -> list[SlotRange]:
     """The runs of slots of a ring of ``slot_count`` that none of ``ranges`` holds, in slot
     order (a run never wraps past the top slot)."""
@@ -124,7 +135,7 @@ def combine(mapper: MapperId, replies: Iterable[HistoryReply]) -> MapperHistory:
 
 
 def mapper_history(
-    client: Client,
+    client: HistoryAsker,
     view_of: Callable[[bool], View],
     slot_bits: int,
     mapper: MapperId,

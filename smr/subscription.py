@@ -19,11 +19,11 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from ring.ids import NodeId
 from ring.view import Status, View
-from smr.client import Client
+from smr.client import NodeUnreachable
 from smr.output import Repeats, parse_line
 from smr.protocol import OutputReply
 
@@ -37,6 +37,17 @@ OUTPUT_POLL_S: Final = 0.1
 VIEW_REFRESH_S: Final = 1.0
 # How often the live nodes are asked again for the file of a node none of them held.
 HOLDER_PROBE_S: Final = 1.0
+
+
+class OutputAsker(Protocol):
+    """What a :class:`Subscription` reads through: :class:`smr.client.Client`, or a simulated
+    client (``smr.sim``)."""
+
+    def output_each(
+        self, offsets: Mapping[str, int], max_bytes: int, of: Mapping[str, str] | None = None
+    ) -> dict[str, OutputReply | NodeUnreachable | RuntimeError]:
+        """Each address's output lines from its offset, or those of the node ``of`` names."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,13 +86,18 @@ class Subscription:
     def __init__(
         self,
         view: Callable[[bool], View],
-        client: Client,
+        client: OutputAsker,
         position: Mapping[str, int] | str,
         idle_timeout_s: float | None,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         if isinstance(position, str) and position not in ("start", "end"):
             raise ValueError(f'position must be "start", "end" or a mapping, not {position!r}')
         self._view_of = view
+        # The caller's time (virtual in a simulation): to poll, refresh and time out.
+        self._clock = clock
+        self._sleep = sleep
         self._view_at = -math.inf
         self._client = client
         self.position: dict[str, int] = dict(position) if isinstance(position, Mapping) else {}
@@ -108,7 +124,7 @@ class Subscription:
         return self
 
     def __next__(self) -> OutputRecord:
-        idle_since = time.monotonic()
+        idle_since = self._clock()
         while True:
             while not self._pending:
                 self._read()
@@ -116,10 +132,10 @@ class Subscription:
                     break
                 if (
                     self._idle_timeout_s is not None
-                    and time.monotonic() - idle_since >= self._idle_timeout_s
+                    and self._clock() - idle_since >= self._idle_timeout_s
                 ):
                     raise StopIteration
-                time.sleep(OUTPUT_POLL_S)
+                self._sleep(OUTPUT_POLL_S)
             node, end_offset, record = self._pending.popleft()
             self.position[node] = end_offset
             if record is not None:  # None: a repeat or a torn line, passed over
@@ -181,11 +197,11 @@ class Subscription:
             reply = self._read_of(node, [holder]).get(holder)
         if reply is None:
             asked_at = self._unheld.get(node)
-            if asked_at is not None and time.monotonic() - asked_at < HOLDER_PROBE_S:
+            if asked_at is not None and self._clock() - asked_at < HOLDER_PROBE_S:
                 return
             held = self._read_of(node, servers)
             if not held:
-                self._unheld[node] = time.monotonic()
+                self._unheld[node] = self._clock()
                 return
             holder, reply = max(held.items(), key=lambda item: item[1].size)
         assert holder is not None
@@ -248,10 +264,10 @@ class Subscription:
 
     def _view(self) -> View:
         """The ring's view, asked again at most every ``VIEW_REFRESH_S``."""
-        refresh = time.monotonic() - self._view_at >= VIEW_REFRESH_S
+        refresh = self._clock() - self._view_at >= VIEW_REFRESH_S
         view = self._view_of(refresh)
         if refresh:
-            self._view_at = time.monotonic()
+            self._view_at = self._clock()
         return view
 
     def _place(self, view: View) -> None:

@@ -48,15 +48,13 @@ writes a new generation, with a manifest, at its first checkpoint.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO, Final, NoReturn
+from typing import Any, Final, NoReturn
 
 from checkpoint.delta import DeltaError, decode_delta, encode_delta
 from checkpoint.manifest import (
@@ -72,6 +70,7 @@ from checkpoint.manifest import (
 from checkpoint.records import RecordError, decode_records, encode_record
 from checkpoint.store import StateStore
 from ring.view import View
+from smr.node.files import AppendFile, Files, LocalFiles
 from smr.protocol import pack_body, unpack_body
 
 DISK_FORMAT: Final = 2
@@ -104,10 +103,14 @@ class Restored:
 
 
 class DiskState:
-    """The state files of one node in ``directory`` (module docstring)."""
+    """The state files of one node in ``directory`` (module docstring), through ``files``
+    (default: the local disk; ``smr.node.files``)."""
 
-    def __init__(self, directory: Path, incarnation: str | None = None) -> None:
+    def __init__(
+        self, directory: Path, incarnation: str | None = None, files: Files | None = None
+    ) -> None:
         self.directory = directory
+        self.files: Files = LocalFiles() if files is None else files
         self.incarnation = incarnation
         """The cluster life the state belongs to: a snapshot of another is refused."""
         self.generation = 0
@@ -130,7 +133,7 @@ class DiskState:
         # A write failed (the log may lack a checkpoint), or the restored generation is of
         # format 1: the next checkpoint writes a new snapshot.
         self._renew_pending = False
-        self._log: BinaryIO | None = None
+        self._log: AppendFile | None = None
         self._range_written: Any = None
 
     # -- restore ------------------------------------------------------------------------------
@@ -170,7 +173,10 @@ class DiskState:
         if manifest is not None:
             self._refuse_if(snapshot_path, snapshot_shortfall(manifest.snapshot, snapshot_data))
             self._refuse_if(
-                log_path, log_shortfall(manifest, log_data if log_path.exists() else None)
+                log_path,
+                log_shortfall(
+                    manifest, log_data if self.files.size(log_path) is not None else None
+                ),
             )
         # 3. The snapshot, then the log's checkpoints.
         meta, view, store = self._decode_snapshot(snapshot_path, snapshot_records)
@@ -315,22 +321,19 @@ class DiskState:
 
     def _generations(self) -> dict[int, set[str]]:
         """The generations the directory holds files of, and which files."""
-        if not self.directory.is_dir():
-            return {}
         found: dict[int, set[str]] = {}
-        for path in self.directory.iterdir():
-            if match := _GENERATION_FILE.fullmatch(path.name):
+        for name in self.files.names(self.directory):
+            if match := _GENERATION_FILE.fullmatch(name):
                 found.setdefault(int(match.group(2)), set()).add(match.group(1))
         return found
 
     def _path(self, kind: str, generation: int) -> Path:
         return self.directory / f"{kind}-{generation}.smr"
 
-    @staticmethod
-    def _read(path: Path) -> bytes | None:
+    def _read(self, path: Path) -> bytes | None:
         """The file's bytes; None when it does not exist."""
         try:
-            return path.read_bytes()
+            return self.files.read_bytes(path)
         except FileNotFoundError:
             return None
         except OSError as error:
@@ -368,8 +371,7 @@ class DiskState:
             record = encode_record(encode_log_entry(number, bodies))
             log = self._open_log()
             log.write(record)
-            log.flush()
-            os.fsync(log.fileno())
+            log.sync()
             self.checkpoint_number = number
             self.log_bytes += len(record)
             self.checkpoints_written += 1
@@ -385,7 +387,7 @@ class DiskState:
         """Step 1: generation ``G + 1`` of the whole store, an empty log after it, then its
         manifest; then generation ``G``'s files go."""
         started = time.monotonic()
-        self.directory.mkdir(parents=True, exist_ok=True)
+        self.files.make_dir(self.directory)
         generation = self.generation + 1
         header = json.dumps(
             {
@@ -401,9 +403,8 @@ class DiskState:
             encode_record(part) for part in (header, pack_body(view.to_wire()), snapshot)
         )
         self._write_whole(self._path("snapshot", generation), data)
-        with open(self._path("log", generation), "wb") as log:
-            os.fsync(log.fileno())
-        self._fsync_directory()
+        self.files.write_synced(self._path("log", generation), b"")
+        self.files.sync_dir(self.directory)
         manifest = Manifest(
             generation, 0, self.checkpoint_number, FileFacts.of(data), FileFacts.of(b"")
         )
@@ -418,8 +419,7 @@ class DiskState:
         self._range_written = own_range
         for older, kinds in self._generations().items():
             for kind in kinds if older < generation else ():
-                with contextlib.suppress(FileNotFoundError):
-                    self._path(kind, older).unlink()
+                self.files.unlink(self._path(kind, older))
         self.snapshot_seconds_max = max(self.snapshot_seconds_max, time.monotonic() - started)
 
     def _write_manifest(self, manifest: Manifest, sync_directory: bool = True) -> None:
@@ -428,18 +428,14 @@ class DiskState:
             self._path("manifest", manifest.generation), encode_record(manifest.encode())
         )
         if sync_directory:
-            self._fsync_directory()
+            self.files.sync_dir(self.directory)
 
-    @staticmethod
-    def _write_whole(path: Path, data: bytes) -> None:
+    def _write_whole(self, path: Path, data: bytes) -> None:
         """``data`` as ``path``, whole or not at all: a temporary file, synced, renamed (the
         caller syncs the directory)."""
         temporary = path.with_suffix(".tmp")
-        with open(temporary, "wb") as file:
-            file.write(data)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temporary, path)
+        self.files.write_synced(temporary, data)
+        self.files.replace(temporary, path)
 
     def close(self) -> None:
         """Close the log (every record written is already on disk)."""
@@ -447,17 +443,10 @@ class DiskState:
             self._log.close()
             self._log = None
 
-    def _open_log(self) -> BinaryIO:
+    def _open_log(self) -> AppendFile:
         if self._log is None:
-            self._log = open(self.directory / f"log-{self.generation}.smr", "ab")  # noqa: SIM115
+            self._log = self.files.append(self.directory / f"log-{self.generation}.smr")
         return self._log
-
-    def _fsync_directory(self) -> None:
-        descriptor = os.open(self.directory, os.O_RDONLY)
-        try:
-            os.fsync(descriptor)
-        finally:
-            os.close(descriptor)
 
 
 def _count_field(meta: dict[str, Any], name: str, path: Path) -> int:

@@ -31,6 +31,17 @@ A run (:meth:`Simulation.run`):
    batches replayed) equals the owner's state and hwm vectors: the next takeover would be
    exact too.
 
+With ``--edges`` (``SimConfig.readers``, ``reuse_ids``, ``restart_fault``), a run also
+attacks the edges where the ring meets a reader, a stream's identity and a disk: readers
+query and dump during the faults and after convergence, each answer checked against the
+oracle (:mod:`smr.sim.readers`); a second stream names mapper ``m0``'s id at position 0,
+which the history check must refuse (:mod:`smr.sim.reuse`); and after the checks the whole
+cluster restarts from its simulated disks under one disk fault, each restore exact or
+refused loudly (:mod:`smr.sim.disk`, :mod:`smr.sim.restart`); a subscriber follows the
+output from the start across deaths and must return every record written
+(:mod:`smr.sim.subscriber`). ``--strict-reads`` and
+``--strict-disk`` also fail the known limits those modules count.
+
 A failed run raises :class:`SimulationFailure` (an ``AssertionError``) whose message starts
 with ``seed=<seed>``, and holds the fault schedule, the command that replays it and the
 last notable events (faults, takeovers, fencing) with their virtual times.
@@ -66,6 +77,7 @@ The sweep, from the command line::
     python -m smr.sim --seeds 2000 [--start 0] [--jobs 2] [--nodes 3-6] [--replication 0-2]
                       [--slot-bits 6-10] [--tuples 1000-3000] [--mappers 1-2]
                       [--faults-max 3] [--drop 0.0] [--duplicate 0.0]
+                      [--edges] [--strict-reads] [--strict-disk]
     python -m smr.sim --seed 1234 -v       # replay one seed, printing its events
 
 draws a configuration and a fault schedule within tolerance from each seed

@@ -180,6 +180,13 @@ def check_state(sim: Simulation) -> None:
             )
 
 
+def reported_lost(core: NodeCore) -> set[Slot]:
+    """The slots ``core`` reports lost: those it refuses tuples for and ``status`` and
+    ``recover`` name (its offline set). A loss mark in its store that it does not act on
+    (after a restore, say) is not a report."""
+    return set(core.recovery.offline)
+
+
 def check_no_false_death(sim: Simulation) -> None:
     """(e) No node was declared dead that the schedule never silenced: a node that is not
     lost by the schedule (``smr.faults.lost_nodes``, a superset of what a correct failure

@@ -7,7 +7,7 @@ import hashlib
 import json
 import logging
 import random
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, replace
 from typing import Final
 
 from smr.faults import (
@@ -15,6 +15,7 @@ from smr.faults import (
 )
 from smr.node import NodeSettings
 from smr.node.settings import NodeCounters
+from smr.sim.disk import DISK_FAULTS
 from smr.sim.network import NetworkSettings
 
 log = logging.getLogger("smr.sim")
@@ -81,12 +82,43 @@ class SimConfig:
     # cluster to converge after healing; past them the run fails.
     feed_limit_ms: int = 120_000
     heal_limit_ms: int = 30_000
+    # The edges (smr.sim.readers): clients read the ring during the run and after it
+    # converged, every answer checked against the oracle. strict_reads fails a run on the
+    # reads that are known limits today (a lost slot served, a stale primary served).
+    readers: bool = False
+    strict_reads: bool = False
+    # A second stream names mapper m0's id at position 0 once m0 closed (smr.sim.reuse): the
+    # history check must refuse it.
+    reuse_ids: bool = False
+    # After the checks, restart the whole cluster from the nodes' simulated disks with
+    # this fault (smr.sim.disk.DISK_FAULTS; None: no disks, no restart). strict_disk fails
+    # a run on the silent partial restores the state files cannot detect today.
+    restart_fault: str | None = None
+    strict_disk: bool = False
+    # A subscriber follows the output from the start (smr.sim.subscriber).
+    subscriber: bool = False
 
     @property
     def feed_ms(self) -> int:
         """About how long the feed lasts in virtual time, without faults."""
         chunks = -(-self.tuples_per_mapper // self.feed_chunk)
         return max(100, chunks * self.feed_pace_ms)
+
+    def with_edges(self, seed: int, options: SweepOptions) -> SimConfig:
+        """This configuration with the edges ``options`` ask for (readers, a reused id);
+        a seed's other draws stay what they were without them."""
+        if not options.edges:
+            return self
+        rng = random.Random(f"smr.sim:{seed}:edges")
+        return replace(
+            self,
+            readers=True,
+            strict_reads=options.strict_reads,
+            reuse_ids=True,
+            restart_fault=rng.choice(DISK_FAULTS),
+            strict_disk=options.strict_disk,
+            subscriber=True,
+        )
 
     @classmethod
     def from_seed(cls, seed: int, options: SweepOptions | None = None) -> SimConfig:
@@ -130,7 +162,7 @@ class SimConfig:
             mapper_lease_ms=rng.choice((50, 300, 2000)),
             mapper_parts=rng.choice((1, 3, 8)),
             checkpoint_part_keys=rng.choice((3, 20, _NODE_DEFAULTS.checkpoint_part_keys)),
-        )
+        ).with_edges(seed, options)
 
 
 @dataclass(frozen=True)
@@ -145,6 +177,11 @@ class SweepOptions:
     faults_max: int = 3
     drop_probability: float = 0.0
     duplicate_probability: float = 0.0
+    # The edges: readers during and after the run (smr.sim.readers); strict: fail the known
+    # limits of reads too.
+    edges: bool = False
+    strict_reads: bool = False
+    strict_disk: bool = False
 
     def flags(self) -> str:
         """The command-line flags that select these options (for the replay command)."""
@@ -161,6 +198,12 @@ class SweepOptions:
             text += f" --drop {self.drop_probability}"
         if self.duplicate_probability:
             text += f" --duplicate {self.duplicate_probability}"
+        if self.edges:
+            text += " --edges"
+        if self.strict_reads:
+            text += " --strict-reads"
+        if self.strict_disk:
+            text += " --strict-disk"
         return text
 
 
@@ -193,6 +236,9 @@ class SimResult:
     events: list[str]
     tuples: int
     keys: int
+    # How the edges' clients fared, by kind of answer (smr.sim.readers, smr.sim.reuse;
+    # empty without them).
+    edges: dict[str, int] = field(default_factory=dict)
 
     def fingerprint(self) -> str:
         """A digest of everything deterministic about the run."""

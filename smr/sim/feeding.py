@@ -12,6 +12,7 @@ from ring.view import View
 from smr.emitter import Emitter
 from smr.sim.mappers import MapperProcess, SimMapperTransport
 from smr.sim.nodes import sim_job
+from smr.sim.readers import MapperProgress
 
 if TYPE_CHECKING:
     from smr.sim.simulation import Simulation
@@ -37,6 +38,7 @@ def start_mappers(sim: Simulation, view: View) -> None:
         words = _words(sim, index)
         sim.oracle.update(words)
         sim.tuples += len(words)
+        progress = sim.ledger.add_mapper(words) if sim.ledger is not None else None
         transport = SimMapperTransport(sim, name)
         emitter = Emitter(
             view,
@@ -53,18 +55,23 @@ def start_mappers(sim: Simulation, view: View) -> None:
             linger_ms=None,  # it goes by wall time; a run depends on its seed alone
         )
         sim.emitters[name] = emitter
-        process = MapperProcess(sim, name, _feed(sim, emitter, transport, words))
+        process = MapperProcess(sim, name, _feed(sim, emitter, transport, words, progress))
         transport.process = process
         sim.mappers.append(process)
         sim._schedule(index * 1000, process.start)
 
 
 def _feed(
-    sim: Simulation, emitter: Emitter, transport: SimMapperTransport, words: list[str]
+    sim: Simulation,
+    emitter: Emitter,
+    transport: SimMapperTransport,
+    words: list[str],
+    progress: MapperProgress | None,
 ) -> Callable[[], None]:
     """The body of one mapper: emit ``words`` a chunk at a time, letting virtual time pass
     between chunks; with ``finish_mappers``, say it finished at the end (and, with
-    ``mapper_parts``, feed as that many mapper ids in turn, each finished)."""
+    ``mapper_parts``, feed as that many mapper ids in turn, each finished). With
+    ``progress``, report what may have been emitted and what was acknowledged."""
     chunk = sim.config.feed_chunk
     pace_ms = sim.config.feed_pace_ms
 
@@ -78,13 +85,19 @@ def _feed(
         emit = emitter.emit
         name = emitter.mapper_id
         for start in chunks:
+            if progress is not None:
+                progress.emitting(start + chunk)
             for word in words[start : start + chunk]:
                 emit(word, 1)
             transport.sleep(pace_ms)
             emitter.pump(0)
             if start in part_ends:
                 emitter.finish_mapper()
+                if progress is not None:
+                    progress.acked(start + chunk)
                 emitter.begin_mapper(MapperId(f"{name}.{start}"))
         emitter.close(finished=finish)
+        if progress is not None:
+            progress.acked(len(words))
 
     return feed

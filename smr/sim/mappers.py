@@ -120,6 +120,17 @@ class SimChannelEnd:
             return list(queue.popleft().frames)
         return None
 
+    def mail_arrived(self) -> None:
+        """A reply arrived: wake the mapper if it waits on this end."""
+        process = self._transport.process
+        if (
+            process is not None
+            and process.waiting_on is not None
+            and self.identity in process.waiting_on
+            and self.has_mail()
+        ):
+            process.resume()
+
     def has_mail(self) -> bool:
         """Whether a reply has arrived."""
         queue = self.inbound.queue

@@ -144,6 +144,15 @@ class SimNetwork:
             )
         return found
 
+    def drop_in_flight(self) -> int:
+        """Lose every message not read yet (every process stopped); how many."""
+        dropped = 0
+        for link in self._links.values():
+            dropped += len(link.queue)
+            link.queue.clear()
+        self.stats.dropped += dropped
+        return dropped
+
     def last_delivery_us(self) -> int:
         """When the last message sent so far arrives (0 if none was sent)."""
         return max((link.last_deliver_us for link in self._links.values()), default=0)

@@ -13,7 +13,7 @@ from ring.ids import NodeId
 from smr.api import Job
 from smr.faults import Starve
 from smr.node import NodeCore
-from smr.output import Emitted, OutputSink
+from smr.output import READ_BYTES_MAX, Emitted, OutputGone, OutputMissing, OutputSink, record_line
 
 if TYPE_CHECKING:
     from smr.sim.simulation import Simulation
@@ -32,25 +32,67 @@ OUTPUT_RECORDS_KEPT_MAX: Final = 1000
 
 class MemoryOutput(OutputSink):
     """An in-memory stand-in for a node's output file: counts every record and keeps the
-    last ``OUTPUT_RECORDS_KEPT_MAX`` (older ones are dropped from memory, still counted)."""
+    last ``OUTPUT_RECORDS_KEPT_MAX`` (older ones are dropped from memory, still counted).
 
-    def __init__(self, node_id: str) -> None:  # no file: the base class would open one
+    With ``files`` (the output files of every node, by node id, on the one disk they share),
+    it also writes its records there as the real sink does: as lines, pending until
+    ``flush`` (a tick, or before a checkpoint leaves), so a node killed loses its pending
+    lines; ``read`` and ``read_of`` read whole lines as :func:`smr.output.read_lines` does.
+    Without, nothing can be read."""
+
+    def __init__(self, node_id: str, files: dict[str, bytearray] | None = None) -> None:
+        # No file: the base class would open one.
         self.node_id = node_id
         self.records: deque[Emitted] = deque(maxlen=OUTPUT_RECORDS_KEPT_MAX)
         self.records_written = 0
         self.table = None
+        self._files = files
+        self._lines: list[str] = []
+        if files is not None:
+            files.setdefault(node_id, bytearray())  # opened at start, as the real sink's
 
     def extend(self, records: Sequence[Emitted]) -> None:
-        """Keep the records."""
+        """Keep the records (as pending lines too, with ``files``)."""
         self.records.extend(records)
         self.records_written += len(records)
+        if self._files is not None:
+            node = self.node_id
+            self._lines.extend(
+                record_line(
+                    {"node": node, "key": key, "value": value, "origin": [mapper, slot, seq, i]}
+                )
+                for key, value, mapper, slot, seq, i in records
+            )
 
     def flush(self) -> None:
-        """Nothing to write."""
+        """Write the pending lines to the file, with ``files``."""
+        if self._lines and self._files is not None:
+            file = self._files.setdefault(self.node_id, bytearray())
+            file += ("\n".join(self._lines) + "\n").encode()
+            self._lines.clear()
 
     def read(self, offset: int, max_bytes: int) -> tuple[bytes, int, int]:
-        """Nothing to read: the simulation keeps records in memory only."""
-        return b"", offset, offset
+        """This node's lines from ``offset`` (none without ``files``)."""
+        if self._files is None:
+            return b"", offset, offset
+        return self.read_of(self.node_id, offset, max_bytes)
+
+    def read_of(self, node_id: str, offset: int, max_bytes: int) -> tuple[bytes, int, int]:
+        """Node ``node_id``'s lines from ``offset``; OutputMissing if there is no such
+        file, OutputGone if ``offset`` is past its end."""
+        data = None if self._files is None else self._files.get(node_id)
+        if data is None:
+            raise OutputMissing(f"this node's disk holds no output file of {node_id}")
+        if offset > len(data):
+            raise OutputGone(f"output offset {offset} is past the end ({len(data)} bytes)")
+        if max_bytes <= 0:
+            return b"", offset, len(data)
+        chunk = bytes(data[offset : offset + min(max_bytes, READ_BYTES_MAX)])
+        end = chunk.rfind(b"\n") + 1
+        if end == 0 and offset < len(data):
+            end = data.find(b"\n", offset) + 1 - offset
+            chunk = bytes(data[offset : offset + max(end, 0)])
+        return chunk[: max(end, 0)], offset + max(end, 0), len(data)
 
     def close(self) -> bool:
         """Nothing to close."""
@@ -130,7 +172,11 @@ class SimNodeLinks:
         return dropped
 
 
-def sim_job(emit_every: int = 50) -> Job:
+# The simulated job emits a key's count at every multiple of this.
+EMIT_EVERY: Final = 50
+
+
+def sim_job(emit_every: int = EMIT_EVERY) -> Job:
     """Word count: ``state["count"]`` per word; emits the count at every multiple of
     ``emit_every`` (so the output path runs too)."""
 

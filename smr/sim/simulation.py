@@ -9,10 +9,12 @@ import random
 import threading
 import traceback
 from collections import Counter, deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, replace
 from typing import Any, Final
 
+from checkpoint.store import StateStore
 from ring.hashing import even_tokens, slot_count
 from ring.ids import Incarnation, NodeId, Token
 from ring.view import Member, Status, View
@@ -27,10 +29,15 @@ from smr.node import TICK_MS, NodeCore, NodeSettings, Timer
 from smr.protocol import FrameError, decode, header_of
 from smr.sim import checks, nemesis
 from smr.sim.config import SimConfig, SimResult, SweepOptions, seeded_counters
+from smr.sim.disk import SimFiles, disk_of
 from smr.sim.feeding import start_mappers
 from smr.sim.mappers import MapperProcess, SimChannelEnd
 from smr.sim.network import ADDR_PREFIX, Envelope, Link, SimClock, SimNetwork
 from smr.sim.nodes import MemoryOutput, SimNode, SimNodeLinks, sim_job
+from smr.sim.readers import FeedLedger, ReaderEnd, SimReaders
+from smr.sim.restart import Restart
+from smr.sim.reuse import IdReuse
+from smr.sim.subscriber import SimSubscriber
 
 log = logging.getLogger("smr.sim")
 
@@ -154,11 +161,24 @@ class Simulation:
         self._event_seq = 0
         self._current: str | None = None
         self._to_scheduler = threading.Semaphore(0)
-        self._ends: dict[str, SimChannelEnd] = {}
+        self._ends: dict[str, SimChannelEnd | ReaderEnd] = {}
         self.nodes: dict[NodeId, SimNode] = {}
         self.mappers: list[MapperProcess] = []
         self.emitters: dict[str, Emitter] = {}
         self.oracle: Counter[str] = Counter()
+        # What the mappers emitted and had acknowledged so far, and the readers checking
+        # against it (smr.sim.readers), when the run has readers.
+        self.ledger: FeedLedger | None = FeedLedger() if config.readers else None
+        self.readers: SimReaders | None = None
+        self.reuse: IdReuse | None = None
+        # Each node's simulated disk, when the run restarts from them (smr.sim.disk).
+        self.disks: dict[NodeId, SimFiles] = {}
+        self.restart: Restart | None = None
+        # Every node's output file, on the disk they share, when the run has a subscriber;
+        # and the simulated processes that are not mappers (the subscriber).
+        self.output_files: dict[str, bytearray] = {}
+        self.subscriber: SimSubscriber | None = None
+        self.background: list[MapperProcess] = []
         self.tuples = 0
         self._ran = False
 
@@ -171,6 +191,63 @@ class Simulation:
         # others (the words, the latencies) as they were. Seeding with a str hashes it with
         # SHA-512, which does not depend on PYTHONHASHSEED.
         return random.Random(f"smr.sim:{self.seed}:{stream}")
+
+    # -- what the simulated clients, disks and restarts ask of the run -----------------------
+
+    def rng(self, stream: str) -> random.Random:
+        """The run's own random stream named ``stream`` (seeded from the seed and the name)."""
+        return self._rng(stream)
+
+    def schedule_at(self, time_us: int, action: Callable[..., None], *args: Any) -> None:
+        """Run ``action(*args)`` at virtual time ``time_us`` (after what is due before)."""
+        self._schedule(time_us, action, *args)
+
+    def run_until(self, done: Callable[[], bool], limit_us: int) -> bool:
+        """Run events until ``done()``, or until ``limit_us``: whether ``done()``."""
+        return self._run_until(done, limit_us)
+
+    def converge(self, deadline_us: int) -> None:
+        """Run until the ring converges; AssertionError saying why not by ``deadline_us``."""
+        self._converge(deadline_us)
+
+    def live(self) -> list[tuple[SimNode, NodeCore]]:
+        """The live nodes and their cores, in id order."""
+        return self._live()
+
+    def note(self, text: str) -> None:
+        """Keep ``text`` among the run's notable events, at the virtual time now."""
+        self._note(text)
+
+    def wake(self, node: SimNode) -> None:
+        """Give ``node`` a receive turn now."""
+        self._wake(node)
+
+    def initial_view(self) -> View:
+        """The view every node starts with."""
+        return self._initial_view()
+
+    @property
+    def tick_ms(self) -> int:
+        """The nodes' tick period."""
+        return self._tick_ms
+
+    def connect(self, end: SimChannelEnd | ReaderEnd) -> None:
+        """Register a client's end: replies to its identity go to it."""
+        self._ends[end.identity] = end
+
+    def send_to_node(self, link: Link, identity: bytes, frames: Sequence[bytes]) -> bool:
+        """A client's message to the node at the end of ``link``; False if it cannot be
+        sent (the node is down, or the link is full)."""
+        return self._send_to_node(link, identity, frames, None)
+
+    @contextmanager
+    def acting_as(self, node_id: NodeId) -> Iterator[None]:
+        """Within the block, what the nodes log is noted as ``node_id``'s."""
+        self._current = node_id
+        try:
+            yield
+        finally:
+            self._current = None
 
     # -- scheduling ---------------------------------------------------------------------------
 
@@ -219,26 +296,47 @@ class Simulation:
             ]
         )
 
+    def new_core(self, sim_node: SimNode, view: View, store: StateStore | None = None) -> NodeCore:
+        """A node process starting (again): a new core for ``sim_node``, with ``view`` and
+        the ``store`` restored from its disk, if any; with its simulated disk when the run
+        restarts (``smr.sim.disk``)."""
+        node_id = sim_node.node_id
+        assert sim_node.links is not None
+        core = NodeCore(
+            node_id,
+            sim_job(),
+            view,
+            self.config.slot_bits,
+            sim_node.links,
+            MemoryOutput(node_id, self.output_files if self.config.subscriber else None),
+            clock=self.clock.seconds,
+            settings=self.settings,
+            store=store,
+        )
+        if self.config.restart_fault is not None:
+            files = self.disks.setdefault(node_id, SimFiles())
+            core.disk = disk_of(node_id, files)
+        sim_node.core = core
+        return core
+
     def _start_nodes(self, view: View) -> None:
         phases = self._rng("timers")
         for node_id in (*self.node_ids, *self.standby_ids):
             sim_node = SimNode(node_id, None)
             sim_node.links = SimNodeLinks(self, sim_node)
             self.nodes[node_id] = sim_node
-            sim_node.core = NodeCore(
-                node_id,
-                sim_job(),
-                view,
-                self.config.slot_bits,
-                sim_node.links,
-                MemoryOutput(node_id),
-                clock=self.clock.seconds,
-                settings=self.settings,
-            )
-            tick_us = self._tick_ms * 1000
-            checkpoint_us = self.config.checkpoint_interval_ms * 1000
-            self._schedule(phases.randint(1, tick_us), self._timer, sim_node, "tick")
-            self._schedule(phases.randint(1, checkpoint_us), self._timer, sim_node, "checkpoint")
+            self.new_core(sim_node, view)
+            self.start_timers(sim_node, phases)
+
+    def start_timers(self, sim_node: SimNode, phases: random.Random) -> None:
+        """The node's tick and checkpoint timers, from now, at seeded phases."""
+        now_us = self.clock.now_us
+        tick_us = self._tick_ms * 1000
+        checkpoint_us = self.config.checkpoint_interval_ms * 1000
+        self._schedule(now_us + phases.randint(1, tick_us), self._timer, sim_node, "tick")
+        self._schedule(
+            now_us + phases.randint(1, checkpoint_us), self._timer, sim_node, "checkpoint"
+        )
 
     def _send_to_node(
         self,
@@ -342,28 +440,21 @@ class Simulation:
 
     # -- mappers --------------------------------------------------------------------------------
 
-    def _mail_to_end(self, end: SimChannelEnd) -> None:
-        process = end._transport.process
-        if (
-            process is not None
-            and process.waiting_on is not None
-            and end.identity in process.waiting_on
-            and end.has_mail()
-        ):
-            process.resume()
+    def _mail_to_end(self, end: SimChannelEnd | ReaderEnd) -> None:
+        end.mail_arrived()
 
     def _mapper_deadline(self, process: MapperProcess, token: int) -> None:
         if process.waiting_on is not None and process.wait_token == token:
             process.resume()
 
     def _raise_mapper_errors(self) -> None:
-        for process in self.mappers:
+        for process in (*self.mappers, *self.background):
             if process.error is not None:
                 error, process.error = process.error, None
                 raise MapperFailed(process.name, error)
 
     def _cancel_mappers(self) -> None:
-        for process in self.mappers:
+        for process in (*self.mappers, *self.background):
             process.cancel()
 
     # -- convergence and checks -------------------------------------------------------------------
@@ -445,6 +536,15 @@ class Simulation:
         self._start_nodes(view)
         # 2.
         start_mappers(self, view)
+        if self.ledger is not None:
+            self.readers = SimReaders(self, self.ledger)
+            self.readers.start()
+        if config.reuse_ids:
+            self.reuse = IdReuse(self, self.mappers[0])
+            self.reuse.start()
+        if config.subscriber:
+            self.subscriber = SimSubscriber(self)
+            self.subscriber.start()
         # 3.
         nemesis.schedule_faults(self)
         fed = self._run_until(
@@ -467,10 +567,18 @@ class Simulation:
         self._converge(heal_at_us + config.heal_limit_ms * 1000)
         self._note("converged")
         # 5.
+        if self.readers is not None:
+            self.readers.read_all_converged()
         checks.check_state(self)
+        if self.subscriber is not None:
+            self.subscriber.finish()
         if self._check_tolerance:
             checks.check_no_false_death(self)
         checks.check_replicas(self)
+        if config.restart_fault is not None:
+            self._settle()
+            self.restart = Restart(self, config.restart_fault)
+            self.restart.run()
         return self._result()
 
     def _result(self) -> SimResult:
@@ -500,7 +608,20 @@ class Simulation:
             events=list(self.events),
             tuples=self.tuples,
             keys=len(self.oracle),
+            edges=self._edges_tally(),
         )
+
+    def _edges_tally(self) -> dict[str, int]:
+        tally: Counter[str] = Counter()
+        if self.readers is not None:
+            tally.update(self.readers.tally)
+        if self.reuse is not None:
+            tally.update(self.reuse.tally)
+        if self.restart is not None:
+            tally.update(self.restart.tally)
+        if self.subscriber is not None:
+            tally.update(self.subscriber.tally)
+        return dict(sorted(tally.items()))
 
     def describe_config(self) -> str:
         """The configuration, on one line."""

@@ -32,8 +32,7 @@ def _sweep_one(args: tuple[int, SweepOptions]) -> tuple[int, str | None, float]:
     return seed, None, time.perf_counter() - started
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """The sweep: run many seeds, print the failing ones and a summary; 1 if any failed."""
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m smr.sim", description="Deterministic simulation sweep of smr."
     )
@@ -48,9 +47,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--faults-max", type=int, default=3, help="faults per schedule, at most")
     parser.add_argument("--drop", type=float, default=0.0, help="message drop probability")
     parser.add_argument("--duplicate", type=float, default=0.0, help="duplicate probability")
+    parser.add_argument(
+        "--edges",
+        action="store_true",
+        help="attack the edges too: readers during and after the run (checked against the "
+        "oracle), a stream id reused, a restart from simulated disks with a disk fault",
+    )
+    parser.add_argument(
+        "--strict-reads",
+        action="store_true",
+        help="with --edges, fail a run on a lost slot or a stale primary served to a reader",
+    )
+    parser.add_argument(
+        "--strict-disk",
+        action="store_true",
+        help="with --edges, fail a run on a restore partial in silence that the state files "
+        "cannot detect today (a lost tail, a lost file)",
+    )
     parser.add_argument("--jobs", type=int, default=1, help="worker processes")
     parser.add_argument("-v", "--verbose", action="store_true", help="print each run's events")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The sweep: run many seeds, print the failing ones and a summary; 1 if any failed."""
+    args = _parser().parse_args(argv)
     options = SweepOptions(
         nodes=_parse_range(args.nodes),
         replication=_parse_range(args.replication),
@@ -60,6 +81,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         faults_max=args.faults_max,
         drop_probability=args.drop,
         duplicate_probability=args.duplicate,
+        edges=args.edges or args.strict_reads or args.strict_disk,
+        strict_reads=args.strict_reads,
+        strict_disk=args.strict_disk,
     )
     logging.basicConfig(level=logging.CRITICAL)
     seeds = [args.seed] if args.seed is not None else range(args.start, args.start + args.seeds)
@@ -78,6 +102,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"ok seed={args.seed}: {result.tuples} tuples, {result.keys} keys, "
             f"{result.end_ms:.0f} ms virtual, fingerprint {result.fingerprint()[:16]}"
         )
+        if result.edges:
+            print("edges: " + ", ".join(f"{kind} {n}" for kind, n in result.edges.items()))
         return 0
     started = time.perf_counter()
     failed: list[int] = []
