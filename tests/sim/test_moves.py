@@ -12,6 +12,10 @@ from smr.faults import Fault, FaultSchedule, Join, Kill, Move, Partition, Pause
 from smr.sim import SimConfig, SimResult, Simulation, SweepOptions, run_seed
 from tests.sim.test_simulation import BIG, LOSSY
 
+# Bigger rings fed by up to three mappers (python -m smr.sim --nodes 4-8 --replication 1-3
+# --mappers 1-3 --faults-max 5).
+BIG_MAPPERS = SweepOptions(nodes=(4, 8), replication=(1, 3), mappers=(1, 3), faults_max=5)
+
 
 def run(*faults: Fault, nodes: int = 4, replication: int = 1, seed: int = 3) -> Simulation:
     config = SimConfig(nodes=nodes, replication=replication, slot_bits=8)
@@ -131,6 +135,12 @@ MOVE_SWEEP_FINDINGS: dict[int, tuple[SweepOptions, str]] = {
         "snapshot was read",
     ),
     2100075: (BIG, "deaths changed the move's copy holder while it was being copied"),
+    2402074: (
+        BIG_MAPPERS,
+        "LOSS of 17 acked tuples: a refusal re-routed a batch off every channel of its replica "
+        "set, but a later batch of the same slots stayed on another node's channel behind it; "
+        "that node applied the later seqs first and dropped the re-routed ones as duplicates",
+    ),
     950235: (LOSSY, "a confirmation request hit the cached answer of an earlier move"),
     1200256: (LOSSY, "a stale move copy shadowed the replica of a node that became a predecessor"),
     425: (

@@ -5,6 +5,9 @@ in seq order per slot, when the move ends (a new view, a NACK) or a resend inter
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import pytest
 
 from checkpoint.ids import MapperId
@@ -205,3 +208,59 @@ def test_held_tuples_are_bounded_by_a_windows_worth_and_the_feeder_waits() -> No
     assert {slot for slot, _ in setup.rows(again)} == {
         slot_of(w, SLOT_BITS) for w in setup.moving_words
     }
+
+
+class _RefusingOnWait(RecordingTransport):
+    """Records what is sent; on the first wait for replies, n0 refuses its first batch (as
+    a node does whose window is full while it hands a range over)."""
+
+    def __init__(self, setup: Setup) -> None:
+        super().__init__()
+        self._setup = setup
+        self.refused = False
+
+    def wait_any(self, ends: Sequence[Any], timeout_ms: int) -> list[Any]:
+        if not self.refused:
+            self.refused = True
+            self._setup.refuse(self._setup.batches_to("n0")[0])
+        return []
+
+
+def test_a_refusal_reroutes_every_batch_sent_after_a_rerouted_one_on_any_channel() -> None:
+    # n0 is n2's secondary (r = 1). With a window of two batches: R (moving slots of n0),
+    # then A (n2's slots) fill n0's window; B (n2's slots again, later seqs) goes on n2's
+    # channel and waits for room on n0's. n0 then refuses R: R and A, the batch after it on
+    # n0's channel, are re-routed. B sits after A on n2's channel: left there, n2 would
+    # apply B's later seqs before A's rows sent again, and its hwm would drop those.
+    setup = Setup()
+    transport = _RefusingOnWait(setup)
+    setup.transport = transport
+    setup.emitter = Emitter(
+        setup.view,
+        SLOT_BITS,
+        MapperId("m"),
+        replication=1,
+        batch_size=1_000_000,
+        window_batches=2,
+        clock=lambda: setup.now[0],
+        transport=transport,
+    )
+    ring = Ring(setup.view, SLOT_BITS)
+    n2_words = [
+        w for w in (f"v{i}" for i in range(2000)) if ring.primary(slot_of(w, SLOT_BITS)) == "n2"
+    ][:5]
+    _emit_all(setup, setup.moving_words)  # R: n0 and n1
+    _emit_all(setup, n2_words)  # A: n2 and n0 (n0's window is full now)
+    _emit_all(setup, n2_words)  # B: n2, then waits for room on n0: the refusal comes
+    assert transport.refused
+    emitter = setup.emitter
+    for node, channel in emitter._channels.items():
+        rows = [row for batch in channel.unacked.values() for row in batch.rows]
+        for slot in {row[0] for row in rows}:
+            seqs = [row[1] for row in rows if row[0] == slot]
+            assert seqs == sorted(seqs), f"{node} would get slot {slot}'s seqs as {seqs}"
+    # Nothing lost on the way: every tuple of n2's slots is unacked on n2's channel, once.
+    n2_rows = [
+        row for batch in emitter._channels[NodeId("n2")].unacked.values() for row in batch.rows
+    ]
+    assert len(n2_rows) == len({row[1] for row in n2_rows}) == 2 * len(n2_words)
