@@ -168,6 +168,11 @@ MOVE_SWEEP_FINDINGS: dict[int, tuple[SweepOptions, str]] = {
         "a leave's receiver awaited the confirmation of a secondary killed after the switch, "
         "which only the receiver could declare dead, behind the leaver: the feed stalled",
     ),
+    8100135: (
+        BIG_MAPPERS,
+        "a node paused during its first snapshot, begun past its first checkpoint, which "
+        "its secondary's fresh replica had ignored: the takeover found no copy of its range",
+    ),
     950235: (LOSSY, "a confirmation request hit the cached answer of an earlier move"),
     1200256: (LOSSY, "a stale move copy shadowed the replica of a node that became a predecessor"),
     425: (
