@@ -173,6 +173,12 @@ MOVE_SWEEP_FINDINGS: dict[int, tuple[SweepOptions, str]] = {
         "a node paused during its first snapshot, begun past its first checkpoint, which "
         "its secondary's fresh replica had ignored: the takeover found no copy of its range",
     ),
+    8106782: (
+        BIG_MAPPERS,
+        "LOSS of 7 acked tuples: held rows released after a move went out cut in parts; the "
+        "first part, refused again while it waited for window room, was re-routed, and the "
+        "second, with later seqs of the same slot, went out ahead of its rows",
+    ),
     950235: (LOSSY, "a confirmation request hit the cached answer of an earlier move"),
     1200256: (LOSSY, "a stale move copy shadowed the replica of a node that became a predecessor"),
     425: (
