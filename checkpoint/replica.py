@@ -102,6 +102,17 @@ class PeerReplica:
         # equal to the store's by writing both only in _apply and _drop_slots.
         self._hwms_by_mapper: dict[MapperId, dict[Slot, Seq]] = {}
 
+    @classmethod
+    def of_empty_start(cls) -> PeerReplica:
+        """The replica of a primary that starts empty with a new cluster: complete at
+        checkpoint 0 (the empty state), so that it applies checkpoints from 1 on. A fresh
+        replica ignores checkpoints until a snapshot begins, and a snapshot that then
+        begins past checkpoint 1 leaves it covering nothing until it ends."""
+        replica = cls()
+        replica.needs_snapshot = False
+        replica._is_complete = True
+        return replica
+
     @property
     def snapshot_in_progress(self) -> bool:
         """True between ``begin_snapshot`` and ``end_snapshot`` (or a gap that aborts it)."""

@@ -270,6 +270,13 @@ class FailureDetector:
         self._start_round(node, now, self.drop_probe_timeout_s())
         return True
 
+    def crashed(self, node: NodeId, now: float) -> bool:
+        """Whether the evidence of step 2a holds for watched ``node``, nearest or not: its
+        connection dropped and the probe sent after the drop went unanswered past its
+        deadline (the judge declares such a node dead when it is the nearest one)."""
+        deadline = self.probe_deadline_s.get(node)
+        return node in self.connection_dropped and deadline is not None and now >= deadline
+
     def note_rtt(self, rtt_s: float) -> None:
         """A probe was answered ``rtt_s`` after it was sent."""
         self.rtt_samples_s.append(rtt_s)

@@ -323,14 +323,21 @@ class Emitter:
             for start in range(0, len(rows), size)
             for part in encode_within(rows[start : start + size], 2 * self.batch_bytes)
         ]
+        sent: list[OutBatch] = []
         for index, (part, body) in enumerate(parts):
-            if self.view.epoch != epoch:
-                # The view changed while an earlier part waited for window room.
+            if self.view.epoch != epoch or any(batch.rerouted for batch in sent):
+                # The view changed while an earlier part waited for window room, or an
+                # earlier part was re-routed meanwhile (refused: its rows are held, or left
+                # open): the later parts hold later seqs of the same slots, so they go
+                # with it, never ahead of it.
                 reroute(self, [OutBatch(rows, body) for rows, body in parts[index:]])
                 return
-            self._send_body(dest, part, body)
+            sent.append(self._send_body(dest, part, body))
 
-    def _send_body(self, dest: int, rows: list[Row], body: bytes) -> None:
+    def _send_body(self, dest: int, rows: list[Row], body: bytes) -> OutBatch:
+        """Put a batch of ``rows`` on the channel of each node of ``dest``'s replica set
+        (waiting for window room) and send it; the batch (re-routed if the view or a hold
+        changed while it waited)."""
         batch = OutBatch(rows, body, self._replica_sets[dest])
         # Waiting for every node of its set from the start: an ack from the first node, read
         # while the batch waits for room on a later node's channel, must not make it count
@@ -343,17 +350,17 @@ class Emitter:
             while len(channel.unacked) >= self.window_batches:
                 self.pump(timeout_ms=50)
             if batch.rerouted:
-                return  # a view change while we waited already sent its rows out again
+                return batch  # a view change while we waited already sent its rows out again
             if self.view.epoch != epoch:
                 # The view changed while we waited, before the batch was on every channel
                 # of its (now stale) replica set: send its rows again by the new view.
                 reroute(self, [batch])
-                return
+                return batch
             if self._holds and self._holds.holds_any(batch.rows):
                 # A hold began while we waited: this batch's rows of the held slots must go
                 # after the held ones (seq order per slot), so they are held too.
                 reroute(self, [batch])
-                return
+                return batch
             chan = channel.next_chan
             channel.next_chan = ChannelNumber(chan + 1)
             channel.unacked[chan] = batch
@@ -364,6 +371,7 @@ class Emitter:
             # Read acks now and then even while windows have room: they carry the nodes'
             # view epoch, which is how a feeder learns of a takeover within a few batches.
             self.pump(timeout_ms=0)
+        return batch
 
     def _transmit(self, channel: Channel, chan: ChannelNumber) -> None:
         """Send batch ``chan`` unless an earlier one still waits to be sent (order matters)."""

@@ -135,7 +135,8 @@ def on_not_owner(
     # 3. The node does not advance the channel past a refused batch, so the later ones
     #    on it can reach the node only after the refused one is sent again: out of seq
     #    order, and the node's hwm would drop the older tuples as duplicates. Re-route
-    #    them all together (their rows go out sorted by slot and seq).
+    #    them all together (their rows go out sorted by slot and seq); `reroute` takes
+    #    along the batches after them on the other channels too.
     batch = channel.unacked.get(chan)
     if batch is not None and not batch.rerouted:
         reroute(emitter, [held for number, held in channel.unacked.items() if number >= chan])
@@ -161,7 +162,7 @@ def on_view(emitter: Emitter, view: View) -> None:
             or ring.replica_set_of(primaries.pop(), emitter.replication) != batch.replica_set
         ):
             moved.append(batch)
-    reroute(emitter, with_later_batches(emitter._channels.values(), moved))
+    reroute(emitter, moved)
     if released:
         send_open_rows(emitter)
 
@@ -177,9 +178,18 @@ def release_held(emitter: Emitter, send: bool = True) -> None:
 
 
 def reroute(emitter: Emitter, batches: list[OutBatch]) -> None:
-    """Take ``batches`` off their channels and send their rows again by the current view."""
+    """Take ``batches``, and every batch after one of them on any channel, off their
+    channels and send their rows again by the current view.
+
+    Guarantee: no node gets a later seq of a slot before an earlier one re-routed. A batch
+    sent after a re-routed one may hold later tuples of the same slots: on a channel the
+    re-routed batch shared with it (a batch goes to every node of its replica set, and a
+    refusal re-routes it off all of them), the node would take the later batch first, past
+    the hole, and its hwm would then drop the re-routed tuples as duplicates: a silent loss.
+    """
     if not batches:
         return
+    batches = with_later_batches(emitter._channels.values(), batches)
     for batch in batches:
         batch.rerouted = True
         for node in list(batch.waiting_for):

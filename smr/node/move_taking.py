@@ -15,7 +15,11 @@ R's switch, steps 6-7 of the protocol in ``smr.node.moves``:
     switch, any mark of R's death carries the new token, and no view can hand the moved
     slots back to the giver after it dropped them. A secondary that marked R dead on the
     old entry first wins the merge instead: R is fenced, the giver sees R gone with its
-    token elsewhere and serves the slots again, and R never applied a tuple of them.
+    token elsewhere and serves the slots again, and R never applied a tuple of them. A
+    secondary that crashed (its connection to R dropped and R's probe went unanswered: the
+    evidence of a takeover) is not awaited: it can neither confirm nor declare R dead, and
+    it may be a predecessor only R can judge, behind a leaving giver that judges nobody,
+    so waiting for it would hold the move, and that secondary's takeover, forever.
 6d. Settled: serve the moved slots (the mappers R refused meanwhile get a ``NACK`` and
     resend) and answer the giver: switched.
 """
@@ -269,6 +273,19 @@ class MoveTaking:
         if settling is None:
             return
         settling.waiting &= set(node.secondaries)
+        crashed = sorted(peer for peer in settling.waiting if node.recovery.crashed(peer))
+        if crashed:
+            # A crashed secondary never confirms, and never declares this node dead on
+            # its old entry either. It can be one of this node's predecessors that only
+            # this node may judge (a leaving giver, the nearest, judges nobody): waiting
+            # for it would hold the leave, and so its takeover, forever.
+            log.warning(
+                "move %d from %s: not awaiting %s, crashed (connection dropped, probe unanswered)",
+                settling.agreed.number,
+                settling.agreed.giver,
+                ", ".join(crashed),
+            )
+            settling.waiting.difference_update(crashed)
         if not settling.waiting:
             self._settled()
             return

@@ -249,6 +249,17 @@ class Recovery:
                 self.detector.probe_sent(peer, req)
             self._drop_probe_req[peer] = req
 
+    def crashed(self, peer: NodeId) -> bool:
+        """Whether watched ``peer`` crashed by the evidence a takeover needs (its connection
+        dropped, and the probe sent after the drop went unanswered past its deadline),
+        whether or not it is the nearest predecessor, the one ``judge`` walks to. A drop
+        whose probe round ended (a late message from the peer) is probed again."""
+        node = self._node
+        detector = self.detector
+        if peer in detector.connection_dropped and peer not in detector.probe_deadline_s:
+            self.suspect(peer)
+        return detector.crashed(peer, node.clock())
+
     def note_turn_start(self, since_read_s: float) -> None:
         """A receive turn begins ``since_read_s`` after the last one read. Past
         ``LATE_READ_S`` this node was late itself: its detector's timers move back by the

@@ -122,16 +122,20 @@ class Replication:
         self._evicting: dict[NodeId, None] = {}
 
     def cover_initial_ranges(self) -> None:
-        """At a cluster's start, count each predecessor's range as covered: its state starts
-        empty, every batch it applies reaches this node too (an emitter holds a batch until
-        all ``r + 1`` nodes acked it, and re-routes it on a takeover), and nothing is evicted
-        from the backup before a snapshot begins (a replica ignores checkpoints until then),
-        so the backup alone is a full copy of that range."""
+        """At a cluster's start, count each predecessor's range as covered, by a replica
+        complete at checkpoint 0: its state starts empty, every batch it applies reaches
+        this node too (an emitter holds a batch until all ``r + 1`` nodes acked it, and
+        re-routes it on a takeover), and each of its checkpoints from 1 on applies to the
+        replica in order (a skipped one is a gap: the replica asks for a snapshot), so the
+        replica and the backup evicted against it are a full copy of that range from the
+        start, also while its first snapshot is under way (a replica that ignored
+        checkpoint 1 would cover nothing from a snapshot begun past it until its end)."""
         node = self._node
         for predecessor in node.predecessors:
             initial = node.ring.range_of(predecessor)
             if initial is not None:
                 self.covered[predecessor] = initial
+                self.replicas[predecessor] = PeerReplica.of_empty_start()
 
     def reset(self) -> None:
         """Drop every replica, backup and orphan copy, and the checkpoint in flight

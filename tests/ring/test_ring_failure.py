@@ -230,6 +230,26 @@ def test_a_dropped_connection_needs_no_quorum_until_an_answer_refutes_it() -> No
     assert d3.judge([A], 0.91, owners_besides_me=OWNERS) == (Verdict.NO_QUORUM, A)
 
 
+def test_a_node_behind_the_nearest_is_found_crashed_only_by_a_drop_and_an_unanswered_probe() -> (
+    None
+):
+    # The judge walks to the nearest watched node only (a, alive); b behind it is never
+    # judged, but the evidence of step 2a about it is there to ask for (a leave's receiver
+    # asks it of the secondaries it awaits).
+    d = FailureDetector(failure_timeout_s=0.5, probe_timeout_s=0.2)
+    d.watch([A, B], 0.0)
+    assert not d.crashed(B, 5.0)  # silence alone is no crash
+    assert d.suspect(B, 1.0)
+    d.heard(A, 1.2)
+    assert not d.crashed(B, 1.19)  # the probe's deadline has not passed
+    assert d.judge([A, B], 1.21, owners_besides_me=OWNERS) is None
+    assert d.crashed(B, 1.21)
+    # An answer to a probe sent after the drop refutes it.
+    d.heard(B, 1.3)
+    d.refuted(B)
+    assert not d.crashed(B, 2.0)
+
+
 # -- suspicion, refutation and vouches (step 2c) ---------------------------------------------
 
 

@@ -8,9 +8,13 @@ import pytest
 
 from ring.ids import NodeId
 from ring.view import Status
-from smr.faults import Fault, FaultSchedule, Join, Kill, Move, Partition, Pause
+from smr.faults import Delay, Fault, FaultSchedule, Join, Kill, Move, Partition, Pause
 from smr.sim import SimConfig, SimResult, Simulation, SweepOptions, run_seed
 from tests.sim.test_simulation import BIG, LOSSY
+
+# Bigger rings fed by up to three mappers (python -m smr.sim --nodes 4-8 --replication 1-3
+# --mappers 1-3 --faults-max 5).
+BIG_MAPPERS = SweepOptions(nodes=(4, 8), replication=(1, 3), mappers=(1, 3), faults_max=5)
 
 
 def run(*faults: Fault, nodes: int = 4, replication: int = 1, seed: int = 3) -> Simulation:
@@ -65,6 +69,28 @@ def test_the_copy_holder_killed_mid_move_calls_it_off() -> None:
     simulation = run(Move(n("n1"), 200), Kill(n("n3"), 201), nodes=5)
     assert total(simulation, "moves_given") == 0
     assert total(simulation, "moves_called_off") == 1
+
+
+@pytest.mark.parametrize("seed", [3, 5, 11])
+def test_a_leave_s_receiver_stops_awaiting_a_crashed_secondary_and_then_takes_it_over(
+    seed: int,
+) -> None:
+    # 4 nodes, r = 2: n2 leaves to n3, n1 holds the copy. n3's messages are late, so n1 is
+    # killed after n3 switched, before n3's request to confirm reaches it. n1 is one of the
+    # secondaries n3 awaits, and one of n3's predecessors, behind the leaver n2: the leaver
+    # judges nobody, and n3 judges n2 (the nearest) only, so nobody would ever declare n1
+    # dead and the leave would never end. n3 stops awaiting n1 once its connection dropped
+    # and its probe went unanswered; the leave ends, and n3 takes n1 over.
+    simulation = run(
+        Move(n("n2"), 250, leave=True),
+        Delay(n("n3"), 254, 300, 40),
+        Kill(n("n1"), 310),
+        replication=2,
+        seed=seed,
+    )
+    assert total(simulation, "moves_given") == total(simulation, "moves_received") == 1
+    assert total(simulation, "takeovers") == 1
+    assert any("not awaiting n1, crashed" in event for event in simulation.events)
 
 
 def test_a_receiver_paused_through_the_commit_past_its_death_is_fenced() -> None:
@@ -131,6 +157,28 @@ MOVE_SWEEP_FINDINGS: dict[int, tuple[SweepOptions, str]] = {
         "snapshot was read",
     ),
     2100075: (BIG, "deaths changed the move's copy holder while it was being copied"),
+    2402074: (
+        BIG_MAPPERS,
+        "LOSS of 17 acked tuples: a refusal re-routed a batch off every channel of its replica "
+        "set, but a later batch of the same slots stayed on another node's channel behind it; "
+        "that node applied the later seqs first and dropped the re-routed ones as duplicates",
+    ),
+    3103234: (
+        BIG_MAPPERS,
+        "a leave's receiver awaited the confirmation of a secondary killed after the switch, "
+        "which only the receiver could declare dead, behind the leaver: the feed stalled",
+    ),
+    8100135: (
+        BIG_MAPPERS,
+        "a node paused during its first snapshot, begun past its first checkpoint, which "
+        "its secondary's fresh replica had ignored: the takeover found no copy of its range",
+    ),
+    8106782: (
+        BIG_MAPPERS,
+        "LOSS of 7 acked tuples: held rows released after a move went out cut in parts; the "
+        "first part, refused again while it waited for window room, was re-routed, and the "
+        "second, with later seqs of the same slot, went out ahead of its rows",
+    ),
     950235: (LOSSY, "a confirmation request hit the cached answer of an earlier move"),
     1200256: (LOSSY, "a stale move copy shadowed the replica of a node that became a predecessor"),
     425: (

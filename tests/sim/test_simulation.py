@@ -100,6 +100,8 @@ SWEEP_FINDINGS = {
     7965: "a later seq in an older copy's backup shadowed earlier acked tuples at a takeover",
     30356: "a standby marked dead by a forged view never heard of it: views never converged",
     31094: "a standby marked dead by a forged view never heard of it: views never converged",
+    21254: "a leave's copy holder killed after the receiver switched, before it confirmed: "
+    "the receiver awaited it forever, and nobody else could declare it dead",
     40450: "an orphan's backup was dropped when the absorber's snapshot ended, with a tuple "
     "filed under the dead node that the snapshot did not hold",
 }
@@ -131,13 +133,8 @@ def test_seeds_that_once_failed_the_default_sweep_pass(seed: int) -> None:
 
 
 # Seeds of the sweeps (other seeds than the default run's) that fail because of a known bug
-# not fixed yet: (seed, options) -> what goes wrong. Found on 2026-11-25; strict, so a fix
-# shows here.
-SWEEP_KNOWN_FAILING = {
-    (21254, "big"): "a node killed (while paused) as the copy holder of a leave, with the "
-    "leave's receiver cut off and stalled, is never taken over: the feed fails after 20 s "
-    "without acknowledgements from it",
-}
+# not fixed yet: (seed, options) -> what goes wrong (none today); strict, so a fix shows here.
+SWEEP_KNOWN_FAILING: dict[tuple[int, str], str] = {}
 
 
 @pytest.mark.parametrize(

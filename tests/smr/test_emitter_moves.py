@@ -5,6 +5,9 @@ in seq order per slot, when the move ends (a new view, a NACK) or a resend inter
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from typing import Any
+
 import pytest
 
 from checkpoint.ids import MapperId
@@ -205,3 +208,148 @@ def test_held_tuples_are_bounded_by_a_windows_worth_and_the_feeder_waits() -> No
     assert {slot for slot, _ in setup.rows(again)} == {
         slot_of(w, SLOT_BITS) for w in setup.moving_words
     }
+
+
+class _RefusingOnWait(RecordingTransport):
+    """Records what is sent; on the first wait for replies, n0 refuses its first batch (as
+    a node does whose window is full while it hands a range over)."""
+
+    def __init__(self, setup: Setup) -> None:
+        super().__init__()
+        self._setup = setup
+        self.refused = False
+
+    def wait_any(self, ends: Sequence[Any], timeout_ms: int) -> list[Any]:
+        if not self.refused:
+            self.refused = True
+            self._setup.refuse(self._setup.batches_to("n0")[0])
+        return []
+
+
+def test_a_refusal_reroutes_every_batch_sent_after_a_rerouted_one_on_any_channel() -> None:
+    # n0 is n2's secondary (r = 1). With a window of two batches: R (moving slots of n0),
+    # then A (n2's slots) fill n0's window; B (n2's slots again, later seqs) goes on n2's
+    # channel and waits for room on n0's. n0 then refuses R: R and A, the batch after it on
+    # n0's channel, are re-routed. B sits after A on n2's channel: left there, n2 would
+    # apply B's later seqs before A's rows sent again, and its hwm would drop those.
+    setup = Setup()
+    transport = _RefusingOnWait(setup)
+    setup.transport = transport
+    setup.emitter = Emitter(
+        setup.view,
+        SLOT_BITS,
+        MapperId("m"),
+        replication=1,
+        batch_size=1_000_000,
+        window_batches=2,
+        clock=lambda: setup.now[0],
+        transport=transport,
+    )
+    ring = Ring(setup.view, SLOT_BITS)
+    n2_words = [
+        w for w in (f"v{i}" for i in range(2000)) if ring.primary(slot_of(w, SLOT_BITS)) == "n2"
+    ][:5]
+    _emit_all(setup, setup.moving_words)  # R: n0 and n1
+    _emit_all(setup, n2_words)  # A: n2 and n0 (n0's window is full now)
+    _emit_all(setup, n2_words)  # B: n2, then waits for room on n0: the refusal comes
+    assert transport.refused
+    emitter = setup.emitter
+    for node, channel in emitter._channels.items():
+        rows = [row for batch in channel.unacked.values() for row in batch.rows]
+        for slot in {row[0] for row in rows}:
+            seqs = [row[1] for row in rows if row[0] == slot]
+            assert seqs == sorted(seqs), f"{node} would get slot {slot}'s seqs as {seqs}"
+    # Nothing lost on the way: every tuple of n2's slots is unacked on n2's channel, once.
+    n2_rows = [
+        row for batch in emitter._channels[NodeId("n2")].unacked.values() for row in batch.rows
+    ]
+    assert len(n2_rows) == len({row[1] for row in n2_rows}) == 2 * len(n2_words)
+
+
+class _Scripted(RecordingTransport):
+    """Records what is sent; each wait for replies runs the next step of ``script`` (a
+    function that hands the emitter replies), or once it ran out, acks every batch sent,
+    as healthy nodes do."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.script: list[Callable[[], None]] = []
+        self.emitter: Emitter | None = None
+
+    def wait_any(self, ends: Sequence[Any], timeout_ms: int) -> list[Any]:
+        if self.script:
+            self.script.pop(0)()
+        elif self.emitter is not None:
+            emitter = self.emitter
+            for channel in list(emitter._channels.values()):
+                if channel.unacked:
+                    through = max(channel.unacked)
+                    ack = Ack(emitter.stream_id, through, emitter.view.epoch)
+                    emitter._on_reply(channel, encode(ack))
+        return []
+
+
+def test_a_part_of_a_send_after_a_part_re_routed_while_it_waited_goes_with_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Held rows released in a move's end go out cut in parts of a batch's size. The first
+    # part waits for room on n1's channel; meanwhile n0 refuses it (a move again): it is
+    # re-routed and its rows left open (as a re-route deep in nested waits leaves them),
+    # then that move ends too. The second part holds later seqs of the same slot: sent
+    # then, it would reach n0 ahead of the first part's rows, and n0's hwm would drop them.
+    monkeypatch.setattr("smr.reroute.REROUTE_DEPTH_MAX", 0)
+    setup = Setup()
+    transport = _Scripted()
+    emitter = Emitter(
+        setup.view,
+        SLOT_BITS,
+        MapperId("m"),
+        replication=1,
+        batch_size=2,
+        window_batches=1,
+        clock=lambda: setup.now[0],
+        transport=transport,
+    )
+    emitter._held_rows_max = 100  # the clock stands still: no wait for a hold to go stale
+    setup.emitter = transport.emitter = emitter
+    setup.transport = transport
+    n0, n1 = NodeId("n0"), NodeId("n1")
+    word, kept = setup.moving_words[0], setup.kept_words[0]
+
+    def ack(node: NodeId, chan: int) -> None:
+        emitter._on_reply(
+            emitter._channels[node], encode(Ack(emitter.stream_id, chan, setup.view.epoch))
+        )
+
+    def move_ended() -> None:
+        channel = emitter._channels[n0]
+        emitter._on_reply(channel, encode(Nack(emitter.stream_id, channel.next_chan, True)))
+
+    _emit_all(setup, [word, word])  # seqs 1, 2: refused, held
+    setup.refuse(setup.batches_to("n0")[-1])
+    _emit_all(setup, [word, word])  # seqs 3, 4: held too
+    _emit_all(setup, [kept, kept])  # a batch of a slot that stays: n1's window is full
+    ack(n0, setup.batches_to("n0")[-1].chan)
+    # The move ends: seqs 1-4 go out in two parts; the first waits for room on n1.
+    refused: list[int] = []
+
+    def refuse_the_last() -> None:
+        batch = setup.batches_to("n0")[-1]
+        refused.append(batch.chan)
+        setup.refuse(batch)
+
+    transport.script = [
+        refuse_the_last,
+        lambda: (move_ended(), ack(n1, setup.batches_to("n1")[-1].chan)),
+    ]
+    move_ended()
+    emitter.flush()
+    assert refused and not transport.script
+    seqs = [
+        seq
+        for batch in setup.batches_to("n0")
+        if batch.chan > refused[-1]
+        for slot, seq in setup.rows(batch)
+        if slot == slot_of(word, SLOT_BITS)
+    ]
+    assert seqs == [1, 2, 3, 4]

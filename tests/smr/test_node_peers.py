@@ -28,6 +28,8 @@ from smr.protocol import (
     RequestId,
     SnapshotBegin,
     SnapshotChunk,
+    SnapshotEnd,
+    SnapshotRequest,
     StreamId,
     ViewReply,
     decode,
@@ -510,3 +512,35 @@ def test_a_node_started_a_moment_ago_is_known_to_the_node_it_asks_to_join_beside
     # The first ask got an offer, and the join ran to its end: n9 serves a range.
     assert cluster.core("n0").ring.range_of(NodeId("n9")) is not None
     assert newcomer.ring.range_of(NodeId("n9")) is not None
+
+
+def test_a_primary_lost_before_its_first_snapshot_ends_is_taken_over_whole() -> None:
+    # A new cluster: n1's replica of n0 starts as n0's empty start, complete at checkpoint
+    # 0. n0's first snapshot is lost; its checkpoint 1 arrives; a snapshot begun past it
+    # (as of checkpoint 1) loses its end: n0 died before it ended. n1 must still cover
+    # n0's range and take it over exactly (it applied checkpoint 1, and its backup holds
+    # every batch past it); a replica that ignored checkpoint 1 would cover nothing.
+    cluster = Cluster(2, replication=1, snapshot_chunk_keys=5)
+    n0, n1 = cluster.core("n0"), cluster.core("n1")
+    words = words_of(n0, 400)
+
+    def lose_the_first_snapshot_and_every_end(src: str, dst: str, message: Message) -> bool:
+        first = isinstance(message, (SnapshotBegin, SnapshotChunk, SnapshotEnd)) and (
+            message.snap == 1
+        )
+        return src == "n0" and (first or isinstance(message, SnapshotEnd))
+
+    cluster.lose = lose_the_first_snapshot_and_every_end
+    cluster.feed(words[:20])
+    cluster.checkpoint_all()
+    cluster.feed(words[20:])
+    # A snapshot as of checkpoint 1 begins at n1 (asked for, or on a request), never ends.
+    cluster.queue.append(("n1", "n0", encode(SnapshotRequest(*n1.stamp))))
+    cluster.deliver()
+    begun = [m for src, _, m in cluster.delivered if src == "n0" and isinstance(m, SnapshotBegin)]
+    assert [m.as_of for m in begun] == [1]
+    expected = owned_state(n0)
+    assert len(expected) == len(words)
+    n1.recovery.take_over(NodeId("n0"))
+    assert n1.counters.slots_lost == 0
+    assert owned_state(n1) == expected
