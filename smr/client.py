@@ -11,7 +11,7 @@ import itertools
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, TypeVar
+from typing import Any, Final, NamedTuple, TypeVar
 
 from checkpoint.ids import MapperId
 from ring.ids import NodeId, Slot
@@ -83,6 +83,18 @@ class NodeUnreachable(Exception):
 class NodeRefused(RuntimeError):
     """A node answered a request with ERROR (its message says why, e.g. a key whose state
     cannot be encoded in a reply)."""
+
+
+class DumpPage(NamedTuple):
+    """One page of a dump (:meth:`Client.dump_page`)."""
+
+    entries: list[tuple[Any, dict[str, Any]]]
+    """``(key, state)`` of whole slots from the request's start, of which the node was
+    primary."""
+    next_start: Slot | None
+    """The first slot not served (None: every slot up to the request's end was)."""
+    lost_until: Slot | None
+    """If not None, ``[next_start, lost_until)`` are lost: their state is gone."""
 
 
 class Client:
@@ -248,19 +260,17 @@ class Client:
 
     def dump_page(
         self, addr: str, start: Slot, end: Slot, max_keys: int = DUMP_PAGE_KEYS
-    ) -> tuple[list[tuple[Any, dict[str, Any]]], Slot | None]:
-        """One page of ``(key, state)`` of slots ``[start, end)`` from the node at ``addr``,
-        and the first slot it did not serve (None: all up to ``end``), see
+    ) -> DumpPage:
+        """One page of slots ``[start, end)`` from the node at ``addr``, see
         :class:`smr.protocol.DumpRequest`: a page holds whole slots of which the node was
-        primary, from ``start``."""
+        primary, from ``start``, and says where it stopped and whether lost slots follow."""
         reply = self.request(
             addr,
             functools.partial(DumpRequest, start=start, end=end, max_keys=max_keys),
             DumpReply,
         )
-        return [(key, dict(state)) for _slot, key, state in unpack_body(reply.body)], (
-            reply.next_start
-        )
+        entries = [(key, dict(state)) for _slot, key, state in unpack_body(reply.body)]
+        return DumpPage(entries, reply.next_start, reply.lost_until)
 
     def output_each(
         self, offsets: Mapping[str, int], max_bytes: int, of: Mapping[str, str] | None = None
