@@ -148,8 +148,10 @@ class NodeCore:
         member = view.get(node_id)
         self.incarnation = member.incarnation if member else Incarnation(1)
         self.store = StateStore() if store is None else store
-        # The slots of the store lost beyond tolerance and not accepted yet (checkpoint.loss).
+        # The slots of the store lost beyond tolerance and not accepted yet: read from the
+        # store's loss marks, so a restored store brings its losses back (checkpoint.loss).
         self.ledger = LossLedger()
+        self.ledger.rebuild(self.store)
         self.counters = NodeCounters()
         # Derived from the view by set_view: the ring, this node's role per slot, the nodes
         # it watches and backs up (predecessors) and those that back it up (secondaries).

@@ -24,6 +24,13 @@ takes one last checkpoint before it exits: every tuple it acked is then on disk.
 crashes loses what it applied since its last checkpoint, which a mapper that resends (a rerun
 of the same feed) delivers again: the hwms on disk are those of the state on disk.
 
+A node fenced (declared dead; also one restored from disk that finds the ring took its
+range over) keeps the generation it served: ``DiskState.keep_fenced`` links its files into
+``fenced-I/`` (``I`` the incarnation fenced) before the next checkpoint writes a new
+generation, and nothing ever deletes them. Its slots may be lost in the ring (more adjacent
+failures than ``r``): that generation may be the only copy of their state, and only an
+operator decides what becomes of it (``smr recover``).
+
 Restore (``DiskState.restore``) reads the newest generation and replays its log. A file that
 is damaged (cut short, or a checksum that does not match) stops the node with one line naming
 the file and the byte: it is never loaded in part.
@@ -54,6 +61,9 @@ LOG_BYTES_MIN: Final = 64 * 1024 * 1024
 """The log is folded into a new snapshot once it is past this and past the snapshot's size."""
 
 _SNAPSHOT: Final = re.compile(r"snapshot-(\d+)\.smr")
+# The range written once a fenced generation was kept: equal to no range a node serves by,
+# so the next checkpoint writes a new generation.
+_NO_RANGE: Final = object()
 
 
 class DiskError(Exception):
@@ -165,6 +175,10 @@ class DiskState:
             "disk_snapshot_s_max": self.snapshot_seconds_max,
             "restored_keys": None if restored is None else restored[0],
             "restore_s": None if restored is None else restored[1],
+            # Generations kept when this node was fenced (keep_fenced), never deleted.
+            "disk_fenced_kept": sorted(
+                path.name for path in self.directory.glob("fenced-*") if path.is_dir()
+            ),
         }
 
     def _newest(self) -> tuple[int, Path] | None:
@@ -256,6 +270,27 @@ class DiskState:
                 (self.directory / name).unlink()
         self.snapshot_seconds_max = max(self.snapshot_seconds_max, time.monotonic() - started)
 
+    def keep_fenced(self, incarnation: int) -> Path | None:
+        """The node was fenced as ``incarnation``: keep the files of the generation it
+        served, as hard links (no copy, no window without them) in ``fenced-INCARNATION/``,
+        and make the next checkpoint start a new generation, so that the kept log is never
+        appended to. The directory kept, or None if no generation was written."""
+        if self.generation == 0:
+            return None
+        self.close()
+        kept = self.directory / f"fenced-{incarnation}"
+        kept.mkdir(exist_ok=True)
+        suffix = f"-{self.generation}.smr"
+        for path in self.directory.iterdir():
+            if path.is_file() and path.name.endswith(suffix):
+                target = kept / path.name
+                with contextlib.suppress(FileExistsError):
+                    os.link(path, target)
+        self._fsync_directory(kept)
+        self._fsync_directory()
+        self._range_written = _NO_RANGE
+        return kept
+
     def close(self) -> None:
         """Close the log (every record written is already on disk)."""
         if self._log is not None:
@@ -267,8 +302,8 @@ class DiskState:
             self._log = open(self.directory / f"log-{self.generation}.smr", "ab")  # noqa: SIM115
         return self._log
 
-    def _fsync_directory(self) -> None:
-        descriptor = os.open(self.directory, os.O_RDONLY)
+    def _fsync_directory(self, directory: Path | None = None) -> None:
+        descriptor = os.open(directory or self.directory, os.O_RDONLY)
         try:
             os.fsync(descriptor)
         finally:

@@ -415,8 +415,9 @@ class Recovery:
         """This incarnation was marked dead: stop serving and rejoin empty.
 
         1. Keep the state served as a fenced copy (``smr.node.handoff``: a taker that found
-           slots of this range lost asks for it); drop replicas, backups, channels and
-           pending work.
+           slots of this range lost asks for it), and with a data directory the generation
+           on disk that holds it (``DiskState.keep_fenced``: it may be the only copy of
+           slots the ring lost); drop replicas, backups, channels and pending work.
         2. Rejoin as the next incarnation on standby (owning nothing) and gossip it.
         """
         node = self._node
@@ -425,6 +426,16 @@ class Recovery:
         self.fenced_at = node.clock()
         # 1.
         node.handoff.keep(node.store, node.incarnation)
+        if node.disk is not None and node.store.slots():
+            kept = node.disk.keep_fenced(node.incarnation)
+            if kept is not None:
+                log.error(
+                    "kept the state this node served on disk in %s (%d keys): it may be the "
+                    "only copy of slots the ring lost; remove it once 'smr status' shows "
+                    "no slot lost",
+                    kept,
+                    node.store.key_count(),
+                )
         node.store = StateStore()
         node.ledger.rebuild(node.store)
         node.replication.reset()

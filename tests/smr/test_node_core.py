@@ -12,6 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from checkpoint.ids import MapperId
+from checkpoint.loss import mark_lost
+from checkpoint.store import StateStore
 from ring.hashing import slot_of
 from ring.ids import Epoch, NodeId, Slot, Token
 from ring.placement import Ring, Role
@@ -318,6 +320,18 @@ def test_lost_slots_are_never_read_as_empty_but_named(node: Harness) -> None:
     assert isinstance(reply, DumpReply)
     assert reply.next_start == lost_slot and reply.lost_until == lost_slot + 2
     assert all(slot < lost_slot for slot, _key, _state in unpack_body(reply.body))
+
+
+def test_a_restored_store_brings_its_losses_into_the_ledger(tmp_path: Path) -> None:
+    store = StateStore()
+    mark_lost(store, {Slot(5), Slot(6)})
+    view = Harness(tmp_path).view
+    output = OutputSink("a", tmp_path / "restored.jsonl", lambda frames: None)
+    core = NodeCore(
+        NodeId("a"), JOB, view, SLOT_BITS, CallbackLinks(lambda i, f: True), output, store=store
+    )
+    assert core.ledger.slots == {Slot(5), Slot(6)}
+    assert core.control.status()["offline_slots"] == 2
 
 
 def test_checkpoint_keeps_state_readable(node: Harness) -> None:
