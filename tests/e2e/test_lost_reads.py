@@ -177,3 +177,31 @@ def test_a_restart_from_disk_keeps_the_loss_loud_and_the_only_copy_on_disk(
     held = [(path.name, path.read_bytes()) for path in (data_dir / "n1").rglob("*.smr")]
     for name, data in n1_files.items():
         assert any(n == name and now.startswith(data) for n, now in held), name
+
+
+@pytest.mark.slow
+def test_lost_slots_stay_lost_when_the_range_holding_them_moves(cluster: Cluster) -> None:
+    cluster.up(5, JOB, "--replication", "1")
+    cluster.feed(EXAMPLE_BOOKS[0])
+    expected = word_counts(EXAMPLE_BOOKS[:1])
+    lost = lose_a_range(cluster)
+    # n3 took both ranges over; it leaves, so its whole range (the lost slots with it)
+    # moves to n4, which must refuse them as n3 did.
+    deadline = time.monotonic() + 30
+    while statuses(cluster)["n3"]["under_replicated_slots"] > 0:
+        assert time.monotonic() < deadline, "n3's range was never copied to n4"
+        time.sleep(0.3)
+    cluster.smr("scale", "in", "--cluster", str(cluster.dir), "n3")
+    rows = statuses(cluster)
+    assert set(rows) == {"n0", "n4"} and rows["n4"]["offline_slots"] == lost
+    assert rows["n0"]["offline_slots"] == 0
+    with smr.connect(cluster.dir) as connection:
+        with pytest.raises(smr.SlotsLost) as raised:
+            list(connection.scan())
+        assert len(raised.value.slots) == lost
+        with pytest.warns(smr.LostSlotsSkipped):
+            kept = {key: state["count"] for key, state in connection.scan(allow_lost=True)}
+    assert kept and all(count == expected[word] for word, count in kept.items())
+    word = sorted(set(expected) - set(kept))[0]
+    fed = cluster.feed("-", extra=["--no-combine"], input_text=word + "\n", check=False)
+    assert fed.returncode != 0 and "was lost" in fed.stderr, fed
