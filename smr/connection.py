@@ -109,13 +109,12 @@ class SlotsLost(NodeUnreachable):
     def __init__(self, slots: Iterable[int], keys: Iterable[str | int] = ()) -> None:
         self.slots = frozenset(slots)
         self.keys = tuple(keys)
-        what = (
-            f"key {self.keys[0]!r} (slot {next(iter(self.slots))}) is lost"
-            if len(self.keys) == 1 and len(self.slots) == 1
-            else f"{len(self.slots):,} slots are lost ({describe_slots(self.slots)})"
-        )
+        if len(self.keys) == 1 and len(self.slots) == 1:
+            what = f"key {self.keys[0]!r} (slot {next(iter(self.slots))}) is lost: its slot's"
+        else:
+            what = f"{len(self.slots):,} slots are lost ({describe_slots(self.slots)}): their"
         super().__init__(
-            f"{what}: their state went with more failed nodes than the replication factor "
+            f"{what} state went with more failed nodes than the replication factor "
             "('smr status' shows them, 'smr recover --accept-loss' brings them back empty); "
             "pass --allow-lost (allow_lost=True) to read the rest"
         )
