@@ -178,6 +178,13 @@ def test_a_restart_from_disk_keeps_the_loss_loud_and_the_only_copy_on_disk(
     for name, data in n1_files.items():
         assert any(n == name and now.startswith(data) for n, now in held), name
 
+    # Only the operator's word brings the slots back, empty.
+    accepted = cluster.smr("recover", *where, "--accept-loss")
+    assert f"{lost} slots back, empty" in accepted.stdout
+    assert offline_slots(cluster) == 0
+    cluster.feed("-", extra=["--no-combine"], input_text=word + "\n")
+    assert json.loads(cluster.smr("query", *where, word).stdout)["state"] == {"count": 1}
+
 
 @pytest.mark.slow
 def test_lost_slots_stay_lost_when_the_range_holding_them_moves(cluster: Cluster) -> None:
