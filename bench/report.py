@@ -23,6 +23,7 @@ from bench.report_ops import (
     client_section,
     fuzz_section,
     hwm_growth_section,
+    nexmark_section,
     output_table_section,
     restore_section,
     security_section,
@@ -420,6 +421,7 @@ def render(results: Path) -> str:
     lines += hwm_growth_section(_load(results, "hwm_growth"))
     lines += restore_section(_load(results, "restore"))
     lines += output_table_section(_load(results, "output_table"))
+    lines += nexmark_section(_load(results, "nexmark"))
     lines += autoscale_section(_load(results, "autoscale_model"))
     lines += autoscale_live_section(_load(results, "autoscale_live"))
     lines += autoscale_live_section(

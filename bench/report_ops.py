@@ -254,3 +254,33 @@ def output_table_section(report: dict[str, Any] | None) -> list[str]:
             f"{'yes' if entry['exact'] else 'NO'} |"
         )
     return [*lines, ""]
+
+
+def nexmark_section(report: dict[str, Any] | None) -> list[str]:
+    """Nexmark Q5 and Q7 (``bench/nexmark.py``): smr in-process against Spark Structured
+    Streaming over the same files, windows compared."""
+    lines = ["## Nexmark Q5 and Q7 (smr in-process)", ""]
+    if report is None:
+        return [*lines, "Not run (`python bench/nexmark.py`).", ""]
+    config = report["config"]
+    lines += [
+        f"{fmt_n(config['events'])} Nexmark events (seed {config['seed']}, "
+        f"{config['files']} files), medians of {config['repeats']} runs (min-max). "
+        f"**{report['label']}**: no node, no network, no latency figure. Spark: Structured "
+        "Streaming, `availableNow`, update mode, state in the default store; its best "
+        f"`maxFilesPerTrigger` shown. Machine: {fmt_machine(report)}.",
+        "",
+        "| query | windows | equal (smr, Spark, plain Python) | smr events/s | Spark events/s "
+        "| smr / Spark |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, query in report["queries"].items():
+        spark = query["spark"]["by_max_files_per_trigger"][query["spark"]["best"]]
+        lines.append(
+            f"| {name.upper()} | {fmt_n(query['windows'])} | "
+            f"{'yes' if query['equal_windows'] else '**no**'} | "
+            f"{fmt_spread(query['smr']['events_per_s'])} | "
+            f"{fmt_spread(spark['events_per_s'])} ({query['spark']['best']} files a batch) | "
+            f"{fmt_ratio(query['ratio_smr_to_spark_best'])} |"
+        )
+    return [*lines, ""]

@@ -1,10 +1,10 @@
 """smr: a fault-tolerant, stateful streaming MapReduce engine.
 
 The user API is :class:`Job`; see ``smr.api`` for the contract of ``map``, ``reduce`` and
-``combine`` and their bulk forms (``map_batch``, ``reduce_batch``), and ``smr.agg`` for the
-built-in aggregators. A program feeds a cluster, reads its state and follows its output
-through :func:`connect` (``smr.connection``; ``smr.aio`` for asyncio); ``smr.testing``
-runs a job in-process, for a job's own tests.
+``combine`` and their bulk forms (``map_batch``, ``reduce_batch``), ``smr.agg`` for the
+built-in aggregators and ``smr.windows`` for event-time windows. A program feeds a cluster,
+reads its state and follows its output through :func:`connect` (``smr.connection``;
+``smr.aio`` for asyncio); ``smr.testing`` runs a job in-process, for a job's own tests.
 
 ``__version__`` is the installed distribution's version (semantic versioning; the changes
 of each are in ``CHANGELOG.md``), the one ``smr --version`` prints.
@@ -12,7 +12,7 @@ of each are in ``CHANGELOG.md``), the one ``smr --version`` prints.
 
 from importlib import metadata
 
-from smr import agg
+from smr import agg, windows
 from smr.api import Job, JobLoadError, load_job
 from smr.connection import Cluster, LostSlotsSkipped, MapperIdReused, SlotsLost, connect
 
@@ -32,4 +32,5 @@ __all__ = [
     "agg",
     "connect",
     "load_job",
+    "windows",
 ]

@@ -27,6 +27,11 @@ Faster forms of each, for work in bulk:
 Reducers must not depend on the order of tuples from different mappers (DESIGN section 4);
 the order of one mapper's tuples for one key is kept.
 
+A windowed job (``smr.windows``) adds ``event_time(record) -> int`` (milliseconds) and a
+``window`` spec: ``reduce`` (or its aggregators) then folds each tuple into its key's state
+*per window*, and a window's result leaves when the watermark passes its end. In this version
+windowed jobs run in :func:`smr.testing.run_job` only; a cluster refuses them.
+
 A job is found by its import path ``module:attribute`` (``examples.wordcount:job``) or a file
 path ``path/to/file.py:attribute``.
 """
@@ -41,6 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from checkpoint.windows import WindowSpec
 from smr.agg import Aggregation, Aggregator
 
 Key = str | int
@@ -50,6 +56,7 @@ MapBatchFn = Callable[[list[Any]], tuple[Iterable[Key], Iterable[Any]]]
 ReduceFn = Callable[[Key, Any, dict[str, Any], Emit], None]
 ReduceBatchFn = Callable[[list[Key], list[list[Any]], list[dict[str, Any]]], None]
 CombineFn = Callable[[Any, Any], Any]
+EventTimeFn = Callable[[Any], int]
 
 
 @dataclass(frozen=True)
@@ -65,6 +72,9 @@ class Job:
     combine: CombineFn | None = None
     reduce_batch: ReduceBatchFn | None = None
     map_batch: MapBatchFn | None = None
+    event_time: EventTimeFn | None = None
+    window: WindowSpec | None = None
+    late_side_output: bool = False
 
     def __post_init__(self) -> None:
         if not self.name or not isinstance(self.name, str):
@@ -85,6 +95,35 @@ class Job:
                     f"job {self.name!r}: a reduce of aggregators combines by itself; drop combine="
                 )
             object.__setattr__(self, "combine", self.reduce.merge)
+        self._check_window()
+
+    def _check_window(self) -> None:
+        """A windowed job names both its event time and its window, and folds per tuple."""
+        if (self.window is None) != (self.event_time is None):
+            raise TypeError(
+                f"job {self.name!r}: a windowed job needs both event_time= and window= "
+                "(smr.windows.tumbling, hopping or session)"
+            )
+        if self.window is None:
+            if self.late_side_output:
+                raise TypeError(f"job {self.name!r}: late_side_output= needs a window=")
+            return
+        if not isinstance(self.window, WindowSpec):
+            raise TypeError(
+                f"job {self.name!r}: window must come from smr.windows, not {self.window!r}"
+            )
+        if not callable(self.event_time):
+            raise TypeError(f"job {self.name!r}: event_time must be callable")
+        if self.reduce_batch is not None or self.map is None:
+            raise TypeError(
+                f"job {self.name!r}: a windowed job takes map and reduce (or aggregators): "
+                "each tuple takes its record's event time, and folds into its windows one by one"
+            )
+
+    @property
+    def windowed(self) -> bool:
+        """Whether the job folds per event-time window."""
+        return self.window is not None
 
     @property
     def tuple_reduce(self) -> ReduceFn:

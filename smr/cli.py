@@ -55,12 +55,13 @@ from smr.spark_setup import (
     SparkFeedError,
     SparkMissing,
 )
-from smr.spec import ClusterError, feeder_job, read_spec
+from smr.spec import CLUSTER_FILE, ClusterError, feeder_job, read_spec
 from smr.text_check import not_text_reason
 from smr.transport import TransportError
 from smr.transport.security import KeysError
 from smr.transport.zeromq import Subscriber
 from smr.values import state_json
+from smr.windows import refuse_in_cluster
 
 USER_ERRORS = (
     spark_checkpoint.StaleCheckpoint,
@@ -176,7 +177,7 @@ def feed_command(
     cluster = seeds.resolve(cluster_arg)
     spec = cluster.spec
     job_ref = feeder_job(spec, cluster.where, job_ref)
-    job = load_job(job_ref)
+    job = refuse_in_cluster(load_job(job_ref))
     check_inputs(files)
     for path in dict.fromkeys(files):
         reason = None if path == "-" else not_text_reason(path)
@@ -284,7 +285,7 @@ def spark_feed_command(
     # User errors before Spark's start-up time: the job, the input, Java, the cluster.
     spec = read_spec(cluster_dir)
     job_ref = feeder_job(spec, str(cluster_dir / "cluster.json"), job_ref)
-    load_job(job_ref)
+    refuse_in_cluster(load_job(job_ref))
     socket_addr = smr_spark.parse_socket_ref(input_ref)
     if socket_addr is None:
         smr_spark.check_input_dir(Path(input_ref))
@@ -456,6 +457,7 @@ def status_command(cluster_arg: str, as_json: bool) -> None:
 
     with connect(cluster_arg, timeout_s=1.0) as cluster:
         rows = cluster.status()
+    _note_start_refusals(cluster_arg, rows)
     if as_json:
         click.echo(json.dumps({"nodes": rows}, indent=2))
     else:
@@ -467,6 +469,7 @@ def status_command(cluster_arg: str, as_json: bool) -> None:
         if zones is not None:
             click.secho(zones, fg="yellow", err=True)
     problems = [
+        (status_view.refused_start_line(rows), "red"),
         (status_view.offline_line(rows), "red"),
         (status_view.dead_line(rows), "red"),
         (status_view.unreachable_line(rows), None),
@@ -476,6 +479,25 @@ def status_command(cluster_arg: str, as_json: bool) -> None:
             click.secho(line, fg=colour, err=True)
     if any(line is not None for line, _ in problems):
         sys.exit(1)
+
+
+def _note_start_refusals(cluster_arg: str, rows: list[dict[str, Any]]) -> None:
+    """For a local cluster, say in each row of a node that does not answer why it refused
+    to start, if it did (``refused_start``: its log's last line)."""
+    cluster_dir = Path(cluster_arg)
+    if not (cluster_dir / CLUSTER_FILE).is_file():
+        return
+    from smr.cluster import start_refusal, state_missing
+
+    spec = read_spec(cluster_dir)
+    missing = state_missing(spec)
+    # A node `up` did not start (--without) refused nothing.
+    started = {node.id for node in spec.nodes if node.pid is not None}
+    for row in rows:
+        if row["state"] == "unreachable" and row["node"] in started:
+            why = missing.get(row["node"]) or start_refusal(cluster_dir, row["node"])
+            if why is not None:
+                row["refused_start"] = why
 
 
 @main_group.command("recover")

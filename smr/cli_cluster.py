@@ -4,6 +4,7 @@ nodes. Registered on the main group by :mod:`smr.cli`, which turns a raised user
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import click
@@ -13,7 +14,8 @@ from smr import cluster as local_cluster
 from smr.api import load_job
 from smr.autoscale.policies import POLICIES
 from smr.output_table import MERGES, TableError, TableTarget
-from smr.spec import CLUSTER_FILE, ClusterError, read_spec
+from smr.spec import CLUSTER_FILE, ClusterError, ClusterSpec, read_spec
+from smr.windows import refuse_in_cluster
 
 
 @click.group("cluster")
@@ -66,6 +68,15 @@ def cluster_group() -> None:
     help="Each node keeps its state in DATA_DIR/NODE (a snapshot and its checkpoints, "
     "checksummed, fsynced every checkpoint); 'cluster down' then 'cluster up' on the same "
     "DIR restores every key [default: no state on disk].",
+)
+@click.option(
+    "--without",
+    "without",
+    multiple=True,
+    metavar="NODE",
+    help="On a restart from disk: leave NODE out (one whose state files are refused, say); "
+    "its successor takes its range over as from a dead node, and what no copy holds is "
+    "marked lost, for 'smr recover' [repeatable; default: every node starts].",
 )
 @click.option(
     "--output-postgres",
@@ -137,6 +148,7 @@ def cluster_up(
     policy: str | None,
     nodes_min: int | None,
     nodes_max: int | None,
+    without: tuple[str, ...],
 ) -> None:
     """Start NODES node processes on 127.0.0.1 in the background (and, with --autoscale, a
     controller that adds and removes nodes as the load goes)."""
@@ -152,7 +164,8 @@ def cluster_up(
     if replication is None:
         # One node's failure loses nothing by default; a lone node has nobody to copy to.
         replication = 1 if nodes >= 2 else 0
-    load_job(job_ref)  # fail here, with the reason, rather than in every node's log
+    # Fail here, with the reason, rather than in every node's log.
+    refuse_in_cluster(load_job(job_ref))
     try:
         target = None if output_dsn is None else TableTarget(output_dsn, output_table, output_merge)
     except TableError as error:
@@ -175,6 +188,7 @@ def cluster_up(
         mapper_lease_ms=None if mapper_lease_s is None else round(mapper_lease_s * 1000),
         data_dir=data_dir,
         output_table=target,
+        without=without,
     )
     security = "without keys (--insecure)" if insecure else f"keys in {cluster_dir / 'keys'}"
     if restarting:
@@ -182,9 +196,7 @@ def cluster_up(
         nodes, replication = len(spec.nodes), spec.replication
         security = f"state restored from {spec.data_dir()}"
     click.echo(f"cluster of {nodes} nodes up in {cluster_dir}, {security}")
-    for node in spec.nodes:
-        zone = f"  zone {node.zone}" if node.zone else ""
-        click.echo(f"  {node.id}  {node.addr}  pid {node.pid}  token {node.token}{zone}")
+    _echo_nodes(spec, without)
     if policy is not None:
         args = ["--policy", policy, "--min", str(nodes_min), "--max", str(nodes_max)]
         pid = local_cluster.spawn_autoscaler(cluster_dir, args)
@@ -199,6 +211,21 @@ def cluster_up(
             f"warning: {len(alone)} of {nodes} ranges keep every copy in one zone "
             f"({', '.join(in_ring_order[i].id for i in alone)}): too few nodes outside the "
             f"largest zone for r={replication}; losing that zone loses those ranges"
+        )
+
+
+def _echo_nodes(spec: ClusterSpec, without: Sequence[str]) -> None:
+    """One line per node that ``up`` started (and one for those it left out)."""
+    for node in spec.nodes:
+        zone = f"  zone {node.zone}" if node.zone else ""
+        started = "not started (--without)" if node.pid is None else f"pid {node.pid}"
+        click.echo(f"  {node.id}  {node.addr}  {started}  token {node.token}{zone}")
+    if without:
+        click.secho(
+            f"warning: {', '.join(without)} left out: its successor takes its range over, "
+            "and what no copy holds is marked lost ('smr status', 'smr recover')",
+            fg="yellow",
+            err=True,
         )
 
 

@@ -299,6 +299,7 @@ def up(
     mapper_lease_ms: int | None = None,
     data_dir: Path | None = None,
     output_table: TableTarget | None = None,
+    without: Sequence[str] = (),
 ) -> ClusterSpec:
     """Start a local cluster and return once every node answers a ping (node ``i`` in zone
     ``zones[i % len(zones)]``, see `plan_cluster`).
@@ -306,7 +307,10 @@ def up(
     1. Refuse if ``cluster_dir`` already has running nodes. If its cluster keeps its state
        on disk (``data_dir``) and some node has a snapshot there, restart that cluster
        instead: the same spec (nodes, addresses, incarnation: a feed's rerun resumes), each
-       node restoring its state (``smr.node.disk``); go to step 3. Refuse another job.
+       node restoring its state (``smr.node.disk``); go to step 3. Refuse another job, and
+       a node whose folder holds no state (``state_missing``) unless ``without`` names it:
+       the nodes ``without`` names are not started, and their successors take their
+       ranges over as from a dead node, marking lost what no copy holds.
     2. Plan ids, addresses and tokens and a new cluster incarnation (the nodes start empty:
        this is a new life of the cluster); write ``cluster.json`` (nodes read it to start),
        with ``data_dir`` if given (the nodes then keep their state there), and with
@@ -330,14 +334,13 @@ def up(
                 "stop it with 'smr cluster down' first"
             )
         if state_on_disk(old):
-            if old.job != job:
-                raise ClusterError(
-                    f"{cluster_dir} holds the state of job {old.job!r} on disk, not {job!r}: "
-                    "start that job, or remove the directory to start anew"
-                )
-            use_keys_of(cluster_dir)
-            _start_and_wait(cluster_dir, old, ready_timeout_s)
+            _restart(cluster_dir, old, job, ready_timeout_s, without)
             return old
+    if without:
+        raise ClusterError(
+            f"--without leaves nodes out of a restart from disk, and {cluster_dir} holds no "
+            "cluster with state on disk"
+        )
     cluster_dir.mkdir(parents=True, exist_ok=True)
     # 2.
     spec = plan_cluster(nodes, replication, job, slot_bits, checkpoint_interval_ms, zones)
@@ -390,18 +393,64 @@ def state_on_disk(spec: ClusterSpec) -> bool:
     )
 
 
-def _start_and_wait(cluster_dir: Path, spec: ClusterSpec, ready_timeout_s: float) -> None:
-    """Steps 3 and 4 of ``up``."""
+def state_missing(spec: ClusterSpec) -> dict[str, str]:
+    """The nodes of ``spec`` whose folder in the data directory holds no state though some
+    other node's does, each with one line saying so. A node writes its first generation
+    before it answers (``smr.node.loop``), so in a cluster that ran with ``--data-dir`` a node
+    without files lost them (removed, or moved aside): restarting it empty would serve its
+    range empty, in silence."""
+    data_dir = spec.data_dir()
+    if data_dir is None:
+        return {}
+    having = [node.id for node in spec.nodes if DiskState(data_dir / node.id).has_state()]
+    if not having:
+        return {}
+    return {
+        node.id: (
+            f"{node.id}: {data_dir / node.id} holds no state, though {', '.join(having)} "
+            "hold theirs (removed, or moved aside?); refusing to restore in part: put its "
+            "files back"
+        )
+        for node in spec.nodes
+        if node.id not in having
+    }
+
+
+def _restart(
+    cluster_dir: Path, spec: ClusterSpec, job: str, ready_timeout_s: float, without: Sequence[str]
+) -> None:
+    """Step 1 of ``up``, when the cluster keeps its state on disk: restart it."""
+    if spec.job != job:
+        raise ClusterError(
+            f"{cluster_dir} holds the state of job {spec.job!r} on disk, not {job!r}: "
+            "start that job, or remove the directory to start anew"
+        )
+    unknown = sorted(set(without) - {node.id for node in spec.nodes})
+    if unknown:
+        raise ClusterError(f"--without {', '.join(unknown)}: no such node in this cluster")
+    if len(set(without)) >= len(spec.nodes):
+        raise ClusterError("--without leaves no node to start")
+    missing = [line for node, line in state_missing(spec).items() if node not in without]
+    if missing:
+        raise ClusterError("\n".join(missing))
+    use_keys_of(cluster_dir)
+    _start_and_wait(cluster_dir, spec, ready_timeout_s, without)
+
+
+def _start_and_wait(
+    cluster_dir: Path, spec: ClusterSpec, ready_timeout_s: float, without: Sequence[str] = ()
+) -> None:
+    """Steps 3 and 4 of ``up`` (the nodes ``without`` names are not started)."""
     # 3.
     for node in spec.nodes:
-        node.pid = spawn_node(cluster_dir, node.id)
+        node.pid = None if node.id in without else spawn_node(cluster_dir, node.id)
     write_spec(cluster_dir, spec)
     # 4.
     client = Client(timeout_ms=250)
     deadline = time.monotonic() + ready_timeout_s
     try:
         for node in spec.nodes:
-            while True:
+            while node.pid is not None:
                 try:
                     client.ping(node.addr)
                     break
@@ -551,6 +600,14 @@ def _next_node_index(spec: ClusterSpec) -> int:
     return max(
         [len(spec.nodes), int(spec.extra.get(NEXT_NODE_INDEX_KEY, 0))] + [i + 1 for i in indexes]
     )
+
+
+def start_refusal(cluster_dir: Path, node_id: str) -> str | None:
+    """Why node ``node_id`` of the local cluster in ``cluster_dir`` refused to start (its
+    state on disk not whole, say): a node that cannot start logs one line, "cannot start:
+    WHY", and exits. None when its log does not end with such a line."""
+    _, said, why = _last_log_line(cluster_dir, node_id).partition("cannot start: ")
+    return why if said else None
 
 
 def _last_log_line(cluster_dir: Path, node_id: str) -> str:

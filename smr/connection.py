@@ -68,6 +68,7 @@ from smr.subscription import OutputRecord, Subscription
 from smr.transport.security import load_keys
 from smr.transport.zeromq import use_keys, use_keys_of
 from smr.values import EmitError
+from smr.windows import refuse_in_cluster
 
 __all__ = [
     "Cluster",
@@ -175,6 +176,8 @@ def connect(
         raise ValueError(f"position must be an int of at least 0, not {position!r}")
     if isinstance(job, str):
         job = load_job(job)
+    if job is not None:
+        refuse_in_cluster(job)
     if position and job is not None and job.combine is not None:
         raise ValueError(
             "a connection with the job's combine starts at position 0: combined tuples' "

@@ -67,6 +67,7 @@ from smr.spark_setup import MASTER_DEFAULT, SparkFeedError
 from smr.spec import read_spec
 from smr.transport.security import Keys, KeysError
 from smr.transport.zeromq import use_keys, use_keys_of
+from smr.windows import refuse_in_cluster
 
 # Seqs of batch b start above b << SEQ_BATCH_SHIFT: room for 2**32 tuples per task.
 SEQ_BATCH_SHIFT: Final = 32
@@ -242,7 +243,7 @@ def feed_settings(
     """The settings for a query feeding the cluster in ``cluster_dir``, checked on the
     driver: the job loads, and the cluster answers (SparkFeedError otherwise)."""
     try:
-        job = load_job(job_ref)
+        job = refuse_in_cluster(load_job(job_ref))
     except JobLoadError as error:
         raise SparkFeedError(str(error)) from None
     spec = read_spec(cluster_dir)

@@ -207,6 +207,17 @@ def zones_line(rows: Sequence[Row]) -> str | None:
     )
 
 
+def refused_start_line(rows: Sequence[Row]) -> str | None:
+    """One line per node that refused to start (its state on disk not whole, say), with its
+    reason; None if none did."""
+    refused = [
+        f"smr: {row['node']} refused to start: {row['refused_start']}"
+        for row in rows
+        if row.get("refused_start")
+    ]
+    return "\n".join(refused) if refused else None
+
+
 def unreachable_line(rows: Sequence[Row]) -> str | None:
     """One line naming the nodes that did not answer (and, for those that still beat, how
     long their loop has been held), or None if all did."""

@@ -8,6 +8,10 @@ checkpoint raises :class:`smr.values.StateValueError`. Where a cluster counts a 
 goes on (a ``map`` or ``reduce`` that raises), ``run_job`` raises it, naming the record or
 key: a job's test should fail on what a cluster would only count. Comparing its states with
 what plain Python computes from the same input is the test ``smr init`` writes.
+
+A windowed job (``smr.windows``) runs through :mod:`smr.windows.run`: its results are in
+``windows`` (the latest state per ``(key, window)``) and ``window_results`` (every result in
+the order it left); a :class:`Watermark` among the records advances event time.
 """
 
 from __future__ import annotations
@@ -19,8 +23,10 @@ from typing import Any, Final
 from smr.api import Job, Key
 from smr.emitter import BATCH_BYTES_DEFAULT
 from smr.values import check_state, row_bytes
+from smr.windows import Window, WindowResult
+from smr.windows.run import Watermark, run_windowed
 
-__all__ = ["JobRun", "run_job"]
+__all__ = ["JobRun", "Watermark", "run_job"]
 
 BATCH_SIZE_DEFAULT: Final = 1000
 
@@ -33,10 +39,24 @@ class JobRun:
     states: dict[Key, dict[str, Any]] = field(default_factory=dict)
     outputs: list[tuple[Key, Any]] = field(default_factory=list)
     tuples: int = 0
+    #: A windowed job's windows as a reader of its results keeps them: the latest state per
+    #: ``(key, window)``, the windows a merged session replaced gone.
+    windows: dict[tuple[Key, Window], dict[str, Any]] = field(default_factory=dict)
+    #: A windowed job's results in the order they left: final ones, then corrections.
+    window_results: list[WindowResult] = field(default_factory=list)
+    #: Tuples dropped as later than the allowed lateness (never silently: counted here).
+    late_dropped: int = 0
+    #: With ``Job(late_side_output=True)``: each dropped ``(key, value, event_time_ms)``.
+    late: list[tuple[Key, Any, int]] = field(default_factory=list)
 
 
 def run_job(
-    job: Job, records: Iterable[Any], *, combine: bool = True, batch_size: int = BATCH_SIZE_DEFAULT
+    job: Job,
+    records: Iterable[Any],
+    *,
+    combine: bool = True,
+    batch_size: int = BATCH_SIZE_DEFAULT,
+    finish: bool = True,
 ) -> JobRun:
     """Run ``job`` over ``records`` in this process and return its :class:`JobRun`.
 
@@ -51,10 +71,24 @@ def run_job(
 
     ``combine=False`` skips step 2's folding: a job whose ``combine`` agrees with its
     ``reduce`` ends in the same states either way, which is worth a test of its own.
+
+    A windowed job never uses the job's ``combine``; with ``combine`` and aggregators it
+    folds the tuples of one key and one slice of event time per batch first. Its watermark
+    rises after every ``batch_size`` records and at each :class:`Watermark` among them, and
+    with ``finish`` (the default) reaches the end of time at the end, so every window leaves
+    (:mod:`smr.windows.run`).
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, not {batch_size}")
     run = JobRun()
+    if job.windowed:
+        windowed = run_windowed(job, records, batch_size=batch_size, finish=finish, combine=combine)
+        run.tuples = windowed.tuples
+        run.windows = windowed.windows
+        run.window_results = windowed.results
+        run.late_dropped = windowed.late_dropped
+        run.late = windowed.late
+        return run
     batch: list[tuple[Key, Any]] = []
     for key, value in _mapped(job, records, batch_size):
         row_bytes(key, value, BATCH_BYTES_DEFAULT)

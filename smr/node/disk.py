@@ -1,22 +1,28 @@
 """A node's state on its local disk, for restarting the whole cluster (``--data-dir``).
 
-A node writes, in ``DATA_DIR/NODE_ID/``:
+A node writes, in ``DATA_DIR/NODE_ID/``, generation ``G`` of its state as three files:
 
-- ``snapshot-G.smr``: generation ``G`` of its full state, three checksummed records
-  (``checkpoint.records``): a header (JSON: format, generation, node, keys), the view it
-  served by (the ranges), and the state itself as a snapshot delta (fields, hwms, retired
-  mappers; ``checkpoint.delta``);
-- ``log-G.smr``: every checkpoint taken since that snapshot, one record each, the same bytes
-  a checkpoint ships to the secondaries.
+- ``snapshot-G.smr``: its full state, three checksummed records (``checkpoint.records``): a
+  header (JSON: format, generation, incarnation, keys, the number of the last checkpoint it
+  holds), the view it served by (the ranges), and the state itself as a snapshot delta
+  (fields, hwms, retired mappers; ``checkpoint.delta``);
+- ``log-G.smr``: every checkpoint taken since that snapshot, one record each: its number and
+  its parts, the same bytes a checkpoint ships to the secondaries
+  (``checkpoint.manifest.encode_log_entry``);
+- ``manifest-G.smr``: what the other two must hold (``checkpoint.manifest``): how many
+  checkpoints the log holds and the number of the last, each file's length and CRC-32.
+  Written last, whole (a temporary file, fsync, rename, fsync the directory), after the
+  files it describes are on disk.
 
 Protocol, in the node's checkpoint cycle (``smr.node.replication``), after the merge:
 
 1. If this node's range changed since the snapshot (a takeover, a move, a join, a fence:
    those bring or take whole slots, which no checkpoint carries), or the log has grown past
-   the snapshot's size and ``LOG_BYTES_MIN``, write generation ``G + 1``: to a temporary
-   file, fsync, rename, fsync the directory; start ``log-(G+1)`` empty; remove generation
-   ``G``'s files. A crash at any point leaves one whole generation to restore.
-2. Otherwise append the checkpoint to ``log-G`` and fsync.
+   the snapshot's size and ``LOG_BYTES_MIN``, write generation ``G + 1``: the snapshot to a
+   temporary file, fsync, rename; ``log-(G+1)`` empty, fsync; fsync the directory; then its
+   manifest; then remove generation ``G``'s files. A crash at any point leaves one whole
+   generation to restore (a generation without its manifest was never finished).
+2. Otherwise append the checkpoint to ``log-G`` and fsync; then write the manifest anew.
 
 So the fsync policy is: every checkpoint (once per checkpoint interval, 1 s by default) is on
 disk before the next one is taken. ``smr cluster down`` stops nodes with SIGTERM, and a node
@@ -31,9 +37,20 @@ generation, and nothing ever deletes them. Its slots may be lost in the ring (mo
 failures than ``r``): that generation may be the only copy of their state, and only an
 operator decides what becomes of it (``smr recover``).
 
-Restore (``DiskState.restore``) reads the newest generation and replays its log. A file that
-is damaged (cut short, or a checksum that does not match) stops the node with one line naming
-the file and the byte: it is never loaded in part.
+Restore (``DiskState.restore``):
+
+1. Take the newest generation that has a manifest (a newer one without was never finished).
+2. Check its snapshot against the manifest (length, checksum) and its log too (it may be
+   longer: a checkpoint appended before a crash kept its manifest from being written).
+3. Read the snapshot, replay the log, checking the checkpoints' numbers follow one another.
+
+A file that is damaged (cut inside a record, or a checksum that does not match), missing,
+or holding less than its manifest says (a log cut at a record boundary, emptied, removed; a
+snapshot removed) stops the node with one line naming the node, the file and what is
+missing: a state is never loaded in part. A data directory written before manifests existed
+(format 1) restores as it did, with a warning (``unverified`` in status): it cannot be
+checked, and refusing it would strand the state of every cluster that upgrades; its node
+writes a new generation, with a manifest, at its first checkpoint.
 """
 
 from __future__ import annotations
@@ -46,21 +63,35 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO, Final
+from typing import Any, BinaryIO, Final, NoReturn
 
 from checkpoint.delta import DeltaError, decode_delta, encode_delta
+from checkpoint.manifest import (
+    FileFacts,
+    Manifest,
+    ManifestError,
+    decode_log_entry,
+    encode_log_entry,
+    log_shortfall,
+    numbering_shortfall,
+    snapshot_shortfall,
+)
 from checkpoint.records import RecordError, decode_records, encode_record
 from checkpoint.store import StateStore
 from ring.view import View
 from smr.protocol import pack_body, unpack_body
 
-DISK_FORMAT: Final = 1
-"""The format of the header record; a snapshot of another format is refused."""
+DISK_FORMAT: Final = 2
+"""The format of the header record: 2, a generation with a manifest and numbered log
+entries; a snapshot of another format is refused, but for ``LEGACY_DISK_FORMAT``."""
+
+LEGACY_DISK_FORMAT: Final = 1
+"""Before manifests: a log of bare deltas, restored unverified (module docstring)."""
 
 LOG_BYTES_MIN: Final = 64 * 1024 * 1024
 """The log is folded into a new snapshot once it is past this and past the snapshot's size."""
 
-_SNAPSHOT: Final = re.compile(r"snapshot-(\d+)\.smr")
+_GENERATION_FILE: Final = re.compile(r"(snapshot|log|manifest)-(\d+)\.smr")
 # The range written once a fenced generation was kept: equal to no range a node serves by,
 # so the next checkpoint writes a new generation.
 _NO_RANGE: Final = object()
@@ -100,26 +131,109 @@ class DiskState:
         # What the restore found (keys, seconds), for status; never the store itself, which
         # the node may replace (a fence) and this must not keep alive.
         self._restored_figures: tuple[int, float] | None = None
-        # A write failed: the log may lack a checkpoint, so the next one is a new snapshot.
-        self._log_broken = False
+        self.checkpoint_number = 0
+        """The number of the last checkpoint on disk (module docstring)."""
+        self.manifest: Manifest | None = None
+        """What the generation being written holds (None: none written by this format)."""
+        self.unverified = False
+        """The restored state had no manifest (format 1): it could not be checked."""
+        # A write failed (the log may lack a checkpoint), or the restored generation is of
+        # format 1: the next checkpoint writes a new snapshot.
+        self._renew_pending = False
         self._log: BinaryIO | None = None
         self._range_written: Any = None
 
     # -- restore ------------------------------------------------------------------------------
 
     def has_state(self) -> bool:
-        """True when the directory holds a snapshot to restore."""
-        return self._newest() is not None
+        """True when the directory holds a file of some generation (a snapshot, its log or
+        its manifest): a restart restores it, or refuses to if it is not whole."""
+        return bool(self._generations())
 
     def restore(self) -> Restored | None:
-        """The state and view of the newest snapshot with its log replayed; None when there
-        is no snapshot. DiskError (nothing loaded) if a file is damaged or unreadable."""
+        """The state and view of the newest whole generation, its log replayed; None when
+        the directory holds none. DiskError (nothing loaded) if a file is damaged, missing
+        or shorter than its manifest says (steps in the module docstring, Restore)."""
         started = time.monotonic()
-        newest = self._newest()
-        if newest is None:
+        generations = self._generations()
+        if not generations:
             return None
-        generation, path = newest
-        header, view_body, snapshot_body = self._records(path, expected=3)
+        # 1. The newest generation with a manifest; a newer one without was never finished.
+        finished = [generation for generation, kinds in generations.items() if "manifest" in kinds]
+        generation = max(finished) if finished else max(generations)
+        manifest = self._read_manifest(generation) if finished else None
+        snapshot_path = self._path("snapshot", generation)
+        log_path = self._path("log", generation)
+        snapshot_data = self._read(snapshot_path)
+        log_data = self._read(log_path) or b""
+        # 2. Each file reads as whole records (else the byte where it does not is named),
+        # and holds what the manifest describes.
+        if snapshot_data is None:
+            self._refuse(
+                snapshot_path,
+                f"is missing (its log {log_path.name} is there)"
+                if manifest is None
+                else f"is missing (its manifest describes {manifest.snapshot.length_bytes} bytes)",
+            )
+        snapshot_records = self._records(snapshot_path, snapshot_data, expected=3)
+        log_records = self._records(log_path, log_data)
+        if manifest is not None:
+            self._refuse_if(snapshot_path, snapshot_shortfall(manifest.snapshot, snapshot_data))
+            self._refuse_if(
+                log_path, log_shortfall(manifest, log_data if log_path.exists() else None)
+            )
+        # 3. The snapshot, then the log's checkpoints.
+        meta, view, store = self._decode_snapshot(snapshot_path, snapshot_records)
+        checkpoints = self._replay(store, meta, manifest, generation, log_records, log_data)
+        self.generation = generation
+        self.log_bytes = len(log_data)
+        self.snapshot_bytes = len(snapshot_data)
+        restored = Restored(
+            store, view, generation, checkpoints, store.key_count(), time.monotonic() - started
+        )
+        self._restored_figures = (restored.keys, restored.seconds)
+        return restored
+
+    def _replay(
+        self,
+        store: StateStore,
+        meta: dict[str, Any],
+        manifest: Manifest | None,
+        generation: int,
+        log_records: list[bytes],
+        log_data: bytes,
+    ) -> int:
+        """Step 3 of restore after the snapshot: the log's checkpoints applied to
+        ``store`` (checked against ``manifest``); how many."""
+        snapshot_path = self._path("snapshot", generation)
+        log_path = self._path("log", generation)
+        if manifest is None and meta["format"] == LEGACY_DISK_FORMAT:
+            self.unverified = True
+            self._renew_pending = True  # written again at once, with a manifest
+            return self._replay_legacy_log(store, log_path, log_records)
+        if manifest is None:
+            self._refuse(
+                self._path("manifest", generation),
+                f"is missing: what generation {generation} must hold is unknown",
+            )
+        if meta["format"] != DISK_FORMAT:
+            self._refuse(snapshot_path, f"is of format {meta['format']}, yet has a manifest")
+        first = _count_field(meta, "checkpoint", snapshot_path) + 1
+        checkpoints = self._replay_log(store, manifest, first, log_path, log_records)
+        self.checkpoint_number = first - 1 + checkpoints
+        self.manifest = Manifest(
+            generation,
+            checkpoints,
+            self.checkpoint_number,
+            manifest.snapshot,
+            FileFacts.of(log_data),
+        )
+        return checkpoints
+
+    def _decode_snapshot(
+        self, path: Path, records: list[bytes]
+    ) -> tuple[dict[str, Any], View, StateStore]:
+        header, view_body, snapshot_body = records
         try:
             meta = json.loads(header)
             if not isinstance(meta, dict):
@@ -128,7 +242,7 @@ class DiskState:
             snapshot = decode_delta(snapshot_body, max_bytes=len(snapshot_body))
         except (ValueError, KeyError, TypeError, DeltaError) as error:
             raise DiskError(f"{path}: unreadable: {error}") from error
-        if meta.get("format") != DISK_FORMAT:
+        if meta.get("format") not in (DISK_FORMAT, LEGACY_DISK_FORMAT):
             raise DiskError(f"{path}: format {meta.get('format')!r}, this node reads {DISK_FORMAT}")
         if meta.get("incarnation") != self.incarnation:
             raise DiskError(
@@ -138,24 +252,54 @@ class DiskState:
             )
         store = StateStore()
         store.apply_delta(snapshot)
-        log_path = self.directory / f"log-{generation}.smr"
-        checkpoints = 0
-        if log_path.exists():
-            for index, body in enumerate(self._records(log_path)):
-                try:
+        return meta, view, store
+
+    def _replay_log(
+        self, store: StateStore, manifest: Manifest, first: int, path: Path, records: list[bytes]
+    ) -> int:
+        """Apply the log's checkpoints to ``store``, numbered from ``first``; how many."""
+        numbers = []
+        for index, payload in enumerate(records):
+            try:
+                number, parts = decode_log_entry(payload)
+                for body in parts:
                     # Checksummed, and written here: no cap beyond its own size.
                     store.apply_delta(decode_delta(body, max_bytes=len(body)))
-                except DeltaError as error:
-                    raise DiskError(f"{log_path}: record {index + 1}: {error}") from error
-                checkpoints += 1
-        self.generation = generation
-        self.log_bytes = log_path.stat().st_size if log_path.exists() else 0
-        self.snapshot_bytes = path.stat().st_size
-        restored = Restored(
-            store, view, generation, checkpoints, store.key_count(), time.monotonic() - started
-        )
-        self._restored_figures = (restored.keys, restored.seconds)
-        return restored
+            except (ManifestError, DeltaError) as error:
+                raise DiskError(f"{path}: record {index + 1}: {error}") from error
+            numbers.append(number)
+        self._refuse_if(path, numbering_shortfall(manifest, first, numbers))
+        return len(numbers)
+
+    def _replay_legacy_log(self, store: StateStore, path: Path, records: list[bytes]) -> int:
+        """A log of format 1 (before manifests): one delta a record; how many records."""
+        for index, body in enumerate(records):
+            try:
+                store.apply_delta(decode_delta(body, max_bytes=len(body)))
+            except DeltaError as error:
+                raise DiskError(f"{path}: record {index + 1}: {error}") from error
+        return len(records)
+
+    def _read_manifest(self, generation: int) -> Manifest:
+        path = self._path("manifest", generation)
+        data = self._read(path)
+        if data is None:
+            raise DiskError(f"{self.directory.name}: {path}: gone while reading it")
+        (payload,) = self._records(path, data, expected=1)
+        try:
+            manifest = Manifest.decode(payload)
+        except ManifestError as error:
+            raise DiskError(f"{path}: unreadable: {error}") from error
+        if manifest.generation != generation:
+            raise DiskError(f"{path}: describes generation {manifest.generation}")
+        return manifest
+
+    def _refuse_if(self, path: Path, shortfall: str | None) -> None:
+        if shortfall is not None:
+            self._refuse(path, shortfall)
+
+    def _refuse(self, path: Path, shortfall: str) -> NoReturn:
+        raise DiskError(f"{self.directory.name}: {path} {shortfall}; refusing to restore in part")
 
     def serving(self, own_range: Any) -> None:
         """The restored state is served with ``own_range``: checkpoints go on in the log
@@ -173,6 +317,8 @@ class DiskState:
             "disk_snapshots_written": self.snapshots_written,
             "disk_checkpoints_written": self.checkpoints_written,
             "disk_snapshot_s_max": self.snapshot_seconds_max,
+            "disk_checkpoint": self.checkpoint_number,
+            "disk_unverified": self.unverified,
             "restored_keys": None if restored is None else restored[0],
             "restore_s": None if restored is None else restored[1],
             # Generations kept when this node was fenced (keep_fenced), never deleted.
@@ -181,25 +327,36 @@ class DiskState:
             ),
         }
 
-    def _newest(self) -> tuple[int, Path] | None:
+    def _generations(self) -> dict[int, set[str]]:
+        """The generations the directory holds files of, and which files."""
         if not self.directory.is_dir():
-            return None
-        found = [
-            (int(match.group(1)), path)
-            for path in self.directory.iterdir()
-            if (match := _SNAPSHOT.fullmatch(path.name))
-        ]
-        return max(found) if found else None
+            return {}
+        found: dict[int, set[str]] = {}
+        for path in self.directory.iterdir():
+            if match := _GENERATION_FILE.fullmatch(path.name):
+                found.setdefault(int(match.group(2)), set()).add(match.group(1))
+        return found
 
-    def _records(self, path: Path, expected: int | None = None) -> list[bytes]:
+    def _path(self, kind: str, generation: int) -> Path:
+        return self.directory / f"{kind}-{generation}.smr"
+
+    @staticmethod
+    def _read(path: Path) -> bytes | None:
+        """The file's bytes; None when it does not exist."""
         try:
-            records = decode_records(path.read_bytes())
-        except RecordError as error:
-            raise DiskError(f"{path} is damaged {error}; move it aside to start empty") from error
+            return path.read_bytes()
+        except FileNotFoundError:
+            return None
         except OSError as error:
             raise DiskError(f"{path}: {error.strerror}") from error
+
+    def _records(self, path: Path, data: bytes, expected: int | None = None) -> list[bytes]:
+        try:
+            records = decode_records(data)
+        except RecordError as error:
+            self._refuse(path, f"is damaged {error}")
         if expected is not None and len(records) != expected:
-            raise DiskError(f"{path}: {len(records)} records, a snapshot has {expected}")
+            self._refuse(path, f"holds {len(records)} records, not {expected}")
         return records
 
     # -- write ----------------------------------------------------------------------------------
@@ -207,31 +364,40 @@ class DiskState:
     def on_checkpoint(
         self, store: StateStore, view: View, own_range: Any, bodies: Sequence[bytes]
     ) -> None:
-        """Step 1 or 2 of the protocol for one checkpoint (``bodies``: its encoded parts, a
-        record each, written and synced together), after the store merged it. An OSError
+        """Step 1 or 2 of the protocol for one checkpoint (``bodies``: its encoded parts,
+        one log entry, written and synced together), after the store merged it. An OSError
         (a full disk) propagates, and the checkpoint after it writes a whole new snapshot: a
         log with a checkpoint missing is never appended to, since replaying it would lose
         that checkpoint's changes in silence."""
         grown = self.log_bytes > max(LOG_BYTES_MIN, self.snapshot_bytes)
         renew = self.generation == 0 or own_range != self._range_written or grown
         try:
-            if renew or self._log_broken:
+            if renew or self._renew_pending or self.manifest is None:
+                self.checkpoint_number += 1
                 self.write_snapshot(store, view, own_range)
-                self._log_broken = False
+                self._renew_pending = False
                 return
-            record = b"".join(encode_record(body) for body in bodies)
+            # 2.
+            number = self.checkpoint_number + 1
+            record = encode_record(encode_log_entry(number, bodies))
             log = self._open_log()
             log.write(record)
             log.flush()
             os.fsync(log.fileno())
+            self.checkpoint_number = number
+            self.log_bytes += len(record)
+            self.checkpoints_written += 1
+            self.manifest = self.manifest.with_checkpoint(record, number)
+            # No directory sync: if the rename is lost in a crash, the manifest before it
+            # describes a prefix of this log, which restores as well.
+            self._write_manifest(self.manifest, sync_directory=False)
         except OSError:
-            self._log_broken = True
+            self._renew_pending = True
             raise
-        self.log_bytes += len(record)
-        self.checkpoints_written += 1
 
     def write_snapshot(self, store: StateStore, view: View, own_range: Any) -> None:
-        """Step 1: generation ``G + 1`` of the whole store, then an empty log after it."""
+        """Step 1: generation ``G + 1`` of the whole store, an empty log after it, then its
+        manifest; then generation ``G``'s files go."""
         started = time.monotonic()
         self.directory.mkdir(parents=True, exist_ok=True)
         generation = self.generation + 1
@@ -241,34 +407,53 @@ class DiskState:
                 "generation": generation,
                 "incarnation": self.incarnation,
                 "keys": store.key_count(),
+                "checkpoint": self.checkpoint_number,
             }
         ).encode()
         snapshot = encode_delta(store.snapshot(store.slots()))
         data = b"".join(
             encode_record(part) for part in (header, pack_body(view.to_wire()), snapshot)
         )
-        path = self.directory / f"snapshot-{generation}.smr"
+        self._write_whole(self._path("snapshot", generation), data)
+        with open(self._path("log", generation), "wb") as log:
+            os.fsync(log.fileno())
+        self._fsync_directory()
+        manifest = Manifest(
+            generation, 0, self.checkpoint_number, FileFacts.of(data), FileFacts.of(b"")
+        )
+        self._write_manifest(manifest)
+        self.close()
+        self.manifest = manifest
+        self.generation = generation
+        self.unverified = False
+        self.snapshot_bytes = len(data)
+        self.log_bytes = 0
+        self.snapshots_written += 1
+        self._range_written = own_range
+        for older, kinds in self._generations().items():
+            for kind in kinds if older < generation else ():
+                with contextlib.suppress(FileNotFoundError):
+                    self._path(kind, older).unlink()
+        self.snapshot_seconds_max = max(self.snapshot_seconds_max, time.monotonic() - started)
+
+    def _write_manifest(self, manifest: Manifest, sync_directory: bool = True) -> None:
+        """The manifest, written whole (after the files it describes are on disk)."""
+        self._write_whole(
+            self._path("manifest", manifest.generation), encode_record(manifest.encode())
+        )
+        if sync_directory:
+            self._fsync_directory()
+
+    @staticmethod
+    def _write_whole(path: Path, data: bytes) -> None:
+        """``data`` as ``path``, whole or not at all: a temporary file, synced, renamed (the
+        caller syncs the directory)."""
         temporary = path.with_suffix(".tmp")
         with open(temporary, "wb") as file:
             file.write(data)
             file.flush()
             os.fsync(file.fileno())
         os.replace(temporary, path)
-        log_path = self.directory / f"log-{generation}.smr"
-        with open(log_path, "wb") as log:
-            os.fsync(log.fileno())
-        self._fsync_directory()
-        old = self.generation
-        self.close()
-        self.generation = generation
-        self.snapshot_bytes = len(data)
-        self.log_bytes = 0
-        self.snapshots_written += 1
-        self._range_written = own_range
-        for name in (f"snapshot-{old}.smr", f"log-{old}.smr"):
-            with contextlib.suppress(FileNotFoundError):
-                (self.directory / name).unlink()
-        self.snapshot_seconds_max = max(self.snapshot_seconds_max, time.monotonic() - started)
 
     def keep_fenced(self, incarnation: int) -> Path | None:
         """The node was fenced as ``incarnation``: keep the files of the generation it
@@ -308,3 +493,10 @@ class DiskState:
             os.fsync(descriptor)
         finally:
             os.close(descriptor)
+
+
+def _count_field(meta: dict[str, Any], name: str, path: Path) -> int:
+    value = meta.get(name)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise DiskError(f"{path}: unreadable: its header's {name} is {value!r}")
+    return value

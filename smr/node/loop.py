@@ -24,7 +24,7 @@ from ring.ids import NodeId
 from ring.invariants import InvariantViolation
 from smr.api import load_job
 from smr.node.core import TICK_MS, NodeCore, Timer
-from smr.node.disk import DiskError, DiskState
+from smr.node.disk import DiskError, DiskState, Restored
 from smr.node.settings import NodeSettings
 from smr.output import OutputSink, output_path
 from smr.output_table import TableSink
@@ -40,6 +40,7 @@ from smr.protocol import (
 )
 from smr.spec import NodeSpec, read_spec, spec_to_json, split_host_port
 from smr.transport.netfilter import FilteredLinks, parse_rule
+from smr.windows import refuse_in_cluster
 
 if TYPE_CHECKING:
     from smr.transport.zeromq import Inbox
@@ -93,7 +94,7 @@ def serve(
         if newcomer is not None and node_id not in {node.id for node in spec.nodes}:
             spec.nodes.append(newcomer)
         me = spec.node(node_id)
-        job = load_job(spec.job)
+        job = refuse_in_cluster(load_job(spec.job))
         table = spec.output_table()
         # A cluster with keys (DIR/keys, or $SMR_KEYS): the inbox and the output accept only
         # its clients, and this node reaches its peers as one.
@@ -145,16 +146,12 @@ def serve(
         store=None if restored is None else restored.store,
     )
     core.disk = disk
-    if restored is not None and disk is not None:
-        disk.serving(core.ring.range_of(core.node_id))
-        log.info(
-            "restored %d keys from %s (generation %d and %d checkpoint records) in %.2f s",
-            restored.keys,
-            disk.directory,
-            restored.generation,
-            restored.checkpoints,
-            restored.seconds,
-        )
+    if disk is not None and not _start_disk(core, disk, restored):
+        inbox.close()
+        publisher.close()
+        zmq_links.close()
+        stop_security()
+        return 2
     loop = uvloop.new_event_loop()
     metrics_addr = ""
     if me.metrics_addr:
@@ -211,6 +208,37 @@ def serve(
         return 1
     log.info("stopped cleanly")
     return 0
+
+
+def _start_disk(core: NodeCore, disk: DiskState, restored: Restored | None) -> bool:
+    """Serve the restored state on (its checkpoints go on in its log), saying what was
+    restored; or, with nothing restored, write a first generation at once, so that a node
+    without one lost it (``smr.cluster.state_missing``). False (logged) if it cannot."""
+    own_range = core.ring.range_of(core.node_id)
+    if restored is None:
+        try:
+            disk.write_snapshot(core.store, core.view, own_range)
+        except OSError as error:
+            log.error("cannot start: cannot write the state to %s: %s", disk.directory, error)
+            return False
+        return True
+    disk.serving(own_range)
+    log.info(
+        "restored %d keys from %s (generation %d and %d checkpoint records) in %.2f s",
+        restored.keys,
+        disk.directory,
+        restored.generation,
+        restored.checkpoints,
+        restored.seconds,
+    )
+    if disk.unverified:
+        log.warning(
+            "%s was written before state files had manifests: restored unchecked (a file "
+            "cut or removed there cannot be seen); its first checkpoint writes a "
+            "generation with a manifest",
+            disk.directory,
+        )
+    return True
 
 
 def _serve_metrics(addr: str, core: NodeCore, loop: asyncio.AbstractEventLoop) -> str:

@@ -1,6 +1,8 @@
 """A node's state files (``smr.node.disk``): a snapshot and its checkpoints restore the store
 exactly (fields, deletions, hwms, retired mappers) with the view; a new generation replaces
-the old one whole; a damaged file is refused with the file named."""
+the old one whole; a damaged file is refused with the file named, and so is a file that
+holds less than its manifest says (a log cut at a record boundary, emptied or removed, a
+snapshot removed); a directory written before manifests restores unchecked, and says so."""
 
 from __future__ import annotations
 
@@ -10,11 +12,13 @@ import pytest
 
 from checkpoint.delta import encode_delta
 from checkpoint.ids import MapperId, Seq
+from checkpoint.records import decode_records, encode_record
 from checkpoint.store import StateStore
 from ring.ids import NodeId, Slot, Token
 from ring.placement import SlotRange
 from ring.view import Member, Status, View
-from smr.node.disk import DiskError, DiskState
+from smr.node.disk import LEGACY_DISK_FORMAT, DiskError, DiskState
+from smr.protocol import pack_body
 
 VIEW = View([Member(NodeId("a"), 1, "tcp://a", Token(0), "", Status.UP, 1)])
 RANGE = SlotRange(Slot(0), 256, 256)
@@ -71,7 +75,11 @@ def test_a_new_range_writes_a_new_generation_and_removes_the_old(tmp_path: Path)
     store.drop_slots([Slot(1)])
     add(store, 3, 2, "z", 1)
     checkpoint(disk, store, SlotRange(Slot(0), 128, 256))
-    assert sorted(p.name for p in (tmp_path / "a").iterdir()) == ["log-2.smr", "snapshot-2.smr"]
+    assert sorted(p.name for p in (tmp_path / "a").iterdir()) == [
+        "log-2.smr",
+        "manifest-2.smr",
+        "snapshot-2.smr",
+    ]
     restored = DiskState(tmp_path / "a").restore()
     assert restored is not None and contents(restored.store) == contents(store)
 
@@ -137,6 +145,130 @@ def test_after_a_failed_write_the_next_checkpoint_is_a_whole_snapshot(
     assert restored is not None and contents(restored.store) == contents(store)
 
 
+def three_checkpoints(directory: Path) -> StateStore:
+    """A generation of a snapshot and a log of three checkpoints; the store it holds."""
+    disk = DiskState(directory)
+    store = StateStore()
+    add(store, 1, 1, "x", 1)
+    checkpoint(disk, store)
+    for seq in range(2, 5):
+        add(store, seq, seq, f"k{seq}", seq)
+        checkpoint(disk, store)
+    disk.close()
+    return store
+
+
+def cut_at_records(path: Path, keep: int) -> None:
+    records = decode_records(path.read_bytes())
+    path.write_bytes(b"".join(encode_record(record) for record in records[:keep]))
+
+
+@pytest.mark.parametrize(
+    ("damage", "said"),
+    [
+        ("log cut at a record boundary", r"log-1.smr holds 1 of 3 checkpoints \(cut after byte"),
+        ("log cut to 0 bytes", r"log-1.smr holds 0 of 3 checkpoints \(cut after byte 0 of"),
+        ("log removed", r"log-1.smr is missing: it held 3 checkpoints \(\d+ bytes\)"),
+        ("snapshot removed", r"snapshot-1.smr is missing \(its manifest describes \d+ bytes\)"),
+        ("manifest removed", r"manifest-1.smr is missing: what generation 1 must hold is unknown"),
+    ],
+)
+def test_a_file_holding_less_than_its_manifest_says_is_refused_and_named(
+    tmp_path: Path, damage: str, said: str
+) -> None:
+    three_checkpoints(tmp_path / "a")
+    log, snapshot = tmp_path / "a" / "log-1.smr", tmp_path / "a" / "snapshot-1.smr"
+    if damage == "log cut at a record boundary":
+        cut_at_records(log, 1)
+    elif damage == "log cut to 0 bytes":
+        log.write_bytes(b"")
+    elif damage == "log removed":
+        log.unlink()
+    elif damage == "snapshot removed":
+        snapshot.unlink()
+    else:
+        (tmp_path / "a" / "manifest-1.smr").unlink()
+    assert DiskState(tmp_path / "a").has_state()
+    with pytest.raises(DiskError, match=f"^a: {tmp_path}/a/{said}.*; refusing to restore in part$"):
+        DiskState(tmp_path / "a").restore()
+
+
+def test_a_log_without_snapshot_or_manifest_is_refused(tmp_path: Path) -> None:
+    three_checkpoints(tmp_path / "a")
+    (tmp_path / "a" / "snapshot-1.smr").unlink()
+    (tmp_path / "a" / "manifest-1.smr").unlink()
+    with pytest.raises(
+        DiskError, match=r"snapshot-1.smr is missing \(its log log-1.smr is there\)"
+    ):
+        DiskState(tmp_path / "a").restore()
+
+
+def test_a_checkpoint_appended_before_a_crash_kept_its_manifest_is_restored(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    disk = DiskState(tmp_path / "a")
+    store = StateStore()
+    add(store, 1, 1, "x", 1)
+    checkpoint(disk, store)
+    add(store, 2, 2, "y", 1)
+    monkeypatch.setattr(DiskState, "_write_manifest", lambda self, manifest, **_: None)
+    checkpoint(disk, store)  # in the log, synced; the manifest still says the log is empty
+    disk.close()
+    restored = DiskState(tmp_path / "a").restore()
+    assert restored is not None and restored.checkpoints == 1
+    assert contents(restored.store) == contents(store)
+
+
+def test_a_generation_never_finished_gives_way_to_the_one_before(tmp_path: Path) -> None:
+    store = three_checkpoints(tmp_path / "a")
+    # A crash while generation 2 was written: its snapshot is there, its manifest is not.
+    (tmp_path / "a" / "snapshot-2.smr").write_bytes(b"half a snapshot")
+    disk = DiskState(tmp_path / "a")
+    restored = disk.restore()
+    assert restored is not None and restored.generation == 1
+    assert contents(restored.store) == contents(store)
+    # The next generation is written whole over it.
+    add(restored.store, 9, 9, "z", 1)
+    checkpoint(disk, restored.store, SlotRange(Slot(0), 128, 256))
+    disk.close()
+    again = DiskState(tmp_path / "a").restore()
+    assert again is not None and again.generation == 2
+    assert contents(again.store) == contents(restored.store)
+
+
+def test_a_directory_written_before_manifests_restores_unchecked_then_gets_one(
+    tmp_path: Path,
+) -> None:
+    store = StateStore()
+    add(store, 1, 1, "x", 1)
+    header = b'{"format": %d, "generation": 4, "incarnation": null, "keys": 1}' % LEGACY_DISK_FORMAT
+    snapshot = encode_delta(store.snapshot(store.slots()))
+    directory = tmp_path / "a"
+    directory.mkdir()
+    (directory / "snapshot-4.smr").write_bytes(
+        b"".join(encode_record(part) for part in (header, pack_body(VIEW.to_wire()), snapshot))
+    )
+    add(store, 2, 2, "y", 1)
+    delta = store.swap()
+    store.merge_inactive()
+    (directory / "log-4.smr").write_bytes(encode_record(encode_delta(delta)))
+    disk = DiskState(directory)
+    restored = disk.restore()
+    assert restored is not None and (restored.generation, restored.checkpoints) == (4, 1)
+    assert contents(restored.store) == contents(store)
+    assert disk.unverified and disk.report()["disk_unverified"] is True
+    checkpoint(disk, restored.store)  # the same range: still a new generation, with a manifest
+    disk.close()
+    assert not disk.unverified
+    assert sorted(p.name for p in directory.iterdir()) == [
+        "log-5.smr",
+        "manifest-5.smr",
+        "snapshot-5.smr",
+    ]
+    again = DiskState(directory)
+    assert again.restore() is not None and not again.unverified
+
+
 def test_a_fenced_generation_is_kept_whole_and_restores_the_state_it_served(
     tmp_path: Path,
 ) -> None:
@@ -155,7 +287,11 @@ def test_a_fenced_generation_is_kept_whole_and_restores_the_state_it_served(
     checkpoint(disk, empty)
     checkpoint(disk, empty)
     assert disk.generation == 2
-    assert sorted(p.name for p in kept.iterdir()) == ["log-1.smr", "snapshot-1.smr"]
+    assert sorted(p.name for p in kept.iterdir()) == [
+        "log-1.smr",
+        "manifest-1.smr",
+        "snapshot-1.smr",
+    ]
     restored = DiskState(kept).restore()
     assert restored is not None and contents(restored.store) == contents(served)
     # The node's own restore finds the new generation, not the kept one.

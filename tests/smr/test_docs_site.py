@@ -26,6 +26,7 @@ PUBLIC_MODULES = {
     "smr.connection": "connection",
     "smr.aio": "aio",
     "smr.testing": "testing",
+    "smr.windows": "windows",
     "smr.spark": "spark",
 }
 # smr.values is the engine's; users meet only its two errors.

@@ -67,6 +67,13 @@ def test_unreachable_line_names_each_node_that_did_not_answer() -> None:
     assert "1 of 2 nodes unreachable" in line and "n1 (tcp://127.0.0.1:9)" in line
 
 
+def test_refused_start_line_names_each_node_that_refused_to_start_and_why() -> None:
+    assert status_view.refused_start_line([UP, DOWN]) is None
+    why = "n1: /data/n1/log-1.smr holds 0 of 19 checkpoints; refusing to restore in part"
+    line = status_view.refused_start_line([UP, {**DOWN, "refused_start": why}])
+    assert line == f"smr: n1 refused to start: {why}"
+
+
 def _report(stuck: bool, heard_ms_ago: int) -> dict[str, Any]:
     return {
         "busy": True,

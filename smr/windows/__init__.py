@@ -1,0 +1,86 @@
+"""Event-time windows for a job: the specs, and where windowed jobs may run.
+
+    from smr import Job, agg, windows
+
+    job = Job(
+        "clicks",
+        map=lambda click, emit: emit(click["page"], 1),
+        reduce=agg.count(),
+        event_time=lambda click: click["time_ms"],
+        window=windows.tumbling(size_ms=60_000, allowed_lateness_ms=5_000),
+    )
+
+Each tuple a record maps to takes the record's event time (integer milliseconds); ``reduce``
+(or its aggregators) folds it into its key's state per window. A window's result leaves when
+the watermark passes its end; a tuple within ``allowed_lateness_ms`` behind the watermark
+updates its window and sends a correction; a later one is dropped, counted and, with
+``Job(late_side_output=True)``, kept in a side output. The rules: docs/design/windows.md.
+
+In this version windowed jobs run in :func:`smr.testing.run_job` only; a cluster
+(``smr cluster up``, ``smr feed``, ``smr spark-feed``, ``smr node``) refuses them with one
+line (:func:`refuse_in_cluster`).
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+# The types a windowed job's test meets, importable from here (their home is checkpoint/).
+from checkpoint.window_state import WindowResult as WindowResult
+from checkpoint.windows import Window as Window
+from checkpoint.windows import WindowSpec as WindowSpec
+from smr.api import Job, JobLoadError
+
+__all__ = ["hopping", "refuse_in_cluster", "session", "tumbling"]
+
+CLUSTER_REFUSAL: Final = (
+    "windowed jobs run in smr.testing.run_job only in this version; the ring does not carry "
+    "window state yet (docs/design/windows.md)"
+)
+
+
+def tumbling(
+    size_ms: int, *, allowed_lateness_ms: int = 0, out_of_orderness_ms: int = 0
+) -> WindowSpec:
+    """Windows of ``size_ms`` side by side: ``[k * size_ms, (k + 1) * size_ms)``."""
+    return WindowSpec(
+        "tumbling",
+        size_ms=size_ms,
+        allowed_lateness_ms=allowed_lateness_ms,
+        out_of_orderness_ms=out_of_orderness_ms,
+    )
+
+
+def hopping(
+    size_ms: int, slide_ms: int, *, allowed_lateness_ms: int = 0, out_of_orderness_ms: int = 0
+) -> WindowSpec:
+    """Windows of ``size_ms`` starting every ``slide_ms`` (``slide_ms <= size_ms``): each
+    tuple falls in about ``size_ms / slide_ms`` of them."""
+    return WindowSpec(
+        "hopping",
+        size_ms=size_ms,
+        slide_ms=slide_ms,
+        allowed_lateness_ms=allowed_lateness_ms,
+        out_of_orderness_ms=out_of_orderness_ms,
+    )
+
+
+def session(
+    gap_ms: int, *, allowed_lateness_ms: int = 0, out_of_orderness_ms: int = 0
+) -> WindowSpec:
+    """Per key, runs of tuples less than ``gap_ms`` apart: a tuple opens ``[t, t + gap_ms)``
+    and windows of one key that overlap merge."""
+    return WindowSpec(
+        "session",
+        gap_ms=gap_ms,
+        allowed_lateness_ms=allowed_lateness_ms,
+        out_of_orderness_ms=out_of_orderness_ms,
+    )
+
+
+def refuse_in_cluster(job: Job) -> Job:
+    """``job`` if a cluster can run it; for a windowed job, :class:`smr.api.JobLoadError`
+    with the one line the commands print (exit 2)."""
+    if job.windowed:
+        raise JobLoadError(f"job {job.name!r}: {CLUSTER_REFUSAL}")
+    return job
