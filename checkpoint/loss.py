@@ -14,12 +14,17 @@ The mark's hwm says where the slot stands, and only ever rises, like any hwm:
   --accept-loss``) and it starts from empty state, or its state came back from the copy that
   a node wrongly declared dead still held (:func:`restore_lost`).
 
+A node asks what is lost of one place, its :class:`LossLedger`: the slots its store marks
+lost, read from the marks whenever they may change (a takeover, a promotion, an acceptance,
+a restore from a peer's copy or from disk, a fence). Reads, intake, ``status``, metrics and
+``recover`` all ask it; nothing else keeps a set of lost slots.
+
 Pure logic: no I/O.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Final
 
 from checkpoint.delta import Delta
@@ -94,3 +99,66 @@ def restore_lost(store: StateStore, copy: Delta, slots: Iterable[Slot]) -> set[S
     for slot in restorable:
         store.raise_hwm(LOSS_MARK, slot, ACCEPTED)
     return restorable
+
+
+class LossLedger:
+    """The slots of a node's store that are lost and not accepted yet: the one place a node
+    asks what is lost (module docstring).
+
+    Guarantees: after each of its changing methods, and after :meth:`rebuild`, the ledger
+    holds exactly the slots the store marks ``LOST``; a slot leaves it only through
+    :meth:`accept` (an operator's word) or :meth:`restore` (its state came back from a
+    copy), or when the store it was read from is replaced (a fence hands the range to its
+    taker, whose ledger holds it).
+    """
+
+    def __init__(self) -> None:
+        self._lost: frozenset[Slot] = frozenset()
+
+    def rebuild(self, store: StateStore) -> frozenset[Slot]:
+        """Read the lost slots from ``store``'s loss marks (a restored store, a promotion,
+        a new store); the slots now lost."""
+        self._lost = frozenset(lost_slots(store))
+        return self._lost
+
+    @property
+    def slots(self) -> frozenset[Slot]:
+        """Every slot lost here."""
+        return self._lost
+
+    def count(self) -> int:
+        """How many slots are lost here."""
+        return len(self._lost)
+
+    def is_lost(self, slot: int) -> bool:
+        """Whether ``slot`` is lost here."""
+        return slot in self._lost
+
+    def lost_among(self, slots: Iterable[int]) -> set[Slot]:
+        """The slots of ``slots`` that are lost here."""
+        if not self._lost:
+            return set()
+        return {Slot(slot) for slot in slots if slot in self._lost}
+
+    def count_where(self, contains: Callable[[Slot], bool]) -> int:
+        """How many lost slots ``contains`` holds (a range's ``contains``)."""
+        return sum(1 for slot in self._lost if contains(slot))
+
+    def mark(self, store: StateStore, slots: Iterable[Slot]) -> None:
+        """Mark ``slots`` lost in ``store`` (:func:`mark_lost`)."""
+        mark_lost(store, slots)
+        self.rebuild(store)
+
+    def accept(self, store: StateStore, slots: Iterable[Slot]) -> int:
+        """An operator accepts the loss of ``slots`` (:func:`accept_loss`): how many of them
+        were lost and now serve again, empty."""
+        accepted = accept_loss(store, slots)
+        self.rebuild(store)
+        return accepted
+
+    def restore(self, store: StateStore, copy: Delta, slots: Iterable[Slot]) -> set[Slot]:
+        """Bring lost ``slots`` back from ``copy`` (:func:`restore_lost`); the slots
+        restored."""
+        restored = restore_lost(store, copy, slots)
+        self.rebuild(store)
+        return restored

@@ -14,7 +14,7 @@ from importlib import metadata
 
 from smr import agg, windows
 from smr.api import Job, JobLoadError, load_job
-from smr.connection import Cluster, MapperIdReused, connect
+from smr.connection import Cluster, LostSlotsSkipped, MapperIdReused, SlotsLost, connect
 
 try:
     __version__ = metadata.version("smr")
@@ -25,7 +25,9 @@ __all__ = [
     "Cluster",
     "Job",
     "JobLoadError",
+    "LostSlotsSkipped",
     "MapperIdReused",
+    "SlotsLost",
     "__version__",
     "agg",
     "connect",

@@ -76,23 +76,31 @@ class AsyncCluster:
         """:attr:`smr.connection.Cluster.position`."""
         return self._cluster.position
 
-    async def get(self, key: str | int) -> dict[str, Any] | None:
+    async def get(self, key: str | int, *, allow_lost: bool = False) -> dict[str, Any] | None:
         """:meth:`smr.connection.Cluster.get`."""
-        return await self._run(self._cluster.get, key)
+        return await self._run(functools.partial(self._cluster.get, allow_lost=allow_lost), key)
 
-    async def get_many(self, keys: Iterable[str | int]) -> dict[str | int, dict[str, Any] | None]:
+    async def get_many(
+        self, keys: Iterable[str | int], *, allow_lost: bool = False
+    ) -> dict[str | int, dict[str, Any] | None]:
         """:meth:`smr.connection.Cluster.get_many`."""
-        return await self._run(self._cluster.get_many, list(keys))
+        get_many = functools.partial(self._cluster.get_many, allow_lost=allow_lost)
+        return await self._run(get_many, list(keys))
+
+    @property
+    def skipped_lost_slots(self) -> frozenset[int]:
+        """:attr:`smr.connection.Cluster.skipped_lost_slots`."""
+        return self._cluster.skipped_lost_slots
 
     async def status(self) -> list[dict[str, Any]]:
         """:meth:`smr.connection.Cluster.status`."""
         return await self._run(self._cluster.status)
 
     async def scan(
-        self, prefix: str | None = None
+        self, prefix: str | None = None, *, allow_lost: bool = False
     ) -> AsyncIterator[tuple[str | int, dict[str, Any]]]:
         """:meth:`smr.connection.Cluster.scan`, a page read on the worker at a time."""
-        async for entry in self._iterate(self._cluster.scan(prefix)):
+        async for entry in self._iterate(self._cluster.scan(prefix, allow_lost=allow_lost)):
             yield entry
 
     async def subscribe(

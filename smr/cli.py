@@ -4,7 +4,8 @@ Every user error (unknown flag, bad value, missing job module or input file, unr
 cluster) is one line on standard error starting with ``smr: error:`` and exit code 2, never a
 traceback. A feed with failed records (``map`` raised, a bad emit, a line too long) exits 1
 after delivering the rest; ``smr status`` exits 1 when a node does not answer, naming it, or
-when slots are offline.
+when slots are offline. ``smr dump`` and ``smr query`` refuse lost slots (exit 2); with
+``--allow-lost`` they answer without them, name them on standard error and exit 1.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import json
 import signal
 import sys
 import time
+import warnings
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -35,8 +37,8 @@ from smr.cli_options import cluster_dir_option, cluster_option
 from smr.cli_output import output_command
 from smr.cli_ring import move_command, scale_group
 from smr.cli_top import top_command
-from smr.client import Client, NodeRefused, NodeUnreachable, fetch_view
-from smr.connection import connect
+from smr.client import Client, NodeRefused, NodeUnreachable, describe_slots, fetch_view
+from smr.connection import LostSlotsSkipped, connect
 from smr.emitter import (
     BATCH_BYTES_DEFAULT,
     BATCH_BYTES_MAX,
@@ -371,37 +373,67 @@ def _ring_keys(view: View) -> int | None:
     return sum(int(row["keys"]) for row in rows.values() if isinstance(row, dict))
 
 
+ALLOW_LOST_HELP = (
+    "Answer without the slots whose state is lost (named on standard error, exit 1) "
+    "instead of refusing."
+)
+
+
 @main_group.command("dump")
 @cluster_option
 @click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False, path_type=Path))
-def dump_command(cluster_arg: str, out_path: Path) -> None:
-    """Write every key's state, one JSON object per line, read from each slot's primary."""
+@click.option("--allow-lost", is_flag=True, help=ALLOW_LOST_HELP)
+def dump_command(cluster_arg: str, out_path: Path, allow_lost: bool) -> None:
+    """Write every key's state, one JSON object per line, read from each slot's primary.
+    Refuses (exit 2, nothing written) if slots are lost, unless --allow-lost."""
     keys = 0
     temporary = out_path.with_name(out_path.name + ".partial")
     signal.signal(signal.SIGTERM, _interrupt)  # so that the finally below runs
     try:
         with connect(cluster_arg) as cluster, open(temporary, "w", encoding="utf-8") as out:
-            for key, state in cluster.scan():
-                out.write(state_json({"key": key, "state": state}) + "\n")
-                keys += 1
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", LostSlotsSkipped)  # said below, in one line
+                for key, state in cluster.scan(allow_lost=allow_lost):
+                    out.write(state_json({"key": key, "state": state}) + "\n")
+                    keys += 1
+            skipped = cluster.skipped_lost_slots
         temporary.replace(out_path)
     finally:
         # On every way out but success (replaced above), no half-written dump is left.
         temporary.unlink(missing_ok=True)
     click.echo(f"dumped {keys} keys to {out_path}")
+    _exit_if_skipped("the dump", skipped)
+
+
+def _exit_if_skipped(what: str, skipped: frozenset[int]) -> None:
+    """After a read with --allow-lost: name the lost slots it left out and exit 1."""
+    if skipped:
+        click.secho(
+            f"smr: warning: {what} left out {len(skipped):,} lost slots "
+            f"({describe_slots(skipped)}): their state is gone ('smr recover' shows them)",
+            fg="red",
+            err=True,
+        )
+        sys.exit(1)
 
 
 @main_group.command("query")
 @cluster_option
 @click.argument("key")
 @click.option("--int-key", is_flag=True, help="Treat KEY as an integer key.")
-def query_command(cluster_arg: str, key: str, int_key: bool) -> None:
-    """Print the state of one KEY, read from its primary."""
+@click.option("--allow-lost", is_flag=True, help=ALLOW_LOST_HELP)
+def query_command(cluster_arg: str, key: str, int_key: bool, allow_lost: bool) -> None:
+    """Print the state of one KEY, read from its primary. Refuses (exit 2) if its slot is
+    lost, unless --allow-lost (then its state is printed as null, and the exit code is 1)."""
     typed_key: str | int = _int_key(key) if int_key else key
     with connect(cluster_arg) as cluster:
-        state = cluster.get(typed_key)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", LostSlotsSkipped)  # said below, in one line
+            state = cluster.get(typed_key, allow_lost=allow_lost)
+        skipped = cluster.skipped_lost_slots
         node, slot = cluster.owner_of(typed_key)
     click.echo(state_json({"key": typed_key, "node": node, "slot": slot, "state": state}))
+    _exit_if_skipped("the query", skipped)
 
 
 def _int_key(key: str) -> int:

@@ -9,9 +9,9 @@ from __future__ import annotations
 import functools
 import itertools
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, TypeVar
+from typing import Any, Final, NamedTuple, TypeVar
 
 from checkpoint.ids import MapperId
 from ring.ids import NodeId, Slot
@@ -80,9 +80,64 @@ class NodeUnreachable(Exception):
     """A node did not answer a request in time."""
 
 
+class SlotsLost(NodeUnreachable):
+    """A read reached slots whose state is lost (more adjacent nodes failed than the
+    replication factor) and did not ask for a partial answer: nothing of them can be read
+    until an operator accepts the loss (``smr recover --accept-loss``) or their state comes
+    back. ``slots`` names them; ``keys``, for a read by key, the keys asked in them."""
+
+    def __init__(self, slots: Iterable[int], keys: Iterable[str | int] = ()) -> None:
+        self.slots = frozenset(slots)
+        self.keys = tuple(keys)
+        if len(self.keys) == 1 and len(self.slots) == 1:
+            what = f"key {self.keys[0]!r} (slot {next(iter(self.slots))}) is lost: its slot's"
+        else:
+            what = f"{len(self.slots):,} slots are lost ({describe_slots(self.slots)}): their"
+        super().__init__(
+            f"{what} state went with more failed nodes than the replication factor "
+            "('smr status' shows them, 'smr recover --accept-loss' brings them back empty); "
+            "pass --allow-lost (allow_lost=True) to read the rest"
+        )
+
+
+class LostSlotsSkipped(UserWarning):
+    """A read with ``allow_lost=True`` left out lost slots (the message names them, and
+    :attr:`Cluster.skipped_lost_slots` holds them)."""
+
+
+def describe_slots(slots: Iterable[int], ranges_max: int = 4) -> str:
+    """Slots as ranges, in words: ``slots 0-1023, 4096``, at most ``ranges_max`` ranges
+    (then ``and N more``)."""
+    runs: list[list[int]] = []
+    for slot in sorted(slots):
+        if runs and slot == runs[-1][1] + 1:
+            runs[-1][1] = slot
+        else:
+            runs.append([slot, slot])
+    words = [f"{start}-{end}" if end > start else f"{start}" for start, end in runs[:ranges_max]]
+    more = f" and {len(runs) - ranges_max} more ranges" if len(runs) > ranges_max else ""
+    return (
+        ("slot " if len(runs) == 1 and runs[0][0] == runs[0][1] else "slots ")
+        + ", ".join(words)
+        + more
+    )
+
+
 class NodeRefused(RuntimeError):
     """A node answered a request with ERROR (its message says why, e.g. a key whose state
     cannot be encoded in a reply)."""
+
+
+class DumpPage(NamedTuple):
+    """One page of a dump (:meth:`Client.dump_page`)."""
+
+    entries: list[tuple[Any, dict[str, Any]]]
+    """``(key, state)`` of whole slots from the request's start, of which the node was
+    primary."""
+    next_start: Slot | None
+    """The first slot not served (None: every slot up to the request's end was)."""
+    lost_until: Slot | None
+    """If not None, ``[next_start, lost_until)`` are lost: their state is gone."""
 
 
 class Client:
@@ -248,19 +303,17 @@ class Client:
 
     def dump_page(
         self, addr: str, start: Slot, end: Slot, max_keys: int = DUMP_PAGE_KEYS
-    ) -> tuple[list[tuple[Any, dict[str, Any]]], Slot | None]:
-        """One page of ``(key, state)`` of slots ``[start, end)`` from the node at ``addr``,
-        and the first slot it did not serve (None: all up to ``end``), see
+    ) -> DumpPage:
+        """One page of slots ``[start, end)`` from the node at ``addr``, see
         :class:`smr.protocol.DumpRequest`: a page holds whole slots of which the node was
-        primary, from ``start``."""
+        primary, from ``start``, and says where it stopped and whether lost slots follow."""
         reply = self.request(
             addr,
             functools.partial(DumpRequest, start=start, end=end, max_keys=max_keys),
             DumpReply,
         )
-        return [(key, dict(state)) for _slot, key, state in unpack_body(reply.body)], (
-            reply.next_start
-        )
+        entries = [(key, dict(state)) for _slot, key, state in unpack_body(reply.body)]
+        return DumpPage(entries, reply.next_start, reply.lost_until)
 
     def output_each(
         self, offsets: Mapping[str, int], max_bytes: int, of: Mapping[str, str] | None = None

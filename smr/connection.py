@@ -19,17 +19,10 @@ parallel and gives up after ``timeout_s`` with :class:`Unreachable`; reads wait 
 for a takeover or a move to finish before they give up. ``smr feed``, ``smr dump``,
 ``smr query`` and ``smr status`` are built on it.
 
-Exactly once across restarts: without ``combine``, a tuple's identity is its mapper id and
-its position in the mapper's stream (see :mod:`smr.emitter`). A program that names its
-stream (``mapper_id``), records the position :meth:`Cluster.flush` returns together with
-its own input offset, and after a crash connects again with both and re-emits from that
-offset sends every tuple once: what had reached the nodes after the flush is dropped as a
-duplicate. With ``combine``, identities depend on how tuples were batched, so such a
-connection starts at position 0 only.
-
-A named stream that gives no position is a new one: if its mapper id already delivered
-tuples, its first write raises :class:`MapperIdReused` and sends nothing
-(:mod:`smr.stream_history`), where it would have had its tuples taken for resends.
+Exactly once across restarts (a named stream resumed from the position :meth:`Cluster.flush`
+returned; a reused id refused with :class:`MapperIdReused`) and reads that never serve a
+lost slot as empty (:class:`SlotsLost`, or ``allow_lost=True``) are described in the
+programs guide (``docs/guide/programs.md``) and on each method.
 """
 
 from __future__ import annotations
@@ -40,6 +33,7 @@ import logging
 import os
 import time
 import uuid
+import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -53,7 +47,15 @@ from ring.view import Status, View
 from smr import seeds, status_view
 from smr.api import Job, load_job
 from smr.channels import DeliveryError
-from smr.client import QUERY_KEYS_MAX, Client, NodeUnreachable, cluster_view
+from smr.client import (
+    QUERY_KEYS_MAX,
+    Client,
+    LostSlotsSkipped,
+    NodeUnreachable,
+    SlotsLost,
+    cluster_view,
+    describe_slots,
+)
 from smr.emitter import BATCH_SIZE_DEFAULT, LINGER_MS_DEFAULT, WINDOW_BATCHES_DEFAULT, Emitter
 from smr.seeds import ClusterRef
 from smr.stream_history import HistoryUnknown, MapperIdReused, mapper_history
@@ -68,8 +70,10 @@ __all__ = [
     "DeliveryError",
     "EmitError",
     "HistoryUnknown",
+    "LostSlotsSkipped",
     "MapperIdReused",
     "OutputRecord",
+    "SlotsLost",
     "Subscription",
     "Unreachable",
     "connect",
@@ -197,6 +201,8 @@ class Cluster:
         self._view: View | None = None
         self._view_at = 0.0
         self._closed = False
+        self.skipped_lost_slots: frozenset[int] = frozenset()
+        """The lost slots the last read with ``allow_lost=True`` left out (empty if none)."""
 
     # -- the ring ------------------------------------------------------------------------------
 
@@ -310,18 +316,28 @@ class Cluster:
 
     # -- reading -------------------------------------------------------------------------------
 
-    def get(self, key: str | int) -> dict[str, Any] | None:
+    def get(self, key: str | int, *, allow_lost: bool = False) -> dict[str, Any] | None:
         """The state of ``key`` (a dict of fields), or None if it has none, read from its
         primary: the state as of one apply turn (no half-applied tuple, none applied twice),
-        holding every tuple a returned :meth:`flush` covered, also after a takeover."""
-        return self.get_many([key])[key]
+        holding every tuple a returned :meth:`flush` covered, also after a takeover.
+        :class:`SlotsLost` if the key's slot is lost, unless ``allow_lost`` (see
+        :meth:`get_many`)."""
+        return self.get_many([key], allow_lost=allow_lost)[key]
 
-    def get_many(self, keys: Iterable[str | int]) -> dict[str | int, dict[str, Any] | None]:
+    def get_many(
+        self, keys: Iterable[str | int], *, allow_lost: bool = False
+    ) -> dict[str | int, dict[str, Any] | None]:
         """The state of each key (None for a key without one), asking every primary for its
         keys at once. Keys whose node does not answer, or is no longer their primary, are
-        asked again by a fresher view until ``timeout_s``; then :class:`Unreachable`."""
+        asked again by a fresher view until ``timeout_s``; then :class:`Unreachable`.
+
+        A key whose slot is lost raises :class:`SlotsLost` naming every such slot and key;
+        with ``allow_lost``, it reads as None, and the call warns
+        (:class:`LostSlotsSkipped`) and names its slots in :attr:`skipped_lost_slots`."""
         wanted = list(dict.fromkeys(_checked_key(key) for key in keys))
+        self.skipped_lost_slots = frozenset()
         states: dict[str | int, dict[str, Any] | None] = {}
+        lost: dict[str | int, int] = {}
         deadline = time.monotonic() + self.timeout_s
         pending = wanted
         while pending:
@@ -339,24 +355,52 @@ class Cluster:
                         retry.extend(round_keys[addr])
                         continue
                     for key, entry in zip(round_keys[addr], answer, strict=True):
-                        if entry["owner"]:
-                            states[key] = _state(entry["state"])
-                        else:
+                        if not entry["owner"]:
                             retry.append(key)
+                            continue
+                        states[key] = _state(entry["state"])
+                        if entry.get("lost"):
+                            lost[key] = entry["slot"]
             pending = retry
             if pending:
                 self._wait_for_view(deadline, f"{len(pending)} keys", failures)
+        if lost:
+            self._lost_read(lost.values(), allow_lost, keys=lost)
         return {key: states[key] for key in wanted}
 
-    def scan(self, prefix: str | None = None) -> Iterator[tuple[str | int, dict[str, Any]]]:
+    def _lost_read(
+        self, slots: Iterable[int], allow_lost: bool, keys: Iterable[str | int] = ()
+    ) -> None:
+        """A read met lost ``slots``: raise :class:`SlotsLost`, or with ``allow_lost``
+        record them as skipped and warn."""
+        if not allow_lost:
+            raise SlotsLost(slots, keys)
+        self.skipped_lost_slots = frozenset(slots)
+        warnings.warn(
+            f"the read left out {len(self.skipped_lost_slots):,} lost slots "
+            f"({describe_slots(self.skipped_lost_slots)}): their state is gone",
+            LostSlotsSkipped,
+            stacklevel=3,
+        )
+
+    def scan(
+        self, prefix: str | None = None, *, allow_lost: bool = False
+    ) -> Iterator[tuple[str | int, dict[str, Any]]]:
         """Every ``(key, state)``, slot by slot, a page at a time from each slot's primary
         (with ``prefix``, only the string keys that start with it). Each slot is read whole
         from one node that was its primary, so a takeover or a move mid-scan repeats no key
         and misses none; a slot whose primary cannot be reached within ``timeout_s`` raises
-        :class:`Unreachable`."""
+        :class:`Unreachable`.
+
+        Reaching a lost slot raises :class:`SlotsLost` naming the run of lost slots there
+        (keys of earlier pages may have been yielded); with ``allow_lost``, the scan goes
+        on past them, and at its end warns (:class:`LostSlotsSkipped`) and names every lost
+        slot it left out in :attr:`skipped_lost_slots`."""
         slot_count = 1 << self.spec.slot_bits
         slot = 0
         deadline = time.monotonic() + self.timeout_s
+        self.skipped_lost_slots = frozenset()
+        skipped: set[int] = set()
         while slot < slot_count:
             ring = Ring(self.view(), self.spec.slot_bits)
             primary = ring.primary(Slot(slot))
@@ -365,21 +409,29 @@ class Cluster:
                 end += 1
             addr = ring.view.members[primary].addr
             try:
-                entries, next_start = self._client.dump_page(
+                entries, next_start, lost_until = self._client.dump_page(
                     addr, Slot(slot), Slot(end), SCAN_PAGE_KEYS
                 )
             except NodeUnreachable as error:
                 self._wait_for_view(deadline, f"slot {slot}", [str(error)])
                 continue
+            if lost_until is not None and next_start is not None and not allow_lost:
+                raise SlotsLost(range(next_start, lost_until))
             for key, state in entries:
                 if prefix is None or (isinstance(key, str) and key.startswith(prefix)):
                     yield key, state
-            if next_start == slot:
+            if lost_until is not None and next_start is not None:
+                skipped.update(range(next_start, lost_until))
+                slot = lost_until
+            elif next_start == slot:
                 # The node is not this slot's primary any more: a newer view says who is.
                 self._wait_for_view(deadline, f"slot {slot}", [f"{primary} moved it"])
                 continue
-            slot = end if next_start is None else next_start
+            else:
+                slot = end if next_start is None else next_start
             deadline = time.monotonic() + self.timeout_s
+        if skipped:
+            self._lost_read(skipped, allow_lost)
 
     def _wait_for_view(self, deadline: float, what: str, failures: list[str]) -> None:
         """Pause briefly and ask for a newer view, or raise Unreachable past ``deadline``."""

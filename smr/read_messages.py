@@ -16,8 +16,9 @@ from smr.wire import Kind, RequestId
 class DumpRequest:
     """Asks for a page of the states of slots ``[start, end)``, of about ``max_keys`` keys;
     answered by :class:`DumpReply`. The node serves slots in order from ``start`` while it
-    is their primary, and stops at the first it is not: a reader learns from the reply
-    exactly which slots it read, and asks the rest of the new owner."""
+    is their primary, and stops at the first it is not, or that is lost: a reader learns
+    from the reply exactly which slots it read, asks the rest of the new owner, and is told
+    which slots have no state to read."""
 
     kind: ClassVar[Kind] = Kind.DUMP_REQUEST
     req: RequestId
@@ -37,6 +38,10 @@ class DumpReply:
     """The first slot not served: the page was full there, or the node is not its primary
     (equal to ``start`` when it is not even that one's); None when every slot up to ``end``
     was served."""
+    lost_until: Slot | None = field(metadata={"wire": "lost"})
+    """When ``next_start`` is a slot this node is primary of but whose state is lost
+    (``checkpoint.loss``), the end of the run of such slots: ``[next_start, lost_until)``
+    are lost, served by no node until an operator accepts the loss. None otherwise."""
     body: bytes
 
 
@@ -52,8 +57,10 @@ class QueryRequest:
 
 @dataclass(frozen=True, slots=True)
 class QueryReply:
-    """``{"owner": bool, "slot": int, "state": dict | None}`` per key asked (the body,
-    msgpack): one map for one key, a list in the order asked for a list."""
+    """``{"owner": bool, "slot": int, "state": dict | None, "lost": bool}`` per key asked
+    (the body, msgpack): one map for one key, a list in the order asked for a list.
+    ``lost``: the node is the key's primary but the slot's state is lost (``state`` is
+    then None, and says nothing of the key)."""
 
     kind: ClassVar[Kind] = Kind.QUERY
     req: RequestId

@@ -160,7 +160,6 @@ ROLE_REACHES: dict[str, int] = {
     "smr/node/control.py: membership.peer_load": 1,
     "smr/node/control.py: moves.joins": 1,
     "smr/node/control.py: recovery.detector": 1,
-    "smr/node/control.py: recovery.offline": 4,
     "smr/node/control.py: recovery.takeover_records": 1,
     "smr/node/control.py: recovery.takeover_seconds_total": 1,
     "smr/node/control.py: reducer.output": 3,
@@ -171,11 +170,9 @@ ROLE_REACHES: dict[str, int] = {
     "smr/node/control.py: retirement.notices_ignored": 1,
     "smr/node/control.py: retirement.retired_total": 1,
     "smr/node/control.py: snapshots.stall_ms_max": 2,
-    "smr/node/handoff.py: recovery.offline": 3,
     "smr/node/ingest.py: load.apply_us_per_tuple": 1,
     "smr/node/ingest.py: moves.frozen": 1,
     "smr/node/ingest.py: moves.frozen_range": 1,
-    "smr/node/ingest.py: recovery.offline": 1,
     "smr/node/ingest.py: reducer.output": 2,
     "smr/node/ingest.py: retirement.batches_answered": 1,
     "smr/node/ingest.py: retirement.batches_refused": 1,
@@ -228,6 +225,11 @@ LONG_FUNCTIONS: set[str] = {
 }
 
 BIG_MODULES: set[str] = {
+    # connection.py, node/recovery.py and sim/readers.py passed 500 lines with the loss
+    # ledger's reads; they split with the packages by concern (docs/design/layout.md).
+    "smr/connection.py",
+    "smr/node/recovery.py",
+    "smr/sim/readers.py",
     "checkpoint/store.py",
     "ring/view.py",
     "smr/cli.py",

@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any, Final
 
 import psutil
 
-from checkpoint.loss import accept_loss, lost_slots
 from ring.hashing import slot_of
 from ring.ids import NodeId, Slot
 from ring.moves import MoveRefused
@@ -85,26 +84,35 @@ class Control:
     def on_dump_request(self, identity: bytes, message: DumpRequest) -> None:
         """One page of the state of slots ``[start, end)``, served in order while this node
         is their primary: the page ends between slots, when it holds ``max_keys`` keys or at
-        the first slot this node is not primary of, and ``next`` names that slot (None when
-        the page reached ``end``), so the reader knows exactly what it read."""
+        the first slot this node is not primary of or that is lost (``node.ledger``), and
+        ``next`` names that slot (None when the page reached ``end``), so the reader knows
+        exactly what it read. A lost slot is never served as empty: the reply names the run
+        of lost slots there (``lost``), and the reader decides."""
         node = self._node
         max_keys = min(max(message.max_keys, 1), DUMP_KEYS_PER_PAGE_MAX)
         end = min(message.end, 1 << node.slot_bits)
         roles = node.roles
+        ledger = node.ledger
         entries: list[tuple[int, Any, dict[str, Any]]] = []
         next_slot: Slot | None = None
         for slot in range(message.start, end):
             # A page ends between slots, never inside one, so a slot is never split.
-            if len(entries) >= max_keys or roles[slot] != Role.PRIMARY:
+            if len(entries) >= max_keys or roles[slot] != Role.PRIMARY or ledger.is_lost(slot):
                 next_slot = Slot(slot)
                 break
             entries.extend(node.store.items([Slot(slot)]))
+        lost_until: Slot | None = None
+        if next_slot is not None and roles[next_slot] == Role.PRIMARY and ledger.is_lost(next_slot):
+            after = next_slot + 1
+            while after < end and roles[after] == Role.PRIMARY and ledger.is_lost(Slot(after)):
+                after += 1
+            lost_until = Slot(after)
         try:
             body = pack_body(entries)
         except Exception:  # msgpack raises several types; find the key to name
             self._refuse_unencodable(identity, message.req, entries)
             return
-        node.reply(identity, encode(DumpReply(message.req, next_slot, body)))
+        node.reply(identity, encode(DumpReply(message.req, next_slot, lost_until, body)))
 
     def on_output_request(self, identity: bytes, message: OutputRequest) -> None:
         """This node's output lines from ``offset`` (``smr.output.OutputSink.read``), or
@@ -128,11 +136,9 @@ class Control:
         """An operator accepts the loss of this node's offline slots: they serve again, from
         empty state (the acceptance replicates with the slots' hwm vectors)."""
         node = self._node
-        recovery = node.recovery
         roles = node.roles
-        mine = [slot for slot in recovery.offline if roles[slot] == Role.PRIMARY]
-        accepted = accept_loss(node.store, mine)
-        recovery.offline = lost_slots(node.store)
+        mine = [slot for slot in node.ledger.slots if roles[slot] == Role.PRIMARY]
+        accepted = node.ledger.accept(node.store, mine)
         node.counters.slots_loss_accepted += accepted
         if accepted:
             log.warning(
@@ -173,7 +179,8 @@ class Control:
     def on_query_request(self, identity: bytes, message: QueryRequest) -> None:
         """The state of one key, or of each of a list of keys (at most
         ``QUERY_KEYS_MAX``), with whether this node is its primary (``owner``): the state
-        is read only where it is, so each answer is the key's state as of one apply turn."""
+        is read only where it is, so each answer is the key's state as of one apply turn.
+        A key of a lost slot (``node.ledger``) is answered ``lost``, never as empty."""
         node = self._node
         asked = unpack_body(message.body)
         keys = list(asked) if isinstance(asked, tuple) else [asked]
@@ -186,8 +193,9 @@ class Control:
         for key in keys:
             slot = slot_of(key, node.slot_bits)
             owner = node.roles[slot] == Role.PRIMARY
-            state = node.store.get(slot, key) if owner else None
-            answers.append({"owner": owner, "slot": slot, "state": state})
+            lost = owner and node.ledger.is_lost(Slot(slot))
+            state = node.store.get(slot, key) if owner and not lost else None
+            answers.append({"owner": owner, "slot": slot, "state": state, "lost": lost})
         try:
             body = pack_body(answers if isinstance(asked, tuple) else answers[0])
         except Exception:  # msgpack raises several types
@@ -211,7 +219,7 @@ class Control:
             slots=len(mine),
             seq_max=max(mine, default=0),
             last=node.retirement.last_of(message.mapper),
-            lost=sum(1 for slot in node.recovery.offline if own.contains(slot)),
+            lost=node.ledger.count_where(own.contains),
         )
         node.reply(identity, encode(reply))
 
@@ -297,7 +305,7 @@ class Control:
             "apply_seconds": node.load.apply_seconds_total,
             "takeover_records": list(node.recovery.takeover_records),
             "takeover_seconds": node.recovery.takeover_seconds_total,
-            "offline_slots": len(node.recovery.offline),
+            "offline_slots": node.ledger.count(),
             # The state this node served before it was fenced, kept for a taker that found
             # slots of it lost (smr.node.handoff).
             "holds_fenced_copy": node.handoff.holds_copy,

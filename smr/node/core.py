@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from enum import Enum
 from typing import Any, Final
 
+from checkpoint.loss import LossLedger
 from checkpoint.store import StateStore
 from ring.ids import Epoch, Incarnation, NodeId
 from ring.invariants import InvariantViolation
@@ -147,6 +148,10 @@ class NodeCore:
         member = view.get(node_id)
         self.incarnation = member.incarnation if member else Incarnation(1)
         self.store = StateStore() if store is None else store
+        # The slots of the store lost beyond tolerance and not accepted yet: read from the
+        # store's loss marks, so a restored store brings its losses back (checkpoint.loss).
+        self.ledger = LossLedger()
+        self.ledger.rebuild(self.store)
         self.counters = NodeCounters()
         # Derived from the view by set_view: the ring, this node's role per slot, the nodes
         # it watches and backs up (predecessors) and those that back it up (secondaries).

@@ -30,6 +30,13 @@ takes one last checkpoint before it exits: every tuple it acked is then on disk.
 crashes loses what it applied since its last checkpoint, which a mapper that resends (a rerun
 of the same feed) delivers again: the hwms on disk are those of the state on disk.
 
+A node fenced (declared dead; also one restored from disk that finds the ring took its
+range over) keeps the generation it served: ``DiskState.keep_fenced`` links its files into
+``fenced-I/`` (``I`` the incarnation fenced) before the next checkpoint writes a new
+generation, and nothing ever deletes them. Its slots may be lost in the ring (more adjacent
+failures than ``r``): that generation may be the only copy of their state, and only an
+operator decides what becomes of it (``smr recover``).
+
 Restore (``DiskState.restore``):
 
 1. Take the newest generation that has a manifest (a newer one without was never finished).
@@ -84,6 +91,9 @@ LOG_BYTES_MIN: Final = 64 * 1024 * 1024
 """The log is folded into a new snapshot once it is past this and past the snapshot's size."""
 
 _GENERATION_FILE: Final = re.compile(r"(snapshot|log|manifest)-(\d+)\.smr")
+# The range written once a fenced generation was kept: equal to no range a node serves by,
+# so the next checkpoint writes a new generation.
+_NO_RANGE: Final = object()
 
 
 class DiskError(Exception):
@@ -317,6 +327,10 @@ class DiskState:
             "disk_unverified": self.unverified,
             "restored_keys": None if restored is None else restored[0],
             "restore_s": None if restored is None else restored[1],
+            # Generations kept when this node was fenced (keep_fenced), never deleted.
+            "disk_fenced_kept": sorted(
+                path.name for path in self.directory.glob("fenced-*") if path.is_dir()
+            ),
         }
 
     def _generations(self) -> dict[int, set[str]]:
@@ -436,6 +450,25 @@ class DiskState:
         temporary = path.with_suffix(".tmp")
         self.files.write_synced(temporary, data)
         self.files.replace(temporary, path)
+
+    def keep_fenced(self, incarnation: int) -> Path | None:
+        """The node was fenced as ``incarnation``: keep the files of the generation it
+        served, as hard links (no copy, no window without them) in ``fenced-INCARNATION/``,
+        and make the next checkpoint start a new generation, so that the kept log is never
+        appended to. The directory kept, or None if no generation was written."""
+        if self.generation == 0:
+            return None
+        self.close()
+        kept = self.directory / f"fenced-{incarnation}"
+        self.files.make_dir(kept)
+        suffix = f"-{self.generation}.smr"
+        for name in self.files.names(self.directory):
+            if name.endswith(suffix):
+                self.files.link(self.directory / name, kept / name)
+        self.files.sync_dir(kept)
+        self.files.sync_dir(self.directory)
+        self._range_written = _NO_RANGE
+        return kept
 
     def close(self) -> None:
         """Close the log (every record written is already on disk)."""

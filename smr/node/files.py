@@ -58,6 +58,10 @@ class Files(Protocol):
     def sync_dir(self, directory: Path) -> None:
         """Make the names in ``directory`` durable."""
 
+    def link(self, source: Path, target: Path) -> None:
+        """Give ``source`` a second name ``target`` (a hard link: no copy); nothing if
+        ``target`` exists."""
+
 
 class _LocalAppend:
     def __init__(self, file: BinaryIO) -> None:
@@ -117,3 +121,7 @@ class LocalFiles:
             os.fsync(descriptor)
         finally:
             os.close(descriptor)
+
+    def link(self, source: Path, target: Path) -> None:
+        with contextlib.suppress(FileExistsError):
+            os.link(source, target)

@@ -28,7 +28,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 from checkpoint.delta import DeltaError, decode_delta, encode_delta
-from checkpoint.loss import lost_slots, restore_lost
 from checkpoint.store import StateStore
 from ring.ids import Incarnation, NodeId, Slot
 from ring.view import Status
@@ -108,7 +107,7 @@ class Handoff:
     def awaited(self) -> dict[NodeId, set[Slot]]:
         """The slots still lost here that a node back in the view may hold, by that node."""
         node = self._node
-        offline = node.recovery.offline
+        offline = node.ledger.slots
         awaited: dict[NodeId, set[Slot]] = {}
         for dead, entry in list(self.lost_from.items()):
             entry.slots &= offline
@@ -166,16 +165,15 @@ class Handoff:
             raise FrameError(f"malformed state reply from {sender}: {error}") from None
         answered = slots & entry.slots
         entry.slots -= answered
-        restored = restore_lost(node.store, copy, answered)
+        restored = node.ledger.restore(node.store, copy, answered)
         if restored:
             node.counters.slots_restored += len(restored)
-            node.recovery.offline = lost_slots(node.store)
             # The secondaries hold nothing of the restored slots: re-replicate the range.
             node.snapshots.follow_secondaries(node.secondaries, changed_range=True)
             log.warning(
                 "restored %d lost slots from the state %s kept when it was fenced; %d still lost",
                 len(restored),
                 sender,
-                len(node.recovery.offline),
+                node.ledger.count(),
             )
         self._asked_at = -1e9

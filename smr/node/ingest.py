@@ -331,11 +331,10 @@ class Ingest:
             )
             node.reply(identity, encode(refusal))
             return
-        offline = node.recovery.offline
-        if offline and not offline.isdisjoint(slot_set):
+        lost = sorted(node.ledger.lost_among(slot_set))
+        if lost:
             # Loss beyond tolerance is refused, never folded into empty state (DESIGN 6).
             node.counters.batches_refused_offline += 1
-            lost = sorted(offline & slot_set)
             text = (
                 f"the state of slot {lost[0]} (and {len(lost) - 1} more in this batch) was lost: "
                 f"its node and its {node.settings.replication} backups failed. Tuples for it "

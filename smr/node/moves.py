@@ -483,6 +483,8 @@ class Moves:
             self._write_own_status(Status.STANDBY)
         else:
             node.store.drop_slots(plan.moving.slots())
+        # A lost slot that moved is lost at the receiver now (its mark moved with it).
+        node.ledger.rebuild(node.store)
         for slot in plan.moving.slots():
             node.load.slot_rates.pop(slot, None)
         push = ViewReply(RequestId(0), node.view.epoch, node.membership.view_body())

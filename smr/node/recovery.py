@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Final
 
 from checkpoint.backup import BackedUpBatch
-from checkpoint.loss import lost_slots, mark_lost, uncovered_slots
+from checkpoint.loss import uncovered_slots
 from checkpoint.promote import Copy, PromoteOutcome, promote
 from checkpoint.replica import PeerReplica
 from checkpoint.store import ReduceFn, StateStore
@@ -91,9 +91,6 @@ class Recovery:
         self._no_quorum_log = Throttle()
         # Per peer whose connection dropped: the id of the probe sent then (see suspect).
         self._drop_probe_req: dict[NodeId, RequestId] = {}
-        # Slots this node holds whose state was lost beyond tolerance and not accepted yet
-        # (checkpoint.loss): tuples for them are refused.
-        self.offline: set[Slot] = set()
         # One record per takeover, for `status` and the recovery benchmark (bounded).
         self.takeover_records: deque[dict[str, Any]] = deque(maxlen=64)
         # Every takeover's duration summed (the records keep only the last 64).
@@ -368,7 +365,7 @@ class Recovery:
             slots, [copy.covered.slots() for copy in copies if copy.covered is not None]
         )
         if lost:
-            mark_lost(node.store, lost)
+            node.ledger.mark(node.store, lost)
             node.counters.slots_lost += len(lost)
             dead_member = node.view.get(dead)
             if dead_member is not None:
@@ -387,7 +384,6 @@ class Recovery:
         # 4.
         replayed = self.promote_slots(copies, slots - lost)
         node.counters.takeovers += 1
-        self.offline = lost_slots(node.store)
         # 5.
         owners_before = [owner for owner in node.ring.owners if owner != dead]
         node.set_view(view)
@@ -421,6 +417,8 @@ class Recovery:
         outcome = promote_range(node.store, copies, slots, node.ring.slot_count, reducer.reduce_fn)
         reducer.note_failures(outcome.failed, outcome.failures)
         reducer.flush_emits()
+        # Promoted copies bring their loss marks: a lost slot stays lost where it moves.
+        node.ledger.rebuild(node.store)
         node.counters.tuples_replayed += outcome.replayed
         return outcome.replayed
 
@@ -428,8 +426,9 @@ class Recovery:
         """This incarnation was marked dead: stop serving and rejoin empty.
 
         1. Keep the state served as a fenced copy (``smr.node.handoff``: a taker that found
-           slots of this range lost asks for it); drop replicas, backups, channels and
-           pending work.
+           slots of this range lost asks for it), and with a data directory the generation
+           on disk that holds it (``DiskState.keep_fenced``: it may be the only copy of
+           slots the ring lost); drop replicas, backups, channels and pending work.
         2. Rejoin as the next incarnation on standby (owning nothing) and gossip it.
         """
         node = self._node
@@ -438,8 +437,18 @@ class Recovery:
         self.fenced_at = node.clock()
         # 1.
         node.handoff.keep(node.store, node.incarnation)
+        if node.disk is not None and node.store.slots():
+            kept = node.disk.keep_fenced(node.incarnation)
+            if kept is not None:
+                log.error(
+                    "kept the state this node served on disk in %s (%d keys): it may be the "
+                    "only copy of slots the ring lost; remove it once 'smr status' shows "
+                    "no slot lost",
+                    kept,
+                    node.store.key_count(),
+                )
         node.store = StateStore()
-        self.offline = set()
+        node.ledger.rebuild(node.store)
         node.replication.reset()
         node.snapshots.reset()
         node.ingest.reset()

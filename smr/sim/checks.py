@@ -182,9 +182,9 @@ def check_state(sim: Simulation) -> None:
 
 def reported_lost(core: NodeCore) -> set[Slot]:
     """The slots ``core`` reports lost: those it refuses tuples for and ``status`` and
-    ``recover`` name (its offline set). A loss mark in its store that it does not act on
+    ``recover`` name (its loss ledger). A loss mark in its store that it does not act on
     (after a restore, say) is not a report."""
-    return set(core.recovery.offline)
+    return set(core.ledger.slots)
 
 
 def check_no_false_death(sim: Simulation) -> None:

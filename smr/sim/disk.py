@@ -124,6 +124,10 @@ class SimFiles:
     def sync_dir(self, directory: Path) -> None:
         """Names are durable at once."""
 
+    def link(self, source: Path, target: Path) -> None:
+        """The same file under a second name."""
+        self.files.setdefault(target, self.files[source])
+
     def crash(self) -> None:
         """What a power cut leaves: each file's synced bytes."""
         for file in self.files.values():

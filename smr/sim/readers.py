@@ -43,7 +43,7 @@ from __future__ import annotations
 import logging
 from bisect import bisect_left
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
@@ -301,6 +301,9 @@ class SimReaders:
         if isinstance(message, QueryReply):
             answers = unpack_body(message.body)
             for key, answer in zip(read.keys, answers, strict=True):
+                if answer.get("lost"):
+                    self._reported_lost(read, [int(answer["slot"])], lost)
+                    continue
                 if not answer["owner"]:
                     self._refused(read, key)
                     continue
@@ -350,9 +353,28 @@ class SimReaders:
         core = self.sim.live_cores().get(node)
         return set() if core is None else lost_slots(core.store) | reported_lost(core)
 
+    def _reported_lost(self, read: PendingRead, slots: Iterable[int], lost: set[Slot]) -> None:
+        """``read.node`` answered ``slots`` lost (an explicit answer, never served as empty):
+        right only where its ledger holds them; their keys are left out of the comparison."""
+        slots = list(slots)
+        unmarked = [slot for slot in slots if slot not in lost]
+        if unmarked:
+            raise AssertionError(
+                f"reader: {read.node} answered slots {unmarked[:5]} lost, which it does not "
+                "mark lost"
+            )
+        self.tally["refused: slot lost"] += 1
+        if read.final:
+            for slot in slots:
+                self._final_lost.update(self._slot_keys.get(slot, ()))
+                self._final_slots.add(slot)
+
     def _check_page(self, read: PendingRead, page: DumpReply, lost: set[Slot]) -> None:
         served_end = read.end if page.next_start is None else page.next_start
-        if served_end <= read.start:
+        lost_end = page.lost_until if page.next_start is not None else None
+        if lost_end is not None:
+            self._reported_lost(read, range(served_end, lost_end), lost)
+        elif served_end <= read.start:
             self._refused(read, f"slot {read.start}")
             return
         slot_bits = self.sim.config.slot_bits
@@ -372,8 +394,9 @@ class SimReaders:
             self._check(read, key, slot_of(key, slot_bits), count, lost)
         if read.final:
             self._final_slots.update(range(read.start, served_end))
-            if page.next_start is not None and page.next_start < read.end:
-                self.dump(read.node, page.next_start, read.end, final=True)
+            resume = lost_end if lost_end is not None else page.next_start
+            if resume is not None and resume < read.end:
+                self.dump(read.node, resume, read.end, final=True)
 
     def _check(self, read: PendingRead, key: str, slot: int, count: int, lost: set[Slot]) -> None:
         self.tally["served"] += 1

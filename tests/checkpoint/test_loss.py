@@ -9,6 +9,7 @@ from checkpoint.loss import (
     ACCEPTED,
     LOSS_MARK,
     LOST,
+    LossLedger,
     accept_loss,
     lost_slots,
     mark_lost,
@@ -57,3 +58,23 @@ def test_a_lost_slot_holds_no_key_but_counts_among_the_store_slots() -> None:
     assert store.key_count() == 0
     assert Slot(3) in store.slots()
     assert store.snapshot([Slot(3)]).hwms == {Slot(3): {LOSS_MARK: LOST}}
+
+
+@given(slot_sets, slot_sets, slot_sets)
+def test_the_ledger_holds_exactly_the_slots_the_store_marks_lost(
+    lost: set[Slot], accepted: set[Slot], asked: set[Slot]
+) -> None:
+    store, ledger = StateStore(), LossLedger()
+    ledger.mark(store, lost)
+    assert ledger.slots == lost and ledger.count() == len(lost)
+    assert ledger.lost_among(asked) == lost & asked
+    assert all(ledger.is_lost(slot) == (slot in lost) for slot in asked)
+    assert ledger.count_where(lambda slot: slot < 32) == sum(1 for slot in lost if slot < 32)
+    assert ledger.accept(store, accepted) == len(lost & accepted)
+    assert ledger.slots == lost_slots(store) == lost - accepted
+    # A store restored from a copy of the marks (a restart, a promotion) brings them back.
+    restored = StateStore()
+    restored.apply_delta(store.snapshot(store.slots()))
+    assert LossLedger().rebuild(restored) == lost - accepted
+    # A new, empty store holds no loss.
+    assert ledger.rebuild(StateStore()) == frozenset()

@@ -60,12 +60,9 @@ def test_readers_during_and_after_faults_get_the_exact_state_or_a_refusal(seed: 
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="silent loss in the core path, no edge involved: s0 joins beside n0 while the "
-    "copy holder n1 is stalled 2.7 s; the move settles after the stall and 3 tuples of one "
-    "key are missing (fresh default seed, also without --edges; issue 35, found 6)",
-)
+# A fresh default seed that lost 3 tuples of one key in silence, no edge involved: s0 joins
+# beside n0 while the copy holder n1 is stalled 2.7 s, and the move settles after the stall
+# (a part of a send went out ahead of an earlier part re-routed while it waited).
 def test_default_seed_9101780_a_join_during_a_stall_loses_no_tuple() -> None:
     run_seed(9101780)
 
@@ -159,14 +156,10 @@ def test_a_read_of_a_lost_slot_is_counted_never_passed_as_exact() -> None:
         simulation.run()
     assert simulation.readers is not None
     tally = simulation.readers.tally
-    assert tally["lost slot served"] + tally["refused with an error"] > 0
+    assert tally["refused: slot lost"] > 0
+    assert tally["lost slot served"] == 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="reads serve a lost slot as empty until they consult the loss ledger (issue 35, "
-    "what to build 1): remove this mark when they refuse it",
-)
 def test_strict_reads_refuse_a_lost_slot_never_serve_it_empty() -> None:
     simulation = Simulation(
         5,

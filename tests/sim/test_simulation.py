@@ -192,9 +192,9 @@ def test_loss_beyond_tolerance_is_refused_loudly_never_folded_into_empty_state()
     assert "DeliveryError" in message and "was lost" in message, message[:400]
     assert "differs from the oracle" not in message
     offline = {
-        node: core.recovery.offline
+        node: core.ledger.slots
         for node, core in simulation.live_cores().items()
-        if core.recovery.offline
+        if core.ledger.slots
     }
     lost = {node: core.counters.slots_lost for node, core in simulation.live_cores().items()}
     assert offline and sum(lost.values()) >= sum(len(slots) for slots in offline.values())
@@ -210,7 +210,7 @@ def test_slots_lost_to_a_false_verdict_come_back_with_their_state() -> None:
     assert result.counters["n3"]["slots_lost"] > 0
     assert result.counters["n3"]["slots_restored"] == result.counters["n3"]["slots_lost"]
     assert result.counters["n1"]["fenced"] == 1
-    assert not any(core.recovery.offline for core in simulation.live_cores().values())
+    assert not any(core.ledger.slots for core in simulation.live_cores().values())
 
 
 def test_the_same_seed_gives_the_same_run_twice() -> None:

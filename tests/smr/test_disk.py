@@ -267,3 +267,37 @@ def test_a_directory_written_before_manifests_restores_unchecked_then_gets_one(
     ]
     again = DiskState(directory)
     assert again.restore() is not None and not again.unverified
+
+
+def test_a_fenced_generation_is_kept_whole_and_restores_the_state_it_served(
+    tmp_path: Path,
+) -> None:
+    disk = DiskState(tmp_path / "a")
+    served = StateStore()
+    add(served, 1, 1, "x", 2)
+    checkpoint(disk, served)
+    add(served, 2, 2, "y", 1)
+    checkpoint(disk, served)  # in the log of generation 1
+    kept = disk.keep_fenced(1)
+    assert kept == tmp_path / "a" / "fenced-1"
+    assert disk.report()["disk_fenced_kept"] == ["fenced-1"]
+    # Fenced, the node serves an empty store by the same range: the next checkpoint still
+    # starts a new generation (the kept log is never appended to), and removes the old names.
+    empty = StateStore()
+    checkpoint(disk, empty)
+    checkpoint(disk, empty)
+    assert disk.generation == 2
+    assert sorted(p.name for p in kept.iterdir()) == [
+        "log-1.smr",
+        "manifest-1.smr",
+        "snapshot-1.smr",
+    ]
+    restored = DiskState(kept).restore()
+    assert restored is not None and contents(restored.store) == contents(served)
+    # The node's own restore finds the new generation, not the kept one.
+    own = DiskState(tmp_path / "a").restore()
+    assert own is not None and own.generation == 2 and own.keys == 0
+
+
+def test_nothing_is_kept_before_a_generation_was_written(tmp_path: Path) -> None:
+    assert DiskState(tmp_path / "a").keep_fenced(1) is None

@@ -12,6 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from checkpoint.ids import MapperId
+from checkpoint.loss import mark_lost
+from checkpoint.store import StateStore
 from ring.hashing import slot_of
 from ring.ids import Epoch, NodeId, Slot, Token
 from ring.placement import Ring, Role
@@ -33,10 +35,13 @@ from smr.protocol import (
     Message,
     Nack,
     NotOwner,
+    QueryReply,
+    QueryRequest,
     RequestId,
     StreamId,
     decode,
     encode,
+    pack_body,
     unpack_body,
 )
 from tests.smr.links import CallbackLinks
@@ -294,6 +299,41 @@ def test_dump_pages_cover_every_owned_key_once_and_stop_at_a_slot_not_owned(
     assert sorted(seen) == sorted(node.own_keys)
 
 
+def test_lost_slots_are_never_read_as_empty_but_named(node: Harness) -> None:
+    pairs = [(k, 1) for k in node.own_keys]
+    node.deliver(node.batch_frames(1, pairs))
+    lost_key, kept_key = node.own_keys[0], node.own_keys[1]
+    lost_slot = slot_of(lost_key, SLOT_BITS)
+    assert slot_of(kept_key, SLOT_BITS) != lost_slot
+    node.core.ledger.mark(node.core.store, {lost_slot, Slot(lost_slot + 1)})
+    node.replies.clear()
+    node.core.on_frames(PEER, encode(QueryRequest(RequestId(1), pack_body([lost_key, kept_key]))))
+    ((_, reply),) = node.replies
+    assert isinstance(reply, QueryReply)
+    lost_answer, kept_answer = unpack_body(reply.body)
+    assert lost_answer == {"owner": True, "slot": lost_slot, "state": None, "lost": True}
+    assert kept_answer["state"] == {"count": 1} and not kept_answer["lost"]
+    # A dump page stops at the lost slot and names the run of lost slots there.
+    node.replies.clear()
+    node.core.on_frames(PEER, encode(DumpRequest(RequestId(2), Slot(0), Slot(128), 10_000)))
+    ((_, reply),) = node.replies
+    assert isinstance(reply, DumpReply)
+    assert reply.next_start == lost_slot and reply.lost_until == lost_slot + 2
+    assert all(slot < lost_slot for slot, _key, _state in unpack_body(reply.body))
+
+
+def test_a_restored_store_brings_its_losses_into_the_ledger(tmp_path: Path) -> None:
+    store = StateStore()
+    mark_lost(store, {Slot(5), Slot(6)})
+    view = Harness(tmp_path).view
+    output = OutputSink("a", tmp_path / "restored.jsonl", lambda frames: None)
+    core = NodeCore(
+        NodeId("a"), JOB, view, SLOT_BITS, CallbackLinks(lambda i, f: True), output, store=store
+    )
+    assert core.ledger.slots == {Slot(5), Slot(6)}
+    assert core.control.status()["offline_slots"] == 2
+
+
 def test_checkpoint_keeps_state_readable(node: Harness) -> None:
     k = node.own_keys[0]
     node.deliver(node.batch_frames(1, [(k, 1)]))
@@ -327,7 +367,7 @@ def test_history_tells_what_a_mapper_delivered_in_the_slots_the_node_is_primary_
         RequestId(9), Slot(0), 128, slots=len(slots), seq_max=40, last=None, lost=0
     )
     node.core.retirement.on_done(MapperId("m"), 40)
-    node.core.recovery.offline = {Slot(3), Slot(130)}
+    node.core.ledger.mark(node.core.store, {Slot(3), Slot(130)})
     assert _history(node, "m").last == 40
     assert _history(node, "m").lost == 1
     assert _history(node, "other").slots == 0

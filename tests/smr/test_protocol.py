@@ -98,8 +98,9 @@ PEER = (NodeId("n1"), Incarnation(2), Epoch(9))
 RECORDS: list[Message] = [
     Ping(RequestId(4)),
     Error(None, "no"),
-    DumpReply(RequestId(1), None, b"page"),
-    DumpReply(RequestId(1), Slot(17), b""),
+    DumpReply(RequestId(1), None, None, b"page"),
+    DumpReply(RequestId(1), Slot(17), None, b""),
+    DumpReply(RequestId(1), Slot(17), Slot(40), b""),
     Checkpoint(*PEER, CheckpointNumber(3), 2, False, b"delta"),
     SnapshotBegin(*PEER, CheckpointNumber(3), SnapshotNumber(1), Slot(16), 32),
     RecoverRequest(RequestId(5)),
@@ -146,7 +147,11 @@ def test_records_keep_the_wire_names_and_order_of_their_fields() -> None:
     }
     assert list(header_of(batch).items()) == list(expected.items())
     assert encode(batch) == encode_raw(Kind.BATCH, expected)
-    assert header_of(DumpReply(RequestId(1), None, b"")) == {"req": 1, "next": None}
+    assert header_of(DumpReply(RequestId(1), None, None, b"")) == {
+        "req": 1,
+        "next": None,
+        "lost": None,
+    }
 
 
 def test_a_body_sent_with_a_kind_that_carries_none_is_ignored() -> None:
