@@ -19,13 +19,12 @@ into the ``active`` fragment, like the per-tuple path, so checkpoints are unchan
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from itertools import repeat
-from operator import gt
 from typing import Any, Protocol, TypeAlias, cast
 
 from checkpoint.apply import FAILURE_EXAMPLES_MAX, MUTABLE_TYPES, BatchOutcome
 from checkpoint.delta import PLAIN_TYPES
 from checkpoint.ids import Key, MapperId
+from checkpoint.kernels import IN_FORCE
 from checkpoint.store import StateStore
 
 Columns: TypeAlias = tuple[MapperId, Sequence[int], Sequence[int], Sequence[Key], Sequence[Any]]
@@ -62,29 +61,12 @@ def consume(
     """The duplicate cut for one batch: raise the hwms past its tuples and return
     ``(duplicates, fresh)``, ``fresh`` None when every tuple is fresh, else the rows to apply.
 
-    1. If every tuple's seq is above its slot's hwm (one C-level pass: ``map`` and ``all``),
-       every tuple is fresh: each slot's hwm becomes its last seq in the batch (seqs of a
-       ``(mapper, slot)`` increase along a batch: the emitter numbers them so) and the
-       batch's slots are marked dirty.
-    2. Otherwise (a resend overlapping what was applied, a replay), cut tuple by tuple as
-       ``StateStore.apply_batch`` does.
+    The rule is :func:`checkpoint.hwm.cut`'s (or its compiled twin's: ``checkpoint.kernels``);
+    the store takes the new marks (its slots marked dirty for the next checkpoint).
     """
-    hwm_of_slot = cast(dict[int, int], store._hwm.setdefault(mapper, {}))
-    dirty = cast(set[int], store._hwm_dirty_slots)
-    # 1.
-    if all(map(gt, seqs, map(hwm_of_slot.get, slots, repeat(0)))):
-        hwm_of_slot.update(zip(slots, seqs, strict=True))
-        dirty.update(slots)
-        return 0, None
-    # 2.
-    hwm_get = hwm_of_slot.get
-    fresh: list[int] = []
-    for row, (slot, seq) in enumerate(zip(slots, seqs, strict=True)):
-        if seq > hwm_get(slot, 0):
-            hwm_of_slot[slot] = seq
-            fresh.append(row)
-    dirty.update(slots[row] for row in fresh)
-    return len(slots) - len(fresh), fresh
+    outcome = IN_FORCE.cut(store.hwm_marks(mapper), slots, seqs)
+    store.take_marks(mapper, outcome.marks)
+    return outcome.duplicates, outcome.fresh
 
 
 def _fresh_columns(
@@ -135,11 +117,10 @@ def apply_folds(store: StateStore, batches: Iterable[Columns], fold: KeyFold) ->
             if len(grouped) == len(keys):
                 continue
             grouped = {}
-        get = grouped.get
         if additive:
-            for key, value in zip(keys, values, strict=True):
-                grouped[key] = get(key, 0) + value
+            IN_FORCE.group_add(grouped, keys, values)
         else:
+            get = grouped.get
             for key, value in zip(keys, values, strict=True):
                 old = get(key, _ABSENT)
                 grouped[key] = value if old is _ABSENT else merge(old, value)
