@@ -1,0 +1,196 @@
+"""The compiled hot path (smr._native) against its Python references: the same bytes, the
+same columns, the same errors, the same cut, merges and registers for random input."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from checkpoint.hwm import cut
+from checkpoint.kernels import group_add
+from smr import native
+from smr.batch_body import (
+    decode_batch_body,
+    decode_batch_body_python,
+    encode_batch_body,
+    encode_batch_body_python,
+)
+from smr.protocol import FrameError
+
+pytestmark = pytest.mark.skipif(
+    native.NATIVE is None, reason="smr._native is not built (SMR_NATIVE=off or no Rust build)"
+)
+NATIVE: Any = native.NATIVE
+SLOT_COUNT = 64
+
+KEYS = st.one_of(st.text(max_size=8), st.integers(min_value=-(2**63), max_value=2**64 - 1))
+SCALARS = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**63), max_value=2**64 - 1),
+    st.floats(allow_nan=True),
+    st.text(max_size=40),
+    st.binary(max_size=40),
+)
+VALUES = st.recursive(
+    SCALARS,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=6),
+        st.tuples(inner, inner),
+        st.dictionaries(
+            st.one_of(st.text(max_size=4), st.integers(-(2**63), 2**64 - 1)), inner, max_size=6
+        ),
+    ),
+    max_leaves=10,
+)
+
+
+@st.composite
+def columns(draw: st.DrawFn, values: st.SearchStrategy[Any] = VALUES) -> tuple[list, ...]:
+    count = draw(st.integers(min_value=0, max_value=12))
+    return (
+        draw(st.lists(st.integers(0, SLOT_COUNT - 1), min_size=count, max_size=count)),
+        draw(st.lists(st.integers(1, 2**64 - 1), min_size=count, max_size=count)),
+        draw(st.lists(KEYS, min_size=count, max_size=count)),
+        draw(st.lists(values, min_size=count, max_size=count)),
+        draw(st.lists(st.floats(), min_size=count, max_size=count)),
+    )
+
+
+def outcome(call: Callable[[], Any]) -> Any:
+    """What a call answers, or the type of what it raises; repr makes nan equal to nan and
+    tells a tuple from a list, an int from a bool."""
+    try:
+        return repr(call())
+    except Exception as error:
+        return type(error)
+
+
+@settings(
+    max_examples=150, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+)
+@given(columns())
+def test_encode_gives_the_reference_bytes(batch) -> None:
+    assert outcome(lambda: encode_batch_body(*batch)) == outcome(
+        lambda: encode_batch_body_python(*batch)
+    )
+
+
+@given(
+    columns(
+        st.one_of(
+            st.integers(min_value=2**64, max_value=2**70),
+            st.integers(max_value=-(2**63) - 1),
+            st.just(bytearray(b"ab")),
+            st.just("\ud800"),
+            st.just({1, 2}),
+            st.just(True),
+        )
+    )
+)
+def test_encode_of_what_it_leaves_to_the_reference_answers_as_the_reference(batch) -> None:
+    assert outcome(lambda: encode_batch_body(*batch)) == outcome(
+        lambda: encode_batch_body_python(*batch)
+    )
+
+
+@settings(
+    max_examples=150, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+)
+@given(columns(), st.data())
+def test_decode_gives_the_reference_columns_and_errors(batch, data) -> None:
+    body = encode_batch_body_python(*batch)
+    count = len(batch[0])
+    assert outcome(lambda: decode_batch_body(body, count, SLOT_COUNT)) == outcome(
+        lambda: decode_batch_body_python(body, count, SLOT_COUNT)
+    )
+    # Damaged: cut short, a byte changed, a wrong count, a smaller slot count.
+    cut_at = data.draw(st.integers(0, len(body)))
+    flip_at = data.draw(st.integers(0, max(len(body) - 1, 0)))
+    flipped = bytearray(body)
+    if flipped:
+        flipped[flip_at] = data.draw(st.integers(0, 255))
+    for damaged, n, slots in (
+        (body[:cut_at], count, SLOT_COUNT),
+        (bytes(flipped), count, SLOT_COUNT),
+        (body, count + data.draw(st.integers(-2, 2)), SLOT_COUNT),
+        (body, count, data.draw(st.integers(1, SLOT_COUNT))),
+    ):
+        if n < 0:
+            continue
+        compiled = outcome(lambda d=damaged, n=n, s=slots: decode_batch_body(d, n, s))
+        reference = outcome(lambda d=damaged, n=n, s=slots: decode_batch_body_python(d, n, s))
+        assert compiled == reference
+
+
+def test_decode_names_what_is_malformed() -> None:
+    body = encode_batch_body([1], [1], [1.5], [1], [0.0])
+    with pytest.raises(FrameError, match="keys must be str or int, got float"):
+        decode_batch_body(body, 1, SLOT_COUNT)
+    with pytest.raises(FrameError, match="too short"):
+        decode_batch_body(body[:10], 1, SLOT_COUNT)
+
+
+def test_decode_leaves_ext_types_to_the_reference() -> None:
+    import msgpack
+
+    ext = msgpack.ExtType(5, b"xyz")
+    body = encode_batch_body_python([1], [1], ["k"], [ext], [0.0])
+    assert decode_batch_body(body, 1, SLOT_COUNT).values == (ext,)
+
+
+MARKS = st.dictionaries(st.integers(0, 7), st.integers(1, 30), max_size=8)
+ROWS = st.lists(st.tuples(st.integers(0, 7), st.integers(1, 30)), max_size=60)
+
+
+@settings(max_examples=500)
+@given(MARKS, ROWS)
+def test_cut_gives_the_reference_cut_for_any_batch(marks, rows) -> None:
+    slots = [slot for slot, _ in rows]
+    seqs = [seq for _, seq in rows]
+    assert native.native_cut(marks, slots, seqs) == cut(marks, slots, seqs)
+
+
+NUMBERS = st.one_of(st.integers(-(2**70), 2**70), st.floats(allow_nan=False), st.booleans())
+
+
+@given(st.lists(st.tuples(st.sampled_from("abcdef"), NUMBERS), max_size=60), st.booleans())
+def test_group_add_and_group_pick_merge_as_the_reference(pairs, largest) -> None:
+    keys = [key for key, _ in pairs]
+    values = [value for _, value in pairs]
+    compiled: dict[str, Any] = {"a": 3}
+    reference: dict[str, Any] = {"a": 3}
+    NATIVE.group_add(compiled, keys, values)
+    group_add(reference, keys, values)
+    assert repr(compiled) == repr(reference)
+    compiled, reference = {}, {}
+    NATIVE.group_pick(compiled, keys, values, largest)
+    for key, value in pairs:
+        better = key in reference and (
+            value > reference[key] if largest else value < reference[key]
+        )
+        if key not in reference or better:
+            reference[key] = value
+    assert repr(compiled) == repr(reference)
+
+
+@given(st.integers(4, 16), st.lists(st.integers(0, 2**64 - 1), max_size=200))
+def test_hll_registers_rise_as_the_reference_fold_raises_them(precision, hashes) -> None:
+    from smr import agg
+
+    aggregator = agg.approx_distinct(precision=precision)
+    out: dict[str, Any] = {}
+    aggregator.fold_fields("d", None, tuple(hashes), out)
+    registers = bytearray(1 << precision)
+    NATIVE.hll_add(registers, hashes, precision)
+    assert bytes(registers) == out["d.hll"]
+    assert agg.hll_estimate(registers) == out["d"]
+
+
+def test_all_numbers_says_whether_a_sum_can_take_the_values() -> None:
+    assert NATIVE.all_numbers([1, 2.5, True, -(2**80)])
+    assert not NATIVE.all_numbers([1, "2"])
