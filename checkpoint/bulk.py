@@ -138,43 +138,8 @@ def apply_folds(store: StateStore, batches: Iterable[Columns], fold: KeyFold) ->
         # inactive, then master: a read takes the newest fragment field by field); new
         # keys and a sum past 64 bits go the general way below.
         (name,) = owned
-        general: dict[Key, Any] = {}
-        older = [
-            cast(dict[int, dict[Key, dict[str, Any]]], fragment).get
-            for fragment in (store.inactive, store.master)
-            if fragment
-        ]
-        for key, partial in grouped.items():
-            slot = slot_of[key]
-            active_keys = active_get(slot)
-            fields = None if active_keys is None else active_keys.get(key)
-            field: Any = _ABSENT
-            if fields is not None:
-                field = fields.get(name, _ABSENT)
-            else:
-                for fragment_get in older:
-                    keys_of_slot = fragment_get(slot)
-                    held = None if keys_of_slot is None else keys_of_slot.get(key)
-                    if held is not None:
-                        field = held.get(name, _ABSENT)
-                        if field is not _ABSENT:
-                            break
-            if field is None or field is _ABSENT:
-                general[key] = partial
-                continue
-            try:
-                summed = field + partial
-            except TypeError:
-                summed = None  # not numbers (a broken feeder): fold_key says why below
-            if summed is None or (summed.__class__ is int and not _INT_MIN <= summed < _INT_END):
-                general[key] = partial
-                continue
-            if fields is not None:
-                fields[name] = summed
-            elif active_keys is not None:
-                active_keys[key] = {name: summed}
-            else:
-                active[slot] = {key: {name: summed}}
+        older = [fragment for fragment in (store.inactive, store.master) if fragment]
+        general = IN_FORCE.fold_additive(grouped, slot_of, active, older, name)
         grouped = general
     for key, partial in grouped.items():
         slot = slot_of[key]
@@ -252,11 +217,6 @@ def apply_reduce_batch(
         commit(slot_of[key], key, before, state)  # type: ignore[arg-type]
     outcome.applied = len(keys)
     return outcome
-
-
-# The range of ints a checkpoint encodes (as smr.values.check_state requires of every field).
-_INT_MIN = -(1 << 63)
-_INT_END = 1 << 64
 
 
 class _Absent:

@@ -23,12 +23,79 @@ def group_add(grouped: dict[Any, Any], keys: Sequence[Any], values: Sequence[Any
         grouped[key] = get(key, 0) + value
 
 
+# The range of ints a checkpoint encodes (as smr.values.check_state requires of every field).
+INT_MIN = -(1 << 63)
+INT_END = 1 << 64
+
+
+def fold_additive(
+    grouped: Mapping[Any, Any],
+    slot_of: Mapping[Any, int],
+    active: dict[int, dict[Any, dict[str, Any]]],
+    older: Sequence[Mapping[Any, Any]],
+    name: str,
+) -> dict[Any, Any]:
+    """The common case of a count's or a sum's fold (one owned field ``name``, no
+    tombstones): each key of ``grouped`` whose field is found (in ``active``, else in the
+    first of the ``older`` fragments that has it: a read takes the newest fragment field by
+    field) takes ``field + partial``, written into ``active`` (in place when active holds
+    the key, else as a new entry). Returns the keys left to the general fold, with their
+    partials: a field absent or None, a sum that raises TypeError, is None or leaves the
+    64-bit range."""
+    general: dict[Any, Any] = {}
+    active_get = active.get
+    for key, partial in grouped.items():
+        slot = slot_of[key]
+        active_keys = active_get(slot)
+        fields = None if active_keys is None else active_keys.get(key)
+        field: Any = None
+        if fields is not None:
+            field = fields.get(name)
+        else:
+            for fragment in older:
+                keys_of_slot = fragment.get(slot)
+                held = None if keys_of_slot is None else keys_of_slot.get(key)
+                if held is not None and name in held:
+                    field = held[name]
+                    break
+        if field is None:
+            general[key] = partial
+            continue
+        try:
+            summed = field + partial
+        except TypeError:
+            summed = None  # not numbers (a broken feeder): the general fold says why
+        if summed is None or (summed.__class__ is int and not INT_MIN <= summed < INT_END):
+            general[key] = partial
+            continue
+        if fields is not None:
+            fields[name] = summed
+        elif active_keys is not None:
+            active_keys[key] = {name: summed}
+        else:
+            active[slot] = {key: {name: summed}}
+    return general
+
+
+FoldAdditiveFn = Callable[
+    [
+        Mapping[Any, Any],
+        Mapping[Any, int],
+        dict[int, dict[Any, dict[str, Any]]],
+        Sequence[Mapping[Any, Any]],
+        str,
+    ],
+    dict[Any, Any],
+]
+
+
 @dataclass(slots=True)
 class Kernels:
     """The functions in force. ``compiled`` names where they come from."""
 
     cut: CutFn = cut
     group_add: Callable[[dict[Any, Any], Sequence[Any], Sequence[Any]], None] = group_add
+    fold_additive: FoldAdditiveFn = fold_additive
     compiled: bool = False
 
 

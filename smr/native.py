@@ -63,4 +63,5 @@ def native_cut(marks: Mapping[Any, Any], slots: Sequence[int], seqs: Sequence[in
 if NATIVE is not None:
     IN_FORCE.cut = native_cut
     IN_FORCE.group_add = NATIVE.group_add
+    IN_FORCE.fold_additive = NATIVE.fold_additive
     IN_FORCE.compiled = True

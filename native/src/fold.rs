@@ -85,10 +85,10 @@ pub fn all_numbers(values: &Bound<'_, PyAny>) -> PyResult<bool> {
 }
 
 const INT_MIN: i128 = -(1i128 << 63);
-const INT_END: i128 = 1i128 << 63;
+const INT_END: i128 = 1i128 << 64;
 
 /// The common case of `checkpoint.bulk.apply_folds` for a count or a sum (one owned field
-/// ``name``, no tombstones): each key of ``grouped`` whose field is found (in ``active``,
+/// ``name``, no tombstones; checkpoint/kernels.py's `fold_additive` is the reference): each key of ``grouped`` whose field is found (in ``active``,
 /// else the first of ``older`` fragments that holds the key) takes the sum, written into
 /// ``active`` (in place when active holds the key). Returns the keys left to the general
 /// fold, with their partials: new keys, a field that is None, a sum that is not a number or

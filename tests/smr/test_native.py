@@ -3,16 +3,21 @@ same columns, the same errors, the same cut, merges and registers for random inp
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from checkpoint import kernels
+from checkpoint.bulk import apply_folds
+from checkpoint.delta import Delta
 from checkpoint.hwm import cut
-from checkpoint.kernels import group_add
-from smr import native
+from checkpoint.kernels import IN_FORCE, group_add
+from checkpoint.store import StateStore
+from smr import agg, native
 from smr.batch_body import (
     decode_batch_body,
     decode_batch_body_python,
@@ -194,3 +199,79 @@ def test_hll_registers_rise_as_the_reference_fold_raises_them(precision, hashes)
 def test_all_numbers_says_whether_a_sum_can_take_the_values() -> None:
     assert NATIVE.all_numbers([1, 2.5, True, -(2**80)])
     assert not NATIVE.all_numbers([1, "2"])
+
+
+@contextmanager
+def python_kernels() -> Iterator[None]:
+    """checkpoint's hot loops on their Python references for the body of the block."""
+    saved = (IN_FORCE.cut, IN_FORCE.group_add, IN_FORCE.fold_additive)
+    IN_FORCE.cut, IN_FORCE.group_add, IN_FORCE.fold_additive = (
+        cut,
+        group_add,
+        kernels.fold_additive,
+    )
+    try:
+        yield
+    finally:
+        IN_FORCE.cut, IN_FORCE.group_add, IN_FORCE.fold_additive = saved
+
+
+BATCH_ROWS = st.lists(
+    st.tuples(
+        st.integers(0, 3),
+        st.integers(1, 12),
+        st.sampled_from(["a", "b", "c", 7]),
+        st.one_of(st.integers(-5, 5), st.just(2**63), st.floats(-1, 1)),
+    ),
+    max_size=25,
+)
+
+
+def state_of(store: StateStore) -> Any:
+    return repr(
+        (
+            sorted(map(repr, store.items())),
+            sorted((m, repr(dict(store.hwms_of(m)))) for m in ("m1", "m2")),
+        )
+    )
+
+
+def drive(turns: list[list[tuple[str, list]]], fold: Any, per_tuple: bool) -> StateStore:
+    """Apply the turns (each a list of (mapper, rows)) to a store seeded with a master
+    fragment, with checkpoint swaps and merges between turns; the per-tuple reduce or the folds."""
+    store = StateStore()
+    store.apply_delta(
+        Delta(states={1: {"a": {"n": 10}}, 2: {"b": {"n": None}}, 3: {"c": {"x": 1}}}, hwms={})
+    )
+    for turn in turns:
+        batches = []
+        for mapper, rows in turn:
+            slots, seqs, keys, values = (list(column) for column in zip(*rows, strict=True))
+            batches.append((mapper, slots, seqs, keys, values))
+        if per_tuple:
+            for batch in batches:
+                store.apply_batch(*batch, lambda key, value, state: fold(key, value, state, None))
+        else:
+            apply_folds(store, batches, fold)
+        # A checkpoint swap, its merge a turn later: an inactive fragment lives between.
+        if store.inactive:
+            store.merge_inactive()
+        else:
+            store.swap()
+    return store
+
+
+@settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(
+        st.lists(st.tuples(st.sampled_from(["m1", "m2"]), BATCH_ROWS.filter(bool)), max_size=3),
+        max_size=4,
+    ),
+    st.booleans(),
+)
+def test_folds_and_per_tuple_apply_leave_the_reference_state(turns, per_tuple) -> None:
+    fold = agg.fields(n=agg.sum())
+    compiled = drive(turns, fold, per_tuple)
+    with python_kernels():
+        reference = drive(turns, fold, per_tuple)
+    assert state_of(compiled) == state_of(reference)
