@@ -4,6 +4,27 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+
+/// A hasher for slot numbers (small ints chosen by a hash already): one multiply.
+#[derive(Default)]
+struct SlotHasher(u64);
+
+impl Hasher for SlotHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for byte in bytes {
+            self.0 = (self.0 ^ u64::from(*byte)).wrapping_mul(0x100_0000_01b3);
+        }
+    }
+    fn write_u64(&mut self, value: u64) {
+        self.0 = value.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
+
+type SlotMap<V> = HashMap<u64, V, BuildHasherDefault<SlotHasher>>;
 
 /// A column as owned Python objects (the ints of a list are shared, not made anew).
 fn objects<'py>(column: &Bound<'py, PyAny>) -> PyResult<Vec<Bound<'py, PyAny>>> {
@@ -35,42 +56,29 @@ pub fn cut<'py>(
             seq_objects.len()
         )));
     }
-    // slot -> (its mark so far, the row that set it: None while it is the starting mark)
-    let mut running: HashMap<u64, (u64, Option<usize>)> = HashMap::with_capacity(64);
+    // slot -> its mark so far; the new marks in the order their slots took a new row, each
+    // the seq of its slot's last new row (as the reference's dict).
+    let mut running: SlotMap<u64> = SlotMap::with_capacity_and_hasher(rows, Default::default());
     let mut fresh: Vec<usize> = Vec::with_capacity(rows);
-    let mut slot_ids: Vec<u64> = Vec::with_capacity(rows);
+    let new_marks = PyDict::new(py);
     for (row, (slot_object, seq_object)) in slot_objects.iter().zip(&seq_objects).enumerate() {
         let slot = slot_object.extract::<u64>()?;
         let seq = seq_object.extract::<u64>()?;
-        slot_ids.push(slot);
-        let entry = match running.get_mut(&slot) {
-            Some(entry) => entry,
+        let mark = match running.get_mut(&slot) {
+            Some(mark) => mark,
             None => {
                 let start = match marks.get_item(slot_object)? {
                     Some(found) => found.extract::<u64>()?,
                     None => 0,
                 };
-                running.entry(slot).or_insert((start, None))
+                running.entry(slot).or_insert(start)
             }
         };
-        if seq > entry.0 {
-            *entry = (seq, Some(row));
+        if seq > *mark {
+            *mark = seq;
             fresh.push(row);
+            new_marks.set_item(slot_object, seq_object)?;
         }
-    }
-    // The new marks, in the order their slots first took a new row (as the reference's dict).
-    let new_marks = PyDict::new(py);
-    let mut first_fresh: Vec<(usize, usize)> = Vec::with_capacity(running.len());
-    let mut seen: HashMap<u64, ()> = HashMap::with_capacity(running.len());
-    for &row in &fresh {
-        let slot = slot_ids[row];
-        if seen.insert(slot, ()).is_none() {
-            let last_row = running[&slot].1.unwrap_or(row);
-            first_fresh.push((row, last_row));
-        }
-    }
-    for (row, last_row) in first_fresh {
-        new_marks.set_item(&slot_objects[row], &seq_objects[last_row])?;
     }
     let duplicates = rows - fresh.len();
     let fresh_object = if duplicates == 0 {

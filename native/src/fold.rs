@@ -84,8 +84,6 @@ pub fn all_numbers(values: &Bound<'_, PyAny>) -> PyResult<bool> {
     Ok(true)
 }
 
-const INT_MIN: i128 = -(1i128 << 63);
-const INT_END: i128 = 1i128 << 64;
 
 /// The common case of `checkpoint.bulk.apply_folds` for a count or a sum (one owned field
 /// ``name``, no tombstones; checkpoint/kernels.py's `fold_additive` is the reference): each key of ``grouped`` whose field is found (in ``active``,
@@ -147,10 +145,8 @@ pub fn fold_additive<'py>(
             continue;
         }
         if summed.is_exact_instance_of::<PyInt>() {
-            let in_range = match summed.extract::<i128>() {
-                Ok(v) => (INT_MIN..INT_END).contains(&v),
-                Err(_) => false,
-            };
+            // [-2**63, 2**64): an i64, or else a u64 (a wider int fails both).
+            let in_range = summed.extract::<i64>().is_ok() || summed.extract::<u64>().is_ok();
             if !in_range {
                 general.set_item(&key, &partial)?;
                 continue;
