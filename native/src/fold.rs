@@ -47,6 +47,27 @@ pub fn group_add(
     Ok(())
 }
 
+/// The partials of a sum folded per key on the mapper side (``smr.agg``'s ``lift_many``):
+/// a key's first value as it is, then ``old + value``; a new dict in first-seen order.
+#[pyfunction]
+pub fn combine_add<'py>(
+    py: Python<'py>,
+    keys: &Bound<'py, PyAny>,
+    values: &Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, PyDict>> {
+    let keys = items(keys)?;
+    let values = items(values)?;
+    same_length(&keys, &values)?;
+    let grouped = PyDict::new(py);
+    for (key, value) in keys.iter().zip(&values) {
+        match grouped.get_item(key)? {
+            Some(old) => grouped.set_item(key, old.add(value)?)?,
+            None => grouped.set_item(key, value)?,
+        }
+    }
+    Ok(grouped)
+}
+
 /// For each pair: the smaller (``largest`` false: ``b if b < a else a``) or the larger
 /// (``b if b > a else a``) of the key's partial so far and the value (min's and max's merge).
 #[pyfunction]

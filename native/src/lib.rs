@@ -15,6 +15,7 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(cut::cut, module)?)?;
     module.add_function(wrap_pyfunction!(fold::group_add, module)?)?;
     module.add_function(wrap_pyfunction!(fold::group_pick, module)?)?;
+    module.add_function(wrap_pyfunction!(fold::combine_add, module)?)?;
     module.add_function(wrap_pyfunction!(fold::all_numbers, module)?)?;
     module.add_function(wrap_pyfunction!(fold::fold_additive, module)?)?;
     module.add_function(wrap_pyfunction!(fold::hll_add, module)?)?;

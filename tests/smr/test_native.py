@@ -275,3 +275,28 @@ def test_folds_and_per_tuple_apply_leave_the_reference_state(turns, per_tuple) -
     with python_kernels():
         reference = drive(turns, fold, per_tuple)
     assert state_of(compiled) == state_of(reference)
+
+
+@settings(max_examples=200)
+@given(
+    st.sampled_from(["sum", "min", "max", "count", "mean"]),
+    st.lists(
+        st.tuples(
+            st.sampled_from(["a", "b", 3]),
+            st.one_of(st.integers(-(2**70), 2**70), st.floats(allow_nan=False), st.booleans()),
+        ),
+        max_size=40,
+    ),
+)
+def test_the_mapper_side_combine_gives_the_reference_partials(kind, pairs) -> None:
+    aggregation = agg.fields(v=getattr(agg, kind)())
+    keys = [key for key, _ in pairs]
+    values = [value for _, value in pairs]
+    compiled = aggregation.lift_many(keys, values)
+    aggregation._compiled_combine = None  # the reference: lift and merge in Python
+    assert repr(aggregation.lift_many(keys, values)) == repr(compiled)
+
+
+def test_the_mapper_side_combine_refuses_what_the_reference_refuses() -> None:
+    with pytest.raises(agg.AggregateError, match="sum\\(\\) takes numbers"):
+        agg.fields(v=agg.sum()).lift_many(["a", "b"], [1, "x"])
