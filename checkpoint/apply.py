@@ -103,6 +103,29 @@ def apply_tuples(
     failures: list[tuple[Key, BaseException]] = []
     before: dict[str, Any] | MappingProxyType[str, Any] | None
 
+    drive_reduce = IN_FORCE.drive_reduce
+    if drive_reduce is not None:
+        # Steps 3-5 in compiled code, calling reduce_fn straight (checkpoint.kernels).
+        try:
+            failed, failures, wrote_tombstone, holds_mutables = drive_reduce(
+                (active, store.inactive if has_inactive else None, store.master),
+                (tombstones_possible, holds_mutables),
+                (slots, seqs, keys, values),
+                reduce_fn,
+                applying,
+                (plain_types, mutable_types),
+                (deepcopy, no_fields, tombstone),
+                FAILURE_EXAMPLES_MAX,
+            )
+        except BaseException:
+            store.take_marks(mapper, _marks_through(marks, slots, seqs, applying[1], applying[2]))
+            raise
+        store._active_has_tombstones = store._active_has_tombstones or wrote_tombstone
+        store._holds_mutables = holds_mutables
+        store.take_marks(mapper, batch_cut.marks)
+        return BatchOutcome(
+            batch_size - batch_cut.duplicates - failed, batch_cut.duplicates, failed, failures
+        )
     try:
         # Lengths were checked above, so zip cannot silently drop a tail.
         for slot, seq, key, value in zip(slots, seqs, keys, values, strict=False):

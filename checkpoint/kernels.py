@@ -89,6 +89,12 @@ FoldAdditiveFn = Callable[
 ]
 
 
+DriveReduceFn = Callable[..., tuple[int, list[tuple[Any, BaseException]], bool, bool]]
+"""Steps 3-5 of ``checkpoint.apply.apply_tuples`` over a batch's fresh rows, calling the
+reducer straight: ``(failed, failures, wrote_tombstone, holds_mutables)``. No Python
+reference of its own: the loop in ``apply_tuples`` is the reference (None here runs it)."""
+
+
 @dataclass(slots=True)
 class Kernels:
     """The functions in force. ``compiled`` names where they come from."""
@@ -96,6 +102,7 @@ class Kernels:
     cut: CutFn = cut
     group_add: Callable[[dict[Any, Any], Sequence[Any], Sequence[Any]], None] = group_add
     fold_additive: FoldAdditiveFn = fold_additive
+    drive_reduce: DriveReduceFn | None = None
     compiled: bool = False
 
 

@@ -64,4 +64,5 @@ if NATIVE is not None:
     IN_FORCE.cut = native_cut
     IN_FORCE.group_add = NATIVE.group_add
     IN_FORCE.fold_additive = NATIVE.fold_additive
+    IN_FORCE.drive_reduce = NATIVE.drive_reduce
     IN_FORCE.compiled = True

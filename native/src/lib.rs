@@ -6,6 +6,7 @@ use pyo3::prelude::*;
 
 mod body;
 mod cut;
+mod drive;
 mod fold;
 
 #[pymodule]
@@ -19,5 +20,6 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(fold::all_numbers, module)?)?;
     module.add_function(wrap_pyfunction!(fold::fold_additive, module)?)?;
     module.add_function(wrap_pyfunction!(fold::hll_add, module)?)?;
+    module.add_function(wrap_pyfunction!(drive::drive_reduce, module)?)?;
     Ok(())
 }

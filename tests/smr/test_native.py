@@ -4,7 +4,7 @@ same columns, the same errors, the same cut, merges and registers for random inp
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Any
 
 import pytest
@@ -204,16 +204,13 @@ def test_all_numbers_says_whether_a_sum_can_take_the_values() -> None:
 @contextmanager
 def python_kernels() -> Iterator[None]:
     """checkpoint's hot loops on their Python references for the body of the block."""
-    saved = (IN_FORCE.cut, IN_FORCE.group_add, IN_FORCE.fold_additive)
-    IN_FORCE.cut, IN_FORCE.group_add, IN_FORCE.fold_additive = (
-        cut,
-        group_add,
-        kernels.fold_additive,
-    )
+    saved = (IN_FORCE.cut, IN_FORCE.group_add, IN_FORCE.fold_additive, IN_FORCE.drive_reduce)
+    IN_FORCE.cut, IN_FORCE.group_add = cut, group_add
+    IN_FORCE.fold_additive, IN_FORCE.drive_reduce = kernels.fold_additive, None
     try:
         yield
     finally:
-        IN_FORCE.cut, IN_FORCE.group_add, IN_FORCE.fold_additive = saved
+        IN_FORCE.cut, IN_FORCE.group_add, IN_FORCE.fold_additive, IN_FORCE.drive_reduce = saved
 
 
 BATCH_ROWS = st.lists(
@@ -236,7 +233,12 @@ def state_of(store: StateStore) -> Any:
     )
 
 
-def drive(turns: list[list[tuple[str, list]]], fold: Any, per_tuple: bool) -> StateStore:
+def drive(
+    turns: list[list[tuple[str, list]]],
+    fold: Any,
+    per_tuple: bool,
+    outcomes: list[Any] | None = None,
+) -> StateStore:
     """Apply the turns (each a list of (mapper, rows)) to a store seeded with a master
     fragment, with checkpoint swaps and merges between turns; the per-tuple reduce or the folds."""
     store = StateStore()
@@ -249,8 +251,12 @@ def drive(turns: list[list[tuple[str, list]]], fold: Any, per_tuple: bool) -> St
             slots, seqs, keys, values = (list(column) for column in zip(*rows, strict=True))
             batches.append((mapper, slots, seqs, keys, values))
         if per_tuple:
+            reduce_fn = fold if outcomes is not None else (lambda k, v, s: fold(k, v, s, None))
             for batch in batches:
-                store.apply_batch(*batch, lambda key, value, state: fold(key, value, state, None))
+                outcome = store.apply_batch(*batch, reduce_fn)
+                if outcomes is not None:
+                    examples = [(k, repr(e)) for k, e in outcome.failures]
+                    outcomes.append((outcome.applied, outcome.duplicates, outcome.failed, examples))
         else:
             apply_folds(store, batches, fold)
         # A checkpoint swap, its merge a turn later: an inactive fragment lives between.
@@ -300,3 +306,58 @@ def test_the_mapper_side_combine_gives_the_reference_partials(kind, pairs) -> No
 def test_the_mapper_side_combine_refuses_what_the_reference_refuses() -> None:
     with pytest.raises(agg.AggregateError, match="sum\\(\\) takes numbers"):
         agg.fields(v=agg.sum()).lift_many(["a", "b"], [1, "x"])
+
+
+def untidy_reduce(key: Any, value: Any, state: dict[str, Any]) -> None:
+    """A reduce that does what reducers do: adds, fails, deletes fields, keeps a list."""
+    if isinstance(value, float) and value < -0.5:
+        raise ValueError(f"negative {value}")
+    state["n"] = state.get("n", 0) + value
+    if value == 3:
+        del state["n"]
+    if value == 2:
+        state["seen"] = [*state.get("seen", []), key]
+    if value == -5:
+        state.clear()
+
+
+class Interrupt(BaseException):
+    """Not an Exception: it ends the batch (as a KeyboardInterrupt would)."""
+
+
+@settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(
+        st.lists(st.tuples(st.sampled_from(["m1", "m2"]), BATCH_ROWS.filter(bool)), max_size=3),
+        max_size=4,
+    ),
+)
+def test_the_compiled_driver_leaves_the_reference_state_and_failures(turns) -> None:
+    failures: dict[bool, list[Any]] = {True: [], False: []}
+
+    def run(compiled: bool) -> StateStore:
+        def reduce_fn(key: Any, value: Any, state: dict[str, Any]) -> None:
+            untidy_reduce(key, value, state)
+
+        store = drive(turns, reduce_fn, per_tuple=True, outcomes=failures[compiled])
+        return store
+
+    compiled = run(True)
+    with python_kernels():
+        reference = run(False)
+    assert state_of(compiled) == state_of(reference)
+    assert failures[True] == failures[False]
+
+
+def test_an_interrupt_out_of_the_compiled_driver_leaves_the_tuples_after_it_unconsumed() -> None:
+    def reduce_fn(key: Any, value: Any, state: dict[str, Any]) -> None:
+        if value == 9:
+            raise Interrupt
+        state["n"] = state.get("n", 0) + value
+
+    for kernels_in_force in (nullcontext, python_kernels):
+        store = StateStore()
+        with kernels_in_force(), pytest.raises(Interrupt):
+            store.apply_batch("m", [0, 0, 0], [1, 2, 3], ["a", "a", "a"], [1, 9, 1], reduce_fn)
+        assert dict(store.hwms_of("m")) == {0: 2}
+        assert list(store.items()) == [(0, "a", {"n": 1})]
