@@ -44,7 +44,9 @@ class KeyFold(Protocol):
     ``owned`` names those fields; ``mutable_values`` says whether a value it writes may be
     of a mutable type (then reads deep-copy it, as for a reducer's); ``additive`` that
     partials are numbers merged by ``+`` and ``fold_key`` adds them to the one owned field,
-    within the 64-bit range (both then run inline)."""
+    within the 64-bit range (both then run inline); ``new_keys_take_partial``, if it has
+    one and it is true, that ``fold_key(None, partial)`` is ``{owned field: partial}`` for
+    an int within that range or a float (then a new key skips ``fold_key``)."""
 
     owned: frozenset[str]
     mutable_values: bool
@@ -139,7 +141,10 @@ def apply_folds(store: StateStore, batches: Iterable[Columns], fold: KeyFold) ->
         # keys and a sum past 64 bits go the general way below.
         (name,) = owned
         older = [fragment for fragment in (store.inactive, store.master) if fragment]
-        general = IN_FORCE.fold_additive(grouped, slot_of, active, older, name)
+        new_keys_take_partial = bool(getattr(fold, "new_keys_take_partial", False))
+        general = IN_FORCE.fold_additive(
+            grouped, slot_of, active, older, name, new_keys_take_partial
+        )
         grouped = general
     for key, partial in grouped.items():
         slot = slot_of[key]

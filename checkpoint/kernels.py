@@ -34,6 +34,7 @@ def fold_additive(
     active: dict[int, dict[Any, dict[str, Any]]],
     older: Sequence[Mapping[Any, Any]],
     name: str,
+    new_keys_take_partial: bool = False,
 ) -> dict[Any, Any]:
     """The common case of a count's or a sum's fold (one owned field ``name``, no
     tombstones): each key of ``grouped`` whose field is found (in ``active``, else in the
@@ -41,7 +42,9 @@ def fold_additive(
     field) takes ``field + partial``, written into ``active`` (in place when active holds
     the key, else as a new entry). Returns the keys left to the general fold, with their
     partials: a field absent or None, a sum that raises TypeError, is None or leaves the
-    64-bit range."""
+    64-bit range. With ``new_keys_take_partial`` (the fold of a key with no state is its
+    partial, as a count's and a sum's are), a key no fragment holds and whose partial is an
+    int within that range or a float takes ``{name: partial}`` here too."""
     general: dict[Any, Any] = {}
     active_get = active.get
     for key, partial in grouped.items():
@@ -49,16 +52,25 @@ def fold_additive(
         active_keys = active_get(slot)
         fields = None if active_keys is None else active_keys.get(key)
         field: Any = None
+        unheld = fields is None
         if fields is not None:
             field = fields.get(name)
         else:
             for fragment in older:
                 keys_of_slot = fragment.get(slot)
                 held = None if keys_of_slot is None else keys_of_slot.get(key)
-                if held is not None and name in held:
-                    field = held[name]
-                    break
+                if held is not None:
+                    unheld = False
+                    if name in held:
+                        field = held[name]
+                        break
         if field is None:
+            if new_keys_take_partial and unheld and _in_state_range(partial):
+                if active_keys is not None:
+                    active_keys[key] = {name: partial}
+                else:
+                    active[slot] = {key: {name: partial}}
+                continue
             general[key] = partial
             continue
         try:
@@ -77,6 +89,13 @@ def fold_additive(
     return general
 
 
+def _in_state_range(partial: Any) -> bool:
+    """An exact int within the range state keeps, or an exact float."""
+    if partial.__class__ is int:
+        return bool(INT_MIN <= partial < INT_END)
+    return partial.__class__ is float
+
+
 FoldAdditiveFn = Callable[
     [
         Mapping[Any, Any],
@@ -84,6 +103,7 @@ FoldAdditiveFn = Callable[
         dict[int, dict[Any, dict[str, Any]]],
         Sequence[Mapping[Any, Any]],
         str,
+        bool,
     ],
     dict[Any, Any],
 ]

@@ -106,6 +106,14 @@ pub fn all_numbers(values: &Bound<'_, PyAny>) -> PyResult<bool> {
 }
 
 
+/// An exact int within [-2**63, 2**64), or an exact float.
+fn in_state_range(value: &Bound<'_, PyAny>) -> bool {
+    if value.is_exact_instance_of::<PyInt>() {
+        return value.extract::<i64>().is_ok() || value.extract::<u64>().is_ok();
+    }
+    value.is_exact_instance_of::<PyFloat>()
+}
+
 /// The common case of `checkpoint.bulk.apply_folds` for a count or a sum (one owned field
 /// ``name``, no tombstones; checkpoint/kernels.py's `fold_additive` is the reference): each key of ``grouped`` whose field is found (in ``active``,
 /// else the first of ``older`` fragments that holds the key) takes the sum, written into
@@ -120,6 +128,7 @@ pub fn fold_additive<'py>(
     active: &Bound<'py, PyDict>,
     older: &Bound<'py, PyList>,
     name: &Bound<'py, PyString>,
+    new_keys_take_partial: bool,
 ) -> PyResult<Bound<'py, PyDict>> {
     let general = PyDict::new(py);
     let older: Vec<Bound<'py, PyDict>> =
@@ -132,12 +141,14 @@ pub fn fold_additive<'py>(
             None => None,
         };
         let mut field: Option<Bound<'py, PyAny>> = None;
+        let mut unheld = fields.is_none();
         if let Some(fields) = &fields {
             field = fields.cast::<PyDict>()?.get_item(name)?;
         } else {
             for fragment in &older {
                 if let Some(keys_of_slot) = fragment.get_item(&slot)? {
                     if let Some(held) = keys_of_slot.cast::<PyDict>()?.get_item(&key)? {
+                        unheld = false;
                         if let Some(found) = held.cast::<PyDict>()?.get_item(name)? {
                             field = Some(found);
                             break;
@@ -149,6 +160,19 @@ pub fn fold_additive<'py>(
         let field = match field {
             Some(field) if !field.is_none() => field,
             _ => {
+                if new_keys_take_partial && unheld && in_state_range(&partial) {
+                    let entry = PyDict::new(py);
+                    entry.set_item(name, &partial)?;
+                    match &active_keys {
+                        Some(keys) => keys.cast::<PyDict>()?.set_item(&key, entry)?,
+                        None => {
+                            let keys = PyDict::new(py);
+                            keys.set_item(&key, entry)?;
+                            active.set_item(&slot, keys)?;
+                        }
+                    }
+                    continue;
+                }
                 general.set_item(&key, &partial)?;
                 continue;
             }

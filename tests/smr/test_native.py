@@ -361,3 +361,28 @@ def test_an_interrupt_out_of_the_compiled_driver_leaves_the_tuples_after_it_unco
             store.apply_batch("m", [0, 0, 0], [1, 2, 3], ["a", "a", "a"], [1, 9, 1], reduce_fn)
         assert dict(store.hwms_of("m")) == {0: 2}
         assert list(store.items()) == [(0, "a", {"n": 1})]
+
+
+SLOT_OF_KEY = {"a": 1, "b": 2, "c": 3, "d": 0, 7: 1}  # a key lives in one slot
+INT_ROWS = st.lists(
+    st.tuples(st.sampled_from(list(SLOT_OF_KEY)), st.integers(1, 12), st.integers(-5, 5)).map(
+        lambda row: (SLOT_OF_KEY[row[0]], row[1], row[0], row[2])
+    ),
+    min_size=1,
+    max_size=25,
+)
+
+
+@settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(st.lists(st.tuples(st.sampled_from(["m1", "m2"]), INT_ROWS), max_size=3), max_size=4),
+    st.booleans(),
+)
+def test_new_keys_folded_in_bulk_reach_the_state_of_the_per_tuple_path(turns, compiled) -> None:
+    """A count's or a sum's new keys skip the general fold in bulk (new_keys_take_partial):
+    the state is the one tuple-by-tuple application of the same reduce reaches."""
+    fold = agg.fields(n=agg.sum())
+    with nullcontext() if compiled else python_kernels():
+        bulk = drive(turns, fold, per_tuple=False)
+        per_tuple = drive(turns, fold, per_tuple=True)
+    assert state_of(bulk) == state_of(per_tuple)
