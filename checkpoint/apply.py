@@ -120,8 +120,7 @@ def apply_tuples(
         except BaseException:
             store.take_marks(mapper, _marks_through(marks, slots, seqs, applying[1], applying[2]))
             raise
-        store._active_has_tombstones = store._active_has_tombstones or wrote_tombstone
-        store._holds_mutables = holds_mutables
+        store.note_writes(wrote_tombstone, holds_mutables)
         store.take_marks(mapper, batch_cut.marks)
         return BatchOutcome(
             batch_size - batch_cut.duplicates - failed, batch_cut.duplicates, failed, failures

@@ -221,6 +221,12 @@ class StateStore:
             hwm_of_slot.update(marks)
             self._hwm_dirty_slots.update(cast(Mapping[Slot, Seq], marks))
 
+    def note_writes(self, wrote_tombstone: bool, holds_mutables: bool) -> None:
+        """Record what a writer into ``active`` other than the store's own methods wrote (the
+        compiled per-tuple driver): a tombstone, a value of a mutable type."""
+        self._active_has_tombstones = self._active_has_tombstones or wrote_tombstone
+        self._holds_mutables = self._holds_mutables or holds_mutables
+
     def raise_hwm(self, mapper: MapperId, slot: Slot, seq: Seq) -> None:
         """Raise ``mapper``'s hwm in ``slot`` to ``seq`` (never lowers it); the slot's vector
         goes out with the next delta, as after applying a tuple."""

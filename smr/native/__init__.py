@@ -1,5 +1,5 @@
-"""Which path the hot loops take: the compiled one (``smr._native``, built from ``native/``)
-or the Python one, which stays the reference.
+"""smr.native owns one choice: which path the hot loops take, the compiled one
+(``smr._native``, built from ``native/``) or the Python one, which stays the reference.
 
 ``SMR_NATIVE`` chooses, once per process: ``auto`` (the default) takes the compiled module
 when it imports and else the Python path, with one warning; ``on`` requires it (ImportError
