@@ -4,9 +4,10 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: venv demo test test-slow lint bench clean image compose-up compose-down test-compose docs dist smoke
+.PHONY: venv native demo test test-slow lint bench clean image compose-up compose-down test-compose docs dist smoke
 
 $(STAMP): pyproject.toml
+	@command -v cargo >/dev/null || { echo "make venv: cargo is missing: building smr from source compiles smr._native (native/, Rust); install a Rust toolchain (rustup.rs) and run make again" >&2; exit 2; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev,bench,spark,docs]'
@@ -14,6 +15,10 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 venv: $(STAMP)
+
+# Rebuild smr._native after a change to native/ (cargo builds only what changed).
+native: $(STAMP)
+	$(BIN)/python -m pip install --quiet --no-deps -e .
 
 demo: $(STAMP)
 	$(BIN)/python examples/demo.py

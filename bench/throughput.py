@@ -22,7 +22,10 @@ holds every run, the median and the spread (min, max), the machine and the versi
 plot goes to ``bench/results/throughput.png``. The headline is the engine's median at batch
 size 100 as a ratio of the raw ceiling's median at batch size 100.
 
-    python bench/throughput.py [--runs 3] [--tuples 1000000]
+    python bench/throughput.py [--runs 3] [--tuples 1000000] [--native off,on]
+
+With ``--native off,on`` every engine configuration runs on the Python path and on the
+compiled one (``SMR_NATIVE``), run by run, so the two compare within one run.
 """
 
 from __future__ import annotations
@@ -330,7 +333,15 @@ def main() -> None:
     parser.add_argument("--batch-sizes", default="100,1000")
     parser.add_argument("--apply-rounds", type=int, default=3)
     parser.add_argument("--out", type=Path, default=RESULTS / "throughput.json")
+    parser.add_argument(
+        "--native",
+        default="",
+        help="comma-separated SMR_NATIVE modes (e.g. off,on): every engine configuration runs "
+        "under each, interleaved run by run, named '... [native MODE]' (default: the "
+        "environment's one mode, names unchanged); the node apply runs in this process",
+    )
     args = parser.parse_args()
+    modes = [mode.strip() for mode in args.native.split(",") if mode.strip()]
     words = load_words(args.tuples)
     load_before = os.getloadavg()
     batch_sizes = [int(b) for b in args.batch_sizes.split(",")]
@@ -354,14 +365,23 @@ def main() -> None:
                 name = f"smr {nodes} node{'s' if nodes > 1 else ''} batch {batch_size}" + (
                     " combine" if combine else ""
                 )
-                runs = [run_engine(words, nodes, batch_size, combine) for _ in range(args.runs)]
-                configurations[name] = summarise(runs)
-                print(
-                    f"{name}: {configurations[name]['median_tuples_per_s']:,.0f} tuples/s",
-                    flush=True,
-                )
+                runs_by_mode: dict[str, list[dict[str, Any]]] = {mode: [] for mode in modes or [""]}
+                for _ in range(args.runs):
+                    for mode in runs_by_mode:
+                        # Node and feeder processes inherit the environment: SMR_NATIVE.
+                        if mode:
+                            os.environ["SMR_NATIVE"] = mode
+                        runs_by_mode[mode].append(run_engine(words, nodes, batch_size, combine))
+                for mode, runs in runs_by_mode.items():
+                    label = f"{name} [native {mode}]" if mode else name
+                    configurations[label] = summarise(runs)
+                    print(
+                        f"{label}: {configurations[label]['median_tuples_per_s']:,.0f} tuples/s",
+                        flush=True,
+                    )
     raw_100 = configurations.get("raw batch 100", {}).get("median_tuples_per_s")
-    engine_100 = configurations.get("smr 1 node batch 100", {}).get("median_tuples_per_s")
+    engine_name = "smr 1 node batch 100" + (f" [native {modes[-1]}]" if modes else "")
+    engine_100 = configurations.get(engine_name, {}).get("median_tuples_per_s")
     report = {
         "benchmark": "throughput",
         "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -371,11 +391,18 @@ def main() -> None:
         "runs_per_configuration": args.runs,
         "configurations": configurations,
         "node_apply": node_apply,
+        "native_modes": modes,
         "headline": {
             "engine_to_raw_ratio_batch_100": (engine_100 / raw_100)
             if raw_100 and engine_100
             else None,
             "target_ratio": 0.5,
+            "engine_to_raw_ratio_batch_100_by_mode": {
+                mode: configurations[f"smr 1 node batch 100 [native {mode}]"]["median_tuples_per_s"]
+                / raw_100
+                for mode in modes
+                if raw_100 and f"smr 1 node batch 100 [native {mode}]" in configurations
+            },
         },
     }
     write_report(report, args.out, plot)

@@ -5,13 +5,15 @@ reports. A module of its own because it is the one loop every tuple goes through
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Final, TypeAlias, cast
 
 from checkpoint.delta import PLAIN_TYPES, TOMBSTONE
+from checkpoint.hwm import cut
 from checkpoint.ids import Key, MapperId
+from checkpoint.kernels import IN_FORCE
 
 if TYPE_CHECKING:
     from checkpoint.store import StateStore
@@ -70,9 +72,16 @@ def apply_tuples(
             f"batch columns differ in length: {batch_size} slots, {len(seqs)} seqs, "
             f"{len(keys)} keys, {len(values)} values"
         )
-    hwm_of_slot = cast(dict[int, int], store._hwm.setdefault(mapper, {}))
-    hwm_get = hwm_of_slot.get
-    mark_dirty = cast(set[int], store._hwm_dirty_slots).add
+    # 1. The duplicate cut, for the whole batch (the rule of checkpoint.hwm); the store takes
+    # the new marks once the loop is done (or those reached: _marks_through).
+    marks = store.hwm_marks(mapper)
+    batch_cut = IN_FORCE.cut(marks, slots, seqs)
+    if batch_cut.fresh is not None:
+        fresh = batch_cut.fresh
+        slots = [slots[row] for row in fresh]
+        seqs = [seqs[row] for row in fresh]
+        keys = [keys[row] for row in fresh]
+        values = [values[row] for row in fresh]
     active = cast(dict[int, dict[Key, dict[str, Any]]], store.active)
     active_get = active.get
     # The inactive fragment lives only between swap and merge_inactive, so it is usually
@@ -89,111 +98,147 @@ def apply_tuples(
     tombstone = TOMBSTONE
     applying = APPLYING
     applying[0] = mapper
-    duplicates = failed = 0
+    applying[1] = applying[2] = None
+    failed = 0
     failures: list[tuple[Key, BaseException]] = []
     before: dict[str, Any] | MappingProxyType[str, Any] | None
 
-    # Lengths were checked above, so zip cannot silently drop a tail.
-    for slot, seq, key, value in zip(slots, seqs, keys, values, strict=False):
-        # 1. Duplicate?
-        if seq <= hwm_get(slot, 0):
-            duplicates += 1
-            continue
-        # 2. Consume the tuple.
-        hwm_of_slot[slot] = seq
-        mark_dirty(slot)
-        # 3. Read (active, then inactive, then master) and snapshot. The snapshot may be
-        # a fragment's own dict, never the dict handed to the reducer.
-        active_keys = active_get(slot)
-        active_fields = None if active_keys is None else active_keys.get(key)
-        if has_inactive:
-            inactive_keys = inactive_get(slot)
-            inactive_fields = None if inactive_keys is None else inactive_keys.get(key)
-        else:
-            inactive_fields = None
-        master_keys = master_get(slot)
-        master_fields = None if master_keys is None else master_keys.get(key)
-        if inactive_fields is None:
-            if active_fields is None:
-                # Only master has the key, if anything: master is the snapshot itself,
-                # since the reducer gets a copy and commit writes only to active.
-                before = no_fields if master_fields is None else master_fields
-            elif not tombstones_possible and (
-                master_fields is None or master_fields.keys() <= active_fields.keys()
-            ):
-                # Active shadows every field master has: it alone is the merged state,
-                # and is the snapshot too. Commit writes into this same dict only fields
-                # it has already compared (see step 5).
-                before = active_fields
+    drive_reduce = IN_FORCE.drive_reduce
+    if drive_reduce is not None:
+        # Steps 3-5 in compiled code, calling reduce_fn straight (checkpoint.kernels).
+        try:
+            failed, failures, wrote_tombstone, holds_mutables = drive_reduce(
+                (active, store.inactive if has_inactive else None, store.master),
+                (tombstones_possible, holds_mutables),
+                (slots, seqs, keys, values),
+                reduce_fn,
+                applying,
+                (plain_types, mutable_types),
+                (deepcopy, no_fields, tombstone),
+                FAILURE_EXAMPLES_MAX,
+            )
+        except BaseException:
+            store.take_marks(mapper, _marks_through(marks, slots, seqs, applying[1], applying[2]))
+            raise
+        store.note_writes(wrote_tombstone, holds_mutables)
+        store.take_marks(mapper, batch_cut.marks)
+        return BatchOutcome(
+            batch_size - batch_cut.duplicates - failed, batch_cut.duplicates, failed, failures
+        )
+    try:
+        # Lengths were checked above, so zip cannot silently drop a tail.
+        for slot, seq, key, value in zip(slots, seqs, keys, values, strict=False):
+            # 3. Read (active, then inactive, then master) and snapshot. The snapshot may be
+            # a fragment's own dict, never the dict handed to the reducer.
+            active_keys = active_get(slot)
+            active_fields = None if active_keys is None else active_keys.get(key)
+            if has_inactive:
+                inactive_keys = inactive_get(slot)
+                inactive_fields = None if inactive_keys is None else inactive_keys.get(key)
+            else:
+                inactive_fields = None
+            master_keys = master_get(slot)
+            master_fields = None if master_keys is None else master_keys.get(key)
+            if inactive_fields is None:
+                if active_fields is None:
+                    # Only master has the key, if anything: master is the snapshot itself,
+                    # since the reducer gets a copy and commit writes only to active.
+                    before = no_fields if master_fields is None else master_fields
+                elif not tombstones_possible and (
+                    master_fields is None or master_fields.keys() <= active_fields.keys()
+                ):
+                    # Active shadows every field master has: it alone is the merged state,
+                    # and is the snapshot too. Commit writes into this same dict only fields
+                    # it has already compared (see step 5).
+                    before = active_fields
+                else:
+                    before = None
             else:
                 before = None
-        else:
-            before = None
-        if before is None:
-            merged = {} if master_fields is None else master_fields.copy()
-            if inactive_fields is not None:
-                merged.update(inactive_fields)
-            if active_fields is not None:
-                merged.update(active_fields)
-            if tombstones_possible:
-                for name in [name for name, v in merged.items() if v is tombstone]:
-                    del merged[name]
-            before = merged
-        state = before.copy()
-        if holds_mutables:
+            if before is None:
+                merged = {} if master_fields is None else master_fields.copy()
+                if inactive_fields is not None:
+                    merged.update(inactive_fields)
+                if active_fields is not None:
+                    merged.update(active_fields)
+                if tombstones_possible:
+                    for name in [name for name, v in merged.items() if v is tombstone]:
+                        del merged[name]
+                before = merged
+            state = before.copy()
+            if holds_mutables:
+                for name, field_value in state.items():
+                    if field_value.__class__ not in plain_types and isinstance(
+                        field_value, mutable_types
+                    ):
+                        state[name] = deepcopy(field_value)
+            applying[1] = slot
+            applying[2] = seq
+            try:
+                reduce_fn(key, value, state)
+            except Exception as error:
+                # 4. The reducer failed: drop its private state, keep an example.
+                failed += 1
+                if len(failures) < FAILURE_EXAMPLES_MAX:
+                    failures.append((key, error))
+                continue
+            # 5. Commit: write the changed fields into active, then tombstone the fields of
+            # before that state lacks, found by counting the fields the two share.
+            before_count = len(before)
+            kept_count = 0
             for name, field_value in state.items():
-                if field_value.__class__ not in plain_types and isinstance(
-                    field_value, mutable_types
-                ):
-                    state[name] = deepcopy(field_value)
-        applying[1] = slot
-        applying[2] = seq
-        try:
-            reduce_fn(key, value, state)
-        except Exception as error:
-            # 4. The reducer failed: drop its private state, keep an example.
-            failed += 1
-            if len(failures) < FAILURE_EXAMPLES_MAX:
-                failures.append((key, error))
-            continue
-        # 5. Commit: write the changed fields into active, then tombstone the fields of
-        # before that state lacks, found by counting the fields the two share.
-        before_count = len(before)
-        kept_count = 0
-        for name, field_value in state.items():
-            if name in before:
-                kept_count += 1
-                if field_value.__class__ in plain_types:
-                    # Plain values compare without raising.
-                    old = before[name]
-                    if field_value is old or field_value == old:
-                        continue
-                elif not isinstance(field_value, mutable_types):
-                    try:
+                if name in before:
+                    kept_count += 1
+                    if field_value.__class__ in plain_types:
+                        # Plain values compare without raising.
                         old = before[name]
                         if field_value is old or field_value == old:
                             continue
-                    except Exception:
-                        pass  # An __eq__ that raises or an ambiguous truth: a change.
-            if active_fields is None:
-                if active_keys is None:
-                    active_keys = active[slot] = {}
-                active_fields = active_keys[key] = {}
-            active_fields[name] = field_value
-            if (
-                not holds_mutables
-                and field_value.__class__ not in plain_types
-                and isinstance(field_value, mutable_types)
-            ):
-                holds_mutables = store._holds_mutables = True
-        if kept_count != before_count:
-            for name in [name for name in before if name not in state]:
+                    elif not isinstance(field_value, mutable_types):
+                        try:
+                            old = before[name]
+                            if field_value is old or field_value == old:
+                                continue
+                        except Exception:
+                            pass  # An __eq__ that raises or an ambiguous truth: a change.
                 if active_fields is None:
                     if active_keys is None:
                         active_keys = active[slot] = {}
                     active_fields = active_keys[key] = {}
-                active_fields[name] = tombstone
-                tombstones_possible = store._active_has_tombstones = True
+                active_fields[name] = field_value
+                if (
+                    not holds_mutables
+                    and field_value.__class__ not in plain_types
+                    and isinstance(field_value, mutable_types)
+                ):
+                    holds_mutables = store._holds_mutables = True
+            if kept_count != before_count:
+                for name in [name for name in before if name not in state]:
+                    if active_fields is None:
+                        if active_keys is None:
+                            active_keys = active[slot] = {}
+                        active_fields = active_keys[key] = {}
+                    active_fields[name] = tombstone
+                    tombstones_possible = store._active_has_tombstones = True
 
+    except BaseException:
+        # Not an Exception (the process is ending): the tuples through the one being
+        # reduced are consumed, as tuple by tuple, the rest are not.
+        store.take_marks(mapper, _marks_through(marks, slots, seqs, applying[1], applying[2]))
+        raise
+    store.take_marks(mapper, batch_cut.marks)
+
+    duplicates = batch_cut.duplicates
     applied = batch_size - duplicates - failed
     return BatchOutcome(applied, duplicates, failed, failures)
+
+
+def _marks_through(
+    marks: Mapping[Any, Any], slots: Sequence[int], seqs: Sequence[int], slot: Any, seq: Any
+) -> dict[int, int]:
+    """The new marks of the fresh rows ``slots``, ``seqs`` up to the row ``(slot, seq)``
+    (none when that is None: no row was reached)."""
+    for row, pair in enumerate(zip(slots, seqs, strict=True)):
+        if pair == (slot, seq):
+            return cut(marks, slots[: row + 1], seqs[: row + 1]).marks
+    return {}

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from types import MappingProxyType, MethodType
 from typing import Final, TypeAlias, cast
 
+from checkpoint.hwm import first_uncovered, is_repeat
 from checkpoint.ids import MapperId, Seq, Slot
 from checkpoint.replica import PeerReplica
 
@@ -260,7 +261,7 @@ class TupleBackup:
                     .get(batch.mapper, _NO_HWMS)
                     .get(held.blocker_slot, lookup[1].get(batch.mapper, _SEQ_NONE))
                 )
-            if held.blocker_seq > covered_seq:
+            if not is_repeat(held.blocker_seq, covered_seq):
                 kept.append(held)
                 continue
             if scans_left == 0:
@@ -351,17 +352,13 @@ def _first_uncovered(
     mapper = batch.mapper
     if lookup is None:
         for slot, seq in summary.items():
-            if seq > hwm(mapper, slot):
+            if not is_repeat(seq, hwm(mapper, slot)):
                 return slot, seq
         return None
     hwms_by_mapper, retired = lookup
-    covered_seq_of = hwms_by_mapper.get(mapper, _NO_HWMS).get
     # A retired mapper covers every slot up to its last seq, where no hwm says more.
     floor = retired.get(mapper, _SEQ_NONE)
-    for slot, seq in summary.items():
-        if seq > covered_seq_of(slot, floor):
-            return slot, seq
-    return None
+    return first_uncovered(summary, hwms_by_mapper.get(mapper, _NO_HWMS), floor)
 
 
 def _hwms_by_mapper_of(hwm: HwmFn) -> _Lookup | None:

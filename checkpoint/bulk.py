@@ -19,13 +19,12 @@ into the ``active`` fragment, like the per-tuple path, so checkpoints are unchan
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from itertools import repeat
-from operator import gt
 from typing import Any, Protocol, TypeAlias, cast
 
 from checkpoint.apply import FAILURE_EXAMPLES_MAX, MUTABLE_TYPES, BatchOutcome
 from checkpoint.delta import PLAIN_TYPES
 from checkpoint.ids import Key, MapperId
+from checkpoint.kernels import IN_FORCE
 from checkpoint.store import StateStore
 
 Columns: TypeAlias = tuple[MapperId, Sequence[int], Sequence[int], Sequence[Key], Sequence[Any]]
@@ -45,7 +44,9 @@ class KeyFold(Protocol):
     ``owned`` names those fields; ``mutable_values`` says whether a value it writes may be
     of a mutable type (then reads deep-copy it, as for a reducer's); ``additive`` that
     partials are numbers merged by ``+`` and ``fold_key`` adds them to the one owned field,
-    within the 64-bit range (both then run inline)."""
+    within the 64-bit range (both then run inline); ``new_keys_take_partial``, if it has
+    one and it is true, that ``fold_key(None, partial)`` is ``{owned field: partial}`` for
+    an int within that range or a float (then a new key skips ``fold_key``)."""
 
     owned: frozenset[str]
     mutable_values: bool
@@ -62,29 +63,12 @@ def consume(
     """The duplicate cut for one batch: raise the hwms past its tuples and return
     ``(duplicates, fresh)``, ``fresh`` None when every tuple is fresh, else the rows to apply.
 
-    1. If every tuple's seq is above its slot's hwm (one C-level pass: ``map`` and ``all``),
-       every tuple is fresh: each slot's hwm becomes its last seq in the batch (seqs of a
-       ``(mapper, slot)`` increase along a batch: the emitter numbers them so) and the
-       batch's slots are marked dirty.
-    2. Otherwise (a resend overlapping what was applied, a replay), cut tuple by tuple as
-       ``StateStore.apply_batch`` does.
+    The rule is :func:`checkpoint.hwm.cut`'s (or its compiled twin's: ``checkpoint.kernels``);
+    the store takes the new marks (its slots marked dirty for the next checkpoint).
     """
-    hwm_of_slot = cast(dict[int, int], store._hwm.setdefault(mapper, {}))
-    dirty = cast(set[int], store._hwm_dirty_slots)
-    # 1.
-    if all(map(gt, seqs, map(hwm_of_slot.get, slots, repeat(0)))):
-        hwm_of_slot.update(zip(slots, seqs, strict=True))
-        dirty.update(slots)
-        return 0, None
-    # 2.
-    hwm_get = hwm_of_slot.get
-    fresh: list[int] = []
-    for row, (slot, seq) in enumerate(zip(slots, seqs, strict=True)):
-        if seq > hwm_get(slot, 0):
-            hwm_of_slot[slot] = seq
-            fresh.append(row)
-    dirty.update(slots[row] for row in fresh)
-    return len(slots) - len(fresh), fresh
+    outcome = IN_FORCE.cut(store.hwm_marks(mapper), slots, seqs)
+    store.take_marks(mapper, outcome.marks)
+    return outcome.duplicates, outcome.fresh
 
 
 def _fresh_columns(
@@ -135,11 +119,10 @@ def apply_folds(store: StateStore, batches: Iterable[Columns], fold: KeyFold) ->
             if len(grouped) == len(keys):
                 continue
             grouped = {}
-        get = grouped.get
         if additive:
-            for key, value in zip(keys, values, strict=True):
-                grouped[key] = get(key, 0) + value
+            IN_FORCE.group_add(grouped, keys, values)
         else:
+            get = grouped.get
             for key, value in zip(keys, values, strict=True):
                 old = get(key, _ABSENT)
                 grouped[key] = value if old is _ABSENT else merge(old, value)
@@ -157,43 +140,11 @@ def apply_folds(store: StateStore, batches: Iterable[Columns], fold: KeyFold) ->
         # inactive, then master: a read takes the newest fragment field by field); new
         # keys and a sum past 64 bits go the general way below.
         (name,) = owned
-        general: dict[Key, Any] = {}
-        older = [
-            cast(dict[int, dict[Key, dict[str, Any]]], fragment).get
-            for fragment in (store.inactive, store.master)
-            if fragment
-        ]
-        for key, partial in grouped.items():
-            slot = slot_of[key]
-            active_keys = active_get(slot)
-            fields = None if active_keys is None else active_keys.get(key)
-            field: Any = _ABSENT
-            if fields is not None:
-                field = fields.get(name, _ABSENT)
-            else:
-                for fragment_get in older:
-                    keys_of_slot = fragment_get(slot)
-                    held = None if keys_of_slot is None else keys_of_slot.get(key)
-                    if held is not None:
-                        field = held.get(name, _ABSENT)
-                        if field is not _ABSENT:
-                            break
-            if field is None or field is _ABSENT:
-                general[key] = partial
-                continue
-            try:
-                summed = field + partial
-            except TypeError:
-                summed = None  # not numbers (a broken feeder): fold_key says why below
-            if summed is None or (summed.__class__ is int and not _INT_MIN <= summed < _INT_END):
-                general[key] = partial
-                continue
-            if fields is not None:
-                fields[name] = summed
-            elif active_keys is not None:
-                active_keys[key] = {name: summed}
-            else:
-                active[slot] = {key: {name: summed}}
+        older = [fragment for fragment in (store.inactive, store.master) if fragment]
+        new_keys_take_partial = bool(getattr(fold, "new_keys_take_partial", False))
+        general = IN_FORCE.fold_additive(
+            grouped, slot_of, active, older, name, new_keys_take_partial
+        )
         grouped = general
     for key, partial in grouped.items():
         slot = slot_of[key]
@@ -271,11 +222,6 @@ def apply_reduce_batch(
         commit(slot_of[key], key, before, state)  # type: ignore[arg-type]
     outcome.applied = len(keys)
     return outcome
-
-
-# The range of ints a checkpoint encodes (as smr.values.check_state requires of every field).
-_INT_MIN = -(1 << 63)
-_INT_END = 1 << 64
 
 
 class _Absent:

@@ -11,6 +11,7 @@ from types import MappingProxyType
 from typing import Final
 
 from checkpoint.delta import Delta
+from checkpoint.hwm import raise_vectors
 from checkpoint.ids import CheckpointNumber, MapperId, Seq, Slot
 from checkpoint.store import StateStore
 
@@ -245,13 +246,7 @@ class PeerReplica:
         """``store.apply_delta(delta)``, and the same hwm rule (keep the larger) on the copy."""
         self.store.apply_delta(delta)
         hwms_by_mapper = self._hwms_by_mapper
-        for slot, vector in delta.hwms.items():
-            for mapper, seq in vector.items():
-                hwm_of_slot = hwms_by_mapper.get(mapper)
-                if hwm_of_slot is None:
-                    hwm_of_slot = hwms_by_mapper[mapper] = {}
-                if seq > hwm_of_slot.get(slot, _SEQ_NONE):
-                    hwm_of_slot[slot] = seq
+        raise_vectors(hwms_by_mapper, delta.hwms)
         for mapper in delta.retired:
             # The store dropped the retired mapper's hwms (all but any past its last seq).
             kept = self.store.hwms_of(mapper)

@@ -26,7 +26,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Final, cast
 
 from checkpoint.apply import (
     FAILURE_EXAMPLES_MAX,
@@ -37,7 +37,10 @@ from checkpoint.apply import (
     apply_tuples,
 )
 from checkpoint.delta import PLAIN_TYPES, TOMBSTONE, Delta, merge_into
+from checkpoint.hwm import is_repeat, raise_marks, raise_vectors
 from checkpoint.ids import Fragment, Key, MapperId, Seq, Slot
+
+_NO_MARKS: Final[Mapping[Slot, Seq]] = MappingProxyType({})
 
 __all__ = ["FAILURE_EXAMPLES_MAX", "TOMBSTONE", "BatchOutcome", "ReduceFn", "StateStore"]
 
@@ -205,17 +208,33 @@ class StateStore:
         """``{slot: hwm}`` of ``mapper`` for every slot it has a tuple applied in (read-only)."""
         return MappingProxyType(self._hwm.get(mapper, {}))
 
+    def hwm_marks(self, mapper: MapperId) -> Mapping[Slot, Seq]:
+        """``{slot: hwm}`` of ``mapper``, the store's own dict (no copy, no proxy: the duplicate
+        cut reads it per tuple); a caller must not keep it past its next write."""
+        return self._hwm.get(mapper, _NO_MARKS)
+
+    def take_marks(self, mapper: MapperId, marks: Mapping[int, int]) -> None:
+        """Set ``mapper``'s hwms of ``marks``' slots to ``marks`` (a :class:`~checkpoint.hwm.Cut`'s,
+        which only raise them) and mark those slots dirty: consumed tuples."""
+        if marks:
+            hwm_of_slot = cast(dict[int, int], self._hwm.setdefault(mapper, {}))
+            hwm_of_slot.update(marks)
+            self._hwm_dirty_slots.update(cast(Mapping[Slot, Seq], marks))
+
+    def note_writes(self, wrote_tombstone: bool, holds_mutables: bool) -> None:
+        """Record what a writer into ``active`` other than the store's own methods wrote (the
+        compiled per-tuple driver): a tombstone, a value of a mutable type."""
+        self._active_has_tombstones = self._active_has_tombstones or wrote_tombstone
+        self._holds_mutables = self._holds_mutables or holds_mutables
+
     def raise_hwm(self, mapper: MapperId, slot: Slot, seq: Seq) -> None:
         """Raise ``mapper``'s hwm in ``slot`` to ``seq`` (never lowers it); the slot's vector
         goes out with the next delta, as after applying a tuple."""
-        hwm_of_slot = self._hwm.setdefault(mapper, {})
-        if seq > hwm_of_slot.get(slot, 0):
-            hwm_of_slot[slot] = seq
-            self._hwm_dirty_slots.add(slot)
+        self._hwm_dirty_slots.update(raise_marks(self._hwm.setdefault(mapper, {}), {slot: seq}))
 
     def is_duplicate(self, mapper: MapperId, slot: Slot, seq: Seq) -> bool:
         """True when the tuple ``(mapper, slot, seq)`` was already applied (or consumed)."""
-        return seq <= self.hwm(mapper, slot)
+        return is_repeat(seq, self.hwm(mapper, slot))
 
     # ---------------------------------------------------------------------------- writes
 
@@ -375,13 +394,7 @@ class StateStore:
                 for fields in keys.values()
                 for value in fields.values()
             )
-        for slot, vector in delta.hwms.items():
-            for mapper, seq in vector.items():
-                hwm_of_slot = self._hwm.get(mapper)
-                if hwm_of_slot is None:
-                    hwm_of_slot = self._hwm[mapper] = {}
-                if seq > hwm_of_slot.get(slot, 0):
-                    hwm_of_slot[slot] = seq
+        raise_vectors(self._hwm, delta.hwms)
         for mapper, last in delta.retired.items():
             self.retire(mapper, last, forget_hwms=forget_retired)
 
@@ -434,10 +447,9 @@ class StateStore:
         for mapper, last in other._retired.items():
             self.retire(mapper, last, forget_hwms=False)
         for mapper, hwm_of_slot in other._hwm.items():
-            for slot in movable.intersection(hwm_of_slot):
-                mine = self._hwm.setdefault(mapper, {})
-                if hwm_of_slot[slot] > mine.get(slot, 0):
-                    mine[slot] = hwm_of_slot[slot]
+            moved = {slot: hwm_of_slot[slot] for slot in movable.intersection(hwm_of_slot)}
+            if moved:
+                raise_marks(self._hwm.setdefault(mapper, {}), moved)
         other.drop_slots(wanted)
 
     def drop_slots(self, slots: Iterable[Slot]) -> None:

@@ -6,8 +6,9 @@
 #      dependencies with the Spark and Docker extras (the provisioner runs in a container), built on the host by PYTHON's pip (which trusts the
 #      host's certificates: no build step reaches a package index), installed in a venv on
 #      the base (compose/Dockerfile.deps); built once per pyproject.toml;
-#   3. smr's own wheel and the example jobs on top (compose/Dockerfile): a small context,
-#      so a rebuild after a change to smr takes seconds.
+#   3. smr's own wheel (with smr._native, compiled here by cargo from native/: the host needs
+#      a Rust toolchain, the image does not) and the example jobs on top (compose/Dockerfile):
+#      a small context, so a rebuild after a change to smr takes seconds.
 # Usage: compose/build-image.sh PYTHON   (make image passes the project's venv)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -35,7 +36,8 @@ deps="smr-deps:$(cksum pyproject.toml | cut -d' ' -f1)"
 # dependencies' image it sits on: unchanged, nothing is built. Outside a git work tree it is
 # always built.
 sources_sum() {
-    local paths=(smr ring checkpoint examples pyproject.toml compose/Dockerfile)
+    local paths=(smr ring checkpoint examples native/src native/Cargo.toml native/Cargo.lock
+                 pyproject.toml MANIFEST.in compose/Dockerfile)
     if ! git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
         date +%s%N
         return
@@ -52,6 +54,7 @@ if [ "$(docker image inspect smr:latest --format '{{index .Config.Labels "smr.so
     exit 0
 fi
 rm -rf "$build/smr" && mkdir -p "$build/smr"
+command -v cargo >/dev/null || { echo "compose/build-image.sh: cargo is missing: smr's wheel compiles smr._native (native/, Rust); install a Rust toolchain" >&2; exit 2; }
 "$python" -m pip wheel -q --no-deps -w "$build/smr" .
 wheel=$(ls "$build"/smr/smr-*.whl)
 if ! docker image inspect "$deps" >/dev/null 2>&1; then

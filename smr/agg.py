@@ -44,6 +44,7 @@ from typing import Any, Final
 import mmh3
 import msgpack
 
+from smr.native import NATIVE
 from smr.values import INT_END, INT_MIN
 
 Of = str | int | Callable[[Any], Any] | None
@@ -412,16 +413,32 @@ class Aggregation:
             self.merge = merge_all
             self.fold_key = fold_all
         self._counts_only = len(items) == 1 and isinstance(items[0][1], _Count)
+        # A lone sum, min or max of the whole value folds in compiled code when it can.
+        lone = items[0][1] if len(items) == 1 and items[0][1].of is None else None
+        kinds: dict[type, str] = {_Sum: "sum", _Min: "min", _Max: "max"}
+        self._compiled_combine = None if NATIVE is None else kinds.get(type(lone))
         self.additive = len(items) == 1 and isinstance(items[0][1], _Count | _Sum)
+        # A count's or a sum's fold of a key with no state is its partial (within range).
+        self.new_keys_take_partial = self.additive
 
     def lift_many(
         self, keys: Sequence[Any], values: Sequence[Any]
     ) -> tuple[Sequence[Any], Sequence[Any]]:
         """``(keys, partials)`` with one partial per distinct key, in first-seen order: the
-        tuples of a bulk map folded before they are emitted (a count only counts, in C)."""
+        tuples of a bulk map folded before they are emitted (a count only counts, in C; a
+        lone sum, min or max of numbers folds in ``smr._native`` when ``smr.native`` has it,
+        with the same partials)."""
         if self._counts_only:
             counted = Counter(keys)
             return list(counted), list(counted.values())
+        compiled = self._compiled_combine
+        if compiled is not None and NATIVE is not None and NATIVE.all_numbers(values):
+            if compiled == "sum":
+                combined = NATIVE.combine_add(keys, values)
+            else:
+                combined = {}
+                NATIVE.group_pick(combined, keys, values, compiled == "max")
+            return list(combined), list(combined.values())
         lift = self.lift
         merge = self.merge
         folded: dict[Any, Any] = {}

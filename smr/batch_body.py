@@ -19,6 +19,7 @@ import msgpack
 
 from checkpoint.ids import Seq
 from ring.ids import Slot
+from smr.native import NATIVE
 from smr.protocol import FrameError, unpack_msgpack
 
 _LITTLE_ENDIAN = sys.byteorder == "little"
@@ -46,7 +47,23 @@ def encode_batch_body(
     values: Sequence[Any],
     ts: Sequence[float],
 ) -> bytes:
-    """Encode the columns of a batch once; the same bytes go to every replica."""
+    """Encode the columns of a batch once; the same bytes go to every replica. In compiled
+    code when ``smr.native`` has it (the same bytes as :func:`encode_batch_body_python`)."""
+    if NATIVE is not None:
+        body: bytes | None = NATIVE.encode_body(slots, seqs, keys, values, ts)
+        if body is not None:
+            return body
+    return encode_batch_body_python(slots, seqs, keys, values, ts)
+
+
+def encode_batch_body_python(
+    slots: Sequence[int],
+    seqs: Sequence[int],
+    keys: Sequence[str | int],
+    values: Sequence[Any],
+    ts: Sequence[float],
+) -> bytes:
+    """:func:`encode_batch_body` in Python: the reference."""
     slot_array = array("I", slots)
     seq_array = array("Q", seqs)
     ts_array = array("d", ts)
@@ -86,7 +103,31 @@ def decode_batch_body(
     slot_count: int,
     ids: tuple[array[int], array[int]] | None = None,
 ) -> BatchColumns:
-    """Decode and validate a batch body.
+    """:func:`decode_batch_body_python`'s answer, in compiled code when ``smr.native`` has
+    it (the same columns, the same :class:`FrameError` for the same input; ``ids`` then
+    unused: the compiled decode reads the two columns itself)."""
+    if NATIVE is not None:
+        try:
+            decoded = NATIVE.decode_body(body, count, slot_count)
+        except ValueError as error:
+            raise FrameError(str(error)) from None
+        if decoded is not None:
+            slots, seqs, keys, values = decoded
+            ts = array("d")
+            ts.frombytes(body[12 * count : 20 * count])
+            if not _LITTLE_ENDIAN:
+                ts.byteswap()
+            return BatchColumns(slots, seqs, keys, values, ts)
+    return decode_batch_body_python(body, count, slot_count, ids)
+
+
+def decode_batch_body_python(
+    body: bytes,
+    count: int,
+    slot_count: int,
+    ids: tuple[array[int], array[int]] | None = None,
+) -> BatchColumns:
+    """Decode and validate a batch body (the reference).
 
     Layout: ``count`` little-endian ``uint32`` slots, ``count`` ``uint64`` seqs, ``count``
     ``float64`` timestamps, then msgpack ``[keys, values]``. ``ids``, if given, are the

@@ -1,0 +1,25 @@
+//! smr's compiled hot path (`smr._native`): pure functions over bytes and Python objects,
+//! no sockets, no threads. The Python implementations are the reference; `smr.native`
+//! chooses between the two (`SMR_NATIVE`), and property tests hold them to the same answers.
+
+use pyo3::prelude::*;
+
+mod body;
+mod cut;
+mod drive;
+mod fold;
+
+#[pymodule]
+fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
+    module.add_function(wrap_pyfunction!(body::decode_body, module)?)?;
+    module.add_function(wrap_pyfunction!(body::encode_body, module)?)?;
+    module.add_function(wrap_pyfunction!(cut::cut, module)?)?;
+    module.add_function(wrap_pyfunction!(fold::group_add, module)?)?;
+    module.add_function(wrap_pyfunction!(fold::group_pick, module)?)?;
+    module.add_function(wrap_pyfunction!(fold::combine_add, module)?)?;
+    module.add_function(wrap_pyfunction!(fold::all_numbers, module)?)?;
+    module.add_function(wrap_pyfunction!(fold::fold_additive, module)?)?;
+    module.add_function(wrap_pyfunction!(fold::hll_add, module)?)?;
+    module.add_function(wrap_pyfunction!(drive::drive_reduce, module)?)?;
+    Ok(())
+}
