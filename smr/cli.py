@@ -1,4 +1,7 @@
-"""The ``smr`` command line: ``verb [options] target``.
+"""The ``smr`` command line's data commands (``feed``, ``spark-feed``, ``query``, ``dump``,
+``status``, ``recover``, ``tail``), and the user errors of every command: ``verb [options]
+target``. The root group and the entry point, which loads a command's module only when it
+runs, are :mod:`smr.cli_main`; ``main`` is re-exported here.
 
 Every user error (unknown flag, bad value, missing job module or input file, unreachable
 cluster) is one line on standard error starting with ``smr: error:`` and exit code 2, never a
@@ -15,26 +18,18 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import click
 
-import smr
 from checkpoint.ids import MapperId
 from ring.view import View
 from smr import feed_run, seeds, spark_checkpoint
 from smr.api import JobLoadError, load_job
 from smr.channels import DeliveryError
-from smr.cli_autoscale import autoscale_group
-from smr.cli_cluster import cluster_group
-from smr.cli_faults import fault_group
-from smr.cli_init import init_command
-from smr.cli_keys import keys_group
-from smr.cli_node import node_command
+from smr.cli_main import main as main  # the entry point, where programs import it from
+from smr.cli_main import main_group as main_group
 from smr.cli_options import cluster_dir_option, cluster_option
-from smr.cli_output import output_command
-from smr.cli_ring import move_command, scale_group
-from smr.cli_top import top_command
 from smr.client import Client, NodeRefused, NodeUnreachable, fetch_view
 from smr.connection import connect
 from smr.emitter import (
@@ -79,24 +74,6 @@ USER_ERRORS = (
 )
 
 
-def fail(message: str) -> NoReturn:
-    """Print one error line and exit 2."""
-    click.echo(f"smr: error: {message}", err=True)
-    sys.exit(2)
-
-
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(smr.__version__, "--version", prog_name="smr", message="%(prog)s %(version)s")
-def main_group() -> None:
-    """smr: fault-tolerant, stateful streaming MapReduce on a consistent-hash ring.
-
-    A job's map runs in feeders (smr feed, or Spark with smr spark-feed); its reduce runs in
-    reducer nodes that keep per-key state exactly once, each tuple and checkpoint backed up
-    on the next R nodes, which take over a failed node's keys. Ranges move between nodes
-    while the job runs (smr move), and nodes join and leave (smr scale out, smr scale in).
-    """
-
-
 # -- data ----------------------------------------------------------------------------------
 
 
@@ -107,7 +84,7 @@ job_of_cluster_option = click.option(
 )
 
 
-@main_group.command("feed")
+@click.command("feed")
 @cluster_option
 @job_of_cluster_option
 @click.option("--batch-size", default=BATCH_SIZE_DEFAULT, show_default=True, type=click.IntRange(1))
@@ -218,7 +195,7 @@ def _interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
 
-@main_group.command("spark-feed")
+@click.command("spark-feed")
 @cluster_dir_option
 @job_of_cluster_option
 @click.option(
@@ -370,7 +347,7 @@ def _ring_keys(view: View) -> int | None:
     return sum(int(row["keys"]) for row in rows.values() if isinstance(row, dict))
 
 
-@main_group.command("dump")
+@click.command("dump")
 @cluster_option
 @click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False, path_type=Path))
 def dump_command(cluster_arg: str, out_path: Path) -> None:
@@ -390,7 +367,7 @@ def dump_command(cluster_arg: str, out_path: Path) -> None:
     click.echo(f"dumped {keys} keys to {out_path}")
 
 
-@main_group.command("query")
+@click.command("query")
 @cluster_option
 @click.argument("key")
 @click.option("--int-key", is_flag=True, help="Treat KEY as an integer key.")
@@ -413,7 +390,7 @@ def _int_key(key: str) -> int:
         ) from None
 
 
-@main_group.command("status")
+@click.command("status")
 @cluster_option
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def status_command(cluster_arg: str, as_json: bool) -> None:
@@ -424,6 +401,7 @@ def status_command(cluster_arg: str, as_json: bool) -> None:
 
     with connect(cluster_arg, timeout_s=1.0) as cluster:
         rows = cluster.status()
+        logs_dir = None if cluster.ref.directory is None else cluster.ref.directory / "logs"
     if as_json:
         click.echo(json.dumps({"nodes": rows}, indent=2))
     else:
@@ -437,7 +415,7 @@ def status_command(cluster_arg: str, as_json: bool) -> None:
     problems = [
         (status_view.offline_line(rows), "red"),
         (status_view.dead_line(rows), "red"),
-        (status_view.unreachable_line(rows), None),
+        (status_view.unreachable_line(rows, logs_dir), None),
     ]
     for line, colour in problems:
         if line is not None:
@@ -446,7 +424,7 @@ def status_command(cluster_arg: str, as_json: bool) -> None:
         sys.exit(1)
 
 
-@main_group.command("recover")
+@click.command("recover")
 @cluster_option
 @click.option(
     "--accept-loss",
@@ -476,7 +454,7 @@ def recover_command(cluster_arg: str, accept_loss: bool) -> None:
         client.close()
 
 
-@main_group.command("tail")
+@click.command("tail")
 @cluster_option
 @click.option("--count", default=0, type=click.IntRange(0), help="Stop after N records (0: never).")
 @click.option(
@@ -493,64 +471,30 @@ def tail_command(cluster_arg: str, count: int, timeout_s: float) -> None:
             err=True,
         )
     subscriber = Subscriber([n.pub_addr for n in spec.nodes if n.pub_addr])
-    printed = 0
     try:
-        while count == 0 or printed < count:
-            frames = subscriber.receive(int(timeout_s * 1000) if timeout_s else 1000)
-            if frames is None:
-                if timeout_s:
-                    break
-                continue
-            try:
-                message = decode(frames)
-            except FrameError:
-                continue
-            if not isinstance(message, Output):
-                continue
-            for line in message.body.decode("utf-8", errors="replace").splitlines():
-                click.echo(line)
-                printed += 1
-                if count and printed >= count:
-                    break
+        # Ctrl-C is the way to stop it: the loop ends there, quietly, with exit 0.
+        with contextlib.suppress(KeyboardInterrupt):
+            _follow(subscriber, count, timeout_s)
     finally:
         subscriber.close()
 
 
-main_group.add_command(cluster_group)
-main_group.add_command(move_command)
-main_group.add_command(scale_group)
-main_group.add_command(autoscale_group)
-
-
-# -- faults --------------------------------------------------------------------------------
-
-
-main_group.add_command(fault_group)
-main_group.add_command(node_command)
-main_group.add_command(init_command)
-main_group.add_command(keys_group)
-main_group.add_command(top_command)
-main_group.add_command(output_command)
-
-
-# -- the node process ----------------------------------------------------------------------
-
-
-def main(argv: list[str] | None = None) -> None:
-    """Entry point: run a command, turning every user error into one line and exit 2."""
-    try:
-        main_group.main(args=argv, prog_name="smr", standalone_mode=False)
-    except click.exceptions.Abort:
-        fail("aborted")
-    except click.exceptions.UsageError as error:
-        fail(error.format_message())
-    except click.exceptions.ClickException as error:
-        fail(error.format_message())
-    except USER_ERRORS as error:
-        fail(str(error))
-    except KeyboardInterrupt:
-        fail("interrupted")
-
-
-if __name__ == "__main__":
-    main()
+def _follow(subscriber: Subscriber, count: int, timeout_s: float) -> None:
+    printed = 0
+    while count == 0 or printed < count:
+        frames = subscriber.receive(int(timeout_s * 1000) if timeout_s else 1000)
+        if frames is None:
+            if timeout_s:
+                break
+            continue
+        try:
+            message = decode(frames)
+        except FrameError:
+            continue
+        if not isinstance(message, Output):
+            continue
+        for line in message.body.decode("utf-8", errors="replace").splitlines():
+            click.echo(line)
+            printed += 1
+            if count and printed >= count:
+                break

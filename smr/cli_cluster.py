@@ -12,8 +12,20 @@ from ring.zones import one_zone_windows
 from smr import cluster as local_cluster
 from smr.api import load_job
 from smr.autoscale.policies import POLICIES
+from smr.cli_options import CLUSTER_ENV
 from smr.output_table import MERGES, TableError, TableTarget
 from smr.spec import CLUSTER_FILE, ClusterError, read_spec
+
+# `cluster up` makes the directory, so it need not exist; --dir is its older name.
+up_down_cluster_option = click.option(
+    "--cluster",
+    "--dir",
+    "cluster_dir",
+    required=True,
+    envvar=CLUSTER_ENV,
+    type=click.Path(file_okay=False, path_type=Path),
+    help=f"The cluster's directory (--dir is the same) [default: ${CLUSTER_ENV}].",
+)
 
 
 @click.group("cluster")
@@ -22,7 +34,7 @@ def cluster_group() -> None:
 
 
 @cluster_group.command("up")
-@click.option("--dir", "cluster_dir", required=True, type=click.Path(path_type=Path))
+@up_down_cluster_option
 @click.option("--nodes", default=3, show_default=True, type=click.IntRange(1, 64))
 @click.option(
     "--replication",
@@ -203,7 +215,7 @@ def cluster_up(
 
 
 @cluster_group.command("down")
-@click.option("--dir", "cluster_dir", required=True, type=click.Path(path_type=Path))
+@up_down_cluster_option
 @click.option("--grace-s", default=5.0, show_default=True, type=click.FloatRange(0))
 def cluster_down(cluster_dir: Path, grace_s: float) -> None:
     """Stop every node (SIGTERM, then SIGKILL after the grace period)."""
