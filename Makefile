@@ -24,7 +24,7 @@ lint: $(STAMP)
 	$(BIN)/lint-imports
 
 test: lint
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -rs
 
 # The documentation site (mkdocs.yml, docs/): built into site/, any warning an error.
 docs: $(STAMP)
@@ -44,7 +44,7 @@ smoke: dist
 # moves and joins, Spark drivers, autoscaling cycles); CI runs them after `make test`, which
 # keeps the rest (unit, property and the shorter end-to-end tests) under 10 minutes.
 test-slow: $(STAMP)
-	$(BIN)/python -m pytest -q -m slow
+	$(BIN)/python -m pytest -q -rs -m slow
 
 # The compose cluster (compose/): `make image` builds smr's image with no registry (a
 # debootstrapped base, then wheels built here; cached, so a second run takes seconds);
@@ -97,4 +97,4 @@ bench: $(STAMP)
 	$(BIN)/python bench/report.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache site dist *.egg-info

@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from smr.agg import Aggregation, Aggregator
+from smr.wording import a_type
 
 Key = str | int
 Emit = Callable[[Key, Any], None]
@@ -199,7 +200,7 @@ def load_job(reference: str) -> Job:
     if job is None:
         raise JobLoadError(f"job module {module_part!r} has no attribute {attribute!r}")
     if not isinstance(job, Job):
-        raise JobLoadError(f"{reference!r} is a {type(job).__name__}, not an smr.Job")
+        raise JobLoadError(f"{reference!r} is {a_type(job)}, not an smr.Job")
     return job
 
 

@@ -54,6 +54,7 @@ from smr.transport import TransportError
 from smr.transport.security import KeysError
 from smr.transport.zeromq import Subscriber
 from smr.values import state_json
+from smr.wording import counted
 
 USER_ERRORS = (
     spark_checkpoint.StaleCheckpoint,
@@ -124,6 +125,12 @@ job_of_cluster_option = click.option(
     "already have (files only: standard input cannot be read again).",
 )
 @click.option("--progress/--no-progress", default=None, help="Progress bar (default: on a TTY).")
+@click.option(
+    "--binary-ok",
+    is_flag=True,
+    help="Feed a file that does not look like text as lines of UTF-8 anyway (without it, "
+    "such a file is refused).",
+)
 @click.argument("files", nargs=-1, required=True)
 def feed_command(
     cluster_arg: str,
@@ -136,6 +143,7 @@ def feed_command(
     mapper_id: str | None,
     resume: bool,
     progress: bool | None,
+    binary_ok: bool,
     files: tuple[str, ...],
 ) -> None:
     """Stream FILES (or - for standard input) through the job's map into the ring.
@@ -155,10 +163,15 @@ def feed_command(
     check_inputs(files)
     for path in dict.fromkeys(files):
         reason = None if path == "-" else not_text_reason(path)
+        if reason is not None and not binary_ok:
+            raise InputError(
+                f"{path} does not look like text ({reason}): not fed; --binary-ok feeds it "
+                "as lines of UTF-8 anyway"
+            )
         if reason is not None:
             click.echo(
                 f"smr: warning: {path} does not look like text ({reason}); "
-                "feeding it as lines of UTF-8 anyway",
+                "feeding it as lines of UTF-8 (--binary-ok)",
                 err=True,
             )
     # The command that resumes a feed of a given id says so.
@@ -273,8 +286,14 @@ def spark_feed_command(
     if moved is not None:
         click.echo(moved, err=True)
     started = time.monotonic()
-    session = smr_spark.session(f"smr spark-feed {job_ref}", master)
-    click.echo(f"Spark {session.version} started in {time.monotonic() - started:.1f} s", err=True)
+    # The JVM's own warnings go to the cluster's logs, not the terminal.
+    jvm_log = cluster_dir / "logs" / "spark-feed.log"
+    session = smr_spark.session(f"smr spark-feed {job_ref}", master, jvm_log=jvm_log)
+    click.echo(
+        f"Spark {session.version} started in {time.monotonic() - started:.1f} s "
+        f"(its log: {jvm_log})",
+        err=True,
+    )
     totals = {"records": 0, "tuples": 0, "batches": 0}
     failure: str | None = None
     running = False
@@ -326,8 +345,8 @@ def spark_feed_command(
     if running:
         # One line however the query ended, so a failed or stopped feed says what it delivered.
         click.echo(
-            f"fed {totals['tuples']:,} tuples from {totals['records']:,} records read in "
-            f"{totals['batches']} batches (every tuple acked), "
+            f"fed {counted(totals['tuples'], 'tuple')} from {counted(totals['records'], 'record')} "
+            f"read in {counted(totals['batches'], 'batch')} (every tuple acked), "
             f"{time.monotonic() - started:.1f} s in all"
         )
     if failure is not None:

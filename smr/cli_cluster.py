@@ -1,5 +1,5 @@
 """``smr cluster up`` and ``smr cluster down``: start and stop a local cluster of reducer
-nodes. Registered on the main group by :mod:`smr.cli`, which turns a raised user error
+nodes. Registered on the main group by :mod:`smr.cli_main`, which turns a raised user error
 (``ClusterError``, a job that does not load) into one ``smr: error:`` line and exit 2."""
 
 from __future__ import annotations

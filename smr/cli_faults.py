@@ -1,7 +1,7 @@
 """``smr fault``: inject faults into a cluster's nodes, a local cluster's processes
 (``--cluster DIR``) or the compose cluster's containers (``--docker-project NAME``), by
 hand or from a chaos schedule (``smr fault run``). Registered on the main group by
-:mod:`smr.cli`; the backends are in :mod:`smr.fault_backends` and :mod:`smr.fault_docker`."""
+:mod:`smr.cli_main`; the backends are in :mod:`smr.fault_backends` and :mod:`smr.fault_docker`."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The ``smr`` commands that change the ring: ``smr move`` (an operator-driven move of part of
 a node's range to its clockwise neighbour), ``smr scale out`` (new nodes join) and ``smr
 scale in`` (a node leaves: its whole range moves, then it stops). Registered on the main
-group by :mod:`smr.cli`.
+group by :mod:`smr.cli_main`.
 
 Each asks the node to start, then follows the move in the node's status until it ends:
 exit 0 when the move is done, 1 when it was refused or called off (the reason is printed),

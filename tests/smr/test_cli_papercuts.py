@@ -257,3 +257,27 @@ def test_the_client_errors_are_exported_from_smr() -> None:
     with pytest.raises(smr.ClusterError):
         smr.connect("nowhere")
     assert {name for name in smr.__all__ if not hasattr(smr, name)} == set()
+
+
+# -- the project's own files ---------------------------------------------------------------
+
+
+def test_make_clean_removes_what_the_build_leaves_and_make_test_says_why_it_skips() -> None:
+    done = subprocess.run(
+        ["make", "-n", "clean"], capture_output=True, text=True, cwd=REPO, check=True
+    )
+    assert {"site", "dist", "*.egg-info"} <= set(done.stdout.split())
+    makefile = (REPO / "Makefile").read_text()
+    runs = [
+        line for line in makefile.splitlines() if "-m pytest" in line and "-m compose" not in line
+    ]
+    assert runs and all(" -rs" in line for line in runs), runs
+
+
+def test_the_project_smr_init_writes_names_no_tool_the_wheel_does_not_install(
+    tmp_path: Path,
+) -> None:
+    from smr.scaffold import write_project
+
+    for path in write_project(tmp_path / "p"):
+        assert "pytest" not in path.read_text(), path
