@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from smr.transport.security import KeysError
 
 # The installed distribution whose version ``__version__`` is.
-DISTRIBUTION: Final = "smr"
+DISTRIBUTION: Final = "smr-ring"
 
 # Each public name and the module it comes from.
 _HOMES: Final = {

@@ -75,7 +75,7 @@ def _backend(cluster_dir: Path | None, docker_project: str | None) -> FaultBacke
             from smr.fault_docker import DockerBackend
         except ImportError:
             raise click.ClickException(
-                "the Docker backend needs the Docker SDK: pip install 'smr[docker]'"
+                "the Docker backend needs the Docker SDK: pip install 'smr-ring[docker]'"
             ) from None
         docker_backend: FaultBackend = _or_fail(DockerBackend, docker_project)
         return docker_backend

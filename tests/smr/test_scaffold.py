@@ -92,7 +92,8 @@ def test_without_pyspark_spark_feed_says_how_to_install_it_in_one_line(tmp_path:
     )
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
-        "smr: error: the Spark tier needs pyspark, which is not installed: pip install 'smr[spark]'"
+        "smr: error: the Spark tier needs pyspark, which is not installed: "
+        "pip install 'smr-ring[spark]'"
     ]
 
 
@@ -111,6 +112,6 @@ def test_without_pyspark_import_smr_spark_says_how_to_install_it() -> None:
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == [
         "SparkMissing the Spark tier needs pyspark, which is not installed: "
-        "pip install 'smr[spark]'",
+        "pip install 'smr-ring[spark]'",
         "rest ok",
     ]
