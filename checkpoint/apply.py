@@ -10,11 +10,11 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Final, TypeAlias, cast
 
-from checkpoint.delta import PLAIN_TYPES, TOMBSTONE
-from checkpoint.ids import Key, MapperId
+from smr.checkpoint.delta import PLAIN_TYPES, TOMBSTONE
+from smr.checkpoint.ids import Key, MapperId
 
 if TYPE_CHECKING:
-    from checkpoint.store import StateStore
+    from smr.checkpoint.store import StateStore
 
 ReduceFn: TypeAlias = Callable[[Key, Any, dict[str, Any]], None]
 """``reduce_fn(key, value, state)``: folds one value into ``state``, a dict it may mutate."""

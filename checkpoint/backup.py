@@ -37,8 +37,8 @@ from dataclasses import dataclass
 from types import MappingProxyType, MethodType
 from typing import Final, TypeAlias, cast
 
-from checkpoint.ids import MapperId, Seq, Slot
-from checkpoint.replica import PeerReplica
+from smr.checkpoint.ids import MapperId, Seq, Slot
+from smr.checkpoint.replica import PeerReplica
 
 __all__ = [
     "SUMMARY_BYTES_PER_SLOT",

@@ -23,10 +23,10 @@ from itertools import repeat
 from operator import gt
 from typing import Any, Protocol, TypeAlias, cast
 
-from checkpoint.apply import FAILURE_EXAMPLES_MAX, MUTABLE_TYPES, BatchOutcome
-from checkpoint.delta import PLAIN_TYPES
-from checkpoint.ids import Key, MapperId
-from checkpoint.store import StateStore
+from smr.checkpoint.apply import FAILURE_EXAMPLES_MAX, MUTABLE_TYPES, BatchOutcome
+from smr.checkpoint.delta import PLAIN_TYPES
+from smr.checkpoint.ids import Key, MapperId
+from smr.checkpoint.store import StateStore
 
 Columns: TypeAlias = tuple[MapperId, Sequence[int], Sequence[int], Sequence[Key], Sequence[Any]]
 """One batch as ``(mapper, slots, seqs, keys, values)``."""

@@ -28,7 +28,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
-from checkpoint.apply import (
+from smr.checkpoint.apply import (
     FAILURE_EXAMPLES_MAX,
     MUTABLE_TYPES,
     NO_FIELDS,
@@ -36,8 +36,8 @@ from checkpoint.apply import (
     ReduceFn,
     apply_tuples,
 )
-from checkpoint.delta import PLAIN_TYPES, TOMBSTONE, Delta, merge_into
-from checkpoint.ids import Fragment, Key, MapperId, Seq, Slot
+from smr.checkpoint.delta import PLAIN_TYPES, TOMBSTONE, Delta, merge_into
+from smr.checkpoint.ids import Fragment, Key, MapperId, Seq, Slot
 
 __all__ = ["FAILURE_EXAMPLES_MAX", "TOMBSTONE", "BatchOutcome", "ReduceFn", "StateStore"]
 

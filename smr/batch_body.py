@@ -17,9 +17,9 @@ from typing import Any
 
 import msgpack
 
-from checkpoint.ids import Seq
-from ring.ids import Slot
+from smr.checkpoint.ids import Seq
 from smr.protocol import FrameError, unpack_msgpack
+from smr.ring.ids import Slot
 
 _LITTLE_ENDIAN = sys.byteorder == "little"
 

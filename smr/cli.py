@@ -22,11 +22,10 @@ from typing import Any
 
 import click
 
-from checkpoint.ids import MapperId
-from ring.view import View
 from smr import feed_run, seeds, spark_checkpoint
 from smr.api import JobLoadError, load_job
 from smr.channels import DeliveryError
+from smr.checkpoint.ids import MapperId
 from smr.cli_main import main as main  # the entry point, where programs import it from
 from smr.cli_main import main_group as main_group
 from smr.cli_options import cluster_dir_option, cluster_option
@@ -41,6 +40,7 @@ from smr.emitter import (
 from smr.feed import MAX_RECORD_BYTES_DEFAULT, InputError, check_inputs
 from smr.feed_run import FeedNotResumable, FeedOptions
 from smr.protocol import FrameError, Output, decode
+from smr.ring.view import View
 from smr.scaffold import ScaffoldError
 from smr.spark_setup import (
     MASTER_DEFAULT,

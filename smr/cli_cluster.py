@@ -8,12 +8,12 @@ from pathlib import Path
 
 import click
 
-from ring.zones import one_zone_windows
 from smr import cluster as local_cluster
 from smr.api import load_job
 from smr.autoscale.policies import POLICIES
 from smr.cli_options import CLUSTER_ENV
 from smr.output_table import MERGES, TableError, TableTarget
+from smr.ring.zones import one_zone_windows
 from smr.spec import CLUSTER_FILE, ClusterError, read_spec
 
 # `cluster up` makes the directory, so it need not exist; --dir is its older name.

@@ -16,11 +16,11 @@ from typing import NoReturn
 
 import click
 
-from ring.zones import one_zone_windows
 from smr import ring_ops
 from smr.cli_options import cluster_dir_option, docker_project_option
 from smr.client import Client
 from smr.provision import StandbyPool, provisioner_for
+from smr.ring.zones import one_zone_windows
 from smr.ring_ops import RingOpError
 from smr.spec import NodeSpec, read_spec
 

@@ -14,9 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
-from checkpoint.ids import MapperId
-from ring.ids import NodeId, Slot
-from ring.view import View
+from smr.checkpoint.ids import MapperId
 from smr.protocol import (
     DumpReply,
     DumpRequest,
@@ -48,6 +46,8 @@ from smr.protocol import (
     pack_body,
     unpack_body,
 )
+from smr.ring.ids import NodeId, Slot
+from smr.ring.view import View
 from smr.transport.zeromq import Outbox, keys_hint, wait_any
 
 REQUEST_TIMEOUT_MS_DEFAULT: Final = 2000

@@ -31,12 +31,12 @@ from typing import Final
 
 import psutil
 
-from ring.hashing import SLOT_BITS_DEFAULT, check_slot_bits, even_tokens
-from ring.ids import NodeId, Token
-from ring.zones import spread_order
 from smr.api import absolute_job_ref
 from smr.client import Client, NodeUnreachable
 from smr.output_table import TableError, TableTarget
+from smr.ring.hashing import SLOT_BITS_DEFAULT, check_slot_bits, even_tokens
+from smr.ring.ids import NodeId, Token
+from smr.ring.zones import spread_order
 from smr.spec import (
     APPLY_RATE_CAP_KEY,
     BALANCE_ABOVE_KEY,

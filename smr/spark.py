@@ -60,8 +60,8 @@ except ModuleNotFoundError as missing:
 
     raise SparkMissing(missing.name or "pyspark") from None
 
-from checkpoint.ids import MapperId
 from smr.api import Job, JobLoadError, load_job
+from smr.checkpoint.ids import MapperId
 from smr.client import NodeUnreachable, fetch_view
 from smr.emitter import BATCH_SIZE_DEFAULT, WINDOW_BATCHES_DEFAULT, Emitter
 from smr.spark_setup import MASTER_DEFAULT, SparkFeedError

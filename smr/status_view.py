@@ -20,8 +20,8 @@ from rich.console import Console
 from rich.measure import Measurement
 from rich.table import Table
 
-from ring.view import OWNING_STATUSES, Status, View
 from smr.client import Client, NodeUnreachable, cluster_view
+from smr.ring.view import OWNING_STATUSES, Status, View
 from smr.spec import ClusterSpec
 
 Row = dict[str, Any]

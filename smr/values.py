@@ -29,7 +29,7 @@ from typing import Any, Final
 
 import msgpack
 
-from checkpoint.delta import encode_field_value
+from smr.checkpoint.delta import encode_field_value
 from smr.protocol import pack_body
 from smr.wording import a_type
 

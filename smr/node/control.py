@@ -13,13 +13,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import psutil
 
-from checkpoint.loss import accept_loss, lost_slots
-from ring.hashing import slot_of
-from ring.ids import NodeId, Slot
-from ring.moves import MoveRefused
-from ring.placement import Role, SlotRange
-from ring.view import Status
-from ring.zones import one_zone_ranges
+from smr.checkpoint.loss import accept_loss, lost_slots
 from smr.output import OutputGone, OutputMissing
 from smr.protocol import (
     DumpReply,
@@ -48,6 +42,12 @@ from smr.protocol import (
     pack_body,
     unpack_body,
 )
+from smr.ring.hashing import slot_of
+from smr.ring.ids import NodeId, Slot
+from smr.ring.moves import MoveRefused
+from smr.ring.placement import Role, SlotRange
+from smr.ring.view import Status
+from smr.ring.zones import one_zone_ranges
 
 if TYPE_CHECKING:
     from smr.node.core import NodeCore

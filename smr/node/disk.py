@@ -41,11 +41,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, Final
 
-from checkpoint.delta import DeltaError, decode_delta, encode_delta
-from checkpoint.records import RecordError, decode_records, encode_record
-from checkpoint.store import StateStore
-from ring.view import View
+from smr.checkpoint.delta import DeltaError, decode_delta, encode_delta
+from smr.checkpoint.records import RecordError, decode_records, encode_record
+from smr.checkpoint.store import StateStore
 from smr.protocol import pack_body, unpack_body
+from smr.ring.view import View
 
 DISK_FORMAT: Final = 1
 """The format of the header record; a snapshot of another format is refused."""

@@ -20,8 +20,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, NoReturn, TypeVar
 
-from ring.ids import NodeId
-from ring.invariants import InvariantViolation
 from smr.api import load_job
 from smr.node.core import TICK_MS, NodeCore, Timer
 from smr.node.disk import DiskError, DiskState
@@ -38,6 +36,8 @@ from smr.protocol import (
     decode,
     encode,
 )
+from smr.ring.ids import NodeId
+from smr.ring.invariants import InvariantViolation
 from smr.spec import NodeSpec, read_spec, spec_to_json, split_host_port
 from smr.transport.netfilter import FilteredLinks, parse_rule
 

@@ -13,9 +13,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, replace
 from typing import Any, Final
 
-from ring.hashing import even_tokens, slot_count
-from ring.ids import Incarnation, NodeId, Token
-from ring.view import Member, Status, View
 from smr.emitter import Emitter
 from smr.fault_draws import random_schedule
 from smr.faults import (
@@ -25,6 +22,9 @@ from smr.faults import (
 )
 from smr.node import TICK_MS, NodeCore, NodeSettings, Timer
 from smr.protocol import FrameError, decode, header_of
+from smr.ring.hashing import even_tokens, slot_count
+from smr.ring.ids import Incarnation, NodeId, Token
+from smr.ring.view import Member, Status, View
 from smr.sim import checks, nemesis
 from smr.sim.config import SimConfig, SimResult, SweepOptions, seeded_counters
 from smr.sim.feeding import start_mappers
