@@ -9,6 +9,7 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip uninstall --quiet --yes smr 2>/dev/null || true  # the name before smr-ring
 	$(BIN)/python -m pip install --quiet -e '.[dev,bench,spark,docs]'
 	rm -f $(VENV)/.installed-*
 	touch $(STAMP)

@@ -1,5 +1,6 @@
-"""The node process: asyncio on uvloop around one :class:`~smr.node.core.NodeCore`, with its
-inbox socket, its peer links, its timers and its signals.
+"""The node process: asyncio (on uvloop where it is installed) around one
+:class:`~smr.node.core.NodeCore`, with its inbox socket, its peer links, its timers and its
+signals.
 
 Everything the node decides happens in the core's two entry points; this module only waits
 for messages and timers and calls them (the simulation does the same in virtual time).
@@ -62,6 +63,17 @@ INVARIANT_VIOLATED_EXIT_CODE: Final = 70
 LAST_CHECKPOINT_ATTEMPTS: Final = 5
 
 
+def new_event_loop() -> asyncio.AbstractEventLoop:
+    """uvloop's event loop where uvloop is installed (Linux and macOS: the package depends on
+    it there), else asyncio's own: the same node, a little slower."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.new_event_loop()
+    loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
+    return loop
+
+
 def serve(
     cluster_dir: Path,
     node_id: str,
@@ -74,8 +86,6 @@ def serve(
     A node the spec does not name starts as ``newcomer``: on standby, known to the ring
     once its gossip reaches the spec's nodes (its seeds); with ``join_after_start_ms`` it
     then asks to join by itself (``NodeSettings.join_after_start_ms``)."""
-    import uvloop
-
     from smr.transport.zeromq import (
         Inbox,
         Publisher,
@@ -155,7 +165,7 @@ def serve(
             restored.checkpoints,
             restored.seconds,
         )
-    loop = uvloop.new_event_loop()
+    loop = new_event_loop()
     metrics_addr = ""
     if me.metrics_addr:
         try:
