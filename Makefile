@@ -20,7 +20,7 @@ demo: $(STAMP)
 	$(BIN)/python examples/demo.py
 
 lint: $(STAMP)
-	$(BIN)/ruff check smr ring checkpoint tests bench examples docs/_hooks
+	$(BIN)/ruff check smr ring checkpoint tests bench examples docs/_hooks docs/conftest.py
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
