@@ -14,7 +14,6 @@ traceback. Ctrl-C stops a command with "interrupted" and exit 2, but for ``smr t
 
 from __future__ import annotations
 
-import difflib
 import importlib
 import inspect
 import re
@@ -100,7 +99,7 @@ def first_sentence(text: str) -> str:
 
 class LazyGroup(click.Group):
     """A group whose commands are named in :data:`COMMANDS` and imported on first use, in
-    that order in the help; a near-miss of a name gets a "did you mean"."""
+    that order in the help (click answers a near-miss of a name with "did you mean")."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -108,16 +107,6 @@ class LazyGroup(click.Group):
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return list(self.commands)
-
-    def resolve_command(
-        self, ctx: click.Context, args: list[str]
-    ) -> tuple[str | None, click.Command | None, list[str]]:
-        name = args[0] if args else ""
-        if name and not name.startswith("-") and name not in self.commands:
-            close = difflib.get_close_matches(name, list(self.commands), n=1)
-            if close:
-                ctx.fail(f"no such command {name!r}; did you mean {close[0]!r}?")
-        return super().resolve_command(ctx, args)
 
 
 def _version() -> str:

@@ -54,7 +54,7 @@ def test_a_bare_smr_prints_its_help_and_exits_0() -> None:
 
 def test_a_near_miss_of_a_command_says_which_was_meant(capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run(["stauts", "--cluster", "x"], capsys)
-    assert (code, err) == (2, "smr: error: no such command 'stauts'; did you mean 'status'?\n")
+    assert (code, err) == (2, "smr: error: No such command 'stauts'. Did you mean 'status'?\n")
 
 
 def test_a_near_miss_of_an_option_says_which_was_meant(capsys: pytest.CaptureFixture[str]) -> None:
