@@ -95,6 +95,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/autoscale_live.py --duration-s 180
 	$(BIN)/python bench/autoscale_live.py --duration-s 180 --patterns square,sine \
 		--policies static+kill,capacity+kill --out bench/results/autoscale_live_kill.json
+	$(BIN)/python bench/startup.py
 	$(BIN)/python bench/report.py
 
 clean:
