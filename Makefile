@@ -10,6 +10,7 @@ $(STAMP): pyproject.toml
 	@command -v cargo >/dev/null || { echo "make venv: cargo is missing: building smr from source compiles smr._native (native/, Rust); install a Rust toolchain (rustup.rs) and run make again" >&2; exit 2; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip uninstall --quiet --yes smr 2>/dev/null || true  # the name before smr-ring
 	$(BIN)/python -m pip install --quiet -e '.[dev,bench,spark,docs]'
 	rm -f $(VENV)/.installed-*
 	touch $(STAMP)
@@ -24,12 +25,12 @@ demo: $(STAMP)
 	$(BIN)/python examples/demo.py
 
 lint: $(STAMP)
-	$(BIN)/ruff check smr ring checkpoint tests bench examples docs/_hooks
+	$(BIN)/ruff check smr ring checkpoint tests bench examples docs/_hooks docs/conftest.py
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
 test: lint
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -rs
 
 # The documentation site (mkdocs.yml, docs/): built into site/, any warning an error.
 docs: $(STAMP)
@@ -49,7 +50,7 @@ smoke: dist
 # moves and joins, Spark drivers, autoscaling cycles); CI runs them after `make test`, which
 # keeps the rest (unit, property and the shorter end-to-end tests) under 10 minutes.
 test-slow: $(STAMP)
-	$(BIN)/python -m pytest -q -m slow
+	$(BIN)/python -m pytest -q -rs -m slow
 
 # The compose cluster (compose/): `make image` builds smr's image with no registry (a
 # debootstrapped base, then wheels built here; cached, so a second run takes seconds);
@@ -99,7 +100,8 @@ bench: $(STAMP)
 	$(BIN)/python bench/autoscale_live.py --duration-s 180
 	$(BIN)/python bench/autoscale_live.py --duration-s 180 --patterns square,sine \
 		--policies static+kill,capacity+kill --out bench/results/autoscale_live_kill.json
+	$(BIN)/python bench/startup.py
 	$(BIN)/python bench/report.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache site dist *.egg-info

@@ -84,7 +84,7 @@ class WordStream:
     store in batches, with the slots and per-slot seqs a mapper would give them."""
 
     def __init__(self, words: list[str], slot_bits: int) -> None:
-        from ring.hashing import slot_of
+        from smr.ring.hashing import slot_of
 
         self.words = words
         self.position = 0
@@ -93,7 +93,7 @@ class WordStream:
 
     def apply(self, store: Any, count: int) -> None:
         """Apply the next ``count`` words of the stream to ``store``."""
-        from checkpoint.ids import MapperId
+        from smr.checkpoint.ids import MapperId
 
         mapper = MapperId("bench-checkpoint")
         words = self.words
@@ -118,8 +118,8 @@ def count_words(key: str, value: int, state: dict[str, Any]) -> None:
 
 def load_cold_keys(store: Any, keys: int, slot_bits: int) -> None:
     """``keys`` distinct keys the word stream never touches, counted once each."""
-    from checkpoint.ids import MapperId
-    from ring.hashing import slot_of
+    from smr.checkpoint.ids import MapperId
+    from smr.ring.hashing import slot_of
 
     seqs = [0] * (1 << slot_bits)
     for start in range(0, keys, BATCH_SIZE):
@@ -138,9 +138,9 @@ def measure_deltas(
 ) -> dict[str, Any]:
     """Delta and full-state bytes per slice of each interval (see the module docstring, 1),
     with ``cold_keys`` more keys in the state that the stream never touches."""
-    from checkpoint.delta import Delta, encode_delta
-    from checkpoint.store import StateStore
-    from ring.hashing import SLOT_BITS_DEFAULT
+    from smr.checkpoint.delta import Delta, encode_delta
+    from smr.checkpoint.store import StateStore
+    from smr.ring.hashing import SLOT_BITS_DEFAULT
 
     store = StateStore()
     stream = WordStream(words, SLOT_BITS_DEFAULT)

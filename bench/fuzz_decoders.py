@@ -38,10 +38,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import msgpack
 
-from checkpoint.delta import Delta, DeltaError, decode_delta, encode_delta
-from ring.ids import Slot
 from smr.batch_body import decode_batch_body, encode_batch_body
+from smr.checkpoint.delta import Delta, DeltaError, decode_delta, encode_delta
 from smr.protocol import FrameError, decode, encode_raw, header_fields
+from smr.ring.ids import Slot
 from smr.wire import PROTOCOL_VERSION, Kind
 
 SLOT_COUNT: Final = 1 << 14
@@ -115,8 +115,8 @@ def seed_batch_bodies(rng: random.Random) -> list[bytes]:
 
 def seed_deltas(rng: random.Random) -> list[bytes]:
     """Step 1: valid deltas: empty, a few slots of keys and fields, deletions, hwms."""
-    from checkpoint.delta import TOMBSTONE
-    from checkpoint.ids import MapperId, Seq
+    from smr.checkpoint.delta import TOMBSTONE
+    from smr.checkpoint.ids import MapperId, Seq
 
     deltas = [encode_delta(Delta({}, {}))]
     for keys in (1, 5, 30):

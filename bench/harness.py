@@ -118,7 +118,7 @@ def cluster_emitter(cluster: Path | str | Any, mapper_id: str, **options: Any) -
     """An ``Emitter`` into the cluster ``cluster`` (its directory, or its ``ClusterSpec``) as
     mapper ``mapper_id``: the live view of its nodes, its slot bits and, unless ``options``
     say otherwise, its replication; ``options`` go to ``Emitter`` as they are."""
-    from checkpoint.ids import MapperId
+    from smr.checkpoint.ids import MapperId
     from smr.client import fetch_view
     from smr.cluster import read_spec
     from smr.emitter import Emitter

@@ -37,7 +37,7 @@ sys.path.insert(0, str(REPO))
 from bench.common import RESULTS, load_words, machine, versions  # noqa: E402
 from bench.harness import pyplot, write_report  # noqa: E402
 from bench.throughput import _bare_dict_loop, _counts_of, _engine_apply, apply_batches  # noqa: E402
-from ring.hashing import SLOT_BITS_DEFAULT  # noqa: E402
+from smr.ring.hashing import SLOT_BITS_DEFAULT  # noqa: E402
 
 SLOT_COUNT = 1 << SLOT_BITS_DEFAULT
 
@@ -47,7 +47,7 @@ def path(compiled: bool) -> Iterator[None]:
     """Run the body with the compiled path in force, or with the Python one."""
     import smr.batch_body
     import smr.native
-    from checkpoint import hwm, kernels
+    from smr.checkpoint import hwm, kernels
 
     force = kernels.IN_FORCE
     saved = (smr.batch_body.NATIVE, force.cut, force.group_add, force.fold_additive)
@@ -64,11 +64,11 @@ def path(compiled: bool) -> Iterator[None]:
 
 def steps(bodies: list[tuple[int, bytes]]) -> dict[str, Callable[[], Any]]:
     """Each measured step as a call over all the bodies."""
-    from checkpoint import kernels
-    from checkpoint.bulk import apply_folds
-    from checkpoint.store import StateStore
     from smr import agg
     from smr.batch_body import decode_batch_body, encode_batch_body
+    from smr.checkpoint import kernels
+    from smr.checkpoint.bulk import apply_folds
+    from smr.checkpoint.store import StateStore
 
     decoded = [decode_batch_body(body, count, SLOT_COUNT) for count, body in bodies]
 

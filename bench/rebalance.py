@@ -65,9 +65,9 @@ from bench.harness import (  # noqa: E402
     write_report,
 )
 from bench.recovery import _feeder, preload, preload_key  # noqa: E402
-from ring.hashing import slot_count  # noqa: E402
-from ring.ids import Slot  # noqa: E402
-from ring.placement import SlotRange  # noqa: E402
+from smr.ring.hashing import slot_count  # noqa: E402
+from smr.ring.ids import Slot  # noqa: E402
+from smr.ring.placement import SlotRange  # noqa: E402
 
 OUT = RESULTS / "rebalance.json"
 SETTLE_S = 2.0

@@ -27,8 +27,8 @@ sys.path.insert(0, str(REPO))
 from bench.common import RESULTS, machine, source, versions  # noqa: E402
 from bench.harness import pyplot, write_report  # noqa: E402
 from bench.nexmark_events import NexmarkConfig, events  # noqa: E402
-from checkpoint.window_state import WindowedState  # noqa: E402
-from checkpoint.windows import END_OF_TIME_MS, WindowSpec  # noqa: E402
+from smr.checkpoint.window_state import WindowedState  # noqa: E402
+from smr.checkpoint.windows import END_OF_TIME_MS, WindowSpec  # noqa: E402
 
 BATCH_EVENTS = 1000
 MIB = 1 << 20

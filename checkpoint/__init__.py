@@ -8,7 +8,7 @@ checkpoint cycle, and ``encode_delta`` / ``decode_delta`` carry its deltas to th
 a primary, and ``checkpoint.promote`` turns them into primary state when that primary dies.
 """
 
-from checkpoint.delta import (
+from smr.checkpoint.delta import (
     DELTA_BYTES_MAX_DEFAULT,
     DELTA_FORMAT_VERSION,
     EXT_NESTING_MAX,
@@ -19,8 +19,8 @@ from checkpoint.delta import (
     decode_delta,
     encode_delta,
 )
-from checkpoint.ids import FieldValue, Fragment, Key, KeyState, MapperId, Seq
-from checkpoint.store import FAILURE_EXAMPLES_MAX, BatchOutcome, ReduceFn, StateStore
+from smr.checkpoint.ids import FieldValue, Fragment, Key, KeyState, MapperId, Seq
+from smr.checkpoint.store import FAILURE_EXAMPLES_MAX, BatchOutcome, ReduceFn, StateStore
 
 __all__ = [
     "DELTA_BYTES_MAX_DEFAULT",

@@ -10,13 +10,13 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Final, TypeAlias, cast
 
-from checkpoint.delta import PLAIN_TYPES, TOMBSTONE
-from checkpoint.hwm import cut
-from checkpoint.ids import Key, MapperId
-from checkpoint.kernels import IN_FORCE
+from smr.checkpoint.delta import PLAIN_TYPES, TOMBSTONE
+from smr.checkpoint.hwm import cut
+from smr.checkpoint.ids import Key, MapperId
+from smr.checkpoint.kernels import IN_FORCE
 
 if TYPE_CHECKING:
-    from checkpoint.store import StateStore
+    from smr.checkpoint.store import StateStore
 
 ReduceFn: TypeAlias = Callable[[Key, Any, dict[str, Any]], None]
 """``reduce_fn(key, value, state)``: folds one value into ``state``, a dict it may mutate."""

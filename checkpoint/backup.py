@@ -37,9 +37,9 @@ from dataclasses import dataclass
 from types import MappingProxyType, MethodType
 from typing import Final, TypeAlias, cast
 
-from checkpoint.hwm import first_uncovered, is_repeat
-from checkpoint.ids import MapperId, Seq, Slot
-from checkpoint.replica import PeerReplica
+from smr.checkpoint.hwm import first_uncovered, is_repeat
+from smr.checkpoint.ids import MapperId, Seq, Slot
+from smr.checkpoint.replica import PeerReplica
 
 __all__ = [
     "SUMMARY_BYTES_PER_SLOT",

@@ -21,11 +21,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol, TypeAlias, cast
 
-from checkpoint.apply import FAILURE_EXAMPLES_MAX, MUTABLE_TYPES, BatchOutcome
-from checkpoint.delta import PLAIN_TYPES
-from checkpoint.ids import Key, MapperId
-from checkpoint.kernels import IN_FORCE
-from checkpoint.store import StateStore
+from smr.checkpoint.apply import FAILURE_EXAMPLES_MAX, MUTABLE_TYPES, BatchOutcome
+from smr.checkpoint.delta import PLAIN_TYPES
+from smr.checkpoint.ids import Key, MapperId
+from smr.checkpoint.kernels import IN_FORCE
+from smr.checkpoint.store import StateStore
 
 Columns: TypeAlias = tuple[MapperId, Sequence[int], Sequence[int], Sequence[Key], Sequence[Any]]
 """One batch as ``(mapper, slots, seqs, keys, values)``."""

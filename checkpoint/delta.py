@@ -25,7 +25,7 @@ from typing import Any, Final, final
 
 import msgpack
 
-from checkpoint.ids import Fragment, MapperId, Seq, Slot
+from smr.checkpoint.ids import Fragment, MapperId, Seq, Slot
 
 DELTA_FORMAT_VERSION: Final = 2
 """Version written first in every encoded delta; a decoder reads it and version 1 (which has

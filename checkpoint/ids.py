@@ -7,7 +7,7 @@ A tuple's identity is ``(mapper_id, slot, seq)``: seqs start at 1 and strictly i
 
 from typing import Any, NewType, TypeAlias
 
-from ring.ids import Slot
+from smr.ring.ids import Slot
 
 MapperId = NewType("MapperId", str)
 """A mapper's stable identity, e.g. ``"query-7/partition-3"``; a restarted feeder is a new id."""

@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from checkpoint.hwm import Cut, cut
+from smr.checkpoint.hwm import Cut, cut
 
 CutFn = Callable[[Mapping[Any, Any], Sequence[int], Sequence[int]], Cut]
 

@@ -27,9 +27,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Final
 
-from checkpoint.delta import Delta
-from checkpoint.ids import MapperId, Seq, Slot
-from checkpoint.store import StateStore
+from smr.checkpoint.delta import Delta
+from smr.checkpoint.ids import MapperId, Seq, Slot
+from smr.checkpoint.store import StateStore
 
 RESERVED_MAPPER_PREFIX: Final = "smr:"
 """Mapper ids starting with this are the engine's own; a node refuses batches that use one."""

@@ -30,7 +30,7 @@ from typing import Any, Final
 
 import msgpack
 
-from checkpoint.records import RecordError, decode_records
+from smr.checkpoint.records import RecordError, decode_records
 
 MANIFEST_FORMAT: Final = 1
 """The format of a manifest; a manifest of another format is refused."""

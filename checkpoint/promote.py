@@ -19,10 +19,10 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeAlias
 
-from checkpoint.backup import BackedUpBatch, TupleBackup, replay_plan
-from checkpoint.ids import Key, Slot
-from checkpoint.replica import PeerReplica
-from checkpoint.store import FAILURE_EXAMPLES_MAX, ReduceFn, StateStore
+from smr.checkpoint.backup import BackedUpBatch, TupleBackup, replay_plan
+from smr.checkpoint.ids import Key, Slot
+from smr.checkpoint.replica import PeerReplica
+from smr.checkpoint.store import FAILURE_EXAMPLES_MAX, ReduceFn, StateStore
 
 __all__ = [
     "Copy",

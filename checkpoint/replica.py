@@ -10,10 +10,10 @@ from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 from typing import Final
 
-from checkpoint.delta import Delta
-from checkpoint.hwm import raise_vectors
-from checkpoint.ids import CheckpointNumber, MapperId, Seq, Slot
-from checkpoint.store import StateStore
+from smr.checkpoint.delta import Delta
+from smr.checkpoint.hwm import raise_vectors
+from smr.checkpoint.ids import CheckpointNumber, MapperId, Seq, Slot
+from smr.checkpoint.store import StateStore
 
 __all__ = ["CheckpointGap", "PeerReplica"]
 

@@ -28,7 +28,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, Final, cast
 
-from checkpoint.apply import (
+from smr.checkpoint.apply import (
     FAILURE_EXAMPLES_MAX,
     MUTABLE_TYPES,
     NO_FIELDS,
@@ -36,9 +36,9 @@ from checkpoint.apply import (
     ReduceFn,
     apply_tuples,
 )
-from checkpoint.delta import PLAIN_TYPES, TOMBSTONE, Delta, merge_into
-from checkpoint.hwm import is_repeat, raise_marks, raise_vectors
-from checkpoint.ids import Fragment, Key, MapperId, Seq, Slot
+from smr.checkpoint.delta import PLAIN_TYPES, TOMBSTONE, Delta, merge_into
+from smr.checkpoint.hwm import is_repeat, raise_marks, raise_vectors
+from smr.checkpoint.ids import Fragment, Key, MapperId, Seq, Slot
 
 _NO_MARKS: Final[Mapping[Slot, Seq]] = MappingProxyType({})
 

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from checkpoint.ids import MapperId
-from checkpoint.windows import END_OF_TIME_MS, START_OF_TIME_MS
+from smr.checkpoint.ids import MapperId
+from smr.checkpoint.windows import END_OF_TIME_MS, START_OF_TIME_MS
 
 __all__ = ["MapperWatermark", "SlotWatermark"]
 

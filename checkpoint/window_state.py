@@ -25,8 +25,8 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from checkpoint.ids import Key
-from checkpoint.windows import (
+from smr.checkpoint.ids import Key
+from smr.checkpoint.windows import (
     START_OF_TIME_MS,
     Window,
     WindowSpec,

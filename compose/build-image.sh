@@ -56,11 +56,11 @@ fi
 rm -rf "$build/smr" && mkdir -p "$build/smr"
 command -v cargo >/dev/null || { echo "compose/build-image.sh: cargo is missing: smr's wheel compiles smr._native (native/, Rust); install a Rust toolchain" >&2; exit 2; }
 "$python" -m pip wheel -q --no-deps -w "$build/smr" .
-wheel=$(ls "$build"/smr/smr-*.whl)
+wheel=$(ls "$build"/smr/smr_ring-*.whl)
 if ! docker image inspect "$deps" >/dev/null 2>&1; then
     rm -rf "$build/deps" && mkdir -p "$build/deps"
     "$python" -m pip wheel -q -w "$build/deps" "$wheel[spark,docker]"
-    rm -f "$build"/deps/smr-*.whl
+    rm -f "$build"/deps/smr_ring-*.whl
     docker build -q -t "$deps" -f compose/Dockerfile.deps "$build/deps" >/dev/null
     rm -rf "$build/deps"
 fi

@@ -13,7 +13,7 @@
   `one_zone_ranges`.
 """
 
-from ring.hashing import (
+from smr.ring.hashing import (
     HASH_SEED,
     SLOT_BITS_DEFAULT,
     SLOT_BITS_MAX,
@@ -25,9 +25,9 @@ from ring.hashing import (
     slot_count,
     slot_of,
 )
-from ring.ids import NodeId, Slot, Token
-from ring.placement import Ring, Role, SlotRange, split_at_load_median
-from ring.view import (
+from smr.ring.ids import NodeId, Slot, Token
+from smr.ring.placement import Ring, Role, SlotRange, split_at_load_median
+from smr.ring.view import (
     INCARNATION_LIMIT,
     OWNING_STATUSES,
     TOKEN_LIMIT,

@@ -86,7 +86,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Final
 
-from ring.ids import NodeId
+from smr.ring.ids import NodeId
 
 DROP_PROBE_RTT_FACTOR: Final = 4
 DROP_PROBE_MIN_S: Final = 0.05

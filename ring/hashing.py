@@ -11,7 +11,7 @@ from typing import Final
 
 import mmh3
 
-from ring.ids import Slot, Token
+from smr.ring.ids import Slot, Token
 
 HASH_SEED: Final = 0
 """The murmur3 seed. It is 0 because then `hash64` of an ASCII key (or of any key whose length

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ring.ids import NodeId, Slot, Token
-from ring.placement import Ring, SlotRange
-from ring.view import Status, View, grant_range, hand_over_all, join_view
+from smr.ring.ids import NodeId, Slot, Token
+from smr.ring.placement import Ring, SlotRange
+from smr.ring.view import Status, View, grant_range, hand_over_all, join_view
 
 
 class MoveRefused(ValueError):

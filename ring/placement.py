@@ -23,9 +23,9 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 
-from ring.hashing import slot_count as count_slots
-from ring.ids import NodeId, Slot, Token
-from ring.view import Status, View
+from smr.ring.hashing import slot_count as count_slots
+from smr.ring.ids import NodeId, Slot, Token
+from smr.ring.view import Status, View
 
 
 class Role(IntEnum):

@@ -21,8 +21,8 @@ from enum import StrEnum
 from types import MappingProxyType
 from typing import Final
 
-from ring.hashing import SLOT_BITS_MAX
-from ring.ids import Epoch, Incarnation, NodeId, Token
+from smr.ring.hashing import SLOT_BITS_MAX
+from smr.ring.ids import Epoch, Incarnation, NodeId, Token
 
 
 class Status(StrEnum):

@@ -25,8 +25,8 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from functools import partial
 
-from ring.ids import NodeId
-from ring.placement import Ring
+from smr.ring.ids import NodeId
+from smr.ring.placement import Ring
 
 
 def spread_possible(sizes: Mapping[str, int], r: int) -> bool:

@@ -41,13 +41,15 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import sys
+import traceback
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from checkpoint.windows import WindowSpec
 from smr.agg import Aggregation, Aggregator
+from smr.checkpoint.windows import WindowSpec
+from smr.wording import a_type
 
 Key = str | int
 Emit = Callable[[Key, Any], None]
@@ -207,13 +209,14 @@ def load_job(reference: str) -> Job:
 
     The current directory is importable, as with ``python -m``. Raises :class:`JobLoadError`
     with a message naming the problem (bad syntax, missing module, missing attribute, not a
-    Job, or the module raising on import).
+    Job, or the module raising on import); an import that fails inside the job's module is
+    named, with the file and line of the statement that made it.
     """
     module_part, sep, attribute = reference.rpartition(":")
     if not sep or not module_part or not attribute:
         raise JobLoadError(f"job {reference!r} must look like 'module:attribute' or 'file.py:attr'")
     try:
-        if module_part.endswith(".py") or "/" in module_part:
+        if _is_file_ref(module_part):
             module = _import_file(Path(module_part))
         else:
             if "" not in sys.path and str(Path.cwd()) not in sys.path:
@@ -222,17 +225,58 @@ def load_job(reference: str) -> Job:
     except JobLoadError:
         raise
     except ModuleNotFoundError as error:
-        raise JobLoadError(f"job module {module_part!r} not found ({error})") from None
+        if not _is_file_ref(module_part) and _names_module(error.name, module_part):
+            raise JobLoadError(f"job module {module_part!r} not found ({error})") from None
+        raise JobLoadError(
+            f"job module {module_part!r} failed to import {error.name!r}{_where(error)}: {error}"
+        ) from None
     except Exception as error:
         raise JobLoadError(
-            f"job module {module_part!r} raised on import: {type(error).__name__}: {error}"
+            f"job module {module_part!r} raised on import{_where(error)}: "
+            f"{type(error).__name__}: {error}"
         ) from None
     job = getattr(module, attribute, None)
     if job is None:
         raise JobLoadError(f"job module {module_part!r} has no attribute {attribute!r}")
     if not isinstance(job, Job):
-        raise JobLoadError(f"{reference!r} is a {type(job).__name__}, not an smr.Job")
+        raise JobLoadError(f"{reference!r} is {a_type(job)}, not an smr.Job")
     return job
+
+
+def absolute_job_ref(reference: str, cwd: Path) -> str:
+    """``reference`` with a job file's path made absolute against ``cwd`` (a module name
+    is kept: it is found on the import path), so that the reference works from any
+    directory; a reference without ``:`` is returned as given, for load_job to refuse."""
+    module_part, sep, attribute = reference.rpartition(":")
+    if not sep or not module_part or not _is_file_ref(module_part):
+        return reference
+    return f"{(cwd / module_part).resolve()}:{attribute}"
+
+
+def _is_file_ref(module_part: str) -> bool:
+    return module_part.endswith(".py") or "/" in module_part
+
+
+def _names_module(missing: str | None, module_part: str) -> bool:
+    """True if the module found missing is the job's module or a package above it (not a
+    module the job's module imports)."""
+    return missing is not None and (missing == module_part or module_part.startswith(missing + "."))
+
+
+def _where(error: BaseException) -> str:
+    """`` at FILE, line N (CODE)`` for the statement in user code that raised ``error``."""
+    if isinstance(error, SyntaxError) and error.filename:
+        return f" at {error.filename}, line {error.lineno}"
+    frames = [
+        frame
+        for frame in traceback.extract_tb(error.__traceback__)
+        if not frame.filename.startswith("<") and "importlib" not in frame.filename
+    ]
+    if not frames:
+        return ""
+    frame = frames[-1]
+    code = f" ({frame.line})" if frame.line else ""
+    return f" at {frame.filename}, line {frame.lineno}{code}"
 
 
 def _import_file(path: Path) -> Any:

@@ -17,10 +17,10 @@ from typing import Any
 
 import msgpack
 
-from checkpoint.ids import Seq
-from ring.ids import Slot
+from smr.checkpoint.ids import Seq
 from smr.native import NATIVE
 from smr.protocol import FrameError, unpack_msgpack
+from smr.ring.ids import Slot
 
 _LITTLE_ENDIAN = sys.byteorder == "little"
 

@@ -9,10 +9,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from checkpoint.ids import MapperId
-from ring.ids import Epoch, NodeId
 from smr.batch_body import encode_batch_body
+from smr.checkpoint.ids import MapperId
 from smr.protocol import Batch, ChannelNumber, StreamId, encode
+from smr.ring.ids import Epoch, NodeId
 from smr.transport import ChannelEnd
 
 

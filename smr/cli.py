@@ -1,4 +1,7 @@
-"""The ``smr`` command line: ``verb [options] target``.
+"""The ``smr`` command line's data commands (``feed``, ``spark-feed``, ``query``, ``dump``,
+``status``, ``recover``, ``tail``), and the user errors of every command: ``verb [options]
+target``. The root group and the entry point, which loads a command's module only when it
+runs, are :mod:`smr.cli_main`; ``main`` is re-exported here.
 
 Every user error (unknown flag, bad value, missing job module or input file, unreachable
 cluster) is one line on standard error starting with ``smr: error:`` and exit code 2, never a
@@ -17,26 +20,15 @@ import sys
 import time
 import warnings
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import click
 
-import smr
-from checkpoint.ids import MapperId
-from ring.view import View
 from smr import feed_run, seeds, spark_checkpoint
 from smr.api import JobLoadError, load_job
 from smr.channels import DeliveryError
-from smr.cli_autoscale import autoscale_group
-from smr.cli_cluster import cluster_group
-from smr.cli_faults import fault_group
-from smr.cli_init import init_command
-from smr.cli_keys import keys_group
-from smr.cli_node import node_command
+from smr.checkpoint.ids import MapperId
 from smr.cli_options import cluster_dir_option, cluster_option
-from smr.cli_output import output_command
-from smr.cli_ring import move_command, scale_group
-from smr.cli_top import top_command
 from smr.client import Client, NodeRefused, NodeUnreachable, describe_slots, fetch_view
 from smr.connection import LostSlotsSkipped, connect
 from smr.emitter import (
@@ -48,6 +40,7 @@ from smr.emitter import (
 from smr.feed import MAX_RECORD_BYTES_DEFAULT, InputError, check_inputs
 from smr.feed_run import FeedNotResumable, FeedOptions
 from smr.protocol import FrameError, Output, decode
+from smr.ring.view import View
 from smr.scaffold import ScaffoldError
 from smr.spark_setup import (
     MASTER_DEFAULT,
@@ -62,6 +55,7 @@ from smr.transport.security import KeysError
 from smr.transport.zeromq import Subscriber
 from smr.values import state_json
 from smr.windows import refuse_in_cluster
+from smr.wording import counted
 
 USER_ERRORS = (
     spark_checkpoint.StaleCheckpoint,
@@ -82,24 +76,6 @@ USER_ERRORS = (
 )
 
 
-def fail(message: str) -> NoReturn:
-    """Print one error line and exit 2."""
-    click.echo(f"smr: error: {message}", err=True)
-    sys.exit(2)
-
-
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(smr.__version__, "--version", prog_name="smr", message="%(prog)s %(version)s")
-def main_group() -> None:
-    """smr: fault-tolerant, stateful streaming MapReduce on a consistent-hash ring.
-
-    A job's map runs in feeders (smr feed, or Spark with smr spark-feed); its reduce runs in
-    reducer nodes that keep per-key state exactly once, each tuple and checkpoint backed up
-    on the next R nodes, which take over a failed node's keys. Ranges move between nodes
-    while the job runs (smr move), and nodes join and leave (smr scale out, smr scale in).
-    """
-
-
 # -- data ----------------------------------------------------------------------------------
 
 
@@ -110,7 +86,7 @@ job_of_cluster_option = click.option(
 )
 
 
-@main_group.command("feed")
+@click.command("feed")
 @cluster_option
 @job_of_cluster_option
 @click.option("--batch-size", default=BATCH_SIZE_DEFAULT, show_default=True, type=click.IntRange(1))
@@ -150,6 +126,12 @@ job_of_cluster_option = click.option(
     "already have (files only: standard input cannot be read again).",
 )
 @click.option("--progress/--no-progress", default=None, help="Progress bar (default: on a TTY).")
+@click.option(
+    "--binary-ok",
+    is_flag=True,
+    help="Feed a file that does not look like text as lines of UTF-8 anyway (without it, "
+    "such a file is refused).",
+)
 @click.argument("files", nargs=-1, required=True)
 def feed_command(
     cluster_arg: str,
@@ -162,6 +144,7 @@ def feed_command(
     mapper_id: str | None,
     resume: bool,
     progress: bool | None,
+    binary_ok: bool,
     files: tuple[str, ...],
 ) -> None:
     """Stream FILES (or - for standard input) through the job's map into the ring.
@@ -181,10 +164,15 @@ def feed_command(
     check_inputs(files)
     for path in dict.fromkeys(files):
         reason = None if path == "-" else not_text_reason(path)
+        if reason is not None and not binary_ok:
+            raise InputError(
+                f"{path} does not look like text ({reason}): not fed; --binary-ok feeds it "
+                "as lines of UTF-8 anyway"
+            )
         if reason is not None:
             click.echo(
                 f"smr: warning: {path} does not look like text ({reason}); "
-                "feeding it as lines of UTF-8 anyway",
+                "feeding it as lines of UTF-8 (--binary-ok)",
                 err=True,
             )
     # The command that resumes a feed of a given id says so.
@@ -221,7 +209,7 @@ def _interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
 
-@main_group.command("spark-feed")
+@click.command("spark-feed")
 @cluster_dir_option
 @job_of_cluster_option
 @click.option(
@@ -299,8 +287,14 @@ def spark_feed_command(
     if moved is not None:
         click.echo(moved, err=True)
     started = time.monotonic()
-    session = smr_spark.session(f"smr spark-feed {job_ref}", master)
-    click.echo(f"Spark {session.version} started in {time.monotonic() - started:.1f} s", err=True)
+    # The JVM's own warnings go to the cluster's logs, not the terminal.
+    jvm_log = cluster_dir / "logs" / "spark-feed.log"
+    session = smr_spark.session(f"smr spark-feed {job_ref}", master, jvm_log=jvm_log)
+    click.echo(
+        f"Spark {session.version} started in {time.monotonic() - started:.1f} s "
+        f"(its log: {jvm_log})",
+        err=True,
+    )
     totals = {"records": 0, "tuples": 0, "batches": 0}
     failure: str | None = None
     running = False
@@ -352,8 +346,8 @@ def spark_feed_command(
     if running:
         # One line however the query ended, so a failed or stopped feed says what it delivered.
         click.echo(
-            f"fed {totals['tuples']:,} tuples from {totals['records']:,} records read in "
-            f"{totals['batches']} batches (every tuple acked), "
+            f"fed {counted(totals['tuples'], 'tuple')} from {counted(totals['records'], 'record')} "
+            f"read in {counted(totals['batches'], 'batch')} (every tuple acked), "
             f"{time.monotonic() - started:.1f} s in all"
         )
     if failure is not None:
@@ -379,7 +373,7 @@ ALLOW_LOST_HELP = (
 )
 
 
-@main_group.command("dump")
+@click.command("dump")
 @cluster_option
 @click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--allow-lost", is_flag=True, help=ALLOW_LOST_HELP)
@@ -417,7 +411,7 @@ def _exit_if_skipped(what: str, skipped: frozenset[int]) -> None:
         sys.exit(1)
 
 
-@main_group.command("query")
+@click.command("query")
 @cluster_option
 @click.argument("key")
 @click.option("--int-key", is_flag=True, help="Treat KEY as an integer key.")
@@ -446,7 +440,7 @@ def _int_key(key: str) -> int:
         ) from None
 
 
-@main_group.command("status")
+@click.command("status")
 @cluster_option
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def status_command(cluster_arg: str, as_json: bool) -> None:
@@ -457,6 +451,7 @@ def status_command(cluster_arg: str, as_json: bool) -> None:
 
     with connect(cluster_arg, timeout_s=1.0) as cluster:
         rows = cluster.status()
+        logs_dir = None if cluster.ref.directory is None else cluster.ref.directory / "logs"
     _note_start_refusals(cluster_arg, rows)
     if as_json:
         click.echo(json.dumps({"nodes": rows}, indent=2))
@@ -472,7 +467,7 @@ def status_command(cluster_arg: str, as_json: bool) -> None:
         (status_view.refused_start_line(rows), "red"),
         (status_view.offline_line(rows), "red"),
         (status_view.dead_line(rows), "red"),
-        (status_view.unreachable_line(rows), None),
+        (status_view.unreachable_line(rows, logs_dir), None),
     ]
     for line, colour in problems:
         if line is not None:
@@ -500,7 +495,7 @@ def _note_start_refusals(cluster_arg: str, rows: list[dict[str, Any]]) -> None:
                 row["refused_start"] = why
 
 
-@main_group.command("recover")
+@click.command("recover")
 @cluster_option
 @click.option(
     "--accept-loss",
@@ -530,7 +525,7 @@ def recover_command(cluster_arg: str, accept_loss: bool) -> None:
         client.close()
 
 
-@main_group.command("tail")
+@click.command("tail")
 @cluster_option
 @click.option("--count", default=0, type=click.IntRange(0), help="Stop after N records (0: never).")
 @click.option(
@@ -547,64 +542,30 @@ def tail_command(cluster_arg: str, count: int, timeout_s: float) -> None:
             err=True,
         )
     subscriber = Subscriber([n.pub_addr for n in spec.nodes if n.pub_addr])
-    printed = 0
     try:
-        while count == 0 or printed < count:
-            frames = subscriber.receive(int(timeout_s * 1000) if timeout_s else 1000)
-            if frames is None:
-                if timeout_s:
-                    break
-                continue
-            try:
-                message = decode(frames)
-            except FrameError:
-                continue
-            if not isinstance(message, Output):
-                continue
-            for line in message.body.decode("utf-8", errors="replace").splitlines():
-                click.echo(line)
-                printed += 1
-                if count and printed >= count:
-                    break
+        # Ctrl-C is the way to stop it: the loop ends there, quietly, with exit 0.
+        with contextlib.suppress(KeyboardInterrupt):
+            _follow(subscriber, count, timeout_s)
     finally:
         subscriber.close()
 
 
-main_group.add_command(cluster_group)
-main_group.add_command(move_command)
-main_group.add_command(scale_group)
-main_group.add_command(autoscale_group)
-
-
-# -- faults --------------------------------------------------------------------------------
-
-
-main_group.add_command(fault_group)
-main_group.add_command(node_command)
-main_group.add_command(init_command)
-main_group.add_command(keys_group)
-main_group.add_command(top_command)
-main_group.add_command(output_command)
-
-
-# -- the node process ----------------------------------------------------------------------
-
-
-def main(argv: list[str] | None = None) -> None:
-    """Entry point: run a command, turning every user error into one line and exit 2."""
-    try:
-        main_group.main(args=argv, prog_name="smr", standalone_mode=False)
-    except click.exceptions.Abort:
-        fail("aborted")
-    except click.exceptions.UsageError as error:
-        fail(error.format_message())
-    except click.exceptions.ClickException as error:
-        fail(error.format_message())
-    except USER_ERRORS as error:
-        fail(str(error))
-    except KeyboardInterrupt:
-        fail("interrupted")
-
-
-if __name__ == "__main__":
-    main()
+def _follow(subscriber: Subscriber, count: int, timeout_s: float) -> None:
+    printed = 0
+    while count == 0 or printed < count:
+        frames = subscriber.receive(int(timeout_s * 1000) if timeout_s else 1000)
+        if frames is None:
+            if timeout_s:
+                break
+            continue
+        try:
+            message = decode(frames)
+        except FrameError:
+            continue
+        if not isinstance(message, Output):
+            continue
+        for line in message.body.decode("utf-8", errors="replace").splitlines():
+            click.echo(line)
+            printed += 1
+            if count and printed >= count:
+                break

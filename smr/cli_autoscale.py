@@ -1,5 +1,5 @@
 """``smr autoscale run`` (the controller, in the foreground) and ``smr autoscale status`` (its
-last decision and why). Registered on the main group by :mod:`smr.cli`."""
+last decision and why). Registered on the main group by :mod:`smr.cli_main`."""
 
 from __future__ import annotations
 

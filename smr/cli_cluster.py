@@ -1,5 +1,5 @@
 """``smr cluster up`` and ``smr cluster down``: start and stop a local cluster of reducer
-nodes. Registered on the main group by :mod:`smr.cli`, which turns a raised user error
+nodes. Registered on the main group by :mod:`smr.cli_main`, which turns a raised user error
 (``ClusterError``, a job that does not load) into one ``smr: error:`` line and exit 2."""
 
 from __future__ import annotations
@@ -9,13 +9,25 @@ from pathlib import Path
 
 import click
 
-from ring.zones import one_zone_windows
 from smr import cluster as local_cluster
 from smr.api import load_job
 from smr.autoscale.policies import POLICIES
+from smr.cli_options import CLUSTER_ENV
 from smr.output_table import MERGES, TableError, TableTarget
+from smr.ring.zones import one_zone_windows
 from smr.spec import CLUSTER_FILE, ClusterError, ClusterSpec, read_spec
 from smr.windows import refuse_in_cluster
+
+# `cluster up` makes the directory, so it need not exist; --dir is its older name.
+up_down_cluster_option = click.option(
+    "--cluster",
+    "--dir",
+    "cluster_dir",
+    required=True,
+    envvar=CLUSTER_ENV,
+    type=click.Path(file_okay=False, path_type=Path),
+    help=f"The cluster's directory (--dir is the same) [default: ${CLUSTER_ENV}].",
+)
 
 
 @click.group("cluster")
@@ -24,7 +36,7 @@ def cluster_group() -> None:
 
 
 @cluster_group.command("up")
-@click.option("--dir", "cluster_dir", required=True, type=click.Path(path_type=Path))
+@up_down_cluster_option
 @click.option("--nodes", default=3, show_default=True, type=click.IntRange(1, 64))
 @click.option(
     "--replication",
@@ -230,7 +242,7 @@ def _echo_nodes(spec: ClusterSpec, without: Sequence[str]) -> None:
 
 
 @cluster_group.command("down")
-@click.option("--dir", "cluster_dir", required=True, type=click.Path(path_type=Path))
+@up_down_cluster_option
 @click.option("--grace-s", default=5.0, show_default=True, type=click.FloatRange(0))
 def cluster_down(cluster_dir: Path, grace_s: float) -> None:
     """Stop every node (SIGTERM, then SIGKILL after the grace period)."""

@@ -1,7 +1,7 @@
 """``smr fault``: inject faults into a cluster's nodes, a local cluster's processes
 (``--cluster DIR``) or the compose cluster's containers (``--docker-project NAME``), by
 hand or from a chaos schedule (``smr fault run``). Registered on the main group by
-:mod:`smr.cli`; the backends are in :mod:`smr.fault_backends` and :mod:`smr.fault_docker`."""
+:mod:`smr.cli_main`; the backends are in :mod:`smr.fault_backends` and :mod:`smr.fault_docker`."""
 
 from __future__ import annotations
 
@@ -75,7 +75,7 @@ def _backend(cluster_dir: Path | None, docker_project: str | None) -> FaultBacke
             from smr.fault_docker import DockerBackend
         except ImportError:
             raise click.ClickException(
-                "the Docker backend needs the Docker SDK: pip install 'smr[docker]'"
+                "the Docker backend needs the Docker SDK: pip install 'smr-ring[docker]'"
             ) from None
         docker_backend: FaultBackend = _or_fail(DockerBackend, docker_project)
         return docker_backend

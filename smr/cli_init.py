@@ -1,5 +1,5 @@
 """``smr init DIR``: write a new job project to start from (:mod:`smr.scaffold`). Registered
-on the main group by :mod:`smr.cli`."""
+on the main group by :mod:`smr.cli_main`."""
 
 from __future__ import annotations
 

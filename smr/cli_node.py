@@ -1,5 +1,5 @@
 """``smr node``: run one reducer node in the foreground. Registered on the main group by
-:mod:`smr.cli`."""
+:mod:`smr.cli_main`."""
 
 from __future__ import annotations
 

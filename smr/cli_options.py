@@ -9,6 +9,9 @@ import click
 
 T = TypeVar("T", str, Path, None)
 
+# The environment variable naming the cluster when a command is given no --cluster.
+CLUSTER_ENV = "SMR_CLUSTER"
+
 
 def choose_keys(_ctx: click.Context, _param: click.Parameter, value: T) -> T:
     """Before the command opens any socket: its keys are the cluster directory's ``keys/``,
@@ -28,19 +31,22 @@ cluster_dir_option = click.option(
     "--cluster",
     "cluster_dir",
     required=True,
+    envvar=CLUSTER_ENV,
     type=click.Path(file_okay=False, path_type=Path),
     callback=choose_keys,
-    help="The cluster's directory (holds cluster.json, and keys/ when it is secured).",
+    help="The cluster's directory (holds cluster.json, and keys/ when it is secured) "
+    f"[default: ${CLUSTER_ENV}].",
 )
 
 cluster_option = click.option(
     "--cluster",
     "cluster_arg",
     required=True,
+    envvar=CLUSTER_ENV,
     metavar="DIR|HOST:PORT,...",
     callback=choose_keys,
     help="The cluster's directory (holds cluster.json, and keys/ when it is secured), or seed "
-    "addresses of its nodes (keys: $SMR_KEYS).",
+    f"addresses of its nodes (keys: $SMR_KEYS) [default: ${CLUSTER_ENV}].",
 )
 
 docker_project_option = click.option(

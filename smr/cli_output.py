@@ -1,5 +1,5 @@
 """``smr output``: a local cluster's output, each record once. Registered on the main group by
-:mod:`smr.cli`."""
+:mod:`smr.cli_main`."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The ``smr`` commands that change the ring: ``smr move`` (an operator-driven move of part of
 a node's range to its clockwise neighbour), ``smr scale out`` (new nodes join) and ``smr
 scale in`` (a node leaves: its whole range moves, then it stops). Registered on the main
-group by :mod:`smr.cli`.
+group by :mod:`smr.cli_main`.
 
 Each asks the node to start, then follows the move in the node's status until it ends:
 exit 0 when the move is done, 1 when it was refused or called off (the reason is printed),
@@ -16,11 +16,11 @@ from typing import NoReturn
 
 import click
 
-from ring.zones import one_zone_windows
 from smr import ring_ops
 from smr.cli_options import cluster_dir_option, docker_project_option
 from smr.client import Client
 from smr.provision import StandbyPool, provisioner_for
+from smr.ring.zones import one_zone_windows
 from smr.ring_ops import RingOpError
 from smr.spec import NodeSpec, read_spec
 

@@ -1,9 +1,11 @@
-"""``smr top``: a live view of every node, refreshed in place. Registered on the main group
-by :mod:`smr.cli`."""
+"""``smr top``: a live view of every node, refreshed in place. Loaded by :mod:`smr.cli_main` when it
+runs."""
 
 from __future__ import annotations
 
+import contextlib
 import time
+from pathlib import Path
 from typing import Any
 
 import click
@@ -33,7 +35,9 @@ def top_command(cluster_arg: str, interval_s: float, count: int | None) -> None:
     (80 columns when not a terminal); below it the moves, unreachable and offline lines
     of smr status and, for a cluster directory, the autoscaler's last decision."""
     console = Console()
+    # Ctrl-C is the way to quit: the view stops there, quietly, with exit 0.
     with (
+        contextlib.suppress(KeyboardInterrupt),
         connect(cluster_arg, timeout_s=min(1.0, interval_s)) as cluster,
         Live(console=console, auto_refresh=False) as live,
     ):
@@ -57,7 +61,7 @@ def render(cluster: Cluster, width: int) -> Group:
         lines.append(Text(f"not shown at this width: {', '.join(left_out)}"))
     for line, style in (
         (status_view.moves_line(rows), ""),
-        (status_view.unreachable_line(rows), "yellow"),
+        (status_view.unreachable_line(rows, _logs_dir(cluster)), "yellow"),
         (status_view.dead_line(rows), "red"),
         (status_view.offline_line(rows), "red"),
     ):
@@ -66,6 +70,10 @@ def render(cluster: Cluster, width: int) -> Group:
     if cluster.ref.directory is not None:
         lines.append(Text(autoscaler_line(read_status(cluster.ref.directory))))
     return Group(*lines)
+
+
+def _logs_dir(cluster: Cluster) -> Path | None:
+    return None if cluster.ref.directory is None else cluster.ref.directory / "logs"
 
 
 def autoscaler_line(status: dict[str, Any] | None) -> str:

@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import functools
 import itertools
+import re
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, NamedTuple, TypeVar
 
-from checkpoint.ids import MapperId
-from ring.ids import NodeId, Slot
-from ring.view import View
+from smr.checkpoint.ids import MapperId
 from smr.protocol import (
     DumpReply,
     DumpRequest,
@@ -47,6 +46,8 @@ from smr.protocol import (
     pack_body,
     unpack_body,
 )
+from smr.ring.ids import NodeId, Slot
+from smr.ring.view import View
 from smr.transport.zeromq import Outbox, keys_hint, wait_any
 
 REQUEST_TIMEOUT_MS_DEFAULT: Final = 2000
@@ -394,8 +395,27 @@ def cluster_view(client: Client, addrs: Sequence[str]) -> View:
         view = _view_of(addr, answer)
         merged = view if merged is None else merged.merge(view)
     if merged is None:
-        raise NodeUnreachable("no node of the cluster answers: " + "; ".join(failures))
+        raise NodeUnreachable(none_answers_message(failures))
     return merged
+
+
+def none_answers_message(failures: Sequence[str]) -> str:
+    """One message for a cluster none of whose nodes answered: each reason said once, with
+    the nodes it holds for (``failures`` are NodeUnreachable messages, "node at ADDR
+    REASON"), and what to do."""
+    by_reason: dict[str, list[str]] = {}
+    for failure in failures:
+        match = re.match(r"node at (\S+) (.*)$", failure, re.DOTALL)
+        addr, reason = match.groups() if match else ("", failure)
+        by_reason.setdefault(reason, []).append(addr)
+    reasons = "; ".join(
+        f"{', '.join(addr for addr in addrs if addr)}: {reason}".removeprefix(": ")
+        for reason, addrs in by_reason.items()
+    )
+    return (
+        f"no node of the cluster answers ({reasons}); is it running? 'smr cluster up' "
+        "starts it, 'smr status' shows its nodes"
+    )
 
 
 def _view_of(addr: str, reply: ViewReply) -> View:

@@ -31,12 +31,12 @@ from typing import Final
 
 import psutil
 
-from ring.hashing import SLOT_BITS_DEFAULT, check_slot_bits, even_tokens
-from ring.ids import NodeId, Token
-from ring.zones import spread_order
+from smr.api import absolute_job_ref
 from smr.client import Client, NodeUnreachable
-from smr.node.disk import DiskState
 from smr.output_table import TableError, TableTarget
+from smr.ring.hashing import SLOT_BITS_DEFAULT, check_slot_bits, even_tokens
+from smr.ring.ids import NodeId, Token
+from smr.ring.zones import spread_order
 from smr.spec import (
     APPLY_RATE_CAP_KEY,
     BALANCE_ABOVE_KEY,
@@ -324,6 +324,8 @@ def up(
        process exits), stop them all and raise ClusterError quoting the node's log.
     """
     cluster_dir = cluster_dir.resolve()
+    # A job file is stored by its absolute path: feeds and nodes find it from anywhere.
+    job = absolute_job_ref(job, Path.cwd())
     # 1.
     if (cluster_dir / CLUSTER_FILE).exists():
         old = read_spec(cluster_dir)
@@ -341,7 +343,6 @@ def up(
             f"--without leaves nodes out of a restart from disk, and {cluster_dir} holds no "
             "cluster with state on disk"
         )
-    cluster_dir.mkdir(parents=True, exist_ok=True)
     # 2.
     spec = plan_cluster(nodes, replication, job, slot_bits, checkpoint_interval_ms, zones)
     spec.incarnation = uuid.uuid4().hex[:16]
@@ -370,6 +371,8 @@ def up(
     spec.mapper_lease_ms()
     spec.apply_rate_cap_per_s()  # refuse a bad cap or threshold before any node starts
     spec.balance_above()
+    # Only now, every argument checked: a refused cluster leaves no directory behind.
+    cluster_dir.mkdir(parents=True, exist_ok=True)
     keys_dir = cluster_dir / KEYS_DIR_NAME
     if secure and not keys_dir.exists():
         init_keys(cluster_dir)
@@ -388,9 +391,12 @@ def state_on_disk(spec: ClusterSpec) -> bool:
     """True when the cluster keeps its state on disk and some node has a snapshot there:
     ``up`` then restarts that cluster (same nodes, addresses, incarnation) from it."""
     data_dir = spec.data_dir()
-    return data_dir is not None and any(
-        DiskState(data_dir / node.id).has_state() for node in spec.nodes
-    )
+    if data_dir is None:
+        return False
+    # Here, not at the top: the node's package is only needed to read a disk there is.
+    from smr.node.disk import DiskState
+
+    return any(DiskState(data_dir / node.id).has_state() for node in spec.nodes)
 
 
 def state_missing(spec: ClusterSpec) -> dict[str, str]:
@@ -402,6 +408,8 @@ def state_missing(spec: ClusterSpec) -> dict[str, str]:
     data_dir = spec.data_dir()
     if data_dir is None:
         return {}
+    from smr.node.disk import DiskState  # here: the node's package only for a disk there is
+
     having = [node.id for node in spec.nodes if DiskState(data_dir / node.id).has_state()]
     if not having:
         return {}

@@ -39,14 +39,10 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Final
 
-from checkpoint.ids import MapperId
-from ring.hashing import slot_of
-from ring.ids import Slot
-from ring.placement import Ring
-from ring.view import Status, View
 from smr import seeds, status_view
 from smr.api import Job, load_job
 from smr.channels import DeliveryError
+from smr.checkpoint.ids import MapperId
 from smr.client import (
     QUERY_KEYS_MAX,
     Client,
@@ -57,6 +53,10 @@ from smr.client import (
     describe_slots,
 )
 from smr.emitter import BATCH_SIZE_DEFAULT, LINGER_MS_DEFAULT, WINDOW_BATCHES_DEFAULT, Emitter
+from smr.ring.hashing import slot_of
+from smr.ring.ids import Slot
+from smr.ring.placement import Ring
+from smr.ring.view import Status, View
 from smr.seeds import ClusterRef
 from smr.stream_history import HistoryUnknown, MapperIdReused, mapper_history
 from smr.subscription import OutputRecord, Subscription

@@ -56,11 +56,6 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
-from checkpoint.ids import MapperId
-from ring.hashing import slot_of
-from ring.ids import NodeId, Slot
-from ring.placement import Ring, SlotRange
-from ring.view import Status, View
 from smr.channels import (
     Channel,
     DeliveryError,
@@ -70,6 +65,7 @@ from smr.channels import (
     release_through,
     slot_and_seq,
 )
+from smr.checkpoint.ids import MapperId
 from smr.emit_path import (
     CACHED_KEY_CHARS_MAX,
     make_combining_emit,
@@ -96,6 +92,10 @@ from smr.protocol import (
     unpack_body,
 )
 from smr.reroute import Holds, on_not_owner, on_view, release_held, reroute
+from smr.ring.hashing import slot_of
+from smr.ring.ids import NodeId, Slot
+from smr.ring.placement import Ring, SlotRange
+from smr.ring.view import Status, View
 from smr.transport import MapperTransport, zeromq_mapper_transport
 
 BATCH_SIZE_DEFAULT: Final = 1000

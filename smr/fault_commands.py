@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ring.ids import NodeId
+from smr.ring.ids import NodeId
 
 
 def check_time(name: str, value: int, minimum: int = 0) -> None:

@@ -12,7 +12,6 @@ import random
 from collections.abc import Sequence
 from typing import Final
 
-from ring.ids import NodeId
 from smr.faults import (
     Delay,
     Fault,
@@ -28,6 +27,7 @@ from smr.faults import (
     Tolerance,
     within_tolerance,
 )
+from smr.ring.ids import NodeId
 
 
 def random_schedule(

@@ -75,9 +75,9 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Final, TypeAlias, TypeGuard
 
-from ring.ids import NodeId
 from smr.fault_commands import Join, Move
 from smr.fault_commands import check_time as _check_time
+from smr.ring.ids import NodeId
 
 __all__ = [
     "Delay",

@@ -33,16 +33,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from checkpoint.ids import MapperId
-from ring.view import View
 from smr.api import Job
 from smr.channels import DeliveryError
+from smr.checkpoint.ids import MapperId
 from smr.client import Client, NodeUnreachable
 from smr.connection import Cluster
 from smr.emitter import Emitter
 from smr.feed import FeedPosition, FeedResult, feed, total_bytes
+from smr.ring.view import View
 from smr.seeds import ClusterRef
 from smr.stream_history import MapperIdReused
+from smr.wording import counted
 
 
 class FeedNotResumable(Exception):
@@ -262,8 +263,8 @@ def run(
         connection.abort()  # every tuple was acked, or the feed stops here anyway
     # 4.
     say(
-        f"fed {result.tuples_emitted} tuples from {result.records} records "
-        f"({result.tuples_sent} sent after combine) in {result.elapsed_s:.2f} s: "
+        f"fed {counted(result.tuples_emitted, 'tuple')} from {counted(result.records, 'record')} "
+        f"({result.tuples_sent:,} sent after combine) in {result.elapsed_s:.2f} s: "
         f"{result.tuples_per_s:,.0f} tuples/s"
     )
     line = duplicates_line(before, after)
@@ -271,9 +272,9 @@ def run(
         say(line)
     if result.failed_records:
         report(
-            f"smr: {result.failed_records} records failed and were skipped: "
-            f"{result.map_failures} in map, {result.emit_failures} with a bad emit, "
-            f"{result.records_too_long} longer than {options.max_record_bytes} bytes"
+            f"smr: {counted(result.failed_records, 'record')} failed and were skipped: "
+            f"{result.map_failures:,} in map, {result.emit_failures:,} with a bad emit, "
+            f"{result.records_too_long:,} longer than {options.max_record_bytes:,} bytes"
         )
         return 1
     return 0

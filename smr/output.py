@@ -28,8 +28,8 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Final
 
-from ring.ids import NodeId
 from smr.protocol import Output, encode
+from smr.ring.ids import NodeId
 from smr.values import form_text, from_json_form, is_plain_json, json_form
 
 if TYPE_CHECKING:

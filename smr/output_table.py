@@ -212,7 +212,9 @@ class TableSink:
         try:
             import psycopg
         except ImportError:
-            raise TableError("an output table needs psycopg: pip install 'smr[postgres]'") from None
+            raise TableError(
+                "an output table needs psycopg: pip install 'smr-ring[postgres]'"
+            ) from None
         target = self.target
         value_type = "numeric" if target.merge == "add" else "jsonb"
         try:

@@ -7,8 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar, TypeAlias
 
-from checkpoint.ids import CheckpointNumber
-from ring.ids import Epoch, Incarnation, NodeId, Slot
+from smr.checkpoint.ids import CheckpointNumber
+from smr.ring.ids import Epoch, Incarnation, NodeId, Slot
 from smr.wire import Kind, MoveNumber, RequestId, SnapshotNumber
 
 

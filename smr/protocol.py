@@ -44,8 +44,7 @@ from typing import Any, ClassVar, Final, TypeAlias
 
 import msgpack
 
-from checkpoint.ids import MapperId
-from ring.ids import Epoch, NodeId
+from smr.checkpoint.ids import MapperId
 from smr.peer_messages import (
     Checkpoint,
     CheckpointRequest,
@@ -81,6 +80,7 @@ from smr.read_messages import (
     QueryReply,
     QueryRequest,
 )
+from smr.ring.ids import Epoch, NodeId
 from smr.wire import (
     FRAME_BYTES_MAX_DEFAULT,
     PROTOCOL_VERSION,

@@ -15,9 +15,9 @@ import time
 from pathlib import Path
 from typing import Final, Protocol
 
-from ring.zones import zone_for_new_node
 from smr import cluster as local_cluster
 from smr.client import Client, NodeUnreachable
+from smr.ring.zones import zone_for_new_node
 from smr.spec import NodeSpec, read_spec
 
 # A standby node handed out for a join is not handed out again for this long, or until it

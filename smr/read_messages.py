@@ -7,8 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from checkpoint.ids import MapperId
-from ring.ids import NodeId, Slot
+from smr.checkpoint.ids import MapperId
+from smr.ring.ids import NodeId, Slot
 from smr.wire import Kind, RequestId
 
 

@@ -16,11 +16,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final
 
-from ring.ids import Epoch, NodeId
-from ring.placement import SlotRange
-from ring.view import View
 from smr.channels import Channel, OutBatch, Row, in_flight, slot_and_seq, with_later_batches
 from smr.protocol import ChannelNumber, RequestId, ViewReply, encode, pack_body
+from smr.ring.ids import Epoch, NodeId
+from smr.ring.placement import SlotRange
+from smr.ring.view import View
 
 if TYPE_CHECKING:
     from smr.emitter import Emitter

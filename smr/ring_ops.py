@@ -16,8 +16,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Final
 
-from ring.zones import join_positions
 from smr.client import Client, NodeUnreachable
+from smr.ring.zones import join_positions
 from smr.spec import ClusterSpec, NodeSpec, read_spec
 
 # How often an operation in progress is looked at.

@@ -23,7 +23,7 @@ JOB_TEMPLATE: Final = '''\
 """The {name} job: how often each word occurs, kept as ``state["count"]``.
 
 Edit ``map_line``, ``reduce_count`` and ``combine_counts`` to make the job yours, then run
-``python test_job.py`` (or ``pytest``). README.md has the commands that run it on a local
+``python test_job.py``. README.md has the commands that run it on a local
 cluster.
 """
 
@@ -69,7 +69,7 @@ job = Job("{name}", map=map_line, reduce=reduce_count, combine=combine_counts)
 TEST_TEMPLATE: Final = '''\
 """The job's tests: run it in-process on the sample input and compare with plain Python.
 
-    python test_job.py        (or: pytest)
+    python test_job.py
 """
 
 from __future__ import annotations
@@ -133,11 +133,11 @@ A job for smr: `job.py` (edit `map_line`, `reduce_count`, `combine_counts`), a s
 Python.
 
 ```sh
-python test_job.py                                                   # or: pytest
-smr cluster up --dir cluster --nodes 3 --replication 1 --job job.py:job
+python test_job.py
+smr cluster up --cluster cluster --nodes 3 --replication 1 --job job.py:job
 smr feed --cluster cluster sample.txt
 smr query --cluster cluster whale
-smr cluster down --dir cluster
+smr cluster down --cluster cluster
 ```
 
 `smr status --cluster cluster` shows the nodes; `smr dump --cluster cluster --out counts.jsonl`

@@ -43,8 +43,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ring.ids import NodeId
 from smr.faults import FaultSchedule, Kill, Partition, Pause, Stall, Starve
+from smr.ring.ids import NodeId
 
 __all__ = ["SCENARIOS", "Expectation", "Scenario", "Takeover"]
 

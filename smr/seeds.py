@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ring.view import Status
 from smr.client import Client, NodeUnreachable, cluster_view
+from smr.ring.view import Status
 from smr.spec import ClusterError, ClusterSpec, NodeSpec, parse_spec, read_spec
 
 _SEED = re.compile(r"^(tcp://)?([A-Za-z0-9._-]+|\[[0-9a-fA-F:]+\]):(\d{1,5})$")

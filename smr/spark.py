@@ -35,6 +35,7 @@ A ``map`` that raises fails its task, as in any Spark job: Spark retries it (the
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -59,8 +60,8 @@ except ModuleNotFoundError as missing:
 
     raise SparkMissing(missing.name or "pyspark") from None
 
-from checkpoint.ids import MapperId
 from smr.api import Job, JobLoadError, load_job
+from smr.checkpoint.ids import MapperId
 from smr.client import NodeUnreachable, fetch_view
 from smr.emitter import BATCH_SIZE_DEFAULT, WINDOW_BATCHES_DEFAULT, Emitter
 from smr.spark_setup import MASTER_DEFAULT, SparkFeedError
@@ -156,12 +157,15 @@ def java_major_version(version_output: str) -> int | None:
     return first
 
 
-def session(app_name: str = "smr", master: str = MASTER_DEFAULT) -> Any:
+def session(
+    app_name: str = "smr", master: str = MASTER_DEFAULT, jvm_log: Path | None = None
+) -> Any:
     """A SparkSession for feeding the ring (checked Java; workers run this Python).
 
     Shuffle partitions are the core count (Spark's default of 200 makes small stateful
     queries ten times slower here), speculation is off (see the module docstring), the UI is
-    off and logs are quiet.
+    off and logs are quiet. With ``jvm_log``, what the JVM writes to its standard error
+    (its start-up warnings, Spark's log) is appended to that file, not the terminal.
     """
     check_java()
     # Workers must run this interpreter, which has smr and the job's dependencies.
@@ -172,18 +176,43 @@ def session(app_name: str = "smr", master: str = MASTER_DEFAULT) -> Any:
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
 
-    spark = (
-        SparkSession.builder.master(master)
-        .appName(app_name)
-        .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={LOG4J2_CONFIG}")
-        .config("spark.sql.shuffle.partitions", str(os.cpu_count() or 2))
-        .config("spark.speculation", "false")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .getOrCreate()
-    )
+    with _standard_error_to(jvm_log):
+        spark = (
+            SparkSession.builder.master(master)
+            .appName(app_name)
+            .config(
+                "spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={LOG4J2_CONFIG}"
+            )
+            .config("spark.sql.shuffle.partitions", str(os.cpu_count() or 2))
+            .config("spark.speculation", "false")
+            .config("spark.ui.enabled", "false")
+            .config("spark.ui.showConsoleProgress", "false")
+            .getOrCreate()
+        )
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+@contextlib.contextmanager
+def _standard_error_to(log: Path | None) -> Iterator[None]:
+    """While inside, file descriptor 2 is ``log`` (appended): a process started meanwhile
+    (the JVM) keeps it as its standard error for its life; this process gets its own back
+    after. Nothing changes when ``log`` is None."""
+    if log is None:
+        yield
+        return
+    log.parent.mkdir(parents=True, exist_ok=True)
+    sys.stderr.flush()
+    saved = os.dup(2)
+    log_fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        os.dup2(log_fd, 2)
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(log_fd)
 
 
 def check_input_dir(directory: Path) -> None:

@@ -54,11 +54,11 @@ from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from ring.hashing import check_slot_bits
-from ring.ids import Incarnation, NodeId, Token
-from ring.view import Member, Status, View
 from smr.api import JobLoadError, load_job
 from smr.output_table import TableError, TableTarget
+from smr.ring.hashing import check_slot_bits
+from smr.ring.ids import Incarnation, NodeId, Token
+from smr.ring.view import Member, Status, View
 
 CLUSTER_FILE: Final = "cluster.json"
 """The spec's file name inside a cluster directory."""

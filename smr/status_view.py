@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Final
 
 from rich import box
@@ -19,8 +20,8 @@ from rich.console import Console
 from rich.measure import Measurement
 from rich.table import Table
 
-from ring.view import OWNING_STATUSES, Status, View
 from smr.client import Client, NodeUnreachable, cluster_view
+from smr.ring.view import OWNING_STATUSES, Status, View
 from smr.spec import ClusterSpec
 
 Row = dict[str, Any]
@@ -218,16 +219,18 @@ def refused_start_line(rows: Sequence[Row]) -> str | None:
     return "\n".join(refused) if refused else None
 
 
-def unreachable_line(rows: Sequence[Row]) -> str | None:
+def unreachable_line(rows: Sequence[Row], logs_dir: Path | None = None) -> str | None:
     """One line naming the nodes that did not answer (and, for those that still beat, how
-    long their loop has been held), or None if all did."""
+    long their loop has been held), or None if all did; it points at their logs in
+    ``logs_dir`` (a local cluster's ``DIR/logs``), or on their hosts."""
     missing = [row for row in rows if row["state"] != "up"]
     if not missing:
         return None
     named = ", ".join(_why_silent(row) for row in missing)
+    logs = f"in {logs_dir}/" if logs_dir is not None else "on their hosts"
     return (
-        f"smr: {len(missing)} of {len(rows)} nodes unreachable: {named}; see their logs in "
-        "CLUSTER/logs/, or 'smr status --json' for each reason"
+        f"smr: {len(missing)} of {len(rows)} nodes unreachable: {named}; see their logs "
+        f"{logs}, or 'smr status --json' for each reason"
     )
 
 

@@ -30,12 +30,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Final, Protocol
 
-from checkpoint.ids import MapperId
-from ring.ids import Slot
-from ring.placement import SlotRange
-from ring.view import View
+from smr.checkpoint.ids import MapperId
 from smr.client import NodeUnreachable
 from smr.protocol import HistoryReply
+from smr.ring.ids import Slot
+from smr.ring.placement import SlotRange
+from smr.ring.view import View
 
 # Between two asks of a check whose answers left slots uncovered (a node down, a view moving).
 RETRY_PAUSE_S: Final = 0.05

@@ -21,11 +21,11 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
-from ring.ids import NodeId
-from ring.view import Status, View
 from smr.client import NodeUnreachable
 from smr.output import Repeats, parse_line
 from smr.protocol import OutputReply
+from smr.ring.ids import NodeId
+from smr.ring.view import Status, View
 
 log = logging.getLogger("smr.connection")
 

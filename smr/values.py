@@ -29,8 +29,9 @@ from typing import Any, Final
 
 import msgpack
 
-from checkpoint.delta import encode_field_value
+from smr.checkpoint.delta import encode_field_value
 from smr.protocol import pack_body
+from smr.wording import a_type
 
 # msgpack ints are int64 or uint64.
 INT_MIN: Final = -(1 << 63)
@@ -111,7 +112,7 @@ def _key_bytes(key: Any) -> int:
             )
         return SCALAR_BYTES_MAX
     raise EmitError(
-        f"key {_shown(key)} is a {cls.__name__}; keys must be str or int: {_CONVERT_HINT}"
+        f"key {_shown(key)} is {a_type(key)}; keys must be str or int: {_CONVERT_HINT}"
     )
 
 
@@ -165,7 +166,7 @@ def check_state(state: dict[str, Any]) -> None:
 def _check_field_name(name: Any) -> None:
     if name.__class__ is not str:
         raise StateValueError(
-            f"field name {_shown(name)} is a {type(name).__name__}; field names must be str"
+            f"field name {_shown(name)} is {a_type(name)}; field names must be str"
         )
     try:
         name.encode("utf-8")

@@ -61,6 +61,8 @@ def project_modules(root: Path, packages: tuple[str, ...] = PACKAGES) -> dict[st
             if any(part.startswith(".") or part == "__pycache__" for part in relative.parts):
                 continue
             parts = list(relative.with_suffix("").parts)
+            if parts[:2] in (["smr", "ring"], ["smr", "checkpoint"]):
+                continue  # ring/ and checkpoint/ seen through smr's links to them
             is_package = parts[-1] == "__init__"
             if is_package:
                 parts.pop()
@@ -82,8 +84,17 @@ def _imported_base(module: Module, node: ast.ImportFrom) -> str:
     return ".".join([*parts, node.module] if node.module else parts)
 
 
+def _canonical(name: str) -> str:
+    """``smr.ring.view``, the installed name, is the module ``ring.view`` of this tree."""
+    for installed in ("smr.ring", "smr.checkpoint"):
+        if name == installed or name.startswith(installed + "."):
+            return name.removeprefix("smr.")
+    return name
+
+
 def _owning_module(name: str, modules: Mapping[str, Module]) -> str | None:
     """The project module `name` is or lies in (``smr.node.core.NodeCore`` -> its module)."""
+    name = _canonical(name)
     while name and name not in modules:
         name = name.rpartition(".")[0]
     return name or None
@@ -102,7 +113,7 @@ def imports_of(module: Module, modules: Mapping[str, Module]) -> list[tuple[str,
         elif isinstance(node, ast.ImportFrom):
             base = _imported_base(module, node)
             for alias in node.names:
-                submodule = f"{base}.{alias.name}"
+                submodule = _canonical(f"{base}.{alias.name}")
                 if submodule in modules:
                     found.append((submodule, None))
                 else:

@@ -255,6 +255,10 @@ FLAT_MODULES: set[str] = {
     "smr/cli_faults.py",
     "smr/cli_init.py",
     "smr/cli_keys.py",
+    # The lazy entry point and the messages' wording came with the start-time work, beside
+    # the other cli_ modules; they move into smr/cli/ with them (docs/design/layout.md).
+    "smr/cli_main.py",
+    "smr/wording.py",
     "smr/cli_node.py",
     "smr/cli_options.py",
     "smr/cli_output.py",

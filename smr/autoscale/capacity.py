@@ -45,7 +45,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Final
 
-from ring.ids import NodeId
 from smr.autoscale.forecast import ForecastConfig, Forecaster
 from smr.autoscale.observe import (
     Decision,
@@ -55,6 +54,7 @@ from smr.autoscale.observe import (
     hold,
     incomplete,
 )
+from smr.ring.ids import NodeId
 
 # Below this utilisation a point says little about capacity (idle overheads dominate).
 UTILIZATION_MIN: Final = 0.05

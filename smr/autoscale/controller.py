@@ -44,13 +44,13 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Final
 
-from ring.ids import NodeId
 from smr import ring_ops
 from smr.autoscale.observe import Decision, NodeReport, Observation, SourceReport
 from smr.autoscale.policies import PolicyRunner
 from smr.autoscale.source import read_source
 from smr.client import Client, NodeUnreachable
 from smr.provision import LocalProcesses, Provisioner, StandbyPool
+from smr.ring.ids import NodeId
 from smr.spec import read_spec
 
 log = logging.getLogger("smr.autoscale")

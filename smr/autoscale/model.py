@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ring.ids import NodeId
 from smr.autoscale.observe import Decision, NodeReport, Observation, SourceReport
+from smr.ring.ids import NodeId
 
 
 @dataclass

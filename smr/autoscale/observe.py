@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
-from ring.ids import NodeId
+from smr.ring.ids import NodeId
 
 # A node's first figures after it starts serving are not its steady state (its rates are
 # still decaying in, its copies still arriving): not decided on for this long.

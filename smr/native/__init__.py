@@ -18,8 +18,8 @@ from collections.abc import Mapping, Sequence
 from types import ModuleType
 from typing import Any, Final
 
-from checkpoint.hwm import Cut
-from checkpoint.kernels import IN_FORCE
+from smr.checkpoint.hwm import Cut
+from smr.checkpoint.kernels import IN_FORCE
 
 MODES: Final = ("auto", "on", "off")
 

@@ -34,7 +34,7 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
-from ring.moves import MoveRefused
+from smr.ring.moves import MoveRefused
 
 if TYPE_CHECKING:
     from smr.node.core import NodeCore

@@ -13,12 +13,6 @@ from typing import TYPE_CHECKING, Any, Final
 
 import psutil
 
-from ring.hashing import slot_of
-from ring.ids import NodeId, Slot
-from ring.moves import MoveRefused
-from ring.placement import Role, SlotRange
-from ring.view import Status
-from ring.zones import one_zone_ranges
 from smr.output import OutputGone, OutputMissing
 from smr.protocol import (
     DumpReply,
@@ -47,6 +41,12 @@ from smr.protocol import (
     pack_body,
     unpack_body,
 )
+from smr.ring.hashing import slot_of
+from smr.ring.ids import NodeId, Slot
+from smr.ring.moves import MoveRefused
+from smr.ring.placement import Role, SlotRange
+from smr.ring.view import Status
+from smr.ring.zones import one_zone_ranges
 
 if TYPE_CHECKING:
     from smr.node.core import NodeCore

@@ -21,13 +21,9 @@ from collections.abc import Callable, Sequence
 from enum import Enum
 from typing import Any, Final
 
-from checkpoint.loss import LossLedger
-from checkpoint.store import StateStore
-from ring.ids import Epoch, Incarnation, NodeId
-from ring.invariants import InvariantViolation
-from ring.placement import Ring
-from ring.view import Status, View
 from smr.api import Job
+from smr.checkpoint.loss import LossLedger
+from smr.checkpoint.store import StateStore
 from smr.node.balance import BalanceConfig, Balancer
 from smr.node.control import Control
 from smr.node.disk import DiskState
@@ -85,6 +81,10 @@ from smr.protocol import (
     decode,
     encode,
 )
+from smr.ring.ids import Epoch, Incarnation, NodeId
+from smr.ring.invariants import InvariantViolation
+from smr.ring.placement import Ring
+from smr.ring.view import Status, View
 from smr.transport import NodeLinks
 
 log = logging.getLogger("smr.node")

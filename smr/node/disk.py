@@ -63,8 +63,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, NoReturn
 
-from checkpoint.delta import DeltaError, decode_delta, encode_delta
-from checkpoint.manifest import (
+from smr.checkpoint.delta import DeltaError, decode_delta, encode_delta
+from smr.checkpoint.manifest import (
     FileFacts,
     Manifest,
     ManifestError,
@@ -74,11 +74,11 @@ from checkpoint.manifest import (
     numbering_shortfall,
     snapshot_shortfall,
 )
-from checkpoint.records import RecordError, decode_records, encode_record
-from checkpoint.store import StateStore
-from ring.view import View
+from smr.checkpoint.records import RecordError, decode_records, encode_record
+from smr.checkpoint.store import StateStore
 from smr.node.files import AppendFile, Files, LocalFiles
 from smr.protocol import pack_body, unpack_body
+from smr.ring.view import View
 
 DISK_FORMAT: Final = 2
 """The format of the header record: 2, a generation with a manifest and numbered log

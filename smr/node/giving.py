@@ -7,11 +7,11 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
-from checkpoint.ids import CheckpointNumber
-from ring.ids import NodeId
-from ring.moves import MovePlan, MoveRefused, plan_move
-from ring.placement import SlotRange
+from smr.checkpoint.ids import CheckpointNumber
 from smr.protocol import MoveNumber, StreamId
+from smr.ring.ids import NodeId
+from smr.ring.moves import MovePlan, MoveRefused, plan_move
+from smr.ring.placement import SlotRange
 
 if TYPE_CHECKING:
     from smr.node.core import NodeCore

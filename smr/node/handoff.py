@@ -27,11 +27,11 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
-from checkpoint.delta import DeltaError, decode_delta, encode_delta
-from checkpoint.store import StateStore
-from ring.ids import Incarnation, NodeId, Slot
-from ring.view import Status
+from smr.checkpoint.delta import DeltaError, decode_delta, encode_delta
+from smr.checkpoint.store import StateStore
 from smr.protocol import FrameError, RequestId, StateReply, StateRequest, pack_body, unpack_body
+from smr.ring.ids import Incarnation, NodeId, Slot
+from smr.ring.view import Status
 
 if TYPE_CHECKING:
     from smr.node.core import NodeCore

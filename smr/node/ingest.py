@@ -55,13 +55,10 @@ from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
-from checkpoint.bulk import Columns
-from checkpoint.ids import MapperId
-from checkpoint.loss import RESERVED_MAPPER_PREFIX
-from ring.ids import Slot
-from ring.invariants import InvariantViolation
-from ring.placement import Role
 from smr.batch_body import BatchColumns, decode_batch_body, decode_batch_ids
+from smr.checkpoint.bulk import Columns
+from smr.checkpoint.ids import MapperId
+from smr.checkpoint.loss import RESERVED_MAPPER_PREFIX
 from smr.node.rate_cap import ApplyRateCap
 from smr.protocol import (
     Ack,
@@ -75,9 +72,12 @@ from smr.protocol import (
     encode,
     pack_body,
 )
+from smr.ring.ids import Slot
+from smr.ring.invariants import InvariantViolation
+from smr.ring.placement import Role
 
 if TYPE_CHECKING:
-    from checkpoint.store import BatchOutcome
+    from smr.checkpoint.store import BatchOutcome
     from smr.node.core import NodeCore
 
 # Decoded batches waiting to be applied. At 1000 tuples a batch this is at most 256k tuples

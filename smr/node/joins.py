@@ -34,13 +34,13 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Final
 
-from ring.ids import NodeId, Slot, Token
-from ring.moves import MovePlan, MoveRefused, join_blocked_by, plan_join
-from ring.placement import SlotRange, split_at_load_share
-from ring.view import Status, joining_at, with_status
-from ring.zones import join_position
 from smr.node.move_taking import Agreed
 from smr.protocol import Gossip, MoveAnswer, MoveCopied, MoveNumber, MovePropose
+from smr.ring.ids import NodeId, Slot, Token
+from smr.ring.moves import MovePlan, MoveRefused, join_blocked_by, plan_join
+from smr.ring.placement import SlotRange, split_at_load_share
+from smr.ring.view import Status, joining_at, with_status
+from smr.ring.zones import join_position
 
 if TYPE_CHECKING:
     from smr.node.core import NodeCore

@@ -16,8 +16,8 @@ from typing import Any, Final
 
 import psutil
 
-from ring.ids import Slot
-from ring.placement import SlotRange, split_at_load_median
+from smr.ring.ids import Slot
+from smr.ring.placement import SlotRange, split_at_load_median
 
 # One batch in this many, on average, is counted per slot (the rates are scaled back up).
 SAMPLE_EVERY_BATCHES: Final = 4

@@ -1,5 +1,6 @@
-"""The node process: asyncio on uvloop around one :class:`~smr.node.core.NodeCore`, with its
-inbox socket, its peer links, its timers and its signals.
+"""The node process: asyncio (on uvloop where it is installed) around one
+:class:`~smr.node.core.NodeCore`, with its inbox socket, its peer links, its timers and its
+signals.
 
 Everything the node decides happens in the core's two entry points; this module only waits
 for messages and timers and calls them (the simulation does the same in virtual time).
@@ -20,8 +21,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, NoReturn, TypeVar
 
-from ring.ids import NodeId
-from ring.invariants import InvariantViolation
 from smr.api import load_job
 from smr.node.core import TICK_MS, NodeCore, Timer
 from smr.node.disk import DiskError, DiskState, Restored
@@ -38,6 +37,8 @@ from smr.protocol import (
     decode,
     encode,
 )
+from smr.ring.ids import NodeId
+from smr.ring.invariants import InvariantViolation
 from smr.spec import NodeSpec, read_spec, spec_to_json, split_host_port
 from smr.transport.netfilter import FilteredLinks, parse_rule
 from smr.windows import refuse_in_cluster
@@ -63,6 +64,17 @@ INVARIANT_VIOLATED_EXIT_CODE: Final = 70
 LAST_CHECKPOINT_ATTEMPTS: Final = 5
 
 
+def new_event_loop() -> asyncio.AbstractEventLoop:
+    """uvloop's event loop where uvloop is installed (Linux and macOS: the package depends on
+    it there), else asyncio's own: the same node, a little slower."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.new_event_loop()
+    loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
+    return loop
+
+
 def serve(
     cluster_dir: Path,
     node_id: str,
@@ -75,8 +87,6 @@ def serve(
     A node the spec does not name starts as ``newcomer``: on standby, known to the ring
     once its gossip reaches the spec's nodes (its seeds); with ``join_after_start_ms`` it
     then asks to join by itself (``NodeSettings.join_after_start_ms``)."""
-    import uvloop
-
     from smr.transport.zeromq import (
         Inbox,
         Publisher,
@@ -152,7 +162,7 @@ def serve(
         zmq_links.close()
         stop_security()
         return 2
-    loop = uvloop.new_event_loop()
+    loop = new_event_loop()
     metrics_addr = ""
     if me.metrics_addr:
         try:

@@ -11,9 +11,6 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
-from ring.ids import Epoch, NodeId
-from ring.placement import Ring, grown_clockwise, taken_over_in
-from ring.view import Status, View
 from smr.node.throttle import Throttle
 from smr.protocol import (
     FrameError,
@@ -25,6 +22,9 @@ from smr.protocol import (
     pack_body,
     unpack_body,
 )
+from smr.ring.ids import Epoch, NodeId
+from smr.ring.placement import Ring, grown_clockwise, taken_over_in
+from smr.ring.view import Status, View
 
 if TYPE_CHECKING:
     from smr.node.core import NodeCore

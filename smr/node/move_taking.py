@@ -32,12 +32,8 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 
-from checkpoint.ids import CheckpointNumber
-from checkpoint.promote import PrimaryCopy
-from ring.ids import Incarnation, NodeId
-from ring.moves import MovePlan, MoveRefused, move_done_in, moved_view, plan_join, plan_move
-from ring.placement import SlotRange
-from ring.view import Status
+from smr.checkpoint.ids import CheckpointNumber
+from smr.checkpoint.promote import PrimaryCopy
 from smr.protocol import (
     MoveCommit,
     MoveDone,
@@ -48,6 +44,10 @@ from smr.protocol import (
     StreamId,
     encode,
 )
+from smr.ring.ids import Incarnation, NodeId
+from smr.ring.moves import MovePlan, MoveRefused, move_done_in, moved_view, plan_join, plan_move
+from smr.ring.placement import SlotRange
+from smr.ring.view import Status
 
 if TYPE_CHECKING:
     from smr.node.core import NodeCore

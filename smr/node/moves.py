@@ -58,11 +58,7 @@ import time
 from collections import deque
 from typing import TYPE_CHECKING, Any, Final
 
-from checkpoint.ids import CheckpointNumber
-from ring.ids import NodeId, Slot
-from ring.moves import MovePlan, MoveRefused, move_done_in, plan_move
-from ring.placement import SlotRange, split_at_load_share
-from ring.view import OWNING_STATUSES, Status, with_status
+from smr.checkpoint.ids import CheckpointNumber
 from smr.node.giving import Giving, Step, describe, holds, still_planned
 from smr.node.joins import Joins
 from smr.node.move_taking import MoveTaking
@@ -83,6 +79,10 @@ from smr.protocol import (
     encode,
     pack_body,
 )
+from smr.ring.ids import NodeId, Slot
+from smr.ring.moves import MovePlan, MoveRefused, move_done_in, plan_move
+from smr.ring.placement import SlotRange, split_at_load_share
+from smr.ring.view import OWNING_STATUSES, Status, with_status
 
 if TYPE_CHECKING:
     from smr.node.core import NodeCore

@@ -8,10 +8,10 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
-from checkpoint.apply import APPLYING
-from checkpoint.bulk import BatchReduceFn, Columns, apply_folds, apply_reduce_batch
-from checkpoint.store import FAILURE_EXAMPLES_MAX, BatchOutcome, ReduceFn, StateStore
 from smr.api import Job
+from smr.checkpoint.apply import APPLYING
+from smr.checkpoint.bulk import BatchReduceFn, Columns, apply_folds, apply_reduce_batch
+from smr.checkpoint.store import FAILURE_EXAMPLES_MAX, BatchOutcome, ReduceFn, StateStore
 from smr.output import Emitted, OutputSink
 from smr.values import check_state
 

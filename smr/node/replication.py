@@ -15,8 +15,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
-from checkpoint.backup import BackedUpBatch, HwmFn, TupleBackup
-from checkpoint.delta import (
+from smr.checkpoint.backup import BackedUpBatch, HwmFn, TupleBackup
+from smr.checkpoint.delta import (
     Delta,
     DeltaError,
     decode_delta,
@@ -24,12 +24,12 @@ from checkpoint.delta import (
     restrict_delta,
     split_delta,
 )
-from checkpoint.ids import CheckpointNumber, MapperId
-from checkpoint.replica import CheckpointGap, PeerReplica
-from ring.ids import NodeId, Slot
-from ring.placement import Ring, SlotRange
-from ring.view import Status, View
+from smr.checkpoint.ids import CheckpointNumber, MapperId
+from smr.checkpoint.replica import CheckpointGap, PeerReplica
 from smr.protocol import Checkpoint, CheckpointRequest, FrameError, SnapshotRequest
+from smr.ring.ids import NodeId, Slot
+from smr.ring.placement import Ring, SlotRange
+from smr.ring.view import Status, View
 
 if TYPE_CHECKING:
     from smr.node.core import NodeCore

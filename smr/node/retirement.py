@@ -45,7 +45,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final
 
-from checkpoint.ids import MapperId, Seq
+from smr.checkpoint.ids import MapperId, Seq
 from smr.protocol import MapperDone, Pong, encode
 
 if TYPE_CHECKING:

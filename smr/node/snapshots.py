@@ -12,10 +12,8 @@ import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Final
 
-from checkpoint.delta import DeltaError, decode_delta, encode_delta
-from checkpoint.replica import PeerReplica
-from ring.ids import NodeId, Slot
-from ring.placement import Role, SlotRange
+from smr.checkpoint.delta import DeltaError, decode_delta, encode_delta
+from smr.checkpoint.replica import PeerReplica
 from smr.protocol import (
     FrameError,
     SnapshotBegin,
@@ -24,6 +22,8 @@ from smr.protocol import (
     SnapshotNumber,
     SnapshotRequest,
 )
+from smr.ring.ids import NodeId, Slot
+from smr.ring.placement import Role, SlotRange
 
 if TYPE_CHECKING:
     from smr.node.core import NodeCore

@@ -6,21 +6,21 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from checkpoint.ids import MapperId
-from checkpoint.promote import PrimaryCopy
-from checkpoint.replica import PeerReplica
-from checkpoint.store import StateStore
-from ring.hashing import slot_of
-from ring.ids import NodeId, Slot
-from ring.placement import Ring, Role
+from smr.checkpoint.ids import MapperId
+from smr.checkpoint.promote import PrimaryCopy
+from smr.checkpoint.replica import PeerReplica
+from smr.checkpoint.store import StateStore
 from smr.node import NodeCore, Timer
 from smr.node.recovery import promote_range
+from smr.ring.hashing import slot_of
+from smr.ring.ids import NodeId, Slot
+from smr.ring.placement import Ring, Role
 
 if TYPE_CHECKING:
     from smr.sim.simulation import Simulation
 
-from ring.view import Status
 from smr.faults import lost_nodes
+from smr.ring.view import Status
 from smr.sim.nodes import sim_job
 
 log = logging.getLogger("smr.sim")

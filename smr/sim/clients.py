@@ -7,8 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Final
 
-from checkpoint.ids import MapperId
-from ring.ids import NodeId
+from smr.checkpoint.ids import MapperId
 from smr.client import NodeUnreachable
 from smr.protocol import (
     Error,
@@ -22,6 +21,7 @@ from smr.protocol import (
     decode,
     encode,
 )
+from smr.ring.ids import NodeId
 from smr.sim.mappers import SimChannelEnd, SimMapperTransport
 
 # The real client's request timeout (smr.client.REQUEST_TIMEOUT_MS_DEFAULT).

@@ -47,10 +47,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from checkpoint.records import RecordError, decode_records, encode_record
-from ring.ids import NodeId
+from smr.checkpoint.records import RecordError, decode_records, encode_record
 from smr.node.disk import DiskState
 from smr.node.files import AppendFile
+from smr.ring.ids import NodeId
 
 log = logging.getLogger("smr.sim")
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from checkpoint.ids import MapperId
-from ring.view import View
+from smr.checkpoint.ids import MapperId
 from smr.emitter import Emitter
+from smr.ring.view import View
 from smr.sim.mappers import MapperProcess, SimMapperTransport
 from smr.sim.nodes import sim_job
 from smr.sim.readers import MapperProgress

@@ -8,10 +8,10 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from ring.ids import NodeId
-from ring.moves import MoveRefused
 from smr.faults import Delay, Fault, Forge, Join, Kill, Move, Partition, Pause, Stall, Starve
 from smr.protocol import RequestId, ViewReply, encode, pack_body
+from smr.ring.ids import NodeId
+from smr.ring.moves import MoveRefused
 from smr.sim.nodes import SimNode
 
 if TYPE_CHECKING:

@@ -9,11 +9,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
-from ring.ids import NodeId
 from smr.api import Job
 from smr.faults import Starve
 from smr.node import NodeCore
 from smr.output import READ_BYTES_MAX, Emitted, OutputGone, OutputMissing, OutputSink, record_line
+from smr.ring.ids import NodeId
 
 if TYPE_CHECKING:
     from smr.sim.simulation import Simulation

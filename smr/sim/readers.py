@@ -47,10 +47,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
-from checkpoint.loss import lost_slots
-from ring.hashing import slot_of
-from ring.ids import NodeId, Slot
-from ring.placement import Ring
+from smr.checkpoint.loss import lost_slots
 from smr.protocol import (
     DumpReply,
     DumpRequest,
@@ -64,6 +61,9 @@ from smr.protocol import (
     pack_body,
     unpack_body,
 )
+from smr.ring.hashing import slot_of
+from smr.ring.ids import NodeId, Slot
+from smr.ring.placement import Ring
 from smr.sim.checks import reported_lost
 from smr.sim.network import Link
 

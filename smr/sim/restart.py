@@ -8,10 +8,10 @@ import random
 from collections import Counter
 from typing import TYPE_CHECKING
 
-from ring.hashing import slot_of
-from ring.ids import NodeId, Slot
-from ring.placement import Role
 from smr.node.disk import DiskError
+from smr.ring.hashing import slot_of
+from smr.ring.ids import NodeId, Slot
+from smr.ring.placement import Role
 from smr.sim.checks import reported_lost
 from smr.sim.disk import SILENT_TODAY, apply_fault, disk_of
 from smr.sim.nodes import SimNode

@@ -19,9 +19,9 @@ import logging
 from collections import Counter
 from typing import TYPE_CHECKING, Final
 
-from checkpoint.ids import MapperId
-from ring.view import View
+from smr.checkpoint.ids import MapperId
 from smr.client import NodeUnreachable
+from smr.ring.view import View
 from smr.sim.clients import SimClient
 from smr.sim.mappers import MapperProcess, SimMapperTransport
 from smr.stream_history import HistoryUnknown, MapperIdReused, mapper_history

@@ -14,10 +14,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, replace
 from typing import Any, Final
 
-from checkpoint.store import StateStore
-from ring.hashing import even_tokens, slot_count
-from ring.ids import Incarnation, NodeId, Token
-from ring.view import Member, Status, View
+from smr.checkpoint.store import StateStore
 from smr.emitter import Emitter
 from smr.fault_draws import random_schedule
 from smr.faults import (
@@ -27,6 +24,9 @@ from smr.faults import (
 )
 from smr.node import TICK_MS, NodeCore, NodeSettings, Timer
 from smr.protocol import FrameError, decode, header_of
+from smr.ring.hashing import even_tokens, slot_count
+from smr.ring.ids import Incarnation, NodeId, Token
+from smr.ring.view import Member, Status, View
 from smr.sim import checks, nemesis
 from smr.sim.config import SimConfig, SimResult, SweepOptions, seeded_counters
 from smr.sim.disk import SimFiles, disk_of

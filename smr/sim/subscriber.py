@@ -26,9 +26,9 @@ import logging
 from collections import Counter
 from typing import TYPE_CHECKING, Final
 
-from ring.view import View
 from smr.client import NodeUnreachable
 from smr.output import parse_line
+from smr.ring.view import View
 from smr.sim.clients import SimClient
 from smr.sim.mappers import MapperProcess, SimMapperTransport
 from smr.sim.nodes import EMIT_EVERY

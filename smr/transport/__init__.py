@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from ring.ids import NodeId
+from smr.ring.ids import NodeId
 
 
 class TransportError(RuntimeError):

@@ -32,8 +32,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from ring.ids import NodeId
 from smr.protocol import pack_body, unpack_body
+from smr.ring.ids import NodeId
 from smr.transport import NodeLinks
 
 # The shortest TCP retransmission timeout on Linux: a lost segment arrives about this late.

@@ -28,7 +28,7 @@ import zmq
 from zmq.auth.thread import ThreadAuthenticator
 from zmq.utils.monitor import recv_monitor_message
 
-from ring.ids import NodeId
+from smr.ring.ids import NodeId
 from smr.transport import ChannelEnd, TransportError
 from smr.transport.security import KEYS_ENV, Keys, keys_for
 

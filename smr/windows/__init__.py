@@ -25,11 +25,12 @@ from __future__ import annotations
 
 from typing import Final
 
-# The types a windowed job's test meets, importable from here (their home is checkpoint/).
-from checkpoint.window_state import WindowResult as WindowResult
-from checkpoint.windows import Window as Window
-from checkpoint.windows import WindowSpec as WindowSpec
 from smr.api import Job, JobLoadError
+
+# The types a windowed job's test meets, importable from here (their home is checkpoint/).
+from smr.checkpoint.window_state import WindowResult as WindowResult
+from smr.checkpoint.windows import Window as Window
+from smr.checkpoint.windows import WindowSpec as WindowSpec
 
 __all__ = ["hopping", "refuse_in_cluster", "session", "tumbling"]
 

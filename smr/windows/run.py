@@ -26,10 +26,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
-from checkpoint.window_state import Fold, WindowedState, WindowResult, latest_windows
-from checkpoint.windows import END_OF_TIME_MS, START_OF_TIME_MS, Window, WindowSpec, is_taken
 from smr.agg import Aggregation
 from smr.api import Job, Key
+from smr.checkpoint.window_state import Fold, WindowedState, WindowResult, latest_windows
+from smr.checkpoint.windows import END_OF_TIME_MS, START_OF_TIME_MS, Window, WindowSpec, is_taken
 from smr.emitter import BATCH_BYTES_DEFAULT
 from smr.values import check_state, row_bytes
 

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from checkpoint import Key, MapperId, StateStore
+from smr.checkpoint import Key, MapperId, StateStore
 
 SLOT_COUNT = 1 << 14  # DESIGN section 1: SLOT_BITS = 14
 

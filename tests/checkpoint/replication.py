@@ -15,10 +15,10 @@ from typing import Any
 import msgpack
 from hypothesis import strategies as st
 
-from checkpoint import Key, MapperId, Seq, StateStore, decode_delta, encode_delta
-from checkpoint.backup import BackedUpBatch, HwmFn, TupleBackup
-from checkpoint.replica import PeerReplica
-from ring.ids import Slot
+from smr.checkpoint import Key, MapperId, Seq, StateStore, decode_delta, encode_delta
+from smr.checkpoint.backup import BackedUpBatch, HwmFn, TupleBackup
+from smr.checkpoint.replica import PeerReplica
+from smr.ring.ids import Slot
 
 M1 = MapperId("mapper-1")
 M2 = MapperId("mapper-2")

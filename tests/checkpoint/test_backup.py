@@ -15,8 +15,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from checkpoint import Delta, Key, MapperId, Seq, StateStore, decode_delta, encode_delta
-from checkpoint.backup import (
+from smr.checkpoint import Delta, Key, MapperId, Seq, StateStore, decode_delta, encode_delta
+from smr.checkpoint.backup import (
     SUMMARY_BYTES_PER_SLOT,
     BackedUpBatch,
     BackupFull,
@@ -24,9 +24,9 @@ from checkpoint.backup import (
     TupleBackup,
     replay_plan,
 )
-from checkpoint.ids import CheckpointNumber
-from checkpoint.replica import CheckpointGap, PeerReplica
-from ring.ids import Slot
+from smr.checkpoint.ids import CheckpointNumber
+from smr.checkpoint.replica import CheckpointGap, PeerReplica
+from smr.ring.ids import Slot
 from tests.checkpoint.replication import (
     M1,
     M2,

@@ -12,8 +12,8 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from checkpoint import Key, MapperId, StateStore
-from checkpoint.bulk import Columns, apply_folds, apply_reduce_batch, consume
+from smr.checkpoint import Key, MapperId, StateStore
+from smr.checkpoint.bulk import Columns, apply_folds, apply_reduce_batch, consume
 
 SLOTS = 4
 KEYS = ["a", "b", "c", "d", "e", "f", 7, 11]

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from checkpoint import (
+from smr.checkpoint import (
     DELTA_FORMAT_VERSION,
     EXT_NESTING_MAX,
     TOMBSTONE,
@@ -27,8 +27,8 @@ from checkpoint import (
     decode_delta,
     encode_delta,
 )
-from checkpoint.delta import split_delta
-from ring.ids import Slot
+from smr.checkpoint.delta import split_delta
+from smr.ring.ids import Slot
 
 scalars = (
     st.none()

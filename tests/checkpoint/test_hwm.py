@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from checkpoint.hwm import cut, first_uncovered, is_repeat, raise_marks, raise_vectors
+from smr.checkpoint.hwm import cut, first_uncovered, is_repeat, raise_marks, raise_vectors
 
 SLOTS = st.integers(min_value=0, max_value=7)
 MARKS = st.dictionaries(SLOTS, st.integers(min_value=1, max_value=30), max_size=8)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from checkpoint.loss import (
+from smr.checkpoint.loss import (
     ACCEPTED,
     LOSS_MARK,
     LOST,
@@ -15,8 +15,8 @@ from checkpoint.loss import (
     mark_lost,
     uncovered_slots,
 )
-from checkpoint.store import StateStore
-from ring.ids import Slot
+from smr.checkpoint.store import StateStore
+from smr.ring.ids import Slot
 
 slot_sets = st.sets(st.integers(0, 63).map(Slot), max_size=40)
 

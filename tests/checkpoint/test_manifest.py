@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from checkpoint.manifest import (
+from smr.checkpoint.manifest import (
     FileFacts,
     Manifest,
     ManifestError,
@@ -18,7 +18,7 @@ from checkpoint.manifest import (
     numbering_shortfall,
     snapshot_shortfall,
 )
-from checkpoint.records import decode_records, encode_record
+from smr.checkpoint.records import decode_records, encode_record
 
 checkpoints = st.lists(st.lists(st.binary(max_size=40), max_size=3), max_size=6)
 

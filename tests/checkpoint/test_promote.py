@@ -17,11 +17,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from checkpoint import FAILURE_EXAMPLES_MAX, Delta, Key, MapperId, Seq, StateStore
-from checkpoint.backup import BackedUpBatch, TupleBackup, replay_plan
-from checkpoint.promote import PrimaryCopy, PromoteOutcome, promote
-from checkpoint.replica import PeerReplica
-from ring.ids import Slot
+from smr.checkpoint import FAILURE_EXAMPLES_MAX, Delta, Key, MapperId, Seq, StateStore
+from smr.checkpoint.backup import BackedUpBatch, TupleBackup, replay_plan
+from smr.checkpoint.promote import PrimaryCopy, PromoteOutcome, promote
+from smr.checkpoint.replica import PeerReplica
+from smr.ring.ids import Slot
 from tests.checkpoint.replication import (
     M1,
     M2,

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from checkpoint.records import HEADER_BYTES, RecordError, decode_records, encode_record
+from smr.checkpoint.records import HEADER_BYTES, RecordError, decode_records, encode_record
 
 payloads = st.lists(st.binary(max_size=200), max_size=5)
 

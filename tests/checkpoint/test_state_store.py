@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from checkpoint import (
+from smr.checkpoint import (
     FAILURE_EXAMPLES_MAX,
     TOMBSTONE,
     Delta,
@@ -23,7 +23,7 @@ from checkpoint import (
     decode_delta,
     encode_delta,
 )
-from ring.ids import Slot
+from smr.ring.ids import Slot
 
 M1 = MapperId("mapper-1")
 M2 = MapperId("mapper-2")

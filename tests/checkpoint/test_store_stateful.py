@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from checkpoint import (
+from smr.checkpoint import (
     TOMBSTONE,
     Key,
     MapperId,
@@ -31,8 +31,8 @@ from checkpoint import (
     decode_delta,
     encode_delta,
 )
-from checkpoint.delta import split_delta
-from ring.ids import Slot
+from smr.checkpoint.delta import split_delta
+from smr.ring.ids import Slot
 
 SLOTS = [Slot(0), Slot(1), Slot(2)]
 KEYS: list[Key] = ["x", "y", 7]

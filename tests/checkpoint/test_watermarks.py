@@ -10,10 +10,10 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from checkpoint.ids import MapperId
-from checkpoint.watermarks import SlotWatermark
-from checkpoint.window_state import WindowedState, latest_windows
-from checkpoint.windows import END_OF_TIME_MS, START_OF_TIME_MS, Window, WindowSpec
+from smr.checkpoint.ids import MapperId
+from smr.checkpoint.watermarks import SlotWatermark
+from smr.checkpoint.window_state import WindowedState, latest_windows
+from smr.checkpoint.windows import END_OF_TIME_MS, START_OF_TIME_MS, Window, WindowSpec
 
 IDLE_MS = 50
 MAPPERS = [MapperId("m1"), MapperId("m2"), MapperId("m3")]

@@ -15,8 +15,8 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from checkpoint.window_state import WindowedState, WindowResult
-from checkpoint.windows import (
+from smr.checkpoint.window_state import WindowedState, WindowResult
+from smr.checkpoint.windows import (
     END_OF_TIME_MS,
     START_OF_TIME_MS,
     Window,

@@ -108,7 +108,7 @@ def test_status_fits_80_columns_and_exits_1_naming_an_unreachable_node(cluster: 
     assert f"1 of 3 nodes unreachable: n1 ({n1_addr})" in result.stderr
 
 
-def test_feed_warns_once_about_a_file_that_is_not_text_and_goes_on(
+def test_feed_refuses_a_file_that_is_not_text_unless_binary_ok_is_given(
     cluster: Cluster, tmp_path: Path
 ) -> None:
     binary = tmp_path / "random.bin"
@@ -116,7 +116,14 @@ def test_feed_warns_once_about_a_file_that_is_not_text_and_goes_on(
     text = tmp_path / "words.txt"
     text.write_text("call me ishmael\n", encoding="utf-8")
     cluster.up(1)
-    result = cluster.feed(str(binary), str(text))
+    refused = cluster.feed(str(binary), str(text), check=False)
+    assert refused.returncode == 2, refused
+    assert refused.stderr.splitlines() == [
+        f"smr: error: {binary} does not look like text (it has NUL bytes in its first 64 KiB): "
+        "not fed; --binary-ok feeds it as lines of UTF-8 anyway"
+    ]
+    assert cluster.dump() == {}
+    result = cluster.feed(str(binary), str(text), extra=["--binary-ok"])
     warnings = [line for line in result.stderr.splitlines() if "does not look like text" in line]
     assert len(warnings) == 1, result.stderr
     assert warnings[0].startswith(f"smr: warning: {binary} ") and "NUL" in warnings[0]

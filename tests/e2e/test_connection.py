@@ -20,12 +20,12 @@ from typing import Any
 import pytest
 
 import smr
-from ring.ids import Slot
-from ring.placement import Ring
 from smr import aio
 from smr import connection as connection_module
 from smr.cluster import signal_node
 from smr.connection import Unreachable
+from smr.ring.ids import Slot
+from smr.ring.placement import Ring
 from smr.spec import ClusterError, read_spec
 from smr.values import EmitError
 from tests.e2e.conftest import EXAMPLE_BOOKS, REPO, WORD, Cluster, feed_books, word_counts

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from checkpoint.records import decode_records, encode_record
+from smr.checkpoint.records import decode_records, encode_record
 from tests.e2e.conftest import EXAMPLE_BOOKS, Cluster, word_counts
 
 pytestmark = pytest.mark.e2e

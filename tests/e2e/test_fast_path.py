@@ -44,7 +44,7 @@ def test_the_fast_word_count_reports_the_words_it_fed(cluster: Cluster) -> None:
     cluster.up(2, FAST)
     result = cluster.feed(*EXAMPLE_BOOKS, job=FAST)
     expected = word_counts(EXAMPLE_BOOKS)
-    assert f"fed {sum(expected.values())} tuples" in result.stdout
+    assert f"fed {sum(expected.values()):,} tuples" in result.stdout
     assert cluster.counts() == expected
 
 

@@ -8,9 +8,9 @@ import time
 
 import pytest
 
-from ring.ids import NodeId
 from smr.client import Client
 from smr.protocol import RequestId, ViewReply, encode, pack_body
+from smr.ring.ids import NodeId
 from smr.transport.zeromq import Outbox
 from tests.e2e.conftest import EXAMPLE_BOOKS, JOB, Cluster, word_counts
 

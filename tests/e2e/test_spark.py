@@ -82,6 +82,10 @@ def test_spark_feed_delivers_every_word_exactly(cluster: Cluster, tmp_path: Path
         r"records read in 3 batches \(every tuple acked\), [\d.]+ s in all", result.stdout
     )
     assert cluster.counts() == word_counts(paths)
+    # The JVM's start-up warnings are kept in the cluster's logs, off the terminal.
+    for jvm_line in ("Using incubator modules", "Setting default log level"):
+        assert jvm_line not in result.stderr, result.stderr
+    assert (cluster.dir / "logs" / "spark-feed.log").is_file()
 
 
 @pytest.mark.slow
@@ -220,7 +224,7 @@ def test_a_failed_query_still_says_what_it_fed_before_the_error(
     )
     assert result.returncode == 1, result.stderr
     assert re.search(
-        r"^fed 3 tuples from 2 records read in 1 batches .*s in all$", result.stdout, re.M
+        r"^fed 3 tuples from 2 records read in 1 batch .*s in all$", result.stdout, re.M
     ), result.stdout
     assert result.stderr.strip().splitlines()[-1].startswith("smr: error: ")
 

@@ -19,7 +19,7 @@ def test_three_nodes_count_two_shared_books_exactly(cluster: Cluster) -> None:
     cluster.up(3)
     result = cluster.feed(*books)
     expected = word_counts(books)
-    assert f"fed {sum(expected.values())} tuples" in result.stdout
+    assert f"fed {sum(expected.values()):,} tuples" in result.stdout
     assert cluster.counts() == expected
 
 

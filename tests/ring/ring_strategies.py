@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from hypothesis import strategies as st
 
-from ring import Member, NodeId, Ring, Status, Token, View, slot_count
+from smr.ring import Member, NodeId, Ring, Status, Token, View, slot_count
 
 # Members placement ignores (a joining member is an extra secondary: tests of its own).
 NON_OWNING_STATUSES = (Status.DEAD, Status.STANDBY)

@@ -6,8 +6,8 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ring.failure import FailureDetector, Verdict, may_declare_dead
-from ring.ids import NodeId
+from smr.ring.failure import FailureDetector, Verdict, may_declare_dead
+from smr.ring.ids import NodeId
 
 A, B = NodeId("a"), NodeId("b")
 # Two more owners, heard from at every judgement below unless a test says otherwise: with the

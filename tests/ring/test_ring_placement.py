@@ -6,7 +6,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from ring import (
+from smr.ring import (
     Member,
     NodeId,
     Ring,
@@ -18,8 +18,8 @@ from ring import (
     View,
     even_tokens,
 )
-from ring.placement import grown_clockwise, taken_over_in
-from ring.view import successor_takes_over
+from smr.ring.placement import grown_clockwise, taken_over_in
+from smr.ring.view import successor_takes_over
 from tests.ring.ring_strategies import Placed, member, placed_views, primaries, sample_slots
 
 # Rings of up to 2**16 slots are rebuilt per example; no per-example deadline for that.
@@ -316,9 +316,9 @@ def test_token_type_is_an_int_slot_number() -> None:
 def test_predecessors_are_exactly_the_owners_whose_replica_sets_include_the_node(
     sized_tokens: tuple[int, list[int]], r: int
 ) -> None:
-    from ring.ids import NodeId, Token
-    from ring.placement import Ring
-    from ring.view import Member, Status, View
+    from smr.ring.ids import NodeId, Token
+    from smr.ring.placement import Ring
+    from smr.ring.view import Member, Status, View
 
     n, tokens = sized_tokens
     view = View(
@@ -353,7 +353,7 @@ def test_a_takeover_then_a_move_of_the_takers_top_does_not_grow_it_clockwise(
 ) -> None:
     # The taker's start moves back (the takeover) and its end moves back too (it handed the
     # top of its range on): it grew counter-clockwise only.
-    from ring.moves import moved_view, plan_move
+    from smr.ring.moves import moved_view, plan_move
 
     view, slot_bits = placed.view, placed.slot_bits
     owners = [m.node_id for m in placed.owners]
@@ -370,7 +370,7 @@ def test_a_takeover_then_a_move_of_the_takers_top_does_not_grow_it_clockwise(
 
 
 def test_a_leaver_regaining_its_range_is_growth_only_if_its_receiver_died_untaken() -> None:
-    from ring.view import hand_over_all, with_status
+    from smr.ring.view import hand_over_all, with_status
 
     view = View([member("a", 0), member("b", 4), member("c", 8), member("d", 12)])
     leaving = with_status(view, NodeId("b"), Status.LEAVING)

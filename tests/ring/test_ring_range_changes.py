@@ -8,7 +8,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from ring import (
+from smr.ring import (
     NodeId,
     Ring,
     Slot,

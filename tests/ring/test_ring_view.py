@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ring import OWNING_STATUSES, Member, NodeId, Status, Token, View
+from smr.ring import OWNING_STATUSES, Member, NodeId, Status, Token, View
 from tests.ring.ring_strategies import any_members, colliding_members, colliding_views, member
 
 # -- merge ------------------------------------------------------------------------------------

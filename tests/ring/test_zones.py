@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ring import Member, NodeId, Ring, Status, Token, View, even_tokens
-from ring.zones import (
+from smr.ring import Member, NodeId, Ring, Status, Token, View, even_tokens
+from smr.ring.zones import (
     join_position,
     join_positions,
     one_zone_ranges,

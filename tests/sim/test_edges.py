@@ -11,13 +11,13 @@ from typing import Any
 
 import pytest
 
-from checkpoint.delta import encode_delta
-from checkpoint.store import StateStore
-from ring.hashing import slot_of
-from ring.ids import NodeId, Slot
-from ring.view import View
+from smr.checkpoint.delta import encode_delta
+from smr.checkpoint.store import StateStore
 from smr.faults import FaultSchedule, Kill
 from smr.node.disk import DiskState
+from smr.ring.hashing import slot_of
+from smr.ring.ids import NodeId, Slot
+from smr.ring.view import View
 from smr.sim import SimConfig, Simulation, SimulationFailure, SweepOptions, run_seed
 from smr.sim import reuse as reuse_module
 from smr.sim.disk import SimFiles, disk_of

@@ -7,7 +7,6 @@ import random
 
 import pytest
 
-from ring.ids import NodeId
 from smr.fault_draws import random_schedule
 from smr.faults import (
     Delay,
@@ -20,6 +19,7 @@ from smr.faults import (
     lost_nodes,
     within_tolerance,
 )
+from smr.ring.ids import NodeId
 
 NODES = [NodeId(f"n{i}") for i in range(5)]
 SAFE_MS = Tolerance().silence_safe_ms

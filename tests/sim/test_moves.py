@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from ring.ids import NodeId
-from ring.view import Status
 from smr.faults import Delay, Fault, FaultSchedule, Join, Kill, Move, Partition, Pause
+from smr.ring.ids import NodeId
+from smr.ring.view import Status
 from smr.sim import SimConfig, SimResult, Simulation, SweepOptions, run_seed
 from tests.sim.test_simulation import BIG, LOSSY
 

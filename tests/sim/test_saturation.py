@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ring.ids import NodeId
-from ring.view import Status
 from smr.faults import FaultSchedule, Join
+from smr.ring.ids import NodeId
+from smr.ring.view import Status
 from smr.sim import SimConfig, Simulation
 
 # Four nodes of 400 tuples/s against two mappers emitting 50 tuples each 20 ms (5,000/s).

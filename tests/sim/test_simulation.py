@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from ring.ids import NodeId
-from ring.view import Status
 from smr.faults import Fault, FaultSchedule, Kill, Partition, Pause
 from smr.protocol import Kind, SnapshotChunk, decode
+from smr.ring.ids import NodeId
+from smr.ring.view import Status
 from smr.scenarios import SCENARIOS, Scenario
 from smr.sim import (
     NetworkSettings,

@@ -8,8 +8,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ring.ids import Epoch, NodeId
 from smr.protocol import Ack, Batch, Message, decode, encode
+from smr.ring.ids import Epoch, NodeId
 
 
 def _refuse(node: NodeId, frames: Sequence[bytes]) -> bool:

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from ring.ids import NodeId, Token
 from smr import ring_ops
 from smr.autoscale.controller import Controller
 from smr.autoscale.observe import Decision
 from smr.autoscale.policies import PolicyRunner
 from smr.client import NodeUnreachable
+from smr.ring.ids import NodeId, Token
 from smr.spec import ClusterSpec, NodeSpec, write_spec
 
 

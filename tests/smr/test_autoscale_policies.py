@@ -10,7 +10,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ring.ids import NodeId
 from smr.autoscale.capacity import (
     Capacities,
     CapacityConfig,
@@ -38,6 +37,7 @@ from smr.autoscale.reactive import (
     target_util,
     thresholds,
 )
+from smr.ring.ids import NodeId
 
 
 def report(

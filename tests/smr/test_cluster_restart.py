@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from checkpoint.store import StateStore
-from ring.ids import Slot
-from ring.placement import SlotRange
 from smr import cluster as local_cluster
+from smr.checkpoint.store import StateStore
 from smr.node.disk import DiskState
+from smr.ring.ids import Slot
+from smr.ring.placement import SlotRange
 from smr.spec import DATA_DIR_KEY, ClusterError, write_spec
 
 JOB = "examples.wordcount:job"

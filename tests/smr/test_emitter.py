@@ -9,13 +9,13 @@ from typing import Any
 
 import pytest
 
-from checkpoint.ids import MapperId
-from ring.hashing import slot_of
-from ring.ids import Epoch, NodeId, Token
-from ring.view import Member, Status, View
 from smr.channels import encode_within
+from smr.checkpoint.ids import MapperId
 from smr.emitter import BATCH_BYTES_DEFAULT, SEQ_MAX, Emitter
 from smr.protocol import Ack, Batch, decode, encode
+from smr.ring.hashing import slot_of
+from smr.ring.ids import Epoch, NodeId, Token
+from smr.ring.view import Member, Status, View
 from smr.values import EmitError
 from tests.smr.links import AckingTransport, _AckingEnd
 

@@ -10,14 +10,9 @@ from typing import Any
 
 import pytest
 
-from checkpoint.ids import MapperId
-from ring.hashing import even_tokens, slot_of
-from ring.ids import NodeId, Slot
-from ring.moves import moved_view, plan_move
-from ring.placement import Ring
-from ring.view import Member, Status, View
 from smr.batch_body import decode_batch_body
 from smr.channels import DeliveryError
+from smr.checkpoint.ids import MapperId
 from smr.emitter import Emitter
 from smr.protocol import (
     Ack,
@@ -29,6 +24,11 @@ from smr.protocol import (
     encode,
     pack_body,
 )
+from smr.ring.hashing import even_tokens, slot_of
+from smr.ring.ids import NodeId, Slot
+from smr.ring.moves import moved_view, plan_move
+from smr.ring.placement import Ring
+from smr.ring.view import Member, Status, View
 from tests.smr.links import RecordingTransport
 
 SLOT_BITS = 8

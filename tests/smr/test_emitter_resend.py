@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import pytest
 
-from checkpoint.ids import MapperId
-from ring.hashing import even_tokens, slot_of
-from ring.ids import NodeId
-from ring.placement import Ring
-from ring.view import Member, Status, View
 from smr.channels import DeliveryError
+from smr.checkpoint.ids import MapperId
 from smr.emitter import Emitter
 from smr.protocol import Ack, Batch, ChannelNumber, Nack, encode
+from smr.ring.hashing import even_tokens, slot_of
+from smr.ring.ids import NodeId
+from smr.ring.placement import Ring
+from smr.ring.view import Member, Status, View
 from tests.smr.links import OutageTransport, RecordingTransport
 
 SLOT_BITS = 8

@@ -7,13 +7,13 @@ import io
 from pathlib import Path
 from typing import Any
 
-from checkpoint.ids import MapperId
-from ring.ids import NodeId, Token
-from ring.view import Member, Status, View
 from smr.api import Job
 from smr.batch_body import decode_batch_body
+from smr.checkpoint.ids import MapperId
 from smr.emitter import Emitter
 from smr.feed import _file_records, feed
+from smr.ring.ids import NodeId, Token
+from smr.ring.view import Member, Status, View
 from tests.smr.links import AckingTransport
 
 SLOT_BITS = 6

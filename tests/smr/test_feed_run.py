@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from ring.hashing import even_tokens
-from ring.ids import Incarnation, NodeId
-from ring.view import Member, Status, View
 from smr.feed_run import FeedNotResumable, _owners, check_combine_resumable
+from smr.ring.hashing import even_tokens
+from smr.ring.ids import Incarnation, NodeId
+from smr.ring.view import Member, Status, View
 
 
 def _view(*names: str) -> View:

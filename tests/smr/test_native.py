@@ -11,12 +11,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from checkpoint import kernels
-from checkpoint.bulk import apply_folds
-from checkpoint.delta import Delta
-from checkpoint.hwm import cut
-from checkpoint.kernels import IN_FORCE, group_add
-from checkpoint.store import StateStore
 from smr import agg, native
 from smr.batch_body import (
     decode_batch_body,
@@ -24,6 +18,12 @@ from smr.batch_body import (
     encode_batch_body,
     encode_batch_body_python,
 )
+from smr.checkpoint import kernels
+from smr.checkpoint.bulk import apply_folds
+from smr.checkpoint.delta import Delta
+from smr.checkpoint.hwm import cut
+from smr.checkpoint.kernels import IN_FORCE, group_add
+from smr.checkpoint.store import StateStore
 from smr.protocol import FrameError
 
 pytestmark = pytest.mark.skipif(

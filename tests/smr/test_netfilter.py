@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ring.ids import NodeId
 from smr.fault_backends import emulated_rules, parse_duration_ms, parse_groups
 from smr.protocol import unpack_body
+from smr.ring.ids import NodeId
 from smr.transport.netfilter import (
     HELD_MESSAGES_MAX,
     RETRANSMIT_MS,

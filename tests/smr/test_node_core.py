@@ -11,15 +11,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from checkpoint.ids import MapperId
-from checkpoint.loss import mark_lost
-from checkpoint.store import StateStore
-from ring.hashing import slot_of
-from ring.ids import Epoch, NodeId, Slot, Token
-from ring.placement import Ring, Role
-from ring.view import Member, Status, View
 from smr.api import Job
 from smr.batch_body import encode_batch_body
+from smr.checkpoint.ids import MapperId
+from smr.checkpoint.loss import mark_lost
+from smr.checkpoint.store import StateStore
 from smr.node import NodeCore
 from smr.node.core import MESSAGES_PER_TURN_MAX
 from smr.output import OutputSink
@@ -44,6 +40,10 @@ from smr.protocol import (
     pack_body,
     unpack_body,
 )
+from smr.ring.hashing import slot_of
+from smr.ring.ids import Epoch, NodeId, Slot, Token
+from smr.ring.placement import Ring, Role
+from smr.ring.view import Member, Status, View
 from tests.smr.links import CallbackLinks
 
 SLOT_BITS = 8

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from ring.ids import Slot
-from ring.placement import SlotRange
 from smr.node.load import RATE_HALF_LIFE_S, SAMPLE_EVERY_BATCHES, LoadMeter
+from smr.ring.ids import Slot
+from smr.ring.placement import SlotRange
 
 
 class Clock:

@@ -7,13 +7,9 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from checkpoint.ids import MapperId
-from ring.hashing import even_tokens, slot_of
-from ring.ids import NodeId
-from ring.placement import Ring, Role
-from ring.view import Member, Status, View, hand_over_all, successor_takes_over, with_status
 from smr.api import Job
 from smr.batch_body import encode_batch_body
+from smr.checkpoint.ids import MapperId
 from smr.emitter import Emitter
 from smr.node import NodeCore, NodeSettings
 from smr.node.replication import EVICT_SCANS_PER_STEP
@@ -37,6 +33,10 @@ from smr.protocol import (
     pack_body,
     unpack_body,
 )
+from smr.ring.hashing import even_tokens, slot_of
+from smr.ring.ids import NodeId
+from smr.ring.placement import Ring, Role
+from smr.ring.view import Member, Status, View, hand_over_all, successor_takes_over, with_status
 from smr.sim import MemoryOutput
 from tests.smr.links import CallbackLinks, RecordingTransport
 

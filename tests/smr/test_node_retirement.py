@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from checkpoint.ids import MapperId, Seq
-from ring.hashing import slot_of
-from ring.ids import NodeId
+from smr.checkpoint.ids import MapperId, Seq
 from smr.node import NodeCore
 from smr.node.settings import NodeSettings
 from smr.output import OutputSink
 from smr.protocol import Ack, Error, MapperDone, Pong, RequestId, encode
+from smr.ring.hashing import slot_of
+from smr.ring.ids import NodeId
 from tests.smr.links import CallbackLinks
 from tests.smr.test_node_core import JOB, SLOT_BITS, Harness
 

@@ -10,11 +10,8 @@ from typing import Any
 
 import pytest
 
-from checkpoint.delta import encode_delta
-from ring.hashing import slot_of
-from ring.ids import NodeId, Slot
-from ring.invariants import InvariantViolation
 from smr.api import Job
+from smr.checkpoint.delta import encode_delta
 from smr.node.reducer import Reducer
 from smr.protocol import (
     Ack,
@@ -32,6 +29,9 @@ from smr.protocol import (
     pack_body,
     unpack_body,
 )
+from smr.ring.hashing import slot_of
+from smr.ring.ids import NodeId, Slot
+from smr.ring.invariants import InvariantViolation
 from tests.smr.test_node_core import PEER, SLOT_BITS, Harness
 
 

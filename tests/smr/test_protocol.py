@@ -9,9 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from checkpoint.ids import CheckpointNumber, MapperId
-from ring.ids import Epoch, Incarnation, NodeId, Slot
 from smr.batch_body import decode_batch_body, decode_batch_ids, encode_batch_body
+from smr.checkpoint.ids import CheckpointNumber, MapperId
 from smr.protocol import (
     PROTOCOL_VERSION,
     Batch,
@@ -39,6 +38,7 @@ from smr.protocol import (
     encode_raw,
     header_of,
 )
+from smr.ring.ids import Epoch, Incarnation, NodeId, Slot
 
 SLOT_COUNT = 1 << 14
 

@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from ring.ids import NodeId, Token
 from smr.client import NodeUnreachable
 from smr.provision import StandbyPool
+from smr.ring.ids import NodeId, Token
 from smr.spec import NodeSpec
 
 

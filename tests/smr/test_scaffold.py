@@ -11,7 +11,7 @@ import pytest
 
 import smr
 from smr.api import load_job
-from smr.cli import main
+from smr.cli_main import main
 from smr.scaffold import FILES, job_name
 from smr.testing import run_job
 
@@ -84,7 +84,7 @@ sys.meta_path.insert(0, NoPySpark())
 
 def test_without_pyspark_spark_feed_says_how_to_install_it_in_one_line(tmp_path: Path) -> None:
     program = WITHOUT_PYSPARK + (
-        "from smr.cli import main\n"
+        "from smr.cli_main import main\n"
         f"main(['spark-feed', '--cluster', {str(tmp_path)!r}, '--input', {str(tmp_path)!r}])\n"
     )
     done = subprocess.run(
@@ -92,7 +92,8 @@ def test_without_pyspark_spark_feed_says_how_to_install_it_in_one_line(tmp_path:
     )
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
-        "smr: error: the Spark tier needs pyspark, which is not installed: pip install 'smr[spark]'"
+        "smr: error: the Spark tier needs pyspark, which is not installed: "
+        "pip install 'smr-ring[spark]'"
     ]
 
 
@@ -111,6 +112,6 @@ def test_without_pyspark_import_smr_spark_says_how_to_install_it() -> None:
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == [
         "SparkMissing the Spark tier needs pyspark, which is not installed: "
-        "pip install 'smr[spark]'",
+        "pip install 'smr-ring[spark]'",
         "rest ok",
     ]

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from ring.ids import NodeId, Token
+from smr.ring.ids import NodeId, Token
 from smr.spec import (
     CLUSTER_FILE,
     ClusterError,

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from ring.ids import NodeId
-from ring.view import Member, Status, View
 from smr import status_view
+from smr.ring.ids import NodeId
+from smr.ring.view import Member, Status, View
 
 UP: dict[str, Any] = {
     "node": "n0",

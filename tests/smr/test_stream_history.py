@@ -11,13 +11,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from checkpoint.ids import MapperId
-from ring.hashing import even_tokens
-from ring.ids import NodeId, Slot
-from ring.placement import Ring, SlotRange
-from ring.view import Member, Status, View
+from smr.checkpoint.ids import MapperId
 from smr.client import NodeUnreachable
 from smr.protocol import HistoryReply, RequestId
+from smr.ring.hashing import even_tokens
+from smr.ring.ids import NodeId, Slot
+from smr.ring.placement import Ring, SlotRange
+from smr.ring.view import Member, Status, View
 from smr.stream_history import (
     HistoryUnknown,
     MapperHistory,

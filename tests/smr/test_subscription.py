@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from ring.ids import NodeId, Token
-from ring.view import Member, Status, View
 from smr import subscription as subscription_module
 from smr.client import NodeUnreachable
 from smr.protocol import OutputReply, RequestId
+from smr.ring.ids import NodeId, Token
+from smr.ring.view import Member, Status, View
 from smr.subscription import Subscription
 
 

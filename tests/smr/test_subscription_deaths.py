@@ -17,12 +17,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ring.ids import NodeId, Token
-from ring.view import Member, Status, View
 from smr import subscription as subscription_module
 from smr.client import NodeRefused, NodeUnreachable
 from smr.output import OutputFiles, OutputGone, OutputMissing, OutputSink, parse_line
 from smr.protocol import OutputReply, RequestId
+from smr.ring.ids import NodeId, Token
+from smr.ring.view import Member, Status, View
 from smr.subscription import Subscription
 
 NODES = ("a", "b", "c")

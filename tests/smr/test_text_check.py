@@ -1,4 +1,4 @@
-"""``smr feed`` warns about input that does not look like text (and feeds it anyway)."""
+"""``smr feed`` tells input that does not look like text (and refuses it without --binary-ok)."""
 
 from __future__ import annotations
 

@@ -17,17 +17,17 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from checkpoint.delta import decode_delta, encode_delta
-from checkpoint.ids import MapperId
-from checkpoint.store import StateStore
-from ring.ids import NodeId, Token
-from ring.view import Member, Status, View
 from smr.api import Job
 from smr.batch_body import decode_batch_body
+from smr.checkpoint.delta import decode_delta, encode_delta
+from smr.checkpoint.ids import MapperId
+from smr.checkpoint.store import StateStore
 from smr.emitter import Emitter
 from smr.node.reducer import Reducer
 from smr.output import OutputSink
 from smr.protocol import pack_body, unpack_body
+from smr.ring.ids import NodeId, Token
+from smr.ring.view import Member, Status, View
 from smr.values import EmitError, StateValueError, check_state, row_bytes
 from tests.smr.links import AckingTransport
 
