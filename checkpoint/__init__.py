@@ -1,6 +1,7 @@
 """Pure checkpoint logic of smr: per-slot keyed state, dedup hwms, deltas and their encoding.
 
-No I/O and nothing from ``smr``: the node wires this to sockets and timers (DESIGN section 2).
+No I/O and nothing from ``smr``: the node wires this to sockets and timers
+(docs/design/architecture.md#layout).
 ``StateStore`` keeps a node's state in master / inactive / active fragments and drops duplicate
 tuples by per-``(mapper, slot)`` high-water marks; ``swap`` / ``merge_inactive`` run the
 checkpoint cycle, and ``encode_delta`` / ``decode_delta`` carry its deltas to the secondaries.

@@ -1,9 +1,9 @@
 """What a secondary holds for one primary beside its replica (``checkpoint.replica``): a backup
 of its tuples.
 
-A secondary of a slot range (DESIGN sections 4-6) receives, from every mapper, the same tuple
-batches as the range's primary, and from the primary its numbered incremental checkpoints. The
-life of a backed-up batch:
+A secondary of a slot range (docs/design/architecture.md#data-path to #failures) receives, from
+every mapper, the same tuple batches as the range's primary, and from the primary its numbered
+incremental checkpoints. The life of a backed-up batch:
 
 1. The node receives a batch body, builds a ``BackedUpBatch`` (the body untouched, since
    decoding every tuple is costly, PERF-NOTES, plus a summary: its tuple count and the highest
@@ -112,7 +112,7 @@ class BackupFull(Exception):
     """Storing a batch would take a ``TupleBackup`` past its ``backup_bytes_max``; nothing was
     stored. The node must not ack the batch (the mapper keeps it and resends it later, so
     nothing acked is lost) and should ask the primary for an early checkpoint, whose eviction
-    makes room (DESIGN section 5)."""
+    makes room (docs/design/architecture.md#state)."""
 
     def __init__(self, batch_bytes: int, bytes_held: int, backup_bytes_max: int) -> None:
         super().__init__(

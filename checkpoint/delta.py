@@ -1,9 +1,9 @@
 """Checkpoint deltas and their wire encoding.
 
-A ``Delta`` is what a primary ships to a slot range's secondaries at each checkpoint (DESIGN
-section 5): the fields that changed since the previous checkpoint, deleted fields as
-``TOMBSTONE``, and the hwm vectors of the slots whose hwm moved. A full snapshot of some slots
-(for re-replication and handoff) is a ``Delta`` without tombstones.
+A ``Delta`` is what a primary ships to a slot range's secondaries at each checkpoint
+(docs/design/architecture.md#state): the fields that changed since the previous checkpoint, deleted
+fields as ``TOMBSTONE``, and the hwm vectors of the slots whose hwm moved. A full snapshot of some
+slots (for re-replication and handoff) is a ``Delta`` without tombstones.
 
 Wire format, version 2 (msgpack): one array ``[version, states, hwms, retired]``;
 ``states`` maps slot (int) -> key (str or int) -> field (str) -> value, ``hwms`` maps

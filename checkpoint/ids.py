@@ -26,7 +26,8 @@ FieldValue: TypeAlias = Any
 """The value of one field of a key's state (ideally a scalar or a tuple, see PERF-NOTES)."""
 
 KeyState: TypeAlias = dict[str, Any]
-"""A key's state: field name -> value, e.g. ``{"count": 3}`` (DESIGN section 5, two levels)."""
+"""A key's state: field name -> value, e.g. ``{"count": 3}`` (docs/design/architecture.md#state, two
+levels)."""
 
 Fragment: TypeAlias = dict[Slot, dict[Key, dict[str, Any]]]
 """slot -> key -> field -> value; in a delta or an unmerged fragment a value may be TOMBSTONE."""

@@ -1,4 +1,4 @@
-"""Loss beyond tolerance, made loud and durable (DESIGN section 6).
+"""Loss beyond tolerance, made loud and durable (docs/design/architecture.md#failures).
 
 When more adjacent nodes fail than the replication factor, the node that takes over a range
 may hold no copy of some of its slots: their state is gone. Those slots must not come back

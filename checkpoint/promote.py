@@ -1,4 +1,5 @@
-"""Promote: turn a secondary's copies of a dead primary into primary state (DESIGN section 6).
+"""Promote: turn a secondary's copies of a dead primary into primary state
+(docs/design/architecture.md#failures).
 
 A secondary holds, for each primary it backs up, a ``PeerReplica`` (the primary's state as of
 its last checkpoint applied here) and a ``TupleBackup`` (the batches no checkpoint covers yet).

@@ -1,5 +1,5 @@
 """A secondary's replica of one primary's state, fed by numbered checkpoints and snapshots
-(DESIGN section 5); the tuples beside it are in ``checkpoint.backup``.
+(docs/design/architecture.md#state); the tuples beside it are in ``checkpoint.backup``.
 
 Pure logic: no I/O, nothing from ``smr``.
 """

@@ -1,4 +1,5 @@
-"""Per-slot keyed state of one node, in three fragments, with per-slot dedup (DESIGN section 5).
+"""Per-slot keyed state of one node, in three fragments, with per-slot dedup
+(docs/design/architecture.md#state).
 
 The life of a tuple here: the node hands a batch from one mapper to ``StateStore.apply_batch``,
 which drops duplicates by the ``(mapper, slot)`` high-water mark (hwm), reduces the rest into

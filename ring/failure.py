@@ -1,4 +1,4 @@
-"""Failure detection as a pure decision procedure (DESIGN section 6).
+"""Failure detection as a pure decision procedure (docs/design/architecture.md#failures).
 
 A node watches the owners it backs up (its counter-clockwise neighbours, nearest first). Any
 message from a watched node counts as a sign of life. The procedure, per watched node, in

@@ -1,6 +1,6 @@
 """Range moves: which nodes a move of a range to the clockwise neighbour involves, and the
-view it ends in (DESIGN section 7). Pure functions, so that the node, the simulation and the
-property tests decide alike.
+view it ends in (docs/design/architecture.md#moves). Pure functions, so that the node, the
+simulation and the property tests decide alike.
 
 A move hands the top ``[split, end)`` of a giver's range (or all of it: a leave) to the
 giver's clockwise neighbour, the receiver, which already holds a replica of those slots and

@@ -1,7 +1,7 @@
 """Placement: which live owner is primary for a slot, and which owners back it up.
 
 `Ring` turns a `View` into the routing tables a mapper and a node use per tuple; it is built
-once per view and then only read. The rules (DESIGN section 1):
+once per view and then only read. The rules (docs/design/architecture.md#words):
 
 - the primary of a slot is the owner with the greatest token ``<=`` slot, wrapping to the
   owner with the greatest token (the paper's "nearest counter-clockwise");
@@ -10,10 +10,12 @@ once per view and then only read. The rules (DESIGN section 1):
 - a *joiner* (a member with status ``joining``) at token ``t`` owns nothing yet, but is an
   extra secondary of every owner whose replica set will hold it once it owns ``[t, ...)``:
   the owner ``P`` whose range holds ``t`` and the ``r - 1`` owners before ``P``. So it
-  receives their tuples, snapshots and checkpoints while it catches up (DESIGN section 7),
-  and when it becomes an owner, every replica set it enters already has its copy.
+  receives their tuples, snapshots and checkpoints while it catches up
+  (docs/design/architecture.md#moves), and when it becomes an owner, every replica set it enters
+  already has its copy.
 
-`split_at_load_median` decides where an overloaded owner splits its range (DESIGN section 7).
+`split_at_load_median` decides where an overloaded owner splits its range
+(docs/design/architecture.md#moves).
 """
 
 from __future__ import annotations
@@ -218,9 +220,9 @@ class Ring:
     def predecessors(self, node_id: NodeId, r: int) -> tuple[NodeId, ...]:
         """The owners whose secondaries include `node_id`: the next ``min(r, n - 1)`` owners
         counter-clockwise of it, nearest first. These are the nodes whose tuples and state
-        `node_id` backs up, and so the ones it watches for failure (DESIGN section 6); for a
-        joiner, the owners it is an extra secondary of (`joined_owners`), which it backs up
-        but does not watch.
+        `node_id` backs up, and so the ones it watches for failure
+        (docs/design/architecture.md#failures); for a joiner, the owners it is an extra secondary of
+        (`joined_owners`), which it backs up but does not watch.
 
         Empty if `node_id` is neither an owner nor a joiner. Raises `ValueError` if ``r < 0``.
         """
@@ -422,8 +424,8 @@ def _regained_with_no_takeover(old: Ring, new: Ring, node_id: NodeId) -> bool:
 
 
 def split_at_load_median(rng: SlotRange, load: Mapping[Slot, float]) -> Slot:
-    """Where to split `rng` so that each part carries about half its load (DESIGN
-    section 7): `split_at_load_share` with a lower part of one half."""
+    """Where to split `rng` so that each part carries about half its load
+    (docs/design/architecture.md#moves): `split_at_load_share` with a lower part of one half."""
     return split_at_load_share(rng, load, 0.5)
 
 

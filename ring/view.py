@@ -1,4 +1,5 @@
-"""The view: the membership table every node and mapper routes by (DESIGN section 3).
+"""The view: the membership table every node and mapper routes by
+(docs/design/architecture.md#view).
 
 A `View` is an immutable value: a table of one `Member` entry per node. Views spread by gossip
 and are combined with `View.merge`, which is commutative, associative and idempotent, so every
@@ -8,8 +9,8 @@ Who may write what (the protocol, not enforced here): only a node changes its ow
 raises its version each time; any node may mark another dead by writing that entry with
 ``version + 1``; a node that learns it was marked dead rejoins as a new incarnation with
 empty state. The two range changes that other nodes compute are pure functions here:
-`successor_takes_over` (after a failure, DESIGN section 6) and `grant_range` (a handoff,
-DESIGN section 7).
+`successor_takes_over` (after a failure, docs/design/architecture.md#failures) and `grant_range` (a
+handoff, docs/design/architecture.md#moves).
 """
 
 from __future__ import annotations
@@ -126,9 +127,9 @@ class Member:
 
         Highest incarnation first; within an incarnation a `dead` entry beats every live one,
         and then the highest version wins. Dead ranks above version, not below it, because
-        DESIGN section 3 makes dead final for its incarnation: a node cut off by a partition
-        may keep raising its own version after a peer marked it dead, and must not come back
-        to life when the partition heals (it learns it is dead and rejoins as a new
+        docs/design/architecture.md#view makes dead final for its incarnation: a node cut off by a
+        partition may keep raising its own version after a peer marked it dead, and must not come
+        back to life when the partition heals (it learns it is dead and rejoins as a new
         incarnation: that is the fencing). It differs from "highest version wins, dead wins on
         equal versions" only where a live entry of the marked incarnation has a higher
         version than the mark, which is exactly that resurrection.
@@ -266,7 +267,7 @@ class View:
     def merge(self, other: View) -> View:
         """The view holding, per node id, the entry with the highest `Member.precedence`
         among the two views: highest incarnation, then `dead` (final for its incarnation),
-        then highest version (DESIGN section 3).
+        then highest version (docs/design/architecture.md#view).
 
         Guarantees: commutative, associative, idempotent; the result's epoch is at least the
         epoch of each input.
@@ -282,8 +283,8 @@ class View:
 
     def mark_dead(self, node_id: NodeId) -> View:
         """This view with `node_id`'s entry rewritten as `dead` at ``version + 1``, the write
-        any node may make about another (DESIGN section 3). Raises `KeyError` if the node is
-        not in the view."""
+        any node may make about another (docs/design/architecture.md#view). Raises `KeyError` if the
+        node is not in the view."""
         member = self._members.get(node_id)
         if member is None:
             raise KeyError(f"cannot mark {node_id!r} dead: it is not in the view")
@@ -371,7 +372,7 @@ def _clockwise_neighbour(owners: Sequence[Member], member: Member) -> Member | N
 
 def successor_takes_over(view: View, dead: NodeId) -> View:
     """The view after `dead`'s first live clockwise neighbour takes over its range
-    (DESIGN section 6).
+    (docs/design/architecture.md#failures).
 
     Steps:
       1. mark `dead` dead (``version + 1``), unless it already is;
@@ -422,8 +423,8 @@ def _strictly_inside(split: int, start: int, end: int) -> bool:
 
 def grant_range(view: View, owner: NodeId, split: Token) -> View:
     """The view after `owner` grants the top of its range, ``[split, end)``, to its clockwise
-    neighbour (the handoff of DESIGN section 7): the neighbour moves its token down to
-    `split` and raises its version.
+    neighbour (the handoff of docs/design/architecture.md#moves): the neighbour moves its token down
+    to `split` and raises its version.
 
     Guarantees: exactly the slots ``[split, end)`` of `owner`'s range change primary, all to
     the neighbour, and `owner` keeps ``[token, split)``, which is non-empty. Raises
@@ -450,8 +451,8 @@ def grant_range(view: View, owner: NodeId, split: Token) -> View:
 
 def hand_over_all(view: View, owner: NodeId) -> View:
     """The view after `owner`, leaving, hands its whole range to its clockwise neighbour
-    (a leave, DESIGN section 7): the neighbour moves its token onto `owner`'s and raises
-    its version; on that shared token the neighbour owns the range (``ring_order`` puts a
+    (a leave, docs/design/architecture.md#moves): the neighbour moves its token onto `owner`'s and
+    raises its version; on that shared token the neighbour owns the range (``ring_order`` puts a
     leaving owner first). Only the neighbour's entry changes, written by the neighbour:
     the leaver writes its own (``leaving``, then ``left``), so that a switch undone (the
     neighbour marked dead on its older entry) leaves the leaver owning its range still.

@@ -1,4 +1,4 @@
-"""Fault zones: keep every range's copies in more than one zone (DESIGN section 1).
+"""Fault zones: keep every range's copies in more than one zone (docs/design/architecture.md#words).
 
 A range's replica set is its owner and the next ``r`` owners clockwise, and when the owner
 dies the next owner clockwise takes over, because it already holds the state and the tuples.

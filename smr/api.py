@@ -24,8 +24,8 @@ Faster forms of each, for work in bulk:
   sequences (lists, or anything iterable such as numpy or Arrow arrays) for a list of records.
   If it raises, every record of the list fails.
 
-Reducers must not depend on the order of tuples from different mappers (DESIGN section 4);
-the order of one mapper's tuples for one key is kept.
+Reducers must not depend on the order of tuples from different mappers
+(docs/design/architecture.md#data-path); the order of one mapper's tuples for one key is kept.
 
 A windowed job (``smr.windows``) adds ``event_time(record) -> int`` (milliseconds) and a
 ``window`` spec: ``reduce`` (or its aggregators) then folds each tuple into its key's state

@@ -1,9 +1,11 @@
-"""The body of a tuple batch: columns, encoded once and sent to every replica (DESIGN section 4).
+"""The body of a tuple batch: columns, encoded once and sent to every replica
+(docs/design/architecture.md#data-path).
 
 ``n`` little-endian ``uint32`` slots, ``n`` ``uint64`` seqs and ``n`` ``float64``
 timestamps (fixed width, so their types need no per-tuple check and a secondary reads slots
 and seqs without decoding the rest), then msgpack ``[keys, values]`` (decoded into
-:class:`BatchColumns`). A tuple's identity is ``(mapper id, slot, seq)`` (DESIGN section 1).
+:class:`BatchColumns`). A tuple's identity is ``(mapper id, slot, seq)``
+(docs/design/architecture.md#words).
 Every decode raises :class:`~smr.protocol.FrameError` (and nothing else) on malformed input.
 """
 

@@ -1,5 +1,6 @@
 """An emitter's channels: the numbered stream of batches from one emitter to one node, and the
-batches it holds until every node of their replica set acked them (DESIGN section 4, step 3).
+batches it holds until every node of their replica set acked them
+(docs/design/architecture.md#data-path, step 3).
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""The mapper side of the data path: route, batch, send, track acks (DESIGN section 4).
+"""The mapper side of the data path: route, batch, send, track acks
+(docs/design/architecture.md#data-path).
 
 An :class:`Emitter` belongs to one mapper id. The life of a tuple in it:
 

@@ -1,4 +1,5 @@
-"""Faults as data: typed faults with targets, start times and durations (STYLE item 6).
+"""Faults as data: typed faults with targets, start times and durations
+(docs/design/architecture.md#faults-as-data).
 
 A :class:`FaultSchedule` is a sorted list of faults. The simulator (``smr.sim``) plays one
 against many nodes in one process; the local process backend and the Docker backend can
@@ -32,8 +33,8 @@ The faults:
   join beside ``beside``. A joiner between two nodes only makes them less adjacent, so the
   rules below, which look at the initial ring, stay conservative.
 
-Tolerance (DESIGN section 6, made precise for schedules): :func:`within_tolerance` accepts a
-schedule only if
+Tolerance (docs/design/architecture.md#failures, made precise for schedules):
+:func:`within_tolerance` accepts a schedule only if
 
 1. no more than ``r`` ring-adjacent nodes are ever *lost* (the ring order is the initial
    one, circular, and a lost node never owns slots again, so the rule looks at the whole
@@ -176,7 +177,8 @@ class Stall(_NodeSpan):
     """Stall ``node``'s event loop from ``at_ms`` for ``duration_ms``: one reduce call that
     takes that long (a slow lookup, a GC pause). The node reads nothing and runs no timer
     meanwhile, but it is alive: its heartbeats go on from a thread of their own, so it must
-    not be declared dead for being slow (DESIGN section 6, "slow is not dead")."""
+    not be declared dead for being slow (docs/design/architecture.md#failures, "slow is not
+    dead")."""
 
     VERB: ClassVar[str] = "stall"
 
@@ -372,7 +374,8 @@ class FaultSchedule:
 class Tolerance:
     """The failure detector's timings, in milliseconds, and what they let through.
 
-    The defaults are DESIGN's (``smr.node.NodeSettings``) with the node's 50 ms timer tick.
+    The defaults are those of docs/design/architecture.md (``smr.node.NodeSettings``) with the
+    node's 50 ms timer tick.
     A watcher declares a node dead only after hearing nothing from it for at least
     ``failure_timeout_ms + probe_timeout_ms`` (a dropped connection; on silence alone, a
     suspicion of ``suspicion_timeout_ms`` more, or longer); a node sends a heartbeat to its

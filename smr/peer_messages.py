@@ -1,6 +1,6 @@
-"""The messages between nodes (DESIGN section 9): each a record built on :class:`PeerMessage`,
-which names the sender, its incarnation and its view's epoch. Encoded and decoded by
-:mod:`smr.protocol`, like every message."""
+"""The messages between nodes (docs/design/architecture.md#wire): each a record built on
+:class:`PeerMessage`, which names the sender, its incarnation and its view's epoch. Encoded and
+decoded by :mod:`smr.protocol`, like every message."""
 
 from __future__ import annotations
 
@@ -27,11 +27,11 @@ class PeerMessage:
 @dataclass(frozen=True, slots=True)
 class Heartbeat(PeerMessage):
     """A primary's sign of life to its secondaries, with its load; the body is its view
-    (piggybacked gossip, DESIGN section 3).
+    (piggybacked gossip, docs/design/architecture.md#view).
 
-    The load (DESIGN section 6, "slow is not dead"): ``busy``, its loop is behind its work
-    (tuples wait past one turn's budget, or a reduce call holds the loop: the beat then comes
-    from the node's heartbeat thread); ``stalled_ms``, how long the loop has not read
+    The load (docs/design/architecture.md#failures, "slow is not dead"): ``busy``, its loop is
+    behind its work (tuples wait past one turn's budget, or a reduce call holds the loop: the beat
+    then comes from the node's heartbeat thread); ``stalled_ms``, how long the loop has not read
     messages; ``stuck``, stalled past the node's stuck threshold; ``inbox_tuples``, tuples
     accepted and not applied yet; ``applied_per_s``, its recent apply rate; ``cpu_percent``,
     its process's CPU share (100 per core).

@@ -1,4 +1,5 @@
-"""The wire protocol: versioned msgpack messages, validated on every decode (DESIGN section 9).
+"""The wire protocol: versioned msgpack messages, validated on every decode
+(docs/design/architecture.md#wire).
 
 A message is one ZeroMQ frame (one frame, not three: a multipart send costs about twice a
 single-part one on this transport, and small messages are dominated by per-send cost):

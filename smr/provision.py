@@ -1,4 +1,5 @@
-"""Provisioners: where new nodes come from and where removed ones go (DESIGN section 7).
+"""Provisioners: where new nodes come from and where removed ones go
+(docs/design/architecture.md#moves).
 
 A provisioner starts and stops node processes and lists them; it never decides ranges (the
 nodes do: a started node is on standby until it is asked to join). ``smr scale out`` and

@@ -1,5 +1,5 @@
-"""The messages that read a cluster (DESIGN section 9): state by slot range or by key, the
-reducers' output, by offset or as a published stream, and what the nodes hold of a mapper
+"""The messages that read a cluster (docs/design/architecture.md#wire): state by slot range or by
+key, the reducers' output, by offset or as a published stream, and what the nodes hold of a mapper
 id. Encoded and decoded by :mod:`smr.protocol`, like every message."""
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""The hand-picked fault scenarios, written once as data (DESIGN section 10, STYLE item 6).
+"""The hand-picked fault scenarios, written once as data
+(docs/design/architecture.md#faults-as-data).
 
 Each :class:`Scenario` is a ring, a fault schedule and the outcome it must end with. The
 simulation (``tests/sim``) and the end-to-end tests over real node processes

@@ -1,5 +1,5 @@
-"""Spark as the mapper tier (DESIGN section 8): a Structured Streaming query runs the job's
-``map`` and emits into the ring. The only module that imports pyspark.
+"""Spark as the mapper tier (docs/design/architecture.md#spark): a Structured Streaming query runs
+the job's ``map`` and emits into the ring. The only module that imports pyspark.
 
 The life of a micro-batch ``b`` of query ``Q``:
 

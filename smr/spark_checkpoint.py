@@ -1,4 +1,4 @@
-"""Which life of the cluster a Spark checkpoint fed (DESIGN section 9).
+"""Which life of the cluster a Spark checkpoint fed (docs/design/architecture.md#spark).
 
 A Structured Streaming checkpoint remembers which input it already processed, not where it
 went. After ``smr cluster down`` and ``smr cluster up`` on the same directory the nodes start

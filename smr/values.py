@@ -1,4 +1,4 @@
-"""What a user value may be, checked where it enters (DESIGN section 9).
+"""What a user value may be, checked where it enters (docs/design/architecture.md#mappers).
 
 Two doors, each with a cheap exact-type path for the common case and a full check for the
 rest:

@@ -1,5 +1,5 @@
-"""Neighbour load balance, decided by the nodes themselves (DESIGN section 7; the thesis'
-section 6.5): a node that stays busy asks its clockwise neighbour to take the top of its
+"""Neighbour load balance, decided by the nodes themselves (docs/design/architecture.md#moves; the
+thesis' section 6.5): a node that stays busy asks its clockwise neighbour to take the top of its
 range, and the neighbour accepts only if it is not busy itself. No controller takes part:
 if the autoscale controller is down, balance goes on.
 

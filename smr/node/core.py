@@ -101,7 +101,7 @@ Receive = Callable[[], tuple[bytes, Sequence[bytes]] | None]
 
 
 class Timer(Enum):
-    """The node's timers (DESIGN sections 5 and 6)."""
+    """The node's timers (docs/design/architecture.md#state and #failures)."""
 
     # Every min(TICK_MS, heartbeat_interval_ms / 2): heartbeats, detection, rates, output.
     TICK = "tick"
@@ -277,7 +277,7 @@ class NodeCore:
 
         A handler that raises anything else is counted too (``handler_errors``) and logged
         at most once a second: one message, whatever it holds, never stops the node
-        (DESIGN section 13). Only a broken invariant (``InvariantViolation``) propagates,
+        (docs/design/invariants.md). Only a broken invariant (``InvariantViolation``) propagates,
         since a node must stop loudly rather than go on with state it cannot trust.
         """
         try:

@@ -1,5 +1,5 @@
-"""Handing state back after a false verdict (DESIGN section 6: a node told it is dead while
-alive never just drops its state).
+"""Handing state back after a false verdict (docs/design/architecture.md#failures: a node told it is
+dead while alive never just drops its state).
 
 A takeover that finds slots with no copy (more adjacent failures than ``r``) marks them lost
 and refuses their tuples (``checkpoint.loss``). If one of those failures was a live node

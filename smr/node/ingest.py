@@ -1,7 +1,8 @@
 """Intake: the channels from the emitters, the bounded inbox, dedup and apply, the acks.
 
-Receiving a tuple batch on the channel of emitter stream ``S`` (DESIGN section 4; the
-batch's mapper id is the tuples' identity for dedup, the stream names the channel):
+Receiving a tuple batch on the channel of emitter stream ``S``
+(docs/design/architecture.md#data-path; the batch's mapper id is the tuples' identity for dedup, the
+stream names the channel):
 
 1. Re-base: if the batch's ``base`` (the oldest batch the emitter still holds for this
    channel) is past the number the node expects, expect ``base``: everything below was
@@ -333,7 +334,8 @@ class Ingest:
             return
         lost = sorted(node.ledger.lost_among(slot_set))
         if lost:
-            # Loss beyond tolerance is refused, never folded into empty state (DESIGN 6).
+            # Loss beyond tolerance is refused, never folded into empty state
+            # (docs/design/architecture.md#failures).
             node.counters.batches_refused_offline += 1
             text = (
                 f"the state of slot {lost[0]} (and {len(lost) - 1} more in this batch) was lost: "

@@ -1,4 +1,5 @@
-"""Joins: a standby node takes the top of an owner's range (DESIGN section 7, scale-out).
+"""Joins: a standby node takes the top of an owner's range (docs/design/architecture.md#moves,
+scale-out).
 
 A join is a move (``smr.node.moves``) whose receiver is the joiner J and whose giver P is
 the owner it joins beside; J first catches up as an extra secondary, so the move needs no

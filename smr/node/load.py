@@ -1,5 +1,5 @@
-"""Load seen per slot and per node (DESIGN section 7): what a node applies, where, and at
-what cost; what its heartbeats report and what a range move splits by.
+"""Load seen per slot and per node (docs/design/architecture.md#moves): what a node applies, where,
+and at what cost; what its heartbeats report and what a range move splits by.
 
 Per slot: applied tuples per second, decayed (an exponential moving average over about
 ``RATE_HALF_LIFE_S``), counted on one batch in ``SAMPLE_EVERY_BATCHES`` (scaled back up), so

@@ -1,8 +1,8 @@
 """Membership: the view a node routes by, how it spreads (gossip, heartbeats) and how two
-nodes with different views repair each other (DESIGN section 3).
+nodes with different views repair each other (docs/design/architecture.md#view).
 
-Range moves, joins and leaves (DESIGN section 7) belong here too: they are changes of the
-view that the owner of a range authorises.
+Range moves, joins and leaves (docs/design/architecture.md#moves) belong here too: they are changes
+of the view that the owner of a range authorises.
 """
 
 from __future__ import annotations
@@ -191,10 +191,10 @@ class Membership:
         """The heartbeats a node sends while its loop has been stalled for ``stalled_ms``
         (``stuck`` past its threshold), as ``(node, address, frames)``: while the node's
         loop is stalled in a slow reduce call, a thread of its own (or the simulation) sends
-        them, so that the node is never declared dead for being slow (DESIGN section 6);
-        they say it is busy. They go to every live member, not only the secondaries: a
-        stalled node reads no view change, so it cannot know who watches it now (a
-        predecessor that died meanwhile hands the watch to a node it never beat).
+        them, so that the node is never declared dead for being slow
+        (docs/design/architecture.md#failures); they say it is busy. They go to every live member,
+        not only the secondaries: a stalled node reads no view change, so it cannot know who watches
+        it now (a predecessor that died meanwhile hands the watch to a node it never beat).
 
         Reads only references the loop swaps whole (the view) and plain counters, so it may
         run on another thread while the loop is stalled; it sends nothing itself.

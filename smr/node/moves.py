@@ -1,5 +1,5 @@
 """Moves: the top of a range (or all of it: a leave) handed to the clockwise neighbour by
-promotion, not transfer (DESIGN section 7).
+promotion, not transfer (docs/design/architecture.md#moves).
 
 Three nodes take part (``ring.moves.plan_move``): the giver G; the receiver R, G's clockwise
 neighbour, which already holds a replica of G's range and a backup of its tuples; and the

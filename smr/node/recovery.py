@@ -1,5 +1,5 @@
 """Recovery: failure detection of the predecessors, takeover of a dead one's range, and
-fencing of this node when the view says it is dead (DESIGN section 6).
+fencing of this node when the view says it is dead (docs/design/architecture.md#failures).
 """
 
 from __future__ import annotations

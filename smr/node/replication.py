@@ -1,5 +1,5 @@
 """Replication of tuples and state: the tuple backup and replicas a secondary keeps of each
-primary, and the checkpoint cycle a primary runs (DESIGN section 5).
+primary, and the checkpoint cycle a primary runs (docs/design/architecture.md#state).
 
 As a secondary, a node keeps, per primary whose slots it backs up, a :class:`PeerReplica`
 (the primary's state as of its last checkpoint applied here) and a :class:`TupleBackup`
@@ -173,7 +173,7 @@ class Replication:
         for its primary until a checkpoint covers it; True if kept (the caller then advances
         the channel and acks it in channel order).
 
-        The bound (DESIGN section 5), in two steps:
+        The bound (docs/design/architecture.md#state), in two steps:
 
         1. From ``EARLY_CHECKPOINT_AT_FRACTION`` of ``backup_bytes_max``, ask each primary
            whose batches are held here for an early checkpoint (at most once per heartbeat
@@ -462,8 +462,8 @@ class Replication:
         return True
 
     def start_checkpoint(self) -> bool:
-        """The checkpoint cycle (DESIGN section 5); never waits for the network, except
-        for the output table's commit. Steps 0 and 1 run now, the rest a step per turn
+        """The checkpoint cycle (docs/design/architecture.md#state); never waits for the network,
+        except for the output table's commit. Steps 0 and 1 run now, the rest a step per turn
         (``step_shipping``), so a big checkpoint does not stall the loop: tuples are applied
         between its parts. A cycle still in flight is finished first. False if it did not
         run (step 0).

@@ -1,8 +1,8 @@
 """Retiring finished mappers, so that dedup memory does not grow with every feed ever run.
 
-A node keeps a high-water mark per ``(mapper, slot)`` (DESIGN section 5): a short feed that
-touched 250 slots leaves 250 of them in the primary's store and as many in each replica, and
-nothing removed them. A mapper that has finished says so: once its emitter has drained (every
+A node keeps a high-water mark per ``(mapper, slot)`` (docs/design/architecture.md#state): a short
+feed that touched 250 slots leaves 250 of them in the primary's store and as many in each replica,
+and nothing removed them. A mapper that has finished says so: once its emitter has drained (every
 tuple acked by all the nodes of its set), it sends ``MapperDone(mapper, last)`` to every node
 of its view (``smr.emitter.Emitter.finish``): no tuple of it will ever have a seq above
 ``last``, and every one up to ``last`` is applied at its primary. On a node:

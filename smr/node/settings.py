@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class NodeSettings:
-    """A node's tunables; the defaults are DESIGN's."""
+    """A node's tunables; the defaults are those of docs/design/architecture.md."""
 
     replication: int = 0
     checkpoint_interval_ms: int = 1000

@@ -1,5 +1,5 @@
 """Snapshots: a full copy of a primary's range sent to a secondary in numbered chunks, after
-a range change, a new secondary, or a checkpoint gap (DESIGN section 5).
+a range change, a new secondary, or a checkpoint gap (docs/design/architecture.md#state).
 
 Sending (:meth:`Snapshots._steps`, one chunk per step of the receive loop, so a large range
 never holds the loop for long) and receiving (begin, chunks, end: a missing part aborts the

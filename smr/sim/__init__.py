@@ -1,5 +1,6 @@
-"""The simulated twin of the transport and the clock (STYLE item 5): many nodes in one
-process, in virtual time, under a seeded fault schedule; a failing seed replays exactly.
+"""The simulated twin of the transport and the clock (docs/design/architecture.md#simulation): many
+nodes in one process, in virtual time, under a seeded fault schedule; a failing seed replays
+exactly.
 
 What is real and what is simulated: every node is a real :class:`~smr.node.NodeCore` and
 every mapper a real :class:`~smr.emitter.Emitter`; only the clock (:class:`SimClock`), the

@@ -259,7 +259,7 @@ class Outbox:
 
         A crashed process's sockets are closed by its kernel, so its peers see the drop at
         once; this is how a node suspects a crashed neighbour without waiting for the
-        silence timeout (DESIGN section 6). The first call starts watching.
+        silence timeout (docs/design/architecture.md#failures). The first call starts watching.
         """
         if self._monitor is None:
             self._monitor = self._socket.get_monitor_socket(zmq.EVENT_DISCONNECTED)

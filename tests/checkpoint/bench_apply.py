@@ -23,7 +23,7 @@ from typing import Any
 
 from smr.checkpoint import Key, MapperId, StateStore
 
-SLOT_COUNT = 1 << 14  # DESIGN section 1: SLOT_BITS = 14
+SLOT_COUNT = 1 << 14  # docs/design/architecture.md#words: SLOT_BITS = 14
 
 Batch = tuple[list[int], list[int], list[Key], list[int]]
 

@@ -27,8 +27,9 @@ ring_settings = settings(deadline=None, max_examples=40)
 
 
 def brute_force_primary(owners: list[Member], slot: int) -> NodeId:
-    """DESIGN's definition, literally: the owner with the greatest token <= slot, wrapping to
-    the greatest token overall; ties on a token go to the later node id."""
+    """The definition in docs/design/architecture.md#words, literally: the owner with the greatest
+    token <= slot, wrapping to the greatest token overall; ties on a token go to the later node
+    id."""
     at_or_below = [m for m in owners if m.token <= slot]
     return max(at_or_below or owners, key=lambda m: (m.token, m.node_id)).node_id
 

@@ -84,7 +84,8 @@ def test_a_node_that_owned_nothing_dying_moves_no_slots(status: Status) -> None:
 
 def test_consecutive_dead_nodes_are_all_taken_over_by_the_first_live_successor() -> None:
     view = View([member("a", 0), member("b", 4), member("c", 8), member("d", 12)])
-    # b and c fail together; d detects c, then b (DESIGN section 6: up to r hops).
+    # b and c fail together; d detects c, then b (docs/design/architecture.md#failures: up to r
+    # hops).
     after = successor_takes_over(successor_takes_over(view, NodeId("c")), NodeId("b"))
     ring = Ring(after, slot_bits=4)
     assert ring.owners == ("a", "d")
