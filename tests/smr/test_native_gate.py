@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 PROBE = (
-    "import smr.native as n; from checkpoint.kernels import IN_FORCE; "
+    "import smr.native as n; from smr.checkpoint.kernels import IN_FORCE; "
     "print(n.NATIVE is not None, IN_FORCE.compiled)"
 )
 
