@@ -176,6 +176,10 @@ def test_a_restart_from_disk_keeps_the_loss_loud_and_the_only_copy_on_disk(
     assert n1["disk_fenced_kept"], "n1's status does not say it kept a fenced generation"
     held = [(path.name, path.read_bytes()) for path in (data_dir / "n1").rglob("*.smr")]
     for name, data in n1_files.items():
+        if name.startswith("manifest-"):
+            # A manifest is replaced whole at each checkpoint n1 took before its fence.
+            assert any(n == name for n, _ in held), name
+            continue
         assert any(n == name and now.startswith(data) for n, now in held), name
 
     # Only the operator's word brings the slots back, empty.
