@@ -28,6 +28,7 @@ from bench.report_ops import (
     restore_section,
     security_section,
     soak_faults_section,
+    startup_section,
 )
 
 REPO = Path(__file__).resolve().parents[1]
@@ -422,6 +423,7 @@ def render(results: Path) -> str:
     lines += restore_section(_load(results, "restore"))
     lines += output_table_section(_load(results, "output_table"))
     lines += nexmark_section(_load(results, "nexmark"))
+    lines += startup_section(_load(results, "startup"))
     lines += autoscale_section(_load(results, "autoscale_model"))
     lines += autoscale_live_section(_load(results, "autoscale_live"))
     lines += autoscale_live_section(

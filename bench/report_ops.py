@@ -284,3 +284,32 @@ def nexmark_section(report: dict[str, Any] | None) -> list[str]:
             f"{fmt_ratio(query['ratio_smr_to_spark_best'])} |"
         )
     return [*lines, ""]
+
+
+STARTUP_TARGETS_S = {"import smr": 0.15, "smr --version": 0.2, "smr cluster up (2 nodes)": 1.0}
+
+
+def startup_section(report: dict[str, Any] | None) -> list[str]:
+    """Start-up (``bench/startup.py``): each command's median wall time, this tree against a
+    baseline revision's source in the same run, alternating."""
+    lines = ["## Start-up", ""]
+    if report is None:
+        return [*lines, "Not run (`python bench/startup.py`).", ""]
+    lines += [
+        f"Median wall time of {report['repeat']} rounds, this tree against the source of "
+        f"{report['baseline_revision'][:7]} in the same run, alternating; CPU time (the "
+        f"command and its children) in brackets. Machine: {fmt_machine(report)}.",
+        "",
+        "| command | baseline | this tree | ratio | target |",
+        "|---|---|---|---|---|",
+    ]
+    for name, this in report["this"].items():
+        before = report["baseline"][name]
+        target = STARTUP_TARGETS_S.get(name)
+        lines.append(
+            f"| `{name}` | {before['wall_s']:.3f} s ({before['cpu_s']:.3f} s) | "
+            f"{this['wall_s']:.3f} s ({this['cpu_s']:.3f} s) | "
+            f"{fmt_ratio(this['wall_s'] / before['wall_s'])} | "
+            f"{'-' if target is None else f'{target} s'} |"
+        )
+    return [*lines, ""]
