@@ -132,23 +132,6 @@ def test_seeds_that_once_failed_the_default_sweep_pass(seed: int) -> None:
     run_seed(seed)
 
 
-# Seeds of the sweeps (other seeds than the default run's) that fail because of a known bug
-# not fixed yet: (seed, options) -> what goes wrong (none today); strict, so a fix shows here.
-SWEEP_KNOWN_FAILING: dict[tuple[int, str], str] = {}
-
-
-@pytest.mark.parametrize(
-    ("seed", "options"),
-    [
-        pytest.param(seed, options, marks=pytest.mark.xfail(strict=True, reason=reason))
-        for (seed, options), reason in sorted(SWEEP_KNOWN_FAILING.items())
-    ],
-    ids=lambda value: str(value),
-)
-def test_seeds_of_the_sweeps_with_known_bugs(seed: int, options: str) -> None:
-    run_seed(seed, BIG if options == "big" else SweepOptions())
-
-
 # The same, for the bigger rings on a lossy network (1% of messages dropped, 1% duplicated).
 LOSSY = SweepOptions(
     nodes=(4, 8),
