@@ -309,6 +309,9 @@ class NodeCore:
             case Ping():
                 self.control.on_ping(identity, message)
             case MapperDone():
+                # The mapper's tuples were all acked before its notice: their output goes to
+                # the file before the answer, so it is there when the mapper's feed ends.
+                self.reducer.output.flush()
                 self.retirement.on_mapper_done(identity, message)
             case ViewRequest():
                 self.control.on_view_request(identity, message)
