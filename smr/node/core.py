@@ -43,6 +43,7 @@ from smr.output import OutputSink
 from smr.protocol import (
     FRAME_BYTES_MAX_DEFAULT,
     Batch,
+    BeatAck,
     Checkpoint,
     CheckpointRequest,
     DumpRequest,
@@ -333,6 +334,8 @@ class NodeCore:
                 self.control.on_join_request(identity, message)
             case Heartbeat():
                 self.membership.on_heartbeat(identity, message)
+            case BeatAck():
+                self.membership.on_beat_ack(identity, message)
             case Gossip():
                 self.membership.on_gossip(identity, message)
             case ViewReply():
