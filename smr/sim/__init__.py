@@ -40,8 +40,8 @@ which the history check must refuse (:mod:`smr.sim.reuse`); and after the checks
 cluster restarts from its simulated disks under one disk fault, each restore exact or
 refused loudly (:mod:`smr.sim.disk`, :mod:`smr.sim.restart`); a subscriber follows the
 output from the start across deaths and must return every record written
-(:mod:`smr.sim.subscriber`). ``--strict-reads`` and
-``--strict-disk`` also fail the known limits those modules count.
+(:mod:`smr.sim.subscriber`). Every read is strict: a lost slot or a stale primary served
+fails the run. ``--strict-disk`` also fails the known limits the restart counts.
 
 A failed run raises :class:`SimulationFailure` (an ``AssertionError``) whose message starts
 with ``seed=<seed>``, and holds the fault schedule, the command that replays it and the
