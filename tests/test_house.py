@@ -28,10 +28,6 @@ ROOT = Path(__file__).resolve().parent.parent
 
 CIRCLES: list[set[str]] = [
     {
-        "checkpoint.apply",
-        "checkpoint.store",
-    },
-    {
         "smr.emit_path",
         "smr.emit_retry",
         "smr.emitter",
@@ -80,14 +76,6 @@ CIRCLES: list[set[str]] = [
 PRIVATE_IMPORTS: dict[str, int] = {}
 
 PRIVATE_REACHES: dict[str, int] = {
-    "checkpoint/apply.py: store._active_has_tombstones": 2,
-    "checkpoint/apply.py: store._holds_mutables": 2,
-    "checkpoint/apply.py: store._inactive_has_tombstones": 1,
-    "checkpoint/backup.py: replica._hwms_by_mapper": 1,
-    "checkpoint/bulk.py: store._active_has_tombstones": 1,
-    "checkpoint/bulk.py: store._holds_mutables": 2,
-    "checkpoint/bulk.py: store._inactive_has_tombstones": 1,
-    "checkpoint/bulk.py: store._merged": 1,
     "smr/connection.py: self._emitter._combine": 1,
     "smr/emit_path.py: counter._combined_emits": 2,
     "smr/emit_path.py: emitter._combine": 1,
