@@ -147,6 +147,7 @@ def apply_folds(store: BulkAppliedTo, batches: Iterable[Columns], fold: KeyFold)
     tombstones_possible = store.has_tombstones
     failed_keys: list[tuple[Key, BaseException]] = []
     mutables = fold.mutable_values
+    holds_mutables = store.holds_mutables
     if additive and len(owned) == 1 and not tombstones_possible:
         # The common case inline: a key that holds the one owned field takes the sum, in
         # place when active holds it, else into a new active entry (the field read from
@@ -171,14 +172,13 @@ def apply_folds(store: BulkAppliedTo, batches: Iterable[Columns], fold: KeyFold)
         except Exception as error:
             failed_keys.append((key, error))
             continue
-        if mutables and not store.holds_mutables:
-            store.note_writes(
-                False,
-                any(
-                    value.__class__ not in PLAIN_TYPES and isinstance(value, MUTABLE_TYPES)
-                    for value in written.values()
-                ),
+        if mutables and not holds_mutables:
+            holds_mutables = any(
+                value.__class__ not in PLAIN_TYPES and isinstance(value, MUTABLE_TYPES)
+                for value in written.values()
             )
+            if holds_mutables:
+                store.note_writes(False, True)
         if fields is not None:
             fields.update(written)
         elif active_keys is not None:
