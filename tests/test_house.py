@@ -55,10 +55,6 @@ CIRCLES: list[set[str]] = [
         "smr.output_table",
     },
     {
-        "smr.sim.restart",
-        "smr.sim.simulation",
-    },
-    {
         "smr.transport",
         "smr.transport.zeromq",
     },
