@@ -8,15 +8,12 @@ import copy
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Final, TypeAlias, cast
+from typing import Any, Final, Protocol, TypeAlias, cast
 
 from smr.checkpoint.delta import PLAIN_TYPES, TOMBSTONE
 from smr.checkpoint.hwm import cut
-from smr.checkpoint.ids import Key, MapperId
+from smr.checkpoint.ids import Fragment, Key, MapperId, Seq, Slot
 from smr.checkpoint.kernels import IN_FORCE
-
-if TYPE_CHECKING:
-    from smr.checkpoint.store import StateStore
 
 ReduceFn: TypeAlias = Callable[[Key, Any, dict[str, Any]], None]
 """``reduce_fn(key, value, state)``: folds one value into ``state``, a dict it may mutate."""
@@ -54,8 +51,36 @@ class BatchOutcome:
     failures: list[tuple[Key, BaseException]] = field(default_factory=list)
 
 
+class AppliedTo(Protocol):
+    """What the hot path asks of the store it applies to (``StateStore`` offers it): the
+    three fragments, the marks of one mapper, and two named writes once per batch.
+
+    ``hwm_marks(mapper)`` is the store's own dict (read per tuple, never kept past the
+    batch); ``take_marks`` sets the marks a :class:`~checkpoint.hwm.Cut` gave;
+    ``note_writes`` records that a writer put a tombstone or a mutable value into
+    ``active``; ``has_tombstones`` and ``holds_mutables`` say whether reads must look for
+    either.
+    """
+
+    active: Fragment
+    inactive: Fragment
+    master: Fragment
+
+    @property
+    def has_tombstones(self) -> bool: ...
+
+    @property
+    def holds_mutables(self) -> bool: ...
+
+    def hwm_marks(self, mapper: MapperId) -> Mapping[Slot, Seq]: ...
+
+    def take_marks(self, mapper: MapperId, marks: Mapping[int, int]) -> None: ...
+
+    def note_writes(self, wrote_tombstone: bool, holds_mutables: bool) -> None: ...
+
+
 def apply_tuples(
-    store: StateStore,
+    store: AppliedTo,
     mapper: MapperId,
     slots: Sequence[int],
     seqs: Sequence[int],
@@ -89,8 +114,11 @@ def apply_tuples(
     inactive_get = cast(dict[int, dict[Key, dict[str, Any]]], store.inactive).get
     has_inactive = bool(store.inactive)
     master_get = cast(dict[int, dict[Key, dict[str, Any]]], store.master).get
-    tombstones_possible = store._active_has_tombstones or store._inactive_has_tombstones
-    holds_mutables = store._holds_mutables
+    tombstones_possible = store.has_tombstones
+    holds_mutables = store.holds_mutables
+    # What the loop writes, told to the store once the batch is done (or interrupted).
+    wrote_tombstone = False
+    wrote_mutable = False
     plain_types = PLAIN_TYPES
     mutable_types = MUTABLE_TYPES
     deepcopy = copy.deepcopy
@@ -211,7 +239,7 @@ def apply_tuples(
                     and field_value.__class__ not in plain_types
                     and isinstance(field_value, mutable_types)
                 ):
-                    holds_mutables = store._holds_mutables = True
+                    holds_mutables = wrote_mutable = True
             if kept_count != before_count:
                 for name in [name for name in before if name not in state]:
                     if active_fields is None:
@@ -219,13 +247,15 @@ def apply_tuples(
                             active_keys = active[slot] = {}
                         active_fields = active_keys[key] = {}
                     active_fields[name] = tombstone
-                    tombstones_possible = store._active_has_tombstones = True
+                    tombstones_possible = wrote_tombstone = True
 
     except BaseException:
         # Not an Exception (the process is ending): the tuples through the one being
         # reduced are consumed, as tuple by tuple, the rest are not.
+        store.note_writes(wrote_tombstone, wrote_mutable)
         store.take_marks(mapper, _marks_through(marks, slots, seqs, applying[1], applying[2]))
         raise
+    store.note_writes(wrote_tombstone, wrote_mutable)
     store.take_marks(mapper, batch_cut.marks)
 
     duplicates = batch_cut.duplicates

@@ -21,11 +21,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol, TypeAlias, cast
 
-from smr.checkpoint.apply import FAILURE_EXAMPLES_MAX, MUTABLE_TYPES, BatchOutcome
+from smr.checkpoint.apply import FAILURE_EXAMPLES_MAX, MUTABLE_TYPES, AppliedTo, BatchOutcome
 from smr.checkpoint.delta import PLAIN_TYPES
-from smr.checkpoint.ids import Key, MapperId
+from smr.checkpoint.ids import Key, MapperId, Slot
 from smr.checkpoint.kernels import IN_FORCE
-from smr.checkpoint.store import StateStore
 
 Columns: TypeAlias = tuple[MapperId, Sequence[int], Sequence[int], Sequence[Key], Sequence[Any]]
 """One batch as ``(mapper, slots, seqs, keys, values)``."""
@@ -33,6 +32,20 @@ Columns: TypeAlias = tuple[MapperId, Sequence[int], Sequence[int], Sequence[Key]
 BatchReduceFn: TypeAlias = Callable[[list[Key], list[list[Any]], list[dict[str, Any]]], None]
 """``reduce_batch(keys, values, states)``: ``keys`` distinct, ``values[i]`` the values of
 ``keys[i]`` in arrival order, ``states[i]`` its state, a private dict it mutates."""
+
+
+class BulkAppliedTo(AppliedTo, Protocol):
+    """What bulk apply asks of the store besides the hot path's (``StateStore`` offers it):
+    a key's merged fields to fold into (``merged``: the store's values, not to be mutated),
+    a key's state as a private copy (``read``), and a key's change (``commit``)."""
+
+    def merged(self, slot: Slot, key: Key) -> dict[str, Any] | None: ...
+
+    def read(self, slot: Slot, key: Key) -> dict[str, Any]: ...
+
+    def commit(
+        self, slot: Slot, key: Key, before: Mapping[str, Any], after: Mapping[str, Any]
+    ) -> None: ...
 
 
 class KeyFold(Protocol):
@@ -58,7 +71,7 @@ class KeyFold(Protocol):
 
 
 def consume(
-    store: StateStore, mapper: MapperId, slots: Sequence[int], seqs: Sequence[int]
+    store: AppliedTo, mapper: MapperId, slots: Sequence[int], seqs: Sequence[int]
 ) -> tuple[int, list[int] | None]:
     """The duplicate cut for one batch: raise the hwms past its tuples and return
     ``(duplicates, fresh)``, ``fresh`` None when every tuple is fresh, else the rows to apply.
@@ -72,7 +85,7 @@ def consume(
 
 
 def _fresh_columns(
-    store: StateStore, columns: Columns
+    store: AppliedTo, columns: Columns
 ) -> tuple[int, Sequence[int], Sequence[Key], Sequence[Any]]:
     """``(duplicates, slots, keys, values)`` of the batch's fresh tuples (see ``consume``)."""
     mapper, slots, seqs, keys, values = columns
@@ -87,7 +100,7 @@ def _fresh_columns(
     )
 
 
-def apply_folds(store: StateStore, batches: Iterable[Columns], fold: KeyFold) -> BatchOutcome:
+def apply_folds(store: BulkAppliedTo, batches: Iterable[Columns], fold: KeyFold) -> BatchOutcome:
     """Apply ``batches`` (in order) through ``fold``: each key's state is written once.
 
     1. Per batch, the duplicate cut (:func:`consume`).
@@ -131,9 +144,10 @@ def apply_folds(store: StateStore, batches: Iterable[Columns], fold: KeyFold) ->
     active_get = active.get
     owned = fold.owned
     fold_key = fold.fold_key
-    tombstones_possible = store._active_has_tombstones or store._inactive_has_tombstones
+    tombstones_possible = store.has_tombstones
     failed_keys: list[tuple[Key, BaseException]] = []
     mutables = fold.mutable_values
+    holds_mutables = store.holds_mutables
     if additive and len(owned) == 1 and not tombstones_possible:
         # The common case inline: a key that holds the one owned field takes the sum, in
         # place when active holds it, else into a new active entry (the field read from
@@ -152,17 +166,19 @@ def apply_folds(store: StateStore, batches: Iterable[Columns], fold: KeyFold) ->
         fields = None if active_keys is None else active_keys.get(key)
         current: Mapping[str, Any] | None = fields
         if fields is None or tombstones_possible or not owned <= fields.keys():
-            current = store._merged(slot, key)  # type: ignore[arg-type]
+            current = store.merged(slot, key)  # type: ignore[arg-type]
         try:
             written = fold_key(current, partial)
         except Exception as error:
             failed_keys.append((key, error))
             continue
-        if mutables and not store._holds_mutables:
-            store._holds_mutables = any(
+        if mutables and not holds_mutables:
+            holds_mutables = any(
                 value.__class__ not in PLAIN_TYPES and isinstance(value, MUTABLE_TYPES)
                 for value in written.values()
             )
+            if holds_mutables:
+                store.note_writes(False, True)
         if fields is not None:
             fields.update(written)
         elif active_keys is not None:
@@ -178,7 +194,7 @@ def apply_folds(store: StateStore, batches: Iterable[Columns], fold: KeyFold) ->
 
 
 def apply_reduce_batch(
-    store: StateStore, columns: Columns, reduce_batch: BatchReduceFn
+    store: BulkAppliedTo, columns: Columns, reduce_batch: BatchReduceFn
 ) -> BatchOutcome:
     """Apply one batch through a user's ``reduce_batch`` in one call.
 

@@ -7,18 +7,14 @@ Pure logic: no I/O, nothing from ``smr``.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from types import MappingProxyType
 from typing import Final
 
 from smr.checkpoint.delta import Delta
-from smr.checkpoint.hwm import raise_vectors
 from smr.checkpoint.ids import CheckpointNumber, MapperId, Seq, Slot
 from smr.checkpoint.store import StateStore
 
 __all__ = ["CheckpointGap", "PeerReplica"]
 
-# What a mapper with no hwm at all has covered: nothing.
-_NO_HWMS: Final[Mapping[Slot, Seq]] = MappingProxyType({})
 _SEQ_NONE: Final = Seq(0)
 
 
@@ -97,11 +93,6 @@ class PeerReplica:
         """The part of checkpoint ``last_checkpoint + 1`` expected next."""
         self._snapshot_in_progress = False
         self._is_complete = False
-        # The store's hwms again, mapper -> slot -> seq (the seq objects are shared, so this
-        # costs the dict entries only): StateStore offers no per-mapper bulk read, and
-        # TupleBackup's eviction needs one to look a slot up without a call per slot. Kept
-        # equal to the store's by writing both only in _apply and _drop_slots.
-        self._hwms_by_mapper: dict[MapperId, dict[Slot, Seq]] = {}
 
     @classmethod
     def of_empty_start(cls) -> PeerReplica:
@@ -130,12 +121,21 @@ class PeerReplica:
 
     def hwm(self, mapper: MapperId, slot: Slot) -> Seq:
         """The highest seq of ``mapper`` in ``slot`` that the replica's state holds (0 if
-        none). Once the primary retired the mapper (its state held all of the mapper's
-        tuples then, and the replica applied that state first), its last seq in every slot
-        where no hwm says more. Looks the store up at each call, so ``replica.hwm`` stays
-        valid as an ``HwmFn`` when ``begin_snapshot`` replaces the store."""
-        floor = self.store.retired_last(mapper) or _SEQ_NONE
-        return self._hwms_by_mapper.get(mapper, _NO_HWMS).get(slot, floor)
+        none): ``marks(mapper)``'s mark of ``slot``, else its floor. Looks the store up at
+        each call, so ``replica.hwm`` stays valid as an ``HwmFn`` when ``begin_snapshot``
+        replaces the store."""
+        marks, floor = self.marks(mapper)
+        return marks.get(slot, floor)
+
+    def marks(self, mapper: MapperId) -> tuple[Mapping[Slot, Seq], Seq]:
+        """``(marks, floor)``: ``mapper``'s hwm of each slot the replica's state holds a mark
+        for (the store's own dict: read it, do not keep it past the next write), and the seq
+        that covers every other slot: once the primary retired the mapper (its state held
+        all of the mapper's tuples then, and the replica applied that state first), its last
+        seq, else 0. One call per batch lets the tuple backup's eviction look each slot up
+        in the dict (``checkpoint.backup``)."""
+        store = self.store
+        return store.hwm_marks(mapper), store.retired_last(mapper) or _SEQ_NONE
 
     def apply_checkpoint(
         self, number: CheckpointNumber, delta: Delta, part: int = 0, last: bool = True
@@ -164,7 +164,7 @@ class PeerReplica:
             self._snapshot_in_progress = False
             raise CheckpointGap(self.last_checkpoint + 1, number, expected_part, part)
         # 4. and 6. The next part, during a snapshot or after it.
-        self._apply(delta)
+        self.store.apply_delta(delta)
         if last:
             self.last_checkpoint = number
             self._next_part = 0
@@ -210,8 +210,8 @@ class PeerReplica:
         """
         if not self._snapshot_in_progress:
             return
-        self._drop_slots(set(chunk.states).union(chunk.hwms))
-        self._apply(chunk)
+        self.store.drop_slots(set(chunk.states).union(chunk.hwms))
+        self.store.apply_delta(chunk)
 
     def end_snapshot(self) -> None:
         """Step 5: the replica is complete; checkpoints from ``last_checkpoint + 1`` follow.
@@ -232,35 +232,7 @@ class PeerReplica:
         wanted = set(slots) & self.store.slots()
         copy = PeerReplica()
         copy.store.adopt(self.store, wanted)
-        self._drop_slots(wanted)
-        for slot in wanted:
-            vector = copy.store.hwm_vector(slot)
-            for mapper, seq in vector.items():
-                copy._hwms_by_mapper.setdefault(mapper, {})[slot] = seq
         copy.last_checkpoint = self.last_checkpoint
         copy.needs_snapshot = False
         copy._is_complete = self._is_complete
         return copy
-
-    def _apply(self, delta: Delta) -> None:
-        """``store.apply_delta(delta)``, and the same hwm rule (keep the larger) on the copy."""
-        self.store.apply_delta(delta)
-        hwms_by_mapper = self._hwms_by_mapper
-        raise_vectors(hwms_by_mapper, delta.hwms)
-        for mapper in delta.retired:
-            # The store dropped the retired mapper's hwms (all but any past its last seq).
-            kept = self.store.hwms_of(mapper)
-            if kept:
-                hwms_by_mapper[mapper] = dict(kept)
-            else:
-                hwms_by_mapper.pop(mapper, None)
-
-    def _drop_slots(self, slots: set[Slot]) -> None:
-        """``store.drop_slots(slots)``, and the same on the copy of the hwms."""
-        self.store.drop_slots(slots)
-        for mapper in list(self._hwms_by_mapper):
-            hwm_of_slot = self._hwms_by_mapper[mapper]
-            for slot in slots:
-                hwm_of_slot.pop(slot, None)
-            if not hwm_of_slot:
-                del self._hwms_by_mapper[mapper]

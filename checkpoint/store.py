@@ -96,7 +96,7 @@ class StateStore:
         The caller may mutate the dict and the values in it: values of mutable types are
         deep copies, so nothing done to the result can alter the store.
         """
-        state = self._merged(slot, key)
+        state = self.merged(slot, key)
         if state is None:
             return {}
         for name, value in state.items():
@@ -129,7 +129,7 @@ class StateStore:
                 # Master holds no empty key, so every key of the slot is live.
                 count += len(self.master.get(slot, ()))
             else:
-                count += sum(1 for key in self._keys_of(slot) if self._merged(slot, key))
+                count += sum(1 for key in self._keys_of(slot) if self.merged(slot, key))
         return count
 
     def slots(self) -> set[Slot]:
@@ -138,6 +138,18 @@ class StateStore:
         for hwm_of_slot in self._hwm.values():
             result.update(hwm_of_slot)
         return result
+
+    @property
+    def has_tombstones(self) -> bool:
+        """Whether ``active`` or ``inactive`` may hold a tombstone: when neither does, a read
+        need not look for one."""
+        return self._active_has_tombstones or self._inactive_has_tombstones
+
+    @property
+    def holds_mutables(self) -> bool:
+        """Whether a value of a mutable type may be in the store: until one is, a read need
+        not look for values to deep-copy."""
+        return self._holds_mutables
 
     def hwm_entries(self) -> int:
         """How many ``(mapper, slot)`` high-water marks the store holds: its dedup memory,
@@ -278,7 +290,7 @@ class StateStore:
 
     def delete(self, slot: Slot, key: Key) -> None:
         """Delete the key: tombstone every live field of it (no-op if it has none)."""
-        state = self._merged(slot, key)
+        state = self.merged(slot, key)
         if state:
             self.commit(slot, key, state, NO_FIELDS)
 
@@ -410,7 +422,7 @@ class StateStore:
         wanted = set(slots)
         states: Fragment = {}
         for slot in wanted:
-            slot_states = {key: self._merged(slot, key) for key in self._keys_of(slot)}
+            slot_states = {key: self.merged(slot, key) for key in self._keys_of(slot)}
             live = {key: state for key, state in slot_states.items() if state}
             if live:
                 states[slot] = live
@@ -473,8 +485,9 @@ class StateStore:
 
     # --------------------------------------------------------------------------- helpers
 
-    def _merged(self, slot: Slot, key: Key) -> dict[str, Any] | None:
-        """The key's merged live fields as a fresh dict (values shared), or None if none."""
+    def merged(self, slot: Slot, key: Key) -> dict[str, Any] | None:
+        """The key's merged live fields as a fresh dict, or None if none. The values are the
+        store's own (no deep copy, unlike ``read``): the caller must not mutate them."""
         master_keys = self.master.get(slot)
         master_fields = None if master_keys is None else master_keys.get(key)
         active_keys = self.active.get(slot)

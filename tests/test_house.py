@@ -28,10 +28,6 @@ ROOT = Path(__file__).resolve().parent.parent
 
 CIRCLES: list[set[str]] = [
     {
-        "checkpoint.apply",
-        "checkpoint.store",
-    },
-    {
         "smr.emit_path",
         "smr.emit_retry",
         "smr.emitter",
@@ -59,19 +55,6 @@ CIRCLES: list[set[str]] = [
         "smr.output_table",
     },
     {
-        "smr.sim.checks",
-        "smr.sim.clients",
-        "smr.sim.feeding",
-        "smr.sim.mappers",
-        "smr.sim.nemesis",
-        "smr.sim.nodes",
-        "smr.sim.readers",
-        "smr.sim.restart",
-        "smr.sim.reuse",
-        "smr.sim.simulation",
-        "smr.sim.subscriber",
-    },
-    {
         "smr.transport",
         "smr.transport.zeromq",
     },
@@ -80,14 +63,6 @@ CIRCLES: list[set[str]] = [
 PRIVATE_IMPORTS: dict[str, int] = {}
 
 PRIVATE_REACHES: dict[str, int] = {
-    "checkpoint/apply.py: store._active_has_tombstones": 2,
-    "checkpoint/apply.py: store._holds_mutables": 2,
-    "checkpoint/apply.py: store._inactive_has_tombstones": 1,
-    "checkpoint/backup.py: replica._hwms_by_mapper": 1,
-    "checkpoint/bulk.py: store._active_has_tombstones": 1,
-    "checkpoint/bulk.py: store._holds_mutables": 2,
-    "checkpoint/bulk.py: store._inactive_has_tombstones": 1,
-    "checkpoint/bulk.py: store._merged": 1,
     "smr/connection.py: self._emitter._combine": 1,
     "smr/emit_path.py: counter._combined_emits": 2,
     "smr/emit_path.py: emitter._combine": 1,
@@ -122,29 +97,6 @@ PRIVATE_REACHES: dict[str, int] = {
     "smr/reroute.py: emitter._pump_depth": 1,
     "smr/reroute.py: emitter._send_batch": 1,
     "smr/reroute.py: emitter._set_view": 1,
-    "smr/sim/checks.py: sim._converge": 1,
-    "smr/sim/checks.py: sim._current": 2,
-    "smr/sim/checks.py: sim._live": 2,
-    "smr/sim/checks.py: sim._schedule": 1,
-    "smr/sim/checks.py: sim._settle": 2,
-    "smr/sim/checks.py: sim._wake": 1,
-    "smr/sim/feeding.py: sim._rng": 1,
-    "smr/sim/feeding.py: sim._schedule": 1,
-    "smr/sim/mappers.py: self._sim._send_to_node": 1,
-    "smr/sim/mappers.py: self.sim._ends": 1,
-    "smr/sim/mappers.py: self.sim._mapper_deadline": 1,
-    "smr/sim/mappers.py: self.sim._schedule": 1,
-    "smr/sim/mappers.py: self.sim._to_scheduler": 4,
-    "smr/sim/nemesis.py: sim._current": 4,
-    "smr/sim/nemesis.py: sim._fire": 2,
-    "smr/sim/nemesis.py: sim._note": 6,
-    "smr/sim/nemesis.py: sim._schedule": 12,
-    "smr/sim/nemesis.py: sim._tick_ms": 1,
-    "smr/sim/nemesis.py: sim._wake": 4,
-    "smr/sim/nodes.py: self._sim._send_to_node": 1,
-    "smr/sim/nodes.py: sim._ends": 1,
-    "smr/sim/nodes.py: sim._mail_to_end": 1,
-    "smr/sim/nodes.py: sim._schedule": 1,
 }
 
 ROLE_REACHES: dict[str, int] = {

@@ -10,6 +10,8 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 use std::collections::BTreeSet;
 
+use crate::columns::objects;
+
 /// Nesting deeper than this is left to the Python path (msgpack's own limits then apply).
 const DEPTH_MAX: usize = 500;
 
@@ -378,24 +380,13 @@ fn write_value(out: &mut Vec<u8>, value: &Bound<'_, PyAny>, depth: usize) -> Res
 
 fn write_column(out: &mut Vec<u8>, column: &Bound<'_, PyAny>) -> Result<(), Fallback> {
     let n = column.len()?;
+    let items = objects(column)?;
+    if items.len() != n {
+        return Err(Fallback);
+    }
     write_len(out, n, Some((0x90, 16)), [0, 0xdc, 0xdd])?;
-    if let Ok(list) = column.cast_exact::<PyList>() {
-        for item in list.iter() {
-            write_value(out, &item, 1)?;
-        }
-    } else if let Ok(tuple) = column.cast_exact::<PyTuple>() {
-        for item in tuple.iter() {
-            write_value(out, &item, 1)?;
-        }
-    } else {
-        let mut written = 0;
-        for item in column.try_iter()? {
-            write_value(out, &item?, 1)?;
-            written += 1;
-        }
-        if written != n {
-            return Err(Fallback);
-        }
+    for item in &items {
+        write_value(out, item, 1)?;
     }
     Ok(())
 }

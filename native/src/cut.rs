@@ -6,6 +6,8 @@ use pyo3::types::{PyDict, PyList, PyTuple};
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
+use crate::columns::objects;
+
 /// A hasher for slot numbers (small ints chosen by a hash already): one multiply.
 #[derive(Default)]
 struct SlotHasher(u64);
@@ -25,17 +27,6 @@ impl Hasher for SlotHasher {
 }
 
 type SlotMap<V> = HashMap<u64, V, BuildHasherDefault<SlotHasher>>;
-
-/// A column as owned Python objects (the ints of a list are shared, not made anew).
-fn objects<'py>(column: &Bound<'py, PyAny>) -> PyResult<Vec<Bound<'py, PyAny>>> {
-    if let Ok(list) = column.cast_exact::<PyList>() {
-        return Ok(list.iter().collect());
-    }
-    if let Ok(tuple) = column.cast_exact::<PyTuple>() {
-        return Ok(tuple.iter().collect());
-    }
-    column.try_iter()?.collect()
-}
 
 /// `(fresh, marks, duplicates)` as `checkpoint.hwm.cut` answers them (its docstring states
 /// the rule): `fresh` None when every row is new, else the new rows; `marks` the new mark

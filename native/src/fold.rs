@@ -2,17 +2,9 @@
 //! partials merged per key, the additive fold into the active fragment, HyperLogLog registers.
 
 use pyo3::prelude::*;
-use pyo3::types::{PyByteArray, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
+use pyo3::types::{PyByteArray, PyDict, PyFloat, PyInt, PyList, PyString};
 
-fn items<'py>(column: &Bound<'py, PyAny>) -> PyResult<Vec<Bound<'py, PyAny>>> {
-    if let Ok(list) = column.cast_exact::<PyList>() {
-        return Ok(list.iter().collect());
-    }
-    if let Ok(tuple) = column.cast_exact::<PyTuple>() {
-        return Ok(tuple.iter().collect());
-    }
-    column.try_iter()?.collect()
-}
+use crate::columns::objects;
 
 fn same_length(keys: &[Bound<'_, PyAny>], values: &[Bound<'_, PyAny>]) -> PyResult<()> {
     if keys.len() != values.len() {
@@ -33,8 +25,8 @@ pub fn group_add(
     keys: &Bound<'_, PyAny>,
     values: &Bound<'_, PyAny>,
 ) -> PyResult<()> {
-    let keys = items(keys)?;
-    let values = items(values)?;
+    let keys = objects(keys)?;
+    let values = objects(values)?;
     same_length(&keys, &values)?;
     let zero = 0i64.into_pyobject(grouped.py())?;
     for (key, value) in keys.iter().zip(&values) {
@@ -55,8 +47,8 @@ pub fn combine_add<'py>(
     keys: &Bound<'py, PyAny>,
     values: &Bound<'py, PyAny>,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let keys = items(keys)?;
-    let values = items(values)?;
+    let keys = objects(keys)?;
+    let values = objects(values)?;
     same_length(&keys, &values)?;
     let grouped = PyDict::new(py);
     for (key, value) in keys.iter().zip(&values) {
@@ -77,8 +69,8 @@ pub fn group_pick(
     values: &Bound<'_, PyAny>,
     largest: bool,
 ) -> PyResult<()> {
-    let keys = items(keys)?;
-    let values = items(values)?;
+    let keys = objects(keys)?;
+    let values = objects(values)?;
     same_length(&keys, &values)?;
     for (key, value) in keys.iter().zip(&values) {
         match grouped.get_item(key)? {
@@ -97,7 +89,7 @@ pub fn group_pick(
 /// Whether every value is a number (an int or a float, as `smr.agg` lifts them).
 #[pyfunction]
 pub fn all_numbers(values: &Bound<'_, PyAny>) -> PyResult<bool> {
-    for value in items(values)? {
+    for value in objects(values)? {
         if !(value.is_instance_of::<PyInt>() || value.is_instance_of::<PyFloat>()) {
             return Ok(false);
         }
@@ -228,7 +220,7 @@ pub fn hll_add(registers: &Bound<'_, PyByteArray>, hashes: &Bound<'_, PyAny>, pr
         )));
     }
     let rest_bits = 64 - precision;
-    let hashes: Vec<u64> = items(hashes)?.iter().map(|h| h.extract::<u64>()).collect::<PyResult<_>>()?;
+    let hashes: Vec<u64> = objects(hashes)?.iter().map(|h| h.extract::<u64>()).collect::<PyResult<_>>()?;
     // Safety: no Python code runs while the slice is held (no call back into Python).
     let regs = unsafe { registers.as_bytes_mut() };
     for h in hashes {

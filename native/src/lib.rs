@@ -5,6 +5,7 @@
 use pyo3::prelude::*;
 
 mod body;
+mod columns;
 mod cut;
 mod drive;
 mod fold;

@@ -1,34 +1,78 @@
 """The end of a run: convergence after healing, and the checks (a) to (d) of :mod:`smr.sim`,
-as functions of a :class:`~smr.sim.simulation.Simulation`."""
+as functions of a run (:class:`CheckedRun`, which ``Simulation`` offers)."""
 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
 
 from smr.checkpoint.ids import MapperId
 from smr.checkpoint.promote import PrimaryCopy
 from smr.checkpoint.replica import PeerReplica
 from smr.checkpoint.store import StateStore
+from smr.emitter import Emitter
+from smr.faults import FaultSchedule, Tolerance, lost_nodes
 from smr.node import NodeCore, Timer
 from smr.node.recovery import promote_range
 from smr.ring.hashing import slot_of
 from smr.ring.ids import NodeId, Slot
 from smr.ring.placement import Ring, Role
-
-if TYPE_CHECKING:
-    from smr.sim.simulation import Simulation
-
-from smr.faults import lost_nodes
 from smr.ring.view import Status
-from smr.sim.nodes import sim_job
+from smr.sim.clock import Scheduler
+from smr.sim.config import SimConfig
+from smr.sim.network import SimClock
+from smr.sim.nodes import SimNode, sim_job
 
 log = logging.getLogger("smr.sim")
 
 
-def not_converged(sim: Simulation) -> str | None:
+class CheckedRun(Protocol):
+    """What the checks ask of the run (``Simulation`` offers it): its configuration, faults
+    and tolerance, the live nodes, the oracle and the emitters, and running it on (a receive
+    turn, ``settle``, ``converge``)."""
+
+    @property
+    def config(self) -> SimConfig: ...
+
+    @property
+    def schedule(self) -> FaultSchedule: ...
+
+    @property
+    def tolerance(self) -> Tolerance: ...
+
+    @property
+    def node_ids(self) -> Sequence[NodeId]: ...
+
+    @property
+    def nodes(self) -> Mapping[NodeId, SimNode]: ...
+
+    @property
+    def oracle(self) -> Mapping[str, int]: ...
+
+    @property
+    def emitters(self) -> Mapping[str, Emitter]: ...
+
+    @property
+    def scheduler(self) -> Scheduler: ...
+
+    @property
+    def clock(self) -> SimClock: ...
+
+    def live(self) -> list[tuple[SimNode, NodeCore]]: ...
+
+    def live_cores(self) -> dict[NodeId, NodeCore]: ...
+
+    def wake(self, node: SimNode) -> None: ...
+
+    def settle(self) -> None: ...
+
+    def converge(self, deadline_us: int) -> None: ...
+
+
+def not_converged(sim: CheckedRun) -> str | None:
     """None when converged; otherwise the first reason it is not, in words."""
-    live = sim._live()
+    live = sim.live()
     if not live:
         return "no live node"
     first = live[0][1].view
@@ -66,7 +110,7 @@ def not_converged(sim: Simulation) -> str | None:
     return None
 
 
-def check_replicas(sim: Simulation) -> None:
+def check_replicas(sim: CheckedRun) -> None:
     """(d) for every owner, what each of its secondaries would promote if it took over
     now (its replica of the owner's range, then its backed-up batches replayed, as
     ``NodeCore.take_over`` does) equals the owner's state and hwm vectors: the next
@@ -74,14 +118,13 @@ def check_replicas(sim: Simulation) -> None:
     backups) and convergence again."""
     cores = sim.live_cores()
     for node_id, core in cores.items():
-        sim._current = node_id
-        core.on_timer(Timer.CHECKPOINT)
-        sim._current = None
-        sim._schedule(sim.clock.now_us, sim._wake, sim.nodes[node_id])
+        with sim.scheduler.acting_as(node_id):
+            core.on_timer(Timer.CHECKPOINT)
+        sim.scheduler.at(sim.clock.now_us, sim.wake, sim.nodes[node_id])
     # A gap this checkpoint reveals starts a snapshot: converge again.
-    sim._settle()
-    sim._converge(sim.clock.now_us + sim.config.heal_limit_ms * 1000)
-    sim._settle()
+    sim.settle()
+    sim.converge(sim.clock.now_us + sim.config.heal_limit_ms * 1000)
+    sim.settle()
     for owner, core in cores.items():
         owned = core.ring.range_of(owner)
         if owned is None:
@@ -130,10 +173,10 @@ def promoted_copy(holder: NodeCore, owner: NodeId, slots: list[Slot]) -> StateSt
     return store
 
 
-def check_state(sim: Simulation) -> None:
+def check_state(sim: CheckedRun) -> None:
     """(a) one live primary per slot, the live owners' ranges partitioning the ring;
     (b) the primaries' state equals the oracle."""
-    live = sim._live()
+    live = sim.live()
     view = live[0][1].view
     ring = Ring(view, sim.config.slot_bits)
     cores = {node.node_id: core for node, core in live}
@@ -187,7 +230,7 @@ def reported_lost(core: NodeCore) -> set[Slot]:
     return set(core.ledger.slots)
 
 
-def check_no_false_death(sim: Simulation) -> None:
+def check_no_false_death(sim: CheckedRun) -> None:
     """(e) No node was declared dead that the schedule never silenced: a node that is not
     lost by the schedule (``smr.faults.lost_nodes``, a superset of what a correct failure
     detector may declare dead: kills, long pauses, exposed partition sides) kept beating,
@@ -202,7 +245,7 @@ def check_no_false_death(sim: Simulation) -> None:
                 )
 
 
-def _diff(sim: Simulation, actual: dict[str, int], ring: Ring) -> str:
+def _diff(sim: CheckedRun, actual: dict[str, int], ring: Ring) -> str:
     lines = []
     slot_bits = sim.config.slot_bits
     keys = sorted(set(actual) | set(sim.oracle))

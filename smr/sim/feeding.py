@@ -4,40 +4,59 @@ says so, finishes its mapper ids (``smr.mapper_done``)."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from smr.checkpoint.ids import MapperId
 from smr.emitter import Emitter
 from smr.ring.view import View
 from smr.sim.mappers import MapperProcess, SimMapperTransport
 from smr.sim.nodes import sim_job
-from smr.sim.readers import MapperProgress
-
-if TYPE_CHECKING:
-    from smr.sim.simulation import Simulation
+from smr.sim.readers import FeedLedger, MapperProgress
+from smr.sim.run import Run
 
 
-def _words(sim: Simulation, mapper: int) -> list[str]:
+class FeedingRun(Run, Protocol):
+    """What feeding asks of the run besides :class:`~smr.sim.run.Run`: the oracle to count
+    the words into, the ledger of what the readers may expect, and the mappers and emitters
+    it adds."""
+
+    @property
+    def oracle(self) -> Counter[str]: ...
+
+    @property
+    def ledger(self) -> FeedLedger | None: ...
+
+    @property
+    def mappers(self) -> list[MapperProcess]: ...
+
+    @property
+    def emitters(self) -> dict[str, Emitter]: ...
+
+
+def _words(sim: Run, mapper: int) -> list[str]:
     """The words mapper ``mapper`` emits, drawn from the seed."""
-    rng = sim._rng(f"words:{mapper}")
+    rng = sim.rng(f"words:{mapper}")
     vocabulary = [f"w{i}" for i in range(sim.config.vocabulary)]
     # A Zipf-like skew: a few words are frequent, as in text.
     weights = [1.0 / (rank + 1) for rank in range(len(vocabulary))]
     return rng.choices(vocabulary, weights=weights, k=sim.config.tuples_per_mapper)
 
 
-def start_mappers(sim: Simulation, view: View) -> None:
+def start_mappers(sim: FeedingRun, view: View) -> int:
     """Create the run's mappers (``config.mappers`` of them, 1 ms apart), each an
     :class:`~smr.emitter.Emitter` over a simulated transport in a
-    :class:`~smr.sim.mappers.MapperProcess`; their words go into the oracle."""
+    :class:`~smr.sim.mappers.MapperProcess`; their words go into the oracle. Returns how
+    many tuples they emit in all."""
     config = sim.config
     job = sim_job()
+    tuples = 0
     for index in range(config.mappers):
         name = f"m{index}"
         words = _words(sim, index)
         sim.oracle.update(words)
-        sim.tuples += len(words)
+        tuples += len(words)
         progress = sim.ledger.add_mapper(words) if sim.ledger is not None else None
         transport = SimMapperTransport(sim, name)
         emitter = Emitter(
@@ -55,14 +74,17 @@ def start_mappers(sim: Simulation, view: View) -> None:
             linger_ms=None,  # it goes by wall time; a run depends on its seed alone
         )
         sim.emitters[name] = emitter
-        process = MapperProcess(sim, name, _feed(sim, emitter, transport, words, progress))
+        process = MapperProcess(
+            sim.scheduler, name, _feed(sim, emitter, transport, words, progress)
+        )
         transport.process = process
         sim.mappers.append(process)
-        sim._schedule(index * 1000, process.start)
+        sim.scheduler.at(index * 1000, process.start)
+    return tuples
 
 
 def _feed(
-    sim: Simulation,
+    sim: FeedingRun,
     emitter: Emitter,
     transport: SimMapperTransport,
     words: list[str],

@@ -6,16 +6,30 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
+from smr.sim.clock import Scheduler
+from smr.sim.network import ADDR_PREFIX, Link, SimClock, SimNetwork
+from smr.sim.nodes import ClientEnd
 from smr.transport import ChannelEnd
 
-if TYPE_CHECKING:
-    from smr.sim.simulation import Simulation
-
-from smr.sim.network import ADDR_PREFIX
-
 log = logging.getLogger("smr.sim")
+
+
+class Post(Protocol):
+    """What a simulated client's connections ask of the run (``Simulation`` offers it): the
+    network and its clock, an end registered so that replies reach it, a message to a node
+    (False when it cannot be sent)."""
+
+    @property
+    def network(self) -> SimNetwork: ...
+
+    @property
+    def clock(self) -> SimClock: ...
+
+    def connect(self, end: ClientEnd) -> None: ...
+
+    def send_to_node(self, link: Link, identity: bytes, frames: Sequence[bytes]) -> bool: ...
 
 
 class Cancelled(BaseException):
@@ -29,8 +43,8 @@ class MapperProcess:
     """A mapper in its own thread, run one at a time with the scheduler (baton passing):
     the scheduler resumes it and waits until it blocks again or ends."""
 
-    def __init__(self, sim: Simulation, name: str, body: Callable[[], None]) -> None:
-        self.sim = sim
+    def __init__(self, scheduler: Scheduler, name: str, body: Callable[[], None]) -> None:
+        self._scheduler = scheduler
         self.name = name
         self._body = body
         self._resume = threading.Semaphore(0)
@@ -55,7 +69,7 @@ class MapperProcess:
         finally:
             self.done = True
             self.waiting_on = None
-            self.sim._to_scheduler.release()
+            self._scheduler.process_blocked()
 
     def start(self) -> None:
         """Start the thread and run it until it first blocks (scheduler side)."""
@@ -67,18 +81,23 @@ class MapperProcess:
         """Run the mapper until it blocks or ends (scheduler side)."""
         self.waiting_on = None
         self._resume.release()
-        self.sim._to_scheduler.acquire()
+        self._scheduler.wait_for_process()
 
     def block(self, ends: tuple[str, ...], until_us: int) -> None:
         """Give control back until mail arrives on one of ``ends`` or ``until_us`` (mapper
         side)."""
         self.wait_token += 1
         self.waiting_on = ends
-        self.sim._schedule(until_us, self.sim._mapper_deadline, self, self.wait_token)
-        self.sim._to_scheduler.release()
+        self._scheduler.at(until_us, self._deadline, self.wait_token)
+        self._scheduler.process_blocked()
         self._resume.acquire()
         if self.cancelled:
             raise Cancelled
+
+    def _deadline(self, token: int) -> None:
+        """The wait numbered ``token`` timed out: resume, unless it ended already."""
+        if self.waiting_on is not None and self.wait_token == token:
+            self.resume()
 
     def cancel(self) -> None:
         """Unwind a blocked or unstarted mapper and wait for its thread (scheduler side)."""
@@ -89,7 +108,7 @@ class MapperProcess:
             self.started = True
             self.thread.start()
         self._resume.release()
-        self.sim._to_scheduler.acquire()
+        self._scheduler.wait_for_process()
         self.thread.join(timeout=5)
 
 
@@ -110,7 +129,7 @@ class SimChannelEnd:
         """Queue a message to the node; False if it is unreachable or the link is full."""
         if self.closed:
             return False
-        return self._sim._send_to_node(self._out, self.identity.encode(), frames, None)
+        return self._sim.send_to_node(self._out, self.identity.encode(), frames)
 
     def receive(self) -> list[bytes] | None:
         """One reply that has arrived, or None."""
@@ -144,7 +163,7 @@ class SimChannelEnd:
 class SimMapperTransport:
     """The :class:`~smr.emitter.MapperTransport` of one simulated mapper."""
 
-    def __init__(self, sim: Simulation, mapper: str) -> None:
+    def __init__(self, sim: Post, mapper: str) -> None:
         self.sim = sim
         self.mapper = mapper
         self.process: MapperProcess | None = None
@@ -155,7 +174,7 @@ class SimMapperTransport:
         self._opened += 1
         identity = f"{self.mapper}#{self._opened}>{addr.removeprefix(ADDR_PREFIX)}"
         end = SimChannelEnd(self, addr, identity, send_queue_messages_max)
-        self.sim._ends[identity] = end
+        self.sim.connect(end)
         return end
 
     def wait_any(self, ends: Sequence[ChannelEnd], timeout_ms: int) -> list[ChannelEnd]:

@@ -4,28 +4,85 @@ delays) against the simulated nodes and network, and heals everything at the end
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
-from smr.faults import Delay, Fault, Forge, Join, Kill, Move, Partition, Pause, Stall, Starve
+from smr.faults import (
+    Delay,
+    Fault,
+    FaultSchedule,
+    Forge,
+    Join,
+    Kill,
+    Move,
+    Partition,
+    Pause,
+    Stall,
+    Starve,
+)
+from smr.node import NodeSettings
 from smr.protocol import RequestId, ViewReply, encode, pack_body
 from smr.ring.ids import NodeId
 from smr.ring.moves import MoveRefused
+from smr.sim.clock import Scheduler
+from smr.sim.config import SimConfig
+from smr.sim.network import SimClock, SimNetwork
 from smr.sim.nodes import SimNode
 
 if TYPE_CHECKING:
     from smr.node.core import NodeCore
-    from smr.sim.simulation import Simulation
 
 
-def schedule_faults(sim: Simulation) -> None:
+class Stage(Protocol):
+    """What the nemesis asks of the run (``Simulation`` offers it): the fault schedule, the
+    scheduler, the clock, the network, the nodes, their settings, and a node's receive turn
+    (``wake``) or timer (``fire``) now."""
+
+    @property
+    def schedule(self) -> FaultSchedule: ...
+
+    @property
+    def scheduler(self) -> Scheduler: ...
+
+    @property
+    def clock(self) -> SimClock: ...
+
+    @property
+    def network(self) -> SimNetwork: ...
+
+    @property
+    def nodes(self) -> Mapping[NodeId, SimNode]: ...
+
+    @property
+    def node_ids(self) -> Sequence[NodeId]: ...
+
+    @property
+    def standby_ids(self) -> Sequence[NodeId]: ...
+
+    @property
+    def settings(self) -> NodeSettings: ...
+
+    @property
+    def config(self) -> SimConfig: ...
+
+    @property
+    def tick_ms(self) -> int: ...
+
+    def note(self, text: str) -> None: ...
+
+    def wake(self, node: SimNode) -> None: ...
+
+    def fire(self, node: SimNode, which: str) -> None: ...
+
+
+def schedule_faults(sim: Stage) -> None:
     for fault in sim.schedule:
-        sim._schedule(fault.at_ms * 1000, start_fault, sim, fault)
+        sim.scheduler.at(fault.at_ms * 1000, start_fault, sim, fault)
 
 
-def start_fault(sim: Simulation, fault: Fault) -> None:
-    sim._note(f"fault: {fault.describe().strip()}")
+def start_fault(sim: Stage, fault: Fault) -> None:
+    sim.note(f"fault: {fault.describe().strip()}")
     if isinstance(fault, Kill):
         node = sim.nodes[fault.node]
         if node.killed:
@@ -46,10 +103,10 @@ def start_fault(sim: Simulation, fault: Fault) -> None:
                     sim.network.link(fault.node, other).last_deliver_us,
                     sim.network.cut_until_us(fault.node, other),
                 )
-                sim._schedule(seen_at_us, drop_seen, sim, peer, fault.node)
+                sim.scheduler.at(seen_at_us, drop_seen, sim, peer, fault.node)
     elif isinstance(fault, Pause):
         sim.nodes[fault.node].pauses_active += 1
-        sim._schedule(fault.end_ms * 1000, resume, sim, sim.nodes[fault.node])
+        sim.scheduler.at(fault.end_ms * 1000, resume, sim, sim.nodes[fault.node])
     elif isinstance(fault, Forge):
         forge(sim, fault)
     elif isinstance(fault, Move):
@@ -62,17 +119,19 @@ def start_fault(sim: Simulation, fault: Fault) -> None:
     elif isinstance(fault, Stall):
         node = sim.nodes[fault.node]
         node.stalls_active += 1
-        sim._schedule(sim.clock.now_us + sim.settings.heartbeat_interval_ms * 1000, beat, sim, node)
-        sim._schedule(fault.end_ms * 1000, end_stall, sim, node)
+        sim.scheduler.at(
+            sim.clock.now_us + sim.settings.heartbeat_interval_ms * 1000, beat, sim, node
+        )
+        sim.scheduler.at(fault.end_ms * 1000, end_stall, sim, node)
     elif isinstance(fault, Partition):
         sim.network.partitions.append(fault)
-        sim._schedule(fault.end_ms * 1000, end_fault, sim, fault)
+        sim.scheduler.at(fault.end_ms * 1000, end_fault, sim, fault)
     else:
         sim.network.delays.append(fault)
-        sim._schedule(fault.end_ms * 1000, end_fault, sim, fault)
+        sim.scheduler.at(fault.end_ms * 1000, end_fault, sim, fault)
 
 
-def forge(sim: Simulation, fault: Forge) -> None:
+def forge(sim: Stage, fault: Forge) -> None:
     """Hand ``fault.node`` a view marking ``fault.victim`` dead with no takeover, as a client
     could push one (a VIEW message); a node not running now (killed, paused, stalled) reads
     nothing, so the forgery is skipped."""
@@ -84,44 +143,39 @@ def forge(sim: Simulation, fault: Forge) -> None:
         return
     forged = core.view.mark_dead(fault.victim)
     push = encode(ViewReply(RequestId(0), forged.epoch, pack_body(forged.to_wire())))
-    sim._current = fault.node
-    try:
+    with sim.scheduler.acting_as(fault.node):
         core.on_frames(b"forger", push)
-    finally:
-        sim._current = None
-    sim._schedule(sim.clock.now_us, sim._wake, node)
+    sim.scheduler.at(sim.clock.now_us, sim.wake, node)
 
 
-def move(sim: Simulation, fault: Move) -> None:
+def move(sim: Stage, fault: Move) -> None:
     """Ask ``fault.node`` to move (or leave), as ``smr move`` would."""
     keep = None if fault.leave else 1.0 - fault.fraction_ppm / 1_000_000
     _command(sim, fault.node, "move", lambda core: core.moves.start(keep))
 
 
-def join(sim: Simulation, fault: Join) -> None:
+def join(sim: Stage, fault: Join) -> None:
     """Ask the standby ``fault.node`` to join beside ``fault.beside``, as ``smr scale out``
     would."""
     _command(sim, fault.node, "join", lambda core: core.moves.joins.request(fault.beside))
 
 
-def _command(sim: Simulation, node_id: NodeId, what: str, start: Callable[[NodeCore], str]) -> None:
+def _command(sim: Stage, node_id: NodeId, what: str, start: Callable[[NodeCore], str]) -> None:
     """Give ``node_id`` an operator's command (``start``); a node not running now reads no
     command, and one it cannot carry out now is refused (both noted, neither a failure)."""
     node = sim.nodes[node_id]
     if not node.running or node.core is None:
-        sim._note(f"{what} skipped: {node_id} is not running")
+        sim.note(f"{what} skipped: {node_id} is not running")
         return
-    sim._current = node_id
-    try:
-        sim._note(f"{what} started: {start(node.core)}")
-    except MoveRefused as refused:
-        sim._note(f"{what} refused: {refused}")
-    finally:
-        sim._current = None
-    sim._schedule(sim.clock.now_us, sim._wake, node)
+    with sim.scheduler.acting_as(node_id):
+        try:
+            sim.note(f"{what} started: {start(node.core)}")
+        except MoveRefused as refused:
+            sim.note(f"{what} refused: {refused}")
+    sim.scheduler.at(sim.clock.now_us, sim.wake, node)
 
 
-def starve_gap(sim: Simulation, node: SimNode, fault: Starve) -> None:
+def starve_gap(sim: Stage, node: SimNode, fault: Starve) -> None:
     """One gap of a starved node: it runs nothing, timers and heartbeat thread included (a
     pause of ``gap_ms``), then gets the CPU for one tick (``starve_turn``)."""
     if fault not in node.starves or node.killed:
@@ -131,32 +185,32 @@ def starve_gap(sim: Simulation, node: SimNode, fault: Starve) -> None:
         return
     node.starve_holding = True
     node.pauses_active += 1
-    sim._schedule(sim.clock.now_us + fault.gap_ms * 1000, starve_turn, sim, node, fault)
+    sim.scheduler.at(sim.clock.now_us + fault.gap_ms * 1000, starve_turn, sim, node, fault)
 
 
-def starve_turn(sim: Simulation, node: SimNode, fault: Starve) -> None:
+def starve_turn(sim: Stage, node: SimNode, fault: Starve) -> None:
     """A starved node's turn with the CPU: it reads and fires its timers, for one tick."""
     if not node.starve_holding:
         return
     node.starve_holding = False
     resume(sim, node)
-    sim._schedule(sim.clock.now_us + sim._tick_ms * 1000, starve_gap, sim, node, fault)
+    sim.scheduler.at(sim.clock.now_us + sim.tick_ms * 1000, starve_gap, sim, node, fault)
 
 
-def drop_seen(sim: Simulation, peer: SimNode, dead: NodeId) -> None:
+def drop_seen(sim: Stage, peer: SimNode, dead: NodeId) -> None:
     if not peer.killed:
         peer.dropped_peers.append(dead)
 
 
-def end_fault(sim: Simulation, fault: Partition | Delay) -> None:
+def end_fault(sim: Stage, fault: Partition | Delay) -> None:
     if isinstance(fault, Partition) and fault in sim.network.partitions:
         sim.network.partitions.remove(fault)
-        sim._note(f"healed: {fault.describe().strip()}")
+        sim.note(f"healed: {fault.describe().strip()}")
     elif isinstance(fault, Delay) and fault in sim.network.delays:
         sim.network.delays.remove(fault)
 
 
-def beat(sim: Simulation, node: SimNode) -> None:
+def beat(sim: Stage, node: SimNode) -> None:
     """While ``node``'s loop is stalled, its heartbeat thread beats (``StalledLoopBeats``)
     every heartbeat interval. A paused or killed process runs no thread at all: a beat that
     comes due during a pause is sent when the pause ends (``resume``), as a thread's timer
@@ -167,7 +221,7 @@ def beat(sim: Simulation, node: SimNode) -> None:
         node.beat_due = True
     else:
         _send_stalled_beats(node)
-    sim._schedule(sim.clock.now_us + sim.settings.heartbeat_interval_ms * 1000, beat, sim, node)
+    sim.scheduler.at(sim.clock.now_us + sim.settings.heartbeat_interval_ms * 1000, beat, sim, node)
 
 
 def _send_stalled_beats(node: SimNode) -> None:
@@ -180,7 +234,7 @@ def _send_stalled_beats(node: SimNode) -> None:
         node.links.send(peer, addr, frames)
 
 
-def end_stall(sim: Simulation, node: SimNode) -> None:
+def end_stall(sim: Stage, node: SimNode) -> None:
     """The slow call returns: the loop runs again (as after a pause)."""
     if node.stalls_active == 0:
         return
@@ -188,7 +242,7 @@ def end_stall(sim: Simulation, node: SimNode) -> None:
     _carry_on(sim, node)
 
 
-def resume(sim: Simulation, node: SimNode) -> None:
+def resume(sim: Stage, node: SimNode) -> None:
     if node.pauses_active == 0:
         return
     node.pauses_active -= 1
@@ -197,24 +251,24 @@ def resume(sim: Simulation, node: SimNode) -> None:
     _carry_on(sim, node)
 
 
-def _carry_on(sim: Simulation, node: SimNode) -> None:
+def _carry_on(sim: Stage, node: SimNode) -> None:
     """A pause or a stall ended: unless another holds it, the node reads what queued and
     fires each timer that came due, once."""
     if node.pauses_active or node.stalls_active or node.killed:
         return
-    sim._note(f"resumed {node.node_id}")
+    sim.note(f"resumed {node.node_id}")
     missed, node.missed_timers = node.missed_timers, []
     if sim.config.timers_first_on_resume:
         for which in missed:
-            sim._fire(node, which)
-        sim._wake(node)
+            sim.fire(node, which)
+        sim.wake(node)
     else:
-        sim._wake(node)
+        sim.wake(node)
         for which in missed:
-            sim._fire(node, which)
+            sim.fire(node, which)
 
 
-def heal(sim: Simulation) -> None:
+def heal(sim: Stage) -> None:
     """End every fault still acting: partitions and delays stop, paused nodes resume,
     and the network stops dropping and duplicating messages."""
     sim.network.partitions.clear()

@@ -7,20 +7,55 @@ import logging
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final, Protocol
 
 from smr.api import Job
 from smr.faults import Starve
 from smr.node import NodeCore
 from smr.output import READ_BYTES_MAX, Emitted, OutputGone, OutputMissing, OutputSink, record_line
 from smr.ring.ids import NodeId
-
-if TYPE_CHECKING:
-    from smr.sim.simulation import Simulation
-
-from smr.sim.network import ADDR_PREFIX, Link
+from smr.sim.clock import Scheduler
+from smr.sim.network import ADDR_PREFIX, Link, SimNetwork
 
 log = logging.getLogger("smr.sim")
+
+
+class ClientEnd(Protocol):
+    """A client's end of a connection to a node, as the node's links see it."""
+
+    @property
+    def identity(self) -> str: ...
+
+    @property
+    def closed(self) -> bool: ...
+
+    @property
+    def inbound(self) -> Link: ...
+
+    def mail_arrived(self) -> None: ...
+
+
+class NodePost(Protocol):
+    """What a simulated node's links ask of the run (``Simulation`` offers it): the network,
+    the scheduler, a client's end by identity, and a message to another node (False when it
+    cannot be sent)."""
+
+    @property
+    def network(self) -> SimNetwork: ...
+
+    @property
+    def scheduler(self) -> Scheduler: ...
+
+    def end_of(self, identity: str) -> ClientEnd | None: ...
+
+    def send_to_node(
+        self,
+        link: Link,
+        identity: bytes,
+        frames: Sequence[bytes],
+        src_node: str | None = None,
+        peer_link: bool = False,
+    ) -> bool: ...
 
 
 # Reducer outputs kept in memory per node for inspection (they are all counted).
@@ -139,28 +174,28 @@ class SimNodeLinks:
     """The :class:`~smr.transport.NodeLinks` of one simulated node: replies go to mapper
     channel ends, peer messages onto the simulated network, drops come from kills."""
 
-    def __init__(self, sim: Simulation, node: SimNode) -> None:
+    def __init__(self, sim: NodePost, node: SimNode) -> None:
         self._sim = sim
         self._node = node
         self._identity = f"peer:{node.node_id}".encode()
 
     def reply(self, identity: bytes, frames: Sequence[bytes]) -> bool:
         sim = self._sim
-        end = sim._ends.get(identity.decode())
+        end = sim.end_of(identity.decode())
         if end is None or end.closed:
             return False  # ROUTER_MANDATORY: the peer is gone
         queued = sim.network.send(end.inbound, identity, frames, self._node.node_id, None)
         if queued is None:
             return False
         for envelope in queued:
-            sim._schedule(envelope.deliver_at_us, sim._mail_to_end, end)
+            sim.scheduler.at(envelope.deliver_at_us, end.mail_arrived)
         return True
 
     def send(self, node: NodeId, addr: str, frames: Sequence[bytes]) -> bool:
         if not addr.startswith(ADDR_PREFIX):
             return False
         link = self._sim.network.link(self._node.node_id, addr.removeprefix(ADDR_PREFIX))
-        return self._sim._send_to_node(link, self._identity, frames, self._node.node_id, True)
+        return self._sim.send_to_node(link, self._identity, frames, self._node.node_id, True)
 
     def dropped(self, peers: Sequence[tuple[NodeId, str]]) -> list[NodeId]:
         # A drop of a peer not asked about stays to be reported when it is (as a socket

@@ -46,7 +46,7 @@ from bisect import bisect_left
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 from smr.checkpoint.loss import lost_slots
 from smr.protocol import (
@@ -67,9 +67,7 @@ from smr.ring.ids import NodeId, Slot
 from smr.ring.placement import Ring
 from smr.sim.checks import reported_lost
 from smr.sim.network import Link
-
-if TYPE_CHECKING:
-    from smr.sim.simulation import Simulation
+from smr.sim.run import Run
 
 log = logging.getLogger("smr.sim")
 
@@ -187,7 +185,7 @@ class SimReaders:
     """The run's readers: reads at seeded moments while the run goes on, each answer checked
     (see the module doc); a broken bound raises AssertionError at once."""
 
-    def __init__(self, sim: Simulation, ledger: FeedLedger) -> None:
+    def __init__(self, sim: Run, ledger: FeedLedger) -> None:
         self.sim = sim
         self.ledger = ledger
         self._rng = sim.rng("readers")

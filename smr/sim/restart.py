@@ -6,26 +6,59 @@ from __future__ import annotations
 import logging
 import random
 from collections import Counter
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from contextlib import AbstractContextManager
+from typing import Protocol
 
+from smr.checkpoint.store import StateStore
+from smr.node import NodeCore
 from smr.node.disk import DiskError
 from smr.ring.hashing import slot_of
 from smr.ring.ids import NodeId, Slot
 from smr.ring.placement import Role
+from smr.ring.view import View
 from smr.sim.checks import reported_lost
-from smr.sim.disk import SILENT_TODAY, apply_fault, disk_of
+from smr.sim.disk import SILENT_TODAY, SimFiles, apply_fault, disk_of
 from smr.sim.nodes import SimNode
-
-if TYPE_CHECKING:
-    from smr.sim.simulation import Simulation
+from smr.sim.readers import SimReaders
+from smr.sim.run import Run
 
 log = logging.getLogger("smr.sim")
+
+
+class RestartRun(Run, Protocol):
+    """What a restart asks of the run besides :class:`~smr.sim.run.Run` (``Simulation``
+    offers it): the nodes and their disks, the readers, a node process started again
+    (``new_core``, ``start_timers``) and run (``wake``, ``acting_as``), ``converge``."""
+
+    @property
+    def nodes(self) -> Mapping[NodeId, SimNode]: ...
+
+    @property
+    def disks(self) -> Mapping[NodeId, SimFiles]: ...
+
+    @property
+    def readers(self) -> SimReaders | None: ...
+
+    def initial_view(self) -> View: ...
+
+    def new_core(
+        self, sim_node: SimNode, view: View, store: StateStore | None = None
+    ) -> NodeCore: ...
+
+    def start_timers(self, sim_node: SimNode, phases: random.Random) -> None: ...
+
+    def acting_as(self, node_id: NodeId) -> AbstractContextManager[None]: ...
+
+    def wake(self, node: SimNode) -> None: ...
+
+    def converge(self, deadline_us: int) -> None: ...
 
 
 class Restart:
     """One restart of the whole cluster; ``tally`` counts what each restore did."""
 
-    def __init__(self, sim: Simulation, fault: str) -> None:
+    def __init__(self, sim: RestartRun, fault: str) -> None:
         self.sim = sim
         self.fault = fault
         self.tally: Counter[str] = Counter()

@@ -17,17 +17,24 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from typing import TYPE_CHECKING, Final
+from typing import Final, Protocol
 
 from smr.checkpoint.ids import MapperId
 from smr.client import NodeUnreachable
 from smr.ring.view import View
 from smr.sim.clients import SimClient
 from smr.sim.mappers import MapperProcess, SimMapperTransport
+from smr.sim.run import Run
 from smr.stream_history import HistoryUnknown, MapperIdReused, mapper_history
 
-if TYPE_CHECKING:
-    from smr.sim.simulation import Simulation
+
+class ReuseRun(Run, Protocol):
+    """What the id reuse asks of the run besides :class:`~smr.sim.run.Run`: the mappers
+    the run waits for, to join them."""
+
+    @property
+    def mappers(self) -> list[MapperProcess]: ...
+
 
 log = logging.getLogger("smr.sim")
 
@@ -40,13 +47,13 @@ POLL_MS: Final = 50
 class IdReuse:
     """The second stream of ``m0`` (module doc); ``tally`` says how each ended."""
 
-    def __init__(self, sim: Simulation, first: MapperProcess) -> None:
+    def __init__(self, sim: ReuseRun, first: MapperProcess) -> None:
         self.sim = sim
         self._first = first
         self._rng = sim.rng("reuse")
         self.tally: Counter[str] = Counter()
         self._transport = SimMapperTransport(sim, "m0-again")
-        self.process = MapperProcess(sim, "m0-again", self._body)
+        self.process = MapperProcess(sim.scheduler, "m0-again", self._body)
         self._transport.process = self.process
 
     def start(self) -> None:

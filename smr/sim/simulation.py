@@ -6,11 +6,10 @@ from __future__ import annotations
 import heapq
 import logging
 import random
-import threading
 import traceback
 from collections import Counter, deque
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import asdict, replace
 from typing import Any, Final
 
@@ -28,13 +27,14 @@ from smr.ring.hashing import even_tokens, slot_count
 from smr.ring.ids import Incarnation, NodeId, Token
 from smr.ring.view import Member, Status, View
 from smr.sim import checks, nemesis
+from smr.sim.clock import Scheduler
 from smr.sim.config import SimConfig, SimResult, SweepOptions, seeded_counters
 from smr.sim.disk import SimFiles, disk_of
 from smr.sim.feeding import start_mappers
-from smr.sim.mappers import MapperProcess, SimChannelEnd
+from smr.sim.mappers import MapperProcess
 from smr.sim.network import ADDR_PREFIX, Envelope, Link, SimClock, SimNetwork
-from smr.sim.nodes import MemoryOutput, SimNode, SimNodeLinks, sim_job
-from smr.sim.readers import FeedLedger, ReaderEnd, SimReaders
+from smr.sim.nodes import ClientEnd, MemoryOutput, SimNode, SimNodeLinks, sim_job
+from smr.sim.readers import FeedLedger, SimReaders
 from smr.sim.restart import Restart
 from smr.sim.reuse import IdReuse
 from smr.sim.subscriber import SimSubscriber
@@ -51,10 +51,6 @@ BACKGROUND_STEP_US: Final = 20
 CONVERGENCE_CHECK_US: Final = 50_000
 
 
-# Notable events kept for a failure report (the oldest are dropped past it).
-EVENTS_KEPT_MAX: Final = 400
-
-
 class SimulationFailure(AssertionError):
     """A simulated run broke an invariant; the message starts with ``seed=<seed>``."""
 
@@ -62,12 +58,13 @@ class SimulationFailure(AssertionError):
 class _EventLog(logging.Handler):
     """Collects the nodes' warnings and errors with the virtual time and the node."""
 
-    def __init__(self, sim: Simulation) -> None:
+    def __init__(self, scheduler: Scheduler) -> None:
         super().__init__(logging.WARNING)
-        self._sim = sim
+        self._scheduler = scheduler
 
     def emit(self, record: logging.LogRecord) -> None:
-        self._sim._note(f"{self._sim._current or '-'} {record.levelname}: {record.getMessage()}")
+        scheduler = self._scheduler
+        scheduler.note(f"{scheduler.acting or '-'} {record.levelname}: {record.getMessage()}")
 
 
 class Simulation:
@@ -138,11 +135,11 @@ class Simulation:
             probe_timeout_ms=self.settings.probe_timeout_ms,
             suspicion_timeout_ms=self.settings.suspicion_timeout_ms,
             heartbeat_interval_ms=self.settings.heartbeat_interval_ms,
-            tick_ms=self._tick_ms,
+            tick_ms=self.tick_ms,
         )
         if config.schedule is None:
             self.schedule = random_schedule(
-                self._rng("schedule"),
+                self.rng("schedule"),
                 self.node_ids,
                 config.replication,
                 config.feed_ms,
@@ -156,12 +153,8 @@ class Simulation:
         self.clock = SimClock()
         self.network = SimNetwork(self.clock, f"smr.sim:{seed}:network", config.network)
         self.network.lose = lose
-        self.events: deque[str] = deque(maxlen=EVENTS_KEPT_MAX)
-        self._events: list[tuple[int, int, Callable[..., None], tuple[Any, ...]]] = []
-        self._event_seq = 0
-        self._current: str | None = None
-        self._to_scheduler = threading.Semaphore(0)
-        self._ends: dict[str, SimChannelEnd | ReaderEnd] = {}
+        self.scheduler = Scheduler(self.clock, after_event=self._raise_mapper_errors)
+        self._ends: dict[str, ClientEnd] = {}
         self.nodes: dict[NodeId, SimNode] = {}
         self.mappers: list[MapperProcess] = []
         self.emitters: dict[str, Emitter] = {}
@@ -182,103 +175,58 @@ class Simulation:
         self.tuples = 0
         self._ran = False
 
-    @property
-    def _tick_ms(self) -> int:
-        return min(TICK_MS, self.settings.heartbeat_interval_ms // 2)
+    # -- what the simulated clients, disks and restarts ask of the run -----------------------
 
-    def _rng(self, stream: str) -> random.Random:
+    def rng(self, stream: str) -> random.Random:
+        """The run's own random stream named ``stream`` (seeded from the seed and the name)."""
         # One independent stream per concern: a change in one (another fault) leaves the
         # others (the words, the latencies) as they were. Seeding with a str hashes it with
         # SHA-512, which does not depend on PYTHONHASHSEED.
         return random.Random(f"smr.sim:{self.seed}:{stream}")
 
-    # -- what the simulated clients, disks and restarts ask of the run -----------------------
-
-    def rng(self, stream: str) -> random.Random:
-        """The run's own random stream named ``stream`` (seeded from the seed and the name)."""
-        return self._rng(stream)
-
     def schedule_at(self, time_us: int, action: Callable[..., None], *args: Any) -> None:
-        """Run ``action(*args)`` at virtual time ``time_us`` (after what is due before)."""
-        self._schedule(time_us, action, *args)
+        """Run ``action(*args)`` at virtual time ``time_us`` (``Scheduler.at``)."""
+        self.scheduler.at(time_us, action, *args)
 
     def run_until(self, done: Callable[[], bool], limit_us: int) -> bool:
         """Run events until ``done()``, or until ``limit_us``: whether ``done()``."""
-        return self._run_until(done, limit_us)
-
-    def converge(self, deadline_us: int) -> None:
-        """Run until the ring converges; AssertionError saying why not by ``deadline_us``."""
-        self._converge(deadline_us)
-
-    def live(self) -> list[tuple[SimNode, NodeCore]]:
-        """The live nodes and their cores, in id order."""
-        return self._live()
+        return self.scheduler.run_until(done, limit_us)
 
     def note(self, text: str) -> None:
         """Keep ``text`` among the run's notable events, at the virtual time now."""
-        self._note(text)
+        self.scheduler.note(text)
 
-    def wake(self, node: SimNode) -> None:
-        """Give ``node`` a receive turn now."""
-        self._wake(node)
+    @property
+    def events(self) -> deque[str]:
+        """The run's notable events (``Scheduler.notes``)."""
+        return self.scheduler.notes
 
-    def initial_view(self) -> View:
-        """The view every node starts with."""
-        return self._initial_view()
+    def acting_as(self, node_id: NodeId) -> AbstractContextManager[None]:
+        """Within the block, what the nodes log is noted as ``node_id``'s."""
+        return self.scheduler.acting_as(node_id)
 
     @property
     def tick_ms(self) -> int:
         """The nodes' tick period."""
-        return self._tick_ms
+        return min(TICK_MS, self.settings.heartbeat_interval_ms // 2)
 
-    def connect(self, end: SimChannelEnd | ReaderEnd) -> None:
+    def connect(self, end: ClientEnd) -> None:
         """Register a client's end: replies to its identity go to it."""
         self._ends[end.identity] = end
 
-    def send_to_node(self, link: Link, identity: bytes, frames: Sequence[bytes]) -> bool:
-        """A client's message to the node at the end of ``link``; False if it cannot be
-        sent (the node is down, or the link is full)."""
-        return self._send_to_node(link, identity, frames, None)
-
-    @contextmanager
-    def acting_as(self, node_id: NodeId) -> Iterator[None]:
-        """Within the block, what the nodes log is noted as ``node_id``'s."""
-        self._current = node_id
-        try:
-            yield
-        finally:
-            self._current = None
-
-    # -- scheduling ---------------------------------------------------------------------------
-
-    def _schedule(self, time_us: int, action: Callable[..., None], *args: Any) -> None:
-        self._event_seq += 1
-        heapq.heappush(self._events, (time_us, self._event_seq, action, args))
-
-    def _run_until(self, done: Callable[[], bool], limit_us: int) -> bool:
-        """Run events in time order until ``done()`` or virtual time would pass
-        ``limit_us``; True if ``done()``."""
-        events = self._events
-        while not done():
-            if not events or events[0][0] > limit_us:
-                return False
-            time_us, _, action, args = heapq.heappop(events)
-            self.clock.advance_to(time_us)
-            action(*args)
-            self._raise_mapper_errors()
-        return True
-
-    def _note(self, text: str) -> None:
-        self.events.append(f"{self.clock.now_ms:9.3f} ms  {text}")
+    def end_of(self, identity: str) -> ClientEnd | None:
+        """The client's end registered as ``identity`` (``connect``), if any."""
+        return self._ends.get(identity)
 
     # -- nodes --------------------------------------------------------------------------------
 
-    def _initial_view(self) -> View:
+    def initial_view(self) -> View:
+        """The view every node starts with."""
         config = self.config
         if config.even_tokens:
             tokens = even_tokens(config.nodes, config.slot_bits)
         else:
-            rng = self._rng("tokens")
+            rng = self.rng("tokens")
             tokens = sorted(
                 Token(t) for t in rng.sample(range(slot_count(config.slot_bits)), config.nodes)
             )
@@ -320,7 +268,7 @@ class Simulation:
         return core
 
     def _start_nodes(self, view: View) -> None:
-        phases = self._rng("timers")
+        phases = self.rng("timers")
         for node_id in (*self.node_ids, *self.standby_ids):
             sim_node = SimNode(node_id, None)
             sim_node.links = SimNodeLinks(self, sim_node)
@@ -331,21 +279,24 @@ class Simulation:
     def start_timers(self, sim_node: SimNode, phases: random.Random) -> None:
         """The node's tick and checkpoint timers, from now, at seeded phases."""
         now_us = self.clock.now_us
-        tick_us = self._tick_ms * 1000
+        tick_us = self.tick_ms * 1000
         checkpoint_us = self.config.checkpoint_interval_ms * 1000
-        self._schedule(now_us + phases.randint(1, tick_us), self._timer, sim_node, "tick")
-        self._schedule(
+        self.scheduler.at(now_us + phases.randint(1, tick_us), self._timer, sim_node, "tick")
+        self.scheduler.at(
             now_us + phases.randint(1, checkpoint_us), self._timer, sim_node, "checkpoint"
         )
 
-    def _send_to_node(
+    def send_to_node(
         self,
         link: Link,
         identity: bytes,
         frames: Sequence[bytes],
-        src_node: str | None,
+        src_node: str | None = None,
         peer_link: bool = False,
     ) -> bool:
+        """A message to the node at the end of ``link`` from a client (``src_node`` None) or
+        from the node ``src_node`` (over a peer link when ``peer_link``); False if it cannot
+        be sent (the node is down, or the link is full)."""
         target = self.nodes.get(NodeId(link.dst))
         if target is None:
             self.network.stats.refused_unreachable += 1
@@ -361,10 +312,10 @@ class Simulation:
             return True  # queued on a connection nobody will read
         for envelope in queued:
             heapq.heappush(target.arrivals, (envelope.deliver_at_us, link.src, envelope.seq, link))
-            self._schedule(envelope.deliver_at_us, self._wake, target)
+            self.scheduler.at(envelope.deliver_at_us, self.wake, target)
         return True
 
-    def _wake(self, node: SimNode) -> None:
+    def wake(self, node: SimNode) -> None:
         """One receive turn of the node (``NodeCore.receive_turn``, as the real loop runs
         it), reading the messages that have arrived by now; another turn is scheduled soon
         if work or arrived messages are left."""
@@ -385,21 +336,18 @@ class Simulation:
                 self._trace_message(node.node_id, envelope)
             return envelope.identity, envelope.frames
 
-        self._current = node.node_id
-        try:
+        with self.scheduler.acting_as(node.node_id):
             work_left = core.receive_turn(receive)
             ready = bool(arrivals) and arrivals[0][0] <= now
             capped_s = core.ingest.capped_wait_s
             if work_left or (ready and (capped_s is None or not core.ingest.inbox_full)):
-                self._schedule(now + BACKGROUND_STEP_US, self._wake, node)
+                self.scheduler.at(now + BACKGROUND_STEP_US, self.wake, node)
             elif capped_s is not None:
                 # Batches held back by the apply rate cap (and, with the inbox full, the
                 # messages behind them): the real loop sleeps until the cap lets them
                 # through (smr.node.loop), then takes another turn.
                 wait_us = max(BACKGROUND_STEP_US, round(capped_s * 1e6))
-                self._schedule(now + wait_us, self._wake, node)
-        finally:
-            self._current = None
+                self.scheduler.at(now + wait_us, self.wake, node)
 
     def _trace_message(self, node_id: NodeId, envelope: Envelope) -> None:
         assert self._trace is not None
@@ -420,32 +368,24 @@ class Simulation:
             if which not in node.missed_timers:
                 node.missed_timers.append(which)
             return
-        self._fire(node, which)
+        self.fire(node, which)
 
-    def _fire(self, node: SimNode, which: str) -> None:
+    def fire(self, node: SimNode, which: str) -> None:
+        """The node's timer ``which`` (``tick``, ``checkpoint``) fires now; the next one is
+        due a period later, and the node takes a receive turn now."""
         core = node.core
         assert core is not None
         timer = Timer(which)
-        self._current = node.node_id
-        try:
+        with self.scheduler.acting_as(node.node_id):
             core.on_timer(timer)
-        finally:
-            self._current = None
         if timer is Timer.TICK:
-            period_us = self._tick_ms * 1000
+            period_us = self.tick_ms * 1000
         else:
             period_us = self.config.checkpoint_interval_ms * 1000
-        self._schedule(self.clock.now_us + period_us, self._timer, node, which)
-        self._schedule(self.clock.now_us, self._wake, node)
+        self.scheduler.at(self.clock.now_us + period_us, self._timer, node, which)
+        self.scheduler.at(self.clock.now_us, self.wake, node)
 
     # -- mappers --------------------------------------------------------------------------------
-
-    def _mail_to_end(self, end: SimChannelEnd | ReaderEnd) -> None:
-        end.mail_arrived()
-
-    def _mapper_deadline(self, process: MapperProcess, token: int) -> None:
-        if process.waiting_on is not None and process.wait_token == token:
-            process.resume()
 
     def _raise_mapper_errors(self) -> None:
         for process in (*self.mappers, *self.background):
@@ -461,33 +401,31 @@ class Simulation:
 
     def live_cores(self) -> dict[NodeId, NodeCore]:
         """The live nodes' cores (killed ones are gone), by node id, in id order."""
-        return {node.node_id: core for node, core in self._live()}
+        return {node.node_id: core for node, core in self.live()}
 
-    def _live(self) -> list[tuple[SimNode, NodeCore]]:
+    def live(self) -> list[tuple[SimNode, NodeCore]]:
+        """The live nodes and their cores, in id order."""
         return [
             (node, node.core)
             for node_id in (*self.node_ids, *self.standby_ids)
             if (node := self.nodes[node_id]).core is not None and not node.killed
         ]
 
-    def _settle(self) -> None:
+    def settle(self) -> None:
         """Run until every message sent so far has arrived (and been read, unless its
         node is paused or dead)."""
-        settle_us = max(self.clock.now_us, self.network.last_delivery_us())
-        self._run_until(lambda: False, settle_us)
-        self.clock.advance_to(settle_us)
+        self.scheduler.run_to(max(self.clock.now_us, self.network.last_delivery_us()))
 
-    def _converge(self, deadline_us: int) -> None:
-        """Run until ``_not_converged()`` says None; AssertionError with its reason if that
-        does not happen by ``deadline_us``."""
+    def converge(self, deadline_us: int) -> None:
+        """Run until ``checks.not_converged`` says None; AssertionError with its reason if
+        that does not happen by ``deadline_us``."""
         started_us = self.clock.now_us
         while (reason := checks.not_converged(self)) is not None:
             next_check_us = self.clock.now_us + CONVERGENCE_CHECK_US
             if next_check_us > deadline_us:
                 waited_ms = (self.clock.now_us - started_us) // 1000
                 raise AssertionError(f"no convergence within {waited_ms} ms: {reason}")
-            self._run_until(lambda: False, next_check_us)
-            self.clock.advance_to(next_check_us)
+            self.scheduler.run_to(next_check_us)
 
     # -- the run --------------------------------------------------------------------------------
 
@@ -496,7 +434,7 @@ class Simulation:
         if self._ran:
             raise RuntimeError("a Simulation runs once; build another for another run")
         self._ran = True
-        handler = _EventLog(self)
+        handler = _EventLog(self.scheduler)
         node_log = logging.getLogger("smr.node")
         saved = node_log.level, node_log.propagate
         # The nodes' warnings become events of the run, reported with a failure; they are
@@ -532,10 +470,10 @@ class Simulation:
             if reason is not None:
                 raise AssertionError(f"the fault schedule is beyond tolerance: {reason}")
         # 1.
-        view = self._initial_view()
+        view = self.initial_view()
         self._start_nodes(view)
         # 2.
-        start_mappers(self, view)
+        self.tuples += start_mappers(self, view)
         if self.ledger is not None:
             self.readers = SimReaders(self, self.ledger)
             self.readers.start()
@@ -547,25 +485,23 @@ class Simulation:
             self.subscriber.start()
         # 3.
         nemesis.schedule_faults(self)
-        fed = self._run_until(
+        fed = self.scheduler.run_until(
             lambda: all(process.done for process in self.mappers), config.feed_limit_ms * 1000
         )
         if not fed:
             raise AssertionError(
                 f"the feed did not finish within {config.feed_limit_ms} ms of virtual time"
             )
-        self._note("feed done: every mapper's close() returned")
+        self.note("feed done: every mapper's close() returned")
         # 4.
-        heal_at_us = max(self.clock.now_us, self.schedule.end_ms * 1000)
-        self._run_until(lambda: False, heal_at_us)
-        self.clock.advance_to(heal_at_us)
+        self.scheduler.run_to(max(self.clock.now_us, self.schedule.end_ms * 1000))
         nemesis.heal(self)
         # What a partition held back or a delay slowed down arrives before convergence counts.
-        self._settle()
+        self.settle()
         heal_at_us = self.clock.now_us
-        self._note("healed: every fault ended")
-        self._converge(heal_at_us + config.heal_limit_ms * 1000)
-        self._note("converged")
+        self.note("healed: every fault ended")
+        self.converge(heal_at_us + config.heal_limit_ms * 1000)
+        self.note("converged")
         # 5.
         if self.readers is not None:
             self.readers.read_all_converged()
@@ -576,13 +512,13 @@ class Simulation:
             checks.check_no_false_death(self)
         checks.check_replicas(self)
         if config.restart_fault is not None:
-            self._settle()
+            self.settle()
             self.restart = Restart(self, config.restart_fault)
             self.restart.run()
         return self._result()
 
     def _result(self) -> SimResult:
-        live = self._live()
+        live = self.live()
         counters: dict[str, dict[str, int]] = {
             node.node_id: seeded_counters(core.counters) for node, core in live
         }

@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from typing import TYPE_CHECKING, Final
+from collections.abc import Mapping
+from typing import Final, Protocol
 
 from smr.client import NodeUnreachable
 from smr.output import parse_line
@@ -32,10 +33,20 @@ from smr.ring.view import View
 from smr.sim.clients import SimClient
 from smr.sim.mappers import MapperProcess, SimMapperTransport
 from smr.sim.nodes import EMIT_EVERY
+from smr.sim.run import Run
 from smr.subscription import OutputRecord, Subscription
 
-if TYPE_CHECKING:
-    from smr.sim.simulation import Simulation
+
+class SubscriberRun(Run, Protocol):
+    """What the subscriber asks of the run besides :class:`~smr.sim.run.Run`: the processes
+    the run ends with it, and the nodes' output files."""
+
+    @property
+    def background(self) -> list[MapperProcess]: ...
+
+    @property
+    def output_files(self) -> Mapping[str, bytearray]: ...
+
 
 log = logging.getLogger("smr.sim")
 
@@ -46,7 +57,7 @@ IDLE_S: Final = 0.3
 class SimSubscriber:
     """One subscription from the start, in a simulated process (module doc)."""
 
-    def __init__(self, sim: Simulation) -> None:
+    def __init__(self, sim: SubscriberRun) -> None:
         self.sim = sim
         self._rng = sim.rng("subscriber")
         self.records: list[OutputRecord] = []
@@ -54,7 +65,7 @@ class SimSubscriber:
         self.stopping = False
         self.subscription: Subscription | None = None
         self._transport = SimMapperTransport(sim, "subscriber")
-        self.process = MapperProcess(sim, "subscriber", self._body)
+        self.process = MapperProcess(sim.scheduler, "subscriber", self._body)
         self._transport.process = self.process
 
     def start(self) -> None:

@@ -47,6 +47,16 @@ def contents(store: StateStore) -> tuple[object, ...]:
     )
 
 
+def a_checkpoint_then_a_write(directory: Path) -> tuple[DiskState, StateStore]:
+    """A disk with one checkpoint (of "x"), and its store with a write ("y") since."""
+    disk = DiskState(directory)
+    store = StateStore()
+    add(store, 1, 1, "x", 1)
+    checkpoint(disk, store)
+    add(store, 2, 2, "y", 1)
+    return disk, store
+
+
 def test_a_snapshot_and_its_checkpoints_restore_the_store_exactly(tmp_path: Path) -> None:
     disk = DiskState(tmp_path / "a")
     store = StateStore()
@@ -122,11 +132,7 @@ def test_the_state_of_another_cluster_is_refused(tmp_path: Path) -> None:
 def test_after_a_failed_write_the_next_checkpoint_is_a_whole_snapshot(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    disk = DiskState(tmp_path / "a")
-    store = StateStore()
-    add(store, 1, 1, "x", 1)
-    checkpoint(disk, store)
-    add(store, 2, 2, "y", 1)
+    disk, store = a_checkpoint_then_a_write(tmp_path / "a")
     real_open_log = DiskState._open_log
 
     class FullDisk:
@@ -206,11 +212,7 @@ def test_a_log_without_snapshot_or_manifest_is_refused(tmp_path: Path) -> None:
 def test_a_checkpoint_appended_before_a_crash_kept_its_manifest_is_restored(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    disk = DiskState(tmp_path / "a")
-    store = StateStore()
-    add(store, 1, 1, "x", 1)
-    checkpoint(disk, store)
-    add(store, 2, 2, "y", 1)
+    disk, store = a_checkpoint_then_a_write(tmp_path / "a")
     monkeypatch.setattr(DiskState, "_write_manifest", lambda self, manifest, **_: None)
     checkpoint(disk, store)  # in the log, synced; the manifest still says the log is empty
     disk.close()
