@@ -202,6 +202,8 @@ class NodeCore:
         self._rate_mark = (clock(), 0)
         self._bad_frame_logged_at: dict[bytes, float] = {}
         self._handler_error_log = Throttle()
+        # The output sink (smr.output), the reducer's and the roles' that make it durable.
+        self.output = output
         self.reducer = Reducer(job, output, clock)
         self.ingest = Ingest(self)
         self.replication = Replication(self)
@@ -391,7 +393,7 @@ class NodeCore:
             case MapperDone():
                 # The mapper's tuples were all acked before its notice: their output goes to
                 # the file before the answer, so it is there when the mapper's feed ends.
-                self.reducer.output.flush()
+                self.output.flush()
                 self.retirement.on_mapper_done(identity, message)
             case ViewRequest():
                 self.control.on_view_request(identity, message)
@@ -604,7 +606,7 @@ class NodeCore:
             self.tuples_per_s = (self.counters.tuples_applied - mark_count) / (now - mark_time)
             self._rate_mark = (now, self.counters.tuples_applied)
             self.load.fold(now)
-        self.reducer.output.flush()
+        self.output.flush()
 
     # -- reports ------------------------------------------------------------------------------
 

@@ -53,6 +53,7 @@ stream names the channel):
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
@@ -60,6 +61,7 @@ from smr.batch_body import BatchColumns, decode_batch_body, decode_batch_ids
 from smr.checkpoint.bulk import Columns
 from smr.checkpoint.ids import MapperId
 from smr.checkpoint.loss import RESERVED_MAPPER_PREFIX
+from smr.node.ports import Backlog
 from smr.node.rate_cap import ApplyRateCap
 from smr.protocol import (
     Ack,
@@ -148,6 +150,35 @@ class Ingest:
         cap = node.settings.apply_rate_cap_per_s
         self.rate_cap = ApplyRateCap(cap, node.clock) if cap is not None else None
 
+    # -- what other roles ask ------------------------------------------------------------
+
+    def backlog(self) -> Backlog:
+        """The inbox's tuples and whether applying is behind."""
+        return Backlog(self.inbox_tuples, self.behind)
+
+    def position(self) -> tuple[int, int]:
+        """Batches accepted into the inbox, and taken out of it, since the start."""
+        return self.accepted_total, self.taken_total
+
+    def queued_for(self, slots: frozenset[Slot]) -> bool:
+        """Whether an accepted batch with a slot of ``slots`` waits in the inbox."""
+        return any(p.batch is not None and not slots.isdisjoint(p.batch.slots) for p in self.inbox)
+
+    def restart_stall_record(self) -> None:
+        self.stall_s_max = 0.0
+
+    def stall_record_s(self) -> float:
+        """The longest apply stall (``stall_s_max``) since ``restart_stall_record``."""
+        return self.stall_s_max
+
+    def report(self) -> dict[str, int | None]:
+        """What ``smr status`` shows of the inbox."""
+        return {
+            "inbox_peak": self.inbox_peak,
+            "inbox_tuples_peak": self.inbox_tuples_peak,
+            "inbox_admits_tuples": self.admit_tuples(),
+        }
+
     @property
     def capped_wait_s(self) -> float | None:
         """How long until the rate cap lets batches that wait be applied (None when none
@@ -155,7 +186,7 @@ class Ingest:
         uncommitted, a short wait, until a checkpoint's commit takes them."""
         if not self.inbox:
             return None
-        if self._node.reducer.output.held:
+        if self._node.output.held:
             return OUTPUT_HELD_RETRY_S
         if self.rate_cap is None:
             return None
@@ -181,7 +212,7 @@ class Ingest:
         if self.rate_cap is not None:
             rate_per_s = self.rate_cap.rate_per_s
         else:
-            us_per_tuple = node.load.apply_us_per_tuple
+            us_per_tuple = node.load.apply_cost_us()
             if us_per_tuple <= 0:
                 return None
             rate_per_s = 1e6 / us_per_tuple
@@ -218,16 +249,6 @@ class Ingest:
         self._processed.clear()
         self.taken_total = self.accepted_total
 
-    def _sent_to_all(self, replicas: str) -> bool:
-        """Whether a batch sent to ``replicas`` (``Batch.replicas``) went to every node of
-        this primary's replica set: a feeder that does not know of a new secondary yet
-        (a joiner) must learn of it before this node applies its tuples."""
-        node = self._node
-        mine = node.replicas_wire
-        if replicas == mine:
-            return True
-        return set(mine.split(",")) <= set(replicas.split(","))
-
     def expected(self, stream: StreamId) -> ChannelNumber:
         """The number of the next batch this node expects on ``stream``'s channel."""
         return self._expected.get(stream, ChannelNumber(0))
@@ -238,26 +259,8 @@ class Ingest:
         stream = message.stream
         mapper = message.mapper
         chan = message.chan
-        # 1. Re-base.
-        expected = self._expected.get(stream, ChannelNumber(0))
-        if message.base > expected:
-            expected = message.base
-            # Everything below base is resolved for the stream; once nothing of this
-            # channel waits in the inbox, acks may say so.
-            if not any(p.stream == stream for p in self.inbox):
-                self._processed[stream] = ChannelNumber(
-                    max(self._processed.get(stream, 0), expected - 1)
-                )
-        self._expected[stream] = expected
-        # 2. A resend of something already accepted: ack what is processed so far.
-        if chan < expected:
-            node.counters.batches_resent_to_us += 1
-            self._acks.add((identity, stream))
-            return
-        # 3. A gap.
-        if chan > expected:
-            node.counters.gaps += 1
-            node.reply(identity, encode(Nack(stream, expected, False)))
+        # 1-3.
+        if not self._is_next(identity, message):
             return
         # 4. Decode and validate (the slot and seq columns first: a secondary needs no more).
         if mapper.startswith(RESERVED_MAPPER_PREFIX):
@@ -281,18 +284,11 @@ class Ingest:
             return
         # 5a. A finished mapper (smr.node.retirement, step 4): tuples it already delivered
         #     are acked as duplicates; one past its last seq is refused, never applied.
-        last = node.retirement.last_of(mapper)
-        if last is not None and seqs:
-            if max(seqs) > last:
-                node.retirement.batches_refused += 1
-                text = (
-                    f"mapper {mapper!r} said it had finished at seq {last}, and this batch "
-                    f"has seq {max(seqs)}: a mapper id is never used again for other tuples; "
-                    "give this feed another mapper id"
-                )
-                node.reply(identity, encode(Error(None, text)))
+        finished = node.retirement.admit(mapper, seqs)
+        if finished is not None:
+            if finished.refusal is not None:
+                node.reply(identity, encode(Error(None, finished.refusal)))
                 return
-            node.retirement.batches_answered += 1
             node.counters.tuples_duplicate += len(seqs)
             self._expected[stream] = ChannelNumber(chan + 1)
             self.inbox.append(Pending(identity, stream, mapper, chan, None))
@@ -307,43 +303,15 @@ class Ingest:
                 # Acked in channel order, after any primary batch of this channel still queued.
                 self.inbox.append(Pending(identity, stream, mapper, chan, None))
             return
-        frozen = node.moves.frozen
-        short = batch is not None and not self._sent_to_all(message.replicas)
-        if batch is None or short or (frozen and not frozen.isdisjoint(slot_set)):
-            frozen_start = frozen_length = 0
-            if batch is None or short:
-                node.counters.not_owner += 1
-            else:
-                # A slot of the range this node is handing over (smr.node.moves, step 4):
-                # the mapper holds back that range's tuples until the move ends either way,
-                # and sends the rest again at once.
-                node.counters.batches_refused_moving += 1
-                node.moves.refused_frozen(identity, stream)
-                frozen_range = node.moves.frozen_range
-                if frozen_range is not None:
-                    frozen_start, frozen_length = frozen_range.start, frozen_range.length
-            refusal = NotOwner(
-                stream,
-                chan,
-                node.view.epoch,
-                frozen_start,
-                frozen_length,
-                pack_body(node.view.to_wire()),
-            )
-            node.reply(identity, encode(refusal))
+        short = batch is not None and not node.seat().sent_to_all(message.replicas)
+        frozen = None
+        if batch is not None and not short:
+            # The move's admission check (smr.node.moves, step 4).
+            frozen = node.moves.admission(identity, stream, slot_set)
+        if batch is None or short or frozen is not None:
+            self._refuse_not_owner(identity, stream, chan, frozen)
             return
-        lost = sorted(node.ledger.lost_among(slot_set))
-        if lost:
-            # Loss beyond tolerance is refused, never folded into empty state
-            # (docs/design/architecture.md#failures).
-            node.counters.batches_refused_offline += 1
-            text = (
-                f"the state of slot {lost[0]} (and {len(lost) - 1} more in this batch) was lost: "
-                f"its node and its {node.settings.replication} backups failed. Tuples for it "
-                "are refused until an operator runs 'smr recover --cluster DIR --accept-loss', "
-                "which brings those slots back empty"
-            )
-            node.reply(identity, encode(Error(None, text)))
+        if self._refuse_lost(identity, slot_set):
             return
         # 6. Accept.
         self.accepted_total += 1
@@ -352,6 +320,66 @@ class Ingest:
         self.inbox_peak = max(self.inbox_peak, len(self.inbox))
         self.inbox_tuples_peak = max(self.inbox_tuples_peak, self.inbox_tuples)
         self._expected[stream] = ChannelNumber(chan + 1)
+
+    def _is_next(self, identity: bytes, message: Batch) -> bool:
+        """Steps 1-3 for ``message``: whether it is the batch its channel expects next (a
+        resend is marked for an ack of what is processed, a gap is answered with NACK)."""
+        node = self._node
+        stream = message.stream
+        chan = message.chan
+        # 1. Re-base.
+        expected = self._expected.get(stream, ChannelNumber(0))
+        if message.base > expected:
+            expected = message.base
+            # Everything below base is resolved for the stream; once nothing of this
+            # channel waits in the inbox, acks may say so.
+            if not any(p.stream == stream for p in self.inbox):
+                self._processed[stream] = ChannelNumber(
+                    max(self._processed.get(stream, 0), expected - 1)
+                )
+        self._expected[stream] = expected
+        # 2. A resend of something already accepted: ack what is processed so far.
+        if chan < expected:
+            node.counters.batches_resent_to_us += 1
+            self._acks.add((identity, stream))
+            return False
+        # 3. A gap.
+        if chan > expected:
+            node.counters.gaps += 1
+            node.reply(identity, encode(Nack(stream, expected, False)))
+            return False
+        return True
+
+    def _refuse_not_owner(
+        self, identity: bytes, stream: StreamId, chan: ChannelNumber, frozen: tuple[int, int] | None
+    ) -> None:
+        """Step 5's refusal, with the view: not this node's slots (or not sent to its whole
+        replica set), or a slot of the range it hands over (``frozen``: first slot, length)."""
+        node = self._node
+        if frozen is None:
+            node.counters.not_owner += 1
+        else:
+            node.counters.batches_refused_moving += 1
+        view = node.view
+        refusal = NotOwner(stream, chan, view.epoch, *(frozen or (0, 0)), pack_body(view.to_wire()))
+        node.reply(identity, encode(refusal))
+
+    def _refuse_lost(self, identity: bytes, slots: Collection[int]) -> bool:
+        """Refuse a batch with a slot lost beyond tolerance (never folded into empty state,
+        docs/design/architecture.md#failures); whether it was refused."""
+        node = self._node
+        lost = sorted(node.ledger.lost_among(slots))
+        if not lost:
+            return False
+        node.counters.batches_refused_offline += 1
+        text = (
+            f"the state of slot {lost[0]} (and {len(lost) - 1} more in this batch) was lost: "
+            f"its node and its {node.settings.replication} backups failed. Tuples for it "
+            "are refused until an operator runs 'smr recover --cluster DIR --accept-loss', "
+            "which brings those slots back empty"
+        )
+        node.reply(identity, encode(Error(None, text)))
+        return True
 
     def hand_back(self, moving: frozenset[Slot]) -> list[tuple[bytes, StreamId]]:
         """6a: take out of the inbox, unapplied and unacked, every batch from the first one
@@ -394,7 +422,7 @@ class Ingest:
         counters = node.counters
         reducer = node.reducer
         budget = tuples_max
-        if reducer.output.held:
+        if node.output.held:
             return
         rate_cap = self.rate_cap
         if rate_cap is not None:

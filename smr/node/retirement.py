@@ -43,6 +43,8 @@ it wrote to.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 from smr.checkpoint.ids import MapperId, Seq
@@ -57,6 +59,14 @@ TICK_S: Final = 1.0
 PENDING_MAPPERS_MAX: Final = 200_000
 """Finished mappers whose lease is running, at most: a notice past it is ignored (counted),
 which costs memory only (the mapper's hwms stay), never a count."""
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Intake's answer to a batch of a finished mapper (step 4): acked as duplicates
+    (``refusal`` None), or refused with ``refusal``, a seq being past the mapper's last."""
+
+    refusal: str | None = None
 
 
 class Retirement:
@@ -98,6 +108,37 @@ class Retirement:
         if pending is not None:
             return pending[0]
         return self._node.store.retired_last(mapper)
+
+    def admit(self, mapper: MapperId, seqs: Sequence[int]) -> Verdict | None:
+        """Step 4 for a batch of ``mapper`` with ``seqs``: None if the mapper has not finished
+        (or the batch is empty), intake goes on; else the verdict, counted."""
+        last = self.last_of(mapper)
+        if last is None or not seqs:
+            return None
+        seq_max = max(seqs)
+        if seq_max > last:
+            self.batches_refused += 1
+            return Verdict(
+                f"mapper {mapper!r} said it had finished at seq {last}, and this batch "
+                f"has seq {seq_max}: a mapper id is never used again for other tuples; "
+                "give this feed another mapper id"
+            )
+        self.batches_answered += 1
+        return Verdict()
+
+    def report(self) -> dict[str, int]:
+        """What ``smr status`` shows of finished mappers (``Control.status``)."""
+        return {
+            # Leases running, retired here, and batches answered at intake; notices past
+            # PENDING_MAPPERS_MAX (those mappers keep their hwms: memory only).
+            "mappers_finishing": self.pending,
+            "mapper_notices_ignored": self.notices_ignored,
+            "mappers_retired": len(self._node.store.retired),
+            "mappers_retired_total": self.retired_total,
+            "retired_hwms_dropped": self.hwms_dropped,
+            "batches_of_finished_mappers": self.batches_answered,
+            "batches_refused_finished": self.batches_refused,
+        }
 
     def on_mapper_done(self, identity: bytes, message: MapperDone) -> None:
         """Step 1 for a ``MapperDone`` notice: answer PONG (the emitter waits for it), or
