@@ -39,11 +39,9 @@ CIRCLES: list[set[str]] = [
         "smr.reroute",
     },
     {
-        "smr.node.balance",
         "smr.node.control",
         "smr.node.core",
         "smr.node.giving",
-        "smr.node.handoff",
         "smr.node.ingest",
         "smr.node.joins",
         "smr.node.membership",
@@ -51,7 +49,6 @@ CIRCLES: list[set[str]] = [
         "smr.node.moves",
         "smr.node.recovery",
         "smr.node.replication",
-        "smr.node.retirement",
         "smr.node.snapshots",
     },
     {

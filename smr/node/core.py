@@ -205,17 +205,7 @@ class NodeCore:
         # The output sink (smr.output), the reducer's and the roles' that make it durable.
         self.output = output
         self.reducer = Reducer(job, output, clock)
-        self.ingest = Ingest(self)
-        self.replication = Replication(self)
-        self.snapshots = Snapshots(self)
-        self.membership = Membership(self)
-        self.recovery = Recovery(self)
-        self.handoff = Handoff(self)
-        self.moves = Moves(self)
-        above = self.settings.balance_above
-        self.balancer = Balancer(self, BalanceConfig(above)) if above is not None else None
-        self.control = Control(self)
-        self.retirement = Retirement(self)
+        self._wire_roles()
         self.disk: DiskState | None = None
         """The node's state files, with ``--data-dir`` (``smr.node.disk``); set by the loop."""
         self.set_view(view)
@@ -223,6 +213,37 @@ class NodeCore:
             # A new cluster: every predecessor starts empty too. A restored one (a restart
             # from disk) does not: its copies count as covered once its snapshots arrive.
             self.replication.cover_initial_ranges()
+
+    def _wire_roles(self) -> None:
+        """Build the roles, each handed what it uses (``smr.node.ports``); a role asks those
+        built before it, so the order matters."""
+        clock, settings = self.clock, self.settings
+        self.ingest = Ingest(self)
+        self.replication = Replication(self)
+        self.snapshots = Snapshots(self)
+        self.membership = Membership(self)
+        self.recovery = Recovery(self)
+        self.handoff = Handoff(
+            self.seat,
+            self.peers,
+            clock,
+            settings,
+            lambda: self.store,
+            self.ledger,
+            self.counters,
+            self.snapshots,
+        )
+        self.moves = Moves(self)
+        above = self.settings.balance_above
+        self.balancer = (
+            Balancer(self.seat, lambda: self.utilization(), self.moves, BalanceConfig(above))
+            if above is not None
+            else None
+        )
+        self.control = Control(self)
+        self.retirement = Retirement(
+            self.seat, self.peers, clock, settings, lambda: self.store, self.moves
+        )
 
     # -- the seat ---------------------------------------------------------------------------
 
