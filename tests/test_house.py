@@ -42,7 +42,6 @@ CIRCLES: list[set[str]] = [
         "smr.node.control",
         "smr.node.core",
         "smr.node.giving",
-        "smr.node.ingest",
         "smr.node.joins",
         "smr.node.membership",
         "smr.node.move_taking",

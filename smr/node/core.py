@@ -218,7 +218,6 @@ class NodeCore:
         """Build the roles, each handed what it uses (``smr.node.ports``); a role asks those
         built before it, so the order matters."""
         clock, settings = self.clock, self.settings
-        self.ingest = Ingest(self)
         self.replication = Replication(self)
         self.snapshots = Snapshots(self)
         self.membership = Membership(self)
@@ -243,6 +242,21 @@ class NodeCore:
         self.control = Control(self)
         self.retirement = Retirement(
             self.seat, self.peers, clock, settings, lambda: self.store, self.moves
+        )
+        self.ingest = Ingest(
+            self.seat,
+            self.peers,
+            clock,
+            settings,
+            self.counters,
+            lambda: self.store,
+            self.ledger,
+            self.reducer,
+            self.load,
+            self.output,
+            moves=self.moves,
+            retirement=self.retirement,
+            replication=self.replication,
         )
 
     # -- the seat ---------------------------------------------------------------------------

@@ -9,11 +9,12 @@ node's place as of now, and one that kept a seat sees the place it decided on.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
 
-from smr.protocol import PeerMessage, PeerMessages
+from smr.checkpoint.ids import MapperId
+from smr.protocol import PeerMessage, PeerMessages, StreamId
 from smr.ring.ids import Epoch, Incarnation, NodeId
 from smr.ring.placement import Ring
 from smr.ring.view import View
@@ -122,4 +123,41 @@ class SecondaryFollowing(Protocol):
     def follow_secondaries(self, secondaries: tuple[NodeId, ...], changed_range: bool) -> None:
         """Send each of ``secondaries`` a snapshot of this node's range if it changed or the
         secondary is new (re-replication)."""
+        ...
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Intake's answer to a batch of a finished mapper (``Retirement.admit``): acked as
+    duplicates (``refusal`` None), or refused with ``refusal``, a seq past the mapper's last."""
+
+    refusal: str | None = None
+
+
+class FinishedMappers(Protocol):
+    """What intake asks of the retirement (``smr.node.retirement``, step 4)."""
+
+    def admit(self, mapper: MapperId, seqs: Sequence[int]) -> Verdict | None:
+        """None if ``mapper`` has not finished (intake goes on), else the verdict, counted."""
+        ...
+
+
+class MoveAdmission(Protocol):
+    """What intake asks of the moves (``smr.node.moves``, step 4)."""
+
+    def admission(
+        self, identity: bytes, stream: StreamId, slots: Collection[int]
+    ) -> tuple[int, int] | None:
+        """None if no slot of ``slots`` is frozen here; else the batch is refused, noted, and
+        this is the frozen range as (first slot, length)."""
+        ...
+
+
+class TupleBackup(Protocol):
+    """What intake asks of the replication (``smr.node.replication``)."""
+
+    def back_up(
+        self, mapper: MapperId, body: bytes, tuple_count: int, last_seq_by_slot: dict[int, int]
+    ) -> bool:
+        """Keep a batch for its primary until a checkpoint covers it; True if kept."""
         ...

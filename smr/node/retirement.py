@@ -44,12 +44,11 @@ it wrote to.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Final
 
 from smr.checkpoint.ids import MapperId, Seq
 from smr.checkpoint.store import StateStore
-from smr.node.ports import Clock, MoveState, Peers, SeatFn
+from smr.node.ports import Clock, MoveState, Peers, SeatFn, Verdict
 from smr.node.settings import NodeSettings
 from smr.protocol import MapperDone, Pong, encode
 
@@ -59,14 +58,6 @@ TICK_S: Final = 1.0
 PENDING_MAPPERS_MAX: Final = 200_000
 """Finished mappers whose lease is running, at most: a notice past it is ignored (counted),
 which costs memory only (the mapper's hwms stay), never a count."""
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """Intake's answer to a batch of a finished mapper (step 4): acked as duplicates
-    (``refusal`` None), or refused with ``refusal``, a seq being past the mapper's last."""
-
-    refusal: str | None = None
 
 
 class Retirement:

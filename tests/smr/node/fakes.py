@@ -23,7 +23,10 @@ def two_node_seat(me: str = "a") -> Seat:
             Member(NodeId("b"), 1, "tcp://b", Token(128), "", Status.UP, 1),
         ]
     )
-    return Seat(NodeId(me), Incarnation(1), view, Ring(view, SLOT_BITS))
+    ring = Ring(view, SLOT_BITS)
+    owner = NodeId(me) in ring.owners
+    roles = bytes(ring.roles_of(NodeId(me), 0)) if owner else bytes(1 << SLOT_BITS)
+    return Seat(NodeId(me), Incarnation(1), view, ring, roles, replicas_wire=me if owner else "")
 
 
 class FakePeers:
