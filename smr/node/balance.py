@@ -31,13 +31,12 @@ are tested on their own.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
+from smr.node.ports import MoveState, SeatFn
 from smr.ring.moves import MoveRefused
-
-if TYPE_CHECKING:
-    from smr.node.core import NodeCore
 
 log = logging.getLogger("smr.node")
 
@@ -130,8 +129,17 @@ def pass_on_share(
 class Balancer:
     """One node's side of neighbour balance (the module docstring's protocol)."""
 
-    def __init__(self, node: NodeCore, config: BalanceConfig) -> None:
-        self._node = node
+    def __init__(
+        self,
+        seat: SeatFn,
+        utilization: Callable[[], float],
+        moves: MoveState,
+        config: BalanceConfig,
+    ) -> None:
+        """``utilization``: the node's, 0 to 1 (``NodeCore.utilization``)."""
+        self._seat = seat
+        self._utilization = utilization
+        self._moves = moves
         self.config = config
         self._state = BalanceState()
         # Step 4: when this node refused a balancing move that it is to pass on.
@@ -139,7 +147,7 @@ class Balancer:
 
     def tick(self, now_s: float) -> None:
         """Steps 1, 2 and 4, on the node's tick."""
-        utilization, can_move = self._node.utilization(), self._can_move()
+        utilization, can_move = self._utilization(), self._can_move()
         refused_at = self._refused_at_s
         if refused_at is not None and now_s - refused_at >= PASS_ON_AFTER_S:
             self._refused_at_s = None
@@ -160,13 +168,13 @@ class Balancer:
             self._refused_at_s = now_s
 
     def _can_move(self) -> bool:
-        node = self._node
-        own = node.ring.range_of(node.node_id)
-        return own is not None and own.length >= 2 and not node.moves.busy
+        seat = self._seat()
+        own = seat.ring.range_of(seat.node_id)
+        return own is not None and own.length >= 2 and not self._moves.busy
 
     def _start(self, keep: float, passed_on: bool, why: str) -> None:
         try:
-            what = self._node.moves.start(
+            what = self._moves.start(
                 keep, accept_below=self.config.accept_below, passed_on=passed_on
             )
         except MoveRefused as refused:

@@ -133,7 +133,7 @@ class Control:
         those of node ``of`` from its file on this node's disk (``read_of``); ERROR if the
         offset is past the end of the file, or this node holds no such file."""
         node = self._node
-        output = node.reducer.output
+        output = node.output
         try:
             if message.of is None:
                 lines, next_offset, size = output.read(message.offset, message.max_bytes)
@@ -184,7 +184,7 @@ class Control:
         (``smr.node.joins``): start, and say so, or why not."""
         node = self._node
         try:
-            text = node.moves.joins.request(NodeId(message.beside))
+            text = node.moves.joining().request(NodeId(message.beside))
         except MoveRefused as refused:
             node.reply(identity, encode(MoveReply(message.req, False, str(refused))))
             return
@@ -262,7 +262,7 @@ class Control:
         member = node.view.get(node.node_id)
         now = node.clock()
         moves = node.moves.report()
-        checkpointed_at = node.replication.checkpointed_at
+        backlog = node.ingest.backlog()
         return {
             "node": node.node_id,
             "pid": os.getpid(),
@@ -279,9 +279,7 @@ class Control:
             "apply_rate_cap_per_s": node.settings.apply_rate_cap_per_s,
             "balance_above": node.settings.balance_above,
             "epoch": node.view.epoch,
-            "inbox_peak": node.ingest.inbox_peak,
-            "inbox_tuples_peak": node.ingest.inbox_tuples_peak,
-            "inbox_admits_tuples": node.ingest.admit_tuples(),
+            **node.ingest.report(),
             "rss_bytes": psutil.Process().memory_info().rss,
             "incarnation": node.incarnation,
             "status_in_view": member.status.value if member else None,
@@ -298,28 +296,18 @@ class Control:
             "backup_bytes": node.replication.backup_bytes,
             # Dedup memory: one entry per (mapper, slot) ever written, here and in copies.
             "hwm_entries": node.store.hwm_entries() + node.replication.hwm_entries(),
-            # Finished mappers (smr.node.retirement): leases running, retired here, and
-            # their batches answered at intake.
-            "mappers_finishing": node.retirement.pending,
-            # Notices past PENDING_MAPPERS_MAX: those mappers keep their hwms (memory only).
-            "mapper_notices_ignored": node.retirement.notices_ignored,
-            "mappers_retired": len(node.store.retired),
-            "mappers_retired_total": node.retirement.retired_total,
-            "retired_hwms_dropped": node.retirement.hwms_dropped,
-            "batches_of_finished_mappers": node.retirement.batches_answered,
-            "batches_refused_finished": node.retirement.batches_refused,
+            # Finished mappers (smr.node.retirement).
+            **node.retirement.report(),
             # The state on disk, with --data-dir (smr.node.disk).
             **(node.disk.report() if node.disk is not None else {}),
             # The output table, if the cluster writes to one (smr.output_table).
-            "output_records": node.reducer.output.records_written,
-            **(table.report() if (table := node.reducer.output.table) is not None else {}),
+            "output_records": node.output.records_written,
+            **(table.report() if (table := node.output.table) is not None else {}),
             "under_replicated_slots": node.under_replicated_slots(),
-            "snapshot_stall_ms_max": round(node.snapshots.stall_ms_max, 3),
-            "snapshot_stall_s_max": node.snapshots.stall_ms_max / 1000,
-            "checkpoint_age_s": None if checkpointed_at is None else now - checkpointed_at,
-            "apply_seconds": node.load.apply_seconds_total,
-            "takeover_records": list(node.recovery.takeover_records),
-            "takeover_seconds": node.recovery.takeover_seconds_total,
+            **node.snapshots.report(),
+            "checkpoint_age_s": node.replication.checkpoint_age_s(now),
+            "apply_seconds": node.load.apply_seconds(),
+            **node.recovery.report(),
             "offline_slots": node.ledger.count(),
             # Reads answered as a non-owner for want of the read lease (ring.lease), and
             # how long the lease still runs (None: no secondary watches this node).
@@ -328,15 +316,15 @@ class Control:
             # The state this node served before it was fenced, kept for a taker that found
             # slots of it lost (smr.node.handoff).
             "holds_fenced_copy": node.handoff.holds_copy,
-            "busy": node.ingest.behind,
+            "busy": backlog.behind,
             "moves": moves,
             "moves_under_way": len(moves["under_way"]),
             "load": node.load.report(own_range),
-            "inbox_tuples": node.ingest.inbox_tuples,
-            "local_health": node.recovery.detector.local_health,
+            "inbox_tuples": backlog.tuples,
+            "local_health": node.recovery.local_health(),
             # What the last heartbeat of each peer that beats to this node said of its load
             # (a stalled peer's own status cannot answer: this shows it busy or stuck).
-            "peers": {peer: load.report(now) for peer, load in node.membership.peer_load.items()},
+            "peers": node.membership.peer_loads(now),
             **vars(node.counters),
             **node.transport_counters(),
         }

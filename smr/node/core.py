@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from enum import Enum
 from typing import Any, Final
 
@@ -32,6 +33,7 @@ from smr.node.ingest import Ingest
 from smr.node.load import LoadMeter
 from smr.node.membership import Membership
 from smr.node.moves import Moves
+from smr.node.ports import Peers, Seat, ViewChanges
 from smr.node.recovery import Recovery
 from smr.node.reducer import Reducer
 from smr.node.replication import Replication
@@ -62,6 +64,7 @@ from smr.protocol import (
     MoveRequest,
     MoveSwitched,
     OutputRequest,
+    PeerMessage,
     PeerMessages,
     Ping,
     Probe,
@@ -110,6 +113,37 @@ class Timer(Enum):
     CHECKPOINT = "checkpoint"
 
 
+class CorePeers:
+    """The core's :class:`smr.node.ports.Peers`: its links, counted, and the membership's
+    check of a sender."""
+
+    def __init__(self, core: NodeCore) -> None:
+        self._core = core
+
+    def send(self, peer: NodeId, message: PeerMessages) -> bool:
+        return self._core.peer_send(peer, message)
+
+    def reply(self, identity: bytes, frames: Sequence[bytes]) -> None:
+        self._core.reply(identity, frames)
+
+    def is_live(self, message: PeerMessage, repair: bool = True) -> NodeId | None:
+        return self._core.membership.from_live_peer(message, repair)
+
+    def bad_frame(self, identity: bytes, reason: str) -> None:
+        self._core.bad_frame(identity, reason)
+
+
+class CoreViewChanges:
+    """The core's :class:`smr.node.ports.ViewChanges`: set the view, then gossip it."""
+
+    def __init__(self, core: NodeCore) -> None:
+        self._core = core
+
+    def adopt(self, view: View) -> None:
+        self._core.set_view(view)
+        self._core.membership.gossip()
+
+
 class NodeCore:
     """One reducer node: its view and ring position, its state, and its roles.
 
@@ -133,7 +167,6 @@ class NodeCore:
         settings: NodeSettings = NodeSettings(),
         store: StateStore | None = None,
     ) -> None:
-        self.node_id = node_id
         self.job = job
         self.slot_bits = slot_bits
         self.settings = settings
@@ -147,22 +180,18 @@ class NodeCore:
         self._links = links
         self._frame_bytes_max = frame_bytes_max
         member = view.get(node_id)
-        self.incarnation = member.incarnation if member else Incarnation(1)
+        incarnation = member.incarnation if member else Incarnation(1)
+        # This node's place (smr.node.ports.Seat): node_id, incarnation, view, ring, roles,
+        # predecessors, secondaries and replicas_wire read it; set_view makes the next one.
+        self._seat = Seat(node_id, incarnation, View(), Ring(View(), slot_bits))
+        self.peers: Peers = CorePeers(self)
+        self.view_changes: ViewChanges = CoreViewChanges(self)
         self.store = StateStore() if store is None else store
         # The slots of the store lost beyond tolerance and not accepted yet: read from the
         # store's loss marks, so a restored store brings its losses back (checkpoint.loss).
         self.ledger = LossLedger()
         self.ledger.rebuild(self.store)
         self.counters = NodeCounters()
-        # Derived from the view by set_view: the ring, this node's role per slot, the nodes
-        # it watches and backs up (predecessors) and those that back it up (secondaries).
-        self.view = View()
-        self.ring = Ring(self.view, slot_bits)
-        self.roles = bytearray()
-        self.predecessors: tuple[NodeId, ...] = ()
-        self.secondaries: tuple[NodeId, ...] = ()
-        # This node's replica set as batches name theirs (Batch.replicas; "" if no owner).
-        self.replicas_wire = ""
         self.tuples_per_s = 0.0
         self.load = LoadMeter(clock)
         # When this node last finished reading its messages (clock time): what it knows of
@@ -173,18 +202,10 @@ class NodeCore:
         self._rate_mark = (clock(), 0)
         self._bad_frame_logged_at: dict[bytes, float] = {}
         self._handler_error_log = Throttle()
+        # The output sink (smr.output), the reducer's and the roles' that make it durable.
+        self.output = output
         self.reducer = Reducer(job, output, clock)
-        self.ingest = Ingest(self)
-        self.replication = Replication(self)
-        self.snapshots = Snapshots(self)
-        self.membership = Membership(self)
-        self.recovery = Recovery(self)
-        self.handoff = Handoff(self)
-        self.moves = Moves(self)
-        above = self.settings.balance_above
-        self.balancer = Balancer(self, BalanceConfig(above)) if above is not None else None
-        self.control = Control(self)
-        self.retirement = Retirement(self)
+        self._wire_roles()
         self.disk: DiskState | None = None
         """The node's state files, with ``--data-dir`` (``smr.node.disk``); set by the loop."""
         self.set_view(view)
@@ -192,6 +213,96 @@ class NodeCore:
             # A new cluster: every predecessor starts empty too. A restored one (a restart
             # from disk) does not: its copies count as covered once its snapshots arrive.
             self.replication.cover_initial_ranges()
+
+    def _wire_roles(self) -> None:
+        """Build the roles, each handed what it uses (``smr.node.ports``); a role asks those
+        built before it, so the order matters."""
+        clock, settings = self.clock, self.settings
+        self.replication = Replication(self)
+        self.snapshots = Snapshots(self)
+        self.membership = Membership(self)
+        self.recovery = Recovery(self)
+        self.handoff = Handoff(
+            self.seat,
+            self.peers,
+            clock,
+            settings,
+            lambda: self.store,
+            self.ledger,
+            self.counters,
+            self.snapshots,
+        )
+        self.moves = Moves(self)
+        above = self.settings.balance_above
+        self.balancer = (
+            Balancer(self.seat, lambda: self.utilization(), self.moves, BalanceConfig(above))
+            if above is not None
+            else None
+        )
+        self.control = Control(self)
+        self.retirement = Retirement(
+            self.seat, self.peers, clock, settings, lambda: self.store, self.moves
+        )
+        self.ingest = Ingest(
+            self.seat,
+            self.peers,
+            clock,
+            settings,
+            self.counters,
+            lambda: self.store,
+            self.ledger,
+            self.reducer,
+            self.load,
+            self.output,
+            moves=self.moves,
+            retirement=self.retirement,
+            replication=self.replication,
+        )
+
+    # -- the seat ---------------------------------------------------------------------------
+
+    def seat(self) -> Seat:
+        """This node's place as of now (``smr.node.ports.Seat``)."""
+        return self._seat
+
+    @property
+    def node_id(self) -> NodeId:
+        return self._seat.node_id
+
+    @property
+    def incarnation(self) -> Incarnation:
+        return self._seat.incarnation
+
+    @incarnation.setter
+    def incarnation(self, incarnation: Incarnation) -> None:
+        self._seat = replace(self._seat, incarnation=incarnation)
+
+    @property
+    def view(self) -> View:
+        """The view this node routes by; derived from it by ``set_view``: the ring, this
+        node's role per slot, the nodes it watches and backs up (predecessors) and those
+        that back it up (secondaries), and its replica set as batches name theirs."""
+        return self._seat.view
+
+    @property
+    def ring(self) -> Ring:
+        return self._seat.ring
+
+    @property
+    def roles(self) -> bytes:
+        return self._seat.roles
+
+    @property
+    def predecessors(self) -> tuple[NodeId, ...]:
+        return self._seat.predecessors
+
+    @property
+    def secondaries(self) -> tuple[NodeId, ...]:
+        return self._seat.secondaries
+
+    @property
+    def replicas_wire(self) -> str:
+        return self._seat.replicas_wire
 
     # -- the view ---------------------------------------------------------------------------
 
@@ -211,21 +322,26 @@ class NodeCore:
         # 1.
         me = view.get(self.node_id)
         if me is not None and me.status is Status.DEAD and me.incarnation == self.incarnation:
-            self.view = view
+            self._seat = replace(self._seat, view=view)
             self.recovery.fence()
             return
         # 2.
-        self.view = view
-        self.ring = Ring(view, self.slot_bits)
+        ring = Ring(view, self.slot_bits)
         # Two owners on one token: one of them would own nothing while believing it serves
         # its range (the ring splits ties by node id); only a leaver and the owner that
         # took its range over share one (the leaver owns nothing then).
         tokens = [member.token for member in view.owners() if member.status is not Status.LEAVING]
         if len(set(tokens)) != len(tokens):
+            self._seat = replace(self._seat, view=view, ring=ring)
             raise InvariantViolation(f"two owners share a token in view {view!r}")
         r = self.settings.replication
-        self.roles = self.ring.roles_of(self.node_id, r)
-        self.predecessors = self.ring.predecessors(self.node_id, r)
+        self._seat = replace(
+            self._seat,
+            view=view,
+            ring=ring,
+            roles=bytes(ring.roles_of(self.node_id, r)),
+            predecessors=ring.predecessors(self.node_id, r),
+        )
         # A joiner backs up the owners it joins beside but judges none of them: only the
         # owners' own secondaries take over.
         owner = self.node_id in self.ring.owners
@@ -241,8 +357,8 @@ class NodeCore:
         # 4.
         changed_range = self.ring.range_of(self.node_id) != old_range
         self.snapshots.follow_secondaries(secondaries, changed_range)
-        self.secondaries = secondaries
-        self.replicas_wire = ",".join((self.node_id, *secondaries)) if owner else ""
+        replicas_wire = ",".join((self.node_id, *secondaries)) if owner else ""
+        self._seat = replace(self._seat, secondaries=secondaries, replicas_wire=replicas_wire)
         # 5.
         self.moves.follow_view()
 
@@ -312,7 +428,7 @@ class NodeCore:
             case MapperDone():
                 # The mapper's tuples were all acked before its notice: their output goes to
                 # the file before the answer, so it is there when the mapper's feed ends.
-                self.reducer.output.flush()
+                self.output.flush()
                 self.retirement.on_mapper_done(identity, message)
             case ViewRequest():
                 self.control.on_view_request(identity, message)
@@ -525,7 +641,7 @@ class NodeCore:
             self.tuples_per_s = (self.counters.tuples_applied - mark_count) / (now - mark_time)
             self._rate_mark = (now, self.counters.tuples_applied)
             self.load.fold(now)
-        self.reducer.output.flush()
+        self.output.flush()
 
     # -- reports ------------------------------------------------------------------------------
 

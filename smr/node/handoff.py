@@ -24,17 +24,18 @@ state: it is handed to the taker, and the slots serve again with nothing lost.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 from smr.checkpoint.delta import DeltaError, decode_delta, encode_delta
+from smr.checkpoint.loss import LossLedger
 from smr.checkpoint.store import StateStore
+from smr.node.ports import Clock, Peers, SeatFn, SecondaryFollowing
+from smr.node.settings import NodeCounters, NodeSettings
 from smr.protocol import FrameError, RequestId, StateReply, StateRequest, pack_body, unpack_body
 from smr.ring.ids import Incarnation, NodeId, Slot
 from smr.ring.view import Status
-
-if TYPE_CHECKING:
-    from smr.node.core import NodeCore
 
 log = logging.getLogger("smr.node")
 
@@ -62,8 +63,27 @@ class Handoff:
     itself lost restores nothing.
     """
 
-    def __init__(self, node: NodeCore) -> None:
-        self._node = node
+    def __init__(
+        self,
+        seat: SeatFn,
+        peers: Peers,
+        clock: Clock,
+        settings: NodeSettings,
+        store: Callable[[], StateStore],
+        ledger: LossLedger,
+        counters: NodeCounters,
+        snapshots: SecondaryFollowing,
+    ) -> None:
+        """``store``: the node's store as of now (a fence replaces it); ``ledger``: its slots
+        lost beyond tolerance; ``snapshots``: re-replicates restored slots."""
+        self._seat = seat
+        self._peers = peers
+        self._clock = clock
+        self._settings = settings
+        self._store = store
+        self._ledger = ledger
+        self._counters = counters
+        self._snapshots = snapshots
         self._copy: StateStore | None = None
         self._copy_of = Incarnation(0)
         self._copy_until = 0.0
@@ -80,7 +100,7 @@ class Handoff:
         """1. Keep ``store``, served as ``incarnation`` until fenced now."""
         self._copy = store
         self._copy_of = incarnation
-        self._copy_until = self._node.clock() + FENCED_COPY_KEEP_S
+        self._copy_until = self._clock() + FENCED_COPY_KEEP_S
 
     def note_lost(self, dead: NodeId, incarnation: Incarnation, slots: set[Slot]) -> None:
         """2. A takeover of ``dead`` (``incarnation``) found ``slots`` lost."""
@@ -93,7 +113,6 @@ class Handoff:
     def ask(self, now: float) -> None:
         """3. Ask each node back in the view for the slots of it still lost here (on a
         tick); forget a fenced copy past its time."""
-        node = self._node
         if self._copy is not None and now >= self._copy_until:
             self._copy = None
         if not self.lost_from or now - self._asked_at < ASK_INTERVAL_S:
@@ -102,19 +121,20 @@ class Handoff:
             self._asked_at = now
             self._req += 1
             page = sorted(slots)[:SLOTS_PER_REQUEST_MAX]
-            node.peer_send(dead, StateRequest(*node.stamp, RequestId(self._req), pack_body(page)))
+            stamp = self._seat().stamp
+            self._peers.send(dead, StateRequest(*stamp, RequestId(self._req), pack_body(page)))
 
     def awaited(self) -> dict[NodeId, set[Slot]]:
         """The slots still lost here that a node back in the view may hold, by that node."""
-        node = self._node
-        offline = node.ledger.slots
+        view = self._seat().view
+        offline = self._ledger.slots
         awaited: dict[NodeId, set[Slot]] = {}
         for dead, entry in list(self.lost_from.items()):
             entry.slots &= offline
             if not entry.slots:
                 del self.lost_from[dead]
                 continue
-            member = node.view.get(dead)
+            member = view.get(dead)
             back = member is not None and member.status is not Status.DEAD
             if back and member is not None and member.incarnation > entry.incarnation:
                 awaited[dead] = entry.slots
@@ -122,13 +142,13 @@ class Handoff:
 
     def on_request(self, identity: bytes, message: StateRequest) -> None:
         """4. Answer from the fenced copy, if this node keeps one."""
-        node = self._node
-        taker = node.membership.from_live_peer(message)
+        taker = self._peers.is_live(message)
         copy = self._copy
         if taker is None or copy is None:
             return
         asked = unpack_body(message.body)
-        slot_count = node.ring.slot_count
+        seat = self._seat()
+        slot_count = seat.ring.slot_count
         if not isinstance(asked, tuple) or not all(
             type(slot) is int and 0 <= slot < slot_count for slot in asked
         ):
@@ -138,10 +158,10 @@ class Handoff:
         for slot in asked[:SLOTS_PER_REQUEST_MAX]:
             page.append(Slot(slot))
             keys += sum(1 for _ in copy.items([Slot(slot)]))
-            if keys >= node.settings.snapshot_chunk_keys:
+            if keys >= self._settings.snapshot_chunk_keys:
                 break
         body = pack_body({"slots": page, "delta": encode_delta(copy.snapshot(page))})
-        node.peer_send(taker, StateReply(*node.stamp, message.req, self._copy_of, body))
+        self._peers.send(taker, StateReply(*seat.stamp, message.req, self._copy_of, body))
         log.warning(
             "handed %d keys of %d slots, from the state served as incarnation %d, to %s",
             keys,
@@ -152,8 +172,7 @@ class Handoff:
 
     def on_reply(self, identity: bytes, message: StateReply) -> None:
         """5. Restore the slots answered that are still lost; ask for the next page."""
-        node = self._node
-        sender = node.membership.from_live_peer(message)
+        sender = self._peers.is_live(message)
         entry = self.lost_from.get(sender) if sender is not None else None
         if sender is None or entry is None or message.copy_of != entry.incarnation:
             return
@@ -165,15 +184,15 @@ class Handoff:
             raise FrameError(f"malformed state reply from {sender}: {error}") from None
         answered = slots & entry.slots
         entry.slots -= answered
-        restored = node.ledger.restore(node.store, copy, answered)
+        restored = self._ledger.restore(self._store(), copy, answered)
         if restored:
-            node.counters.slots_restored += len(restored)
+            self._counters.slots_restored += len(restored)
             # The secondaries hold nothing of the restored slots: re-replicate the range.
-            node.snapshots.follow_secondaries(node.secondaries, changed_range=True)
+            self._snapshots.follow_secondaries(self._seat().secondaries, changed_range=True)
             log.warning(
                 "restored %d lost slots from the state %s kept when it was fenced; %d still lost",
                 len(restored),
                 sender,
-                node.ledger.count(),
+                self._ledger.count(),
             )
         self._asked_at = -1e9

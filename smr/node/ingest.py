@@ -1,66 +1,39 @@
 """Intake: the channels from the emitters, the bounded inbox, dedup and apply, the acks.
 
-Receiving a tuple batch on the channel of emitter stream ``S``
-(docs/design/architecture.md#data-path; the batch's mapper id is the tuples' identity for dedup, the
-stream names the channel):
-
-1. Re-base: if the batch's ``base`` (the oldest batch the emitter still holds for this
-   channel) is past the number the node expects, expect ``base``: everything below was
-   acked or re-routed by the emitter.
-2. A batch numbered below the expected one is a resend: ack cumulatively again, apply nothing.
-3. A batch numbered above it means a gap: answer ``NACK expect=k`` (resend from ``k``).
-4. The expected batch is decoded and validated; a malformed body is answered with ``ERROR``
-   and not accepted (the mapper stops with that message instead of resending forever).
-5. If any of its slots is not this node's as primary, or is being handed over in a move
-   (``smr.node.moves``, step 4), or the batch does not go to every node of this node's
-   replica set (the feeder does not know of a new secondary yet), the whole batch is
-   refused with ``NOT_OWNER`` and the node's view, and the channel does not advance: the
-   mapper re-routes (or, when the view brings it nothing new, waits for the move to end).
-   A batch whose slots are all backed up here, for one primary, goes to the tuple backup
-   (:meth:`smr.node.replication.Replication.back_up`) and is acked in channel order; one
-   whose slots belong to two primaries in this node's view is refused the same way (the
-   mapper's view and ours differ; a backup filed under one primary would hold the other's
-   tuples where no checkpoint of the first ever evicts them, nor a takeover of the second
-   replays them).
-   A batch with a slot whose state was lost beyond tolerance and not accepted yet
-   (``checkpoint.loss``) is refused with ``ERROR``: the mapper stops and says why.
-   Before all this (5a), a batch of a mapper that said it finished
-   (``smr.node.retirement``) is acked as duplicates if every seq is at or below its last
-   one, and refused with ``ERROR`` otherwise.
-6. Otherwise the batch joins the bounded inbox and the channel advances. The inbox is
-   bounded in time as well as in batches: once it holds ``admit_ms`` of work at the node's
-   apply rate (its cap, else the rate it measured), or ``INBOX_BATCHES_MAX`` batches, the
-   node stops reading its socket, so the socket queue and then TCP push back on the
-   mappers: backpressure, never a drop. A saturated node thus holds a fraction of a second
-   of work, and a move never waits long for it.
-   While the inbox is full the node goes on reading its socket for the messages of its
-   peers (views, checkpoints, moves, probes: a busy node must not answer them late), and
-   keeps the batches it reads meanwhile as they came, unaccepted and unacked
-   (``Ingest.deferred``, at most ``DEFERRED_BATCHES_MAX``; then it stops reading), to be
-   taken in that order, before any batch read later, as the inbox makes room.
-6a. A move's freeze hands back what is queued for the moving slots (:meth:`Ingest.hand_back`):
-   on each channel with a queued batch holding a moving slot, that batch and the later ones
-   leave the inbox unapplied and unacked, and the mapper is refused from that batch on,
-   as if the freeze had come before it (``NOT_OWNER`` naming the moving range): it holds
-   the moving slots' tuples back until the move ends, then sends them to the new owner,
-   and sends the rest again at once.
-7. Applying a batch skips tuples with ``seq <= hwm`` (already applied) and reduces the rest:
-   per tuple, per batch (``reduce_batch``), or, with aggregators, the batches of one turn
-   together (``smr.node.reducer.Reducer.apply``); only then is the batch acked (a slow node
-   acks slowly).
+The protocol's steps 1-7 (re-base, resend, gap, decode, admission, the bounded inbox, apply)
+are in docs/design/architecture.md#admission; the code marks them. Each admission check is
+asked of its owner: a finished mapper of the retirement (``Retirement.admit``), a frozen
+slot of the moves (``Moves.admission``), a lost slot of the loss ledger; intake keeps the
+channel numbering and the inbox.
 """
 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 from smr.batch_body import BatchColumns, decode_batch_body, decode_batch_ids
 from smr.checkpoint.bulk import Columns
 from smr.checkpoint.ids import MapperId
-from smr.checkpoint.loss import RESERVED_MAPPER_PREFIX
+from smr.checkpoint.loss import RESERVED_MAPPER_PREFIX, LossLedger
+from smr.checkpoint.store import StateStore
+from smr.node.load import LoadMeter
+from smr.node.ports import (
+    Backlog,
+    Clock,
+    FinishedMappers,
+    MoveAdmission,
+    Peers,
+    Seat,
+    SeatFn,
+    TupleBackup,
+)
 from smr.node.rate_cap import ApplyRateCap
+from smr.node.reducer import Reducer
+from smr.node.settings import NodeCounters, NodeSettings
+from smr.output import OutputSink
 from smr.protocol import (
     Ack,
     Batch,
@@ -79,7 +52,6 @@ from smr.ring.placement import Role
 
 if TYPE_CHECKING:
     from smr.checkpoint.store import BatchOutcome
-    from smr.node.core import NodeCore
 
 # Decoded batches waiting to be applied. At 1000 tuples a batch this is at most 256k tuples
 # (a few tens of MB); past it the node stops reading and the mappers block.
@@ -113,15 +85,46 @@ class Pending:
 
 
 class Ingest:
-    """The channels, the inbox and the acks of one node (the protocol in the module doc).
+    """The channels, the inbox and the acks of one node (docs/design/architecture.md#admission).
 
     Guarantees: a batch is acked only after all its tuples were applied (or found to be
     duplicates, or failed in the reducer and were logged); a tuple is applied at most once
     per slot state (hwm); acks on a channel carry only numbers processed in channel order.
     """
 
-    def __init__(self, node: NodeCore) -> None:
-        self._node = node
+    def __init__(
+        self,
+        seat: SeatFn,
+        peers: Peers,
+        clock: Clock,
+        settings: NodeSettings,
+        counters: NodeCounters,
+        store: Callable[[], StateStore],
+        ledger: LossLedger,
+        reducer: Reducer,
+        load: LoadMeter,
+        output: OutputSink,
+        *,
+        moves: MoveAdmission,
+        retirement: FinishedMappers,
+        replication: TupleBackup,
+    ) -> None:
+        """``store``: the node's as of now (a fence replaces it); ``ledger``: its slots lost
+        beyond tolerance; ``moves``, ``retirement``, ``replication``: the admission checks
+        of step 5 and the tuple backup."""
+        self._seat = seat
+        self._peers = peers
+        self._clock = clock
+        self._settings = settings
+        self._counters = counters
+        self._store = store
+        self._ledger = ledger
+        self._reducer = reducer
+        self._load = load
+        self._output = output
+        self._moves = moves
+        self._retirement = retirement
+        self._replication = replication
         self.inbox: deque[Pending] = deque()
         # Batches read while the inbox was full, in the order they came (step 6).
         self.deferred: deque[tuple[bytes, Batch]] = deque()
@@ -145,8 +148,37 @@ class Ingest:
         # waits until every batch accepted before it began has been applied.
         self.accepted_total = 0
         self.taken_total = 0
-        cap = node.settings.apply_rate_cap_per_s
-        self.rate_cap = ApplyRateCap(cap, node.clock) if cap is not None else None
+        cap = settings.apply_rate_cap_per_s
+        self.rate_cap = ApplyRateCap(cap, clock) if cap is not None else None
+
+    # -- what other roles ask ------------------------------------------------------------
+
+    def backlog(self) -> Backlog:
+        """The inbox's tuples and whether applying is behind."""
+        return Backlog(self.inbox_tuples, self.behind)
+
+    def position(self) -> tuple[int, int]:
+        """Batches accepted into the inbox, and taken out of it, since the start."""
+        return self.accepted_total, self.taken_total
+
+    def queued_for(self, slots: frozenset[Slot]) -> bool:
+        """Whether an accepted batch with a slot of ``slots`` waits in the inbox."""
+        return any(p.batch is not None and not slots.isdisjoint(p.batch.slots) for p in self.inbox)
+
+    def restart_stall_record(self) -> None:
+        self.stall_s_max = 0.0
+
+    def stall_record_s(self) -> float:
+        """The longest apply stall (``stall_s_max``) since ``restart_stall_record``."""
+        return self.stall_s_max
+
+    def report(self) -> dict[str, int | None]:
+        """What ``smr status`` shows of the inbox."""
+        return {
+            "inbox_peak": self.inbox_peak,
+            "inbox_tuples_peak": self.inbox_tuples_peak,
+            "inbox_admits_tuples": self.admit_tuples(),
+        }
 
     @property
     def capped_wait_s(self) -> float | None:
@@ -155,7 +187,7 @@ class Ingest:
         uncommitted, a short wait, until a checkpoint's commit takes them."""
         if not self.inbox:
             return None
-        if self._node.reducer.output.held:
+        if self._output.held:
             return OUTPUT_HELD_RETRY_S
         if self.rate_cap is None:
             return None
@@ -174,14 +206,13 @@ class Ingest:
         """How many tuples the inbox admits (step 6): ``admit_ms`` at the node's apply rate,
         its cap when it has one, else the rate its apply turns measured (None before any
         was measured, or without a time bound: the batch bound alone holds)."""
-        node = self._node
-        admit_ms = node.settings.admit_ms
+        admit_ms = self._settings.admit_ms
         if admit_ms is None:
             return None
         if self.rate_cap is not None:
             rate_per_s = self.rate_cap.rate_per_s
         else:
-            us_per_tuple = node.load.apply_us_per_tuple
+            us_per_tuple = self._load.apply_cost_us()
             if us_per_tuple <= 0:
                 return None
             rate_per_s = 1e6 / us_per_tuple
@@ -218,25 +249,84 @@ class Ingest:
         self._processed.clear()
         self.taken_total = self.accepted_total
 
-    def _sent_to_all(self, replicas: str) -> bool:
-        """Whether a batch sent to ``replicas`` (``Batch.replicas``) went to every node of
-        this primary's replica set: a feeder that does not know of a new secondary yet
-        (a joiner) must learn of it before this node applies its tuples."""
-        node = self._node
-        mine = node.replicas_wire
-        if replicas == mine:
-            return True
-        return set(mine.split(",")) <= set(replicas.split(","))
-
     def expected(self, stream: StreamId) -> ChannelNumber:
         """The number of the next batch this node expects on ``stream``'s channel."""
         return self._expected.get(stream, ChannelNumber(0))
 
     def on_batch(self, identity: bytes, message: Batch) -> None:
-        """Steps 1-6 of the module doc for one received batch."""
-        node = self._node
+        """Steps 1-6 (docs/design/architecture.md#admission) for one received batch."""
+        reply = self._peers.reply
         stream = message.stream
         mapper = message.mapper
+        chan = message.chan
+        # 1-3.
+        if not self._is_next(identity, message):
+            return
+        # 4. Decode and validate (the slot and seq columns first: a secondary needs no more).
+        if mapper.startswith(RESERVED_MAPPER_PREFIX):
+            text = f"mapper ids starting with {RESERVED_MAPPER_PREFIX!r} are reserved: {mapper!r}"
+            reply(identity, encode(Error(None, text)))
+            return
+        seat = self._seat()
+        ring = seat.ring
+        try:
+            ids = slots, seqs = decode_batch_ids(message.body, message.n, ring.slot_count)
+            # Seqs rise per slot within a batch: this is each slot's highest (a backup's
+            # eviction key), and its keys are the batch's slots.
+            last_seq_by_slot = dict(zip(slots, seqs, strict=True))
+            slot_set = last_seq_by_slot.keys()
+            # C-level passes: a set of per-slot lookups costs a Python loop per slot otherwise.
+            slot_roles = set(map(seat.roles.__getitem__, slot_set))
+            batch = None
+            if slot_roles == {Role.PRIMARY}:
+                batch = decode_batch_body(message.body, message.n, ring.slot_count, ids)
+        except FrameError as error:
+            self._peers.bad_frame(identity, f"batch {chan} from {mapper} on {stream}: {error}")
+            reply(identity, encode(Error(None, str(error))))
+            return
+        # 5a. A finished mapper (smr.node.retirement, step 4): tuples it already delivered
+        #     are acked as duplicates; one past its last seq is refused, never applied.
+        finished = self._retirement.admit(mapper, seqs)
+        if finished is not None:
+            if finished.refusal is not None:
+                reply(identity, encode(Error(None, finished.refusal)))
+                return
+            self._counters.tuples_duplicate += len(seqs)
+            self._expected[stream] = ChannelNumber(chan + 1)
+            self.inbox.append(Pending(identity, stream, mapper, chan, None))
+            return
+        # 5. Ownership: primary of every slot, or secondary of every slot under one primary
+        #    (the backup is filed and evicted by that primary's checkpoints: a batch that
+        #    straddled two primaries would never be evicted whole), or refuse.
+        primary_of = ring.primary_index_by_slot
+        if slot_roles == {Role.SECONDARY} and len(set(map(primary_of.__getitem__, slot_set))) == 1:
+            if self._replication.back_up(mapper, message.body, len(slots), last_seq_by_slot):
+                self._expected[stream] = ChannelNumber(chan + 1)
+                # Acked in channel order, after any primary batch of this channel still queued.
+                self.inbox.append(Pending(identity, stream, mapper, chan, None))
+            return
+        short = batch is not None and not seat.sent_to_all(message.replicas)
+        frozen = None
+        if batch is not None and not short:
+            # The move's admission check (smr.node.moves, step 4).
+            frozen = self._moves.admission(identity, stream, slot_set)
+        if batch is None or short or frozen is not None:
+            self._refuse_not_owner(identity, stream, chan, frozen, seat)
+            return
+        if self._refuse_lost(identity, slot_set):
+            return
+        # 6. Accept.
+        self.accepted_total += 1
+        self.inbox.append(Pending(identity, stream, mapper, chan, batch))
+        self.inbox_tuples += len(batch)
+        self.inbox_peak = max(self.inbox_peak, len(self.inbox))
+        self.inbox_tuples_peak = max(self.inbox_tuples_peak, self.inbox_tuples)
+        self._expected[stream] = ChannelNumber(chan + 1)
+
+    def _is_next(self, identity: bytes, message: Batch) -> bool:
+        """Steps 1-3 for ``message``: whether it is the batch its channel expects next (a
+        resend is marked for an ack of what is processed, a gap is answered with NACK)."""
+        stream = message.stream
         chan = message.chan
         # 1. Re-base.
         expected = self._expected.get(stream, ChannelNumber(0))
@@ -251,107 +341,49 @@ class Ingest:
         self._expected[stream] = expected
         # 2. A resend of something already accepted: ack what is processed so far.
         if chan < expected:
-            node.counters.batches_resent_to_us += 1
+            self._counters.batches_resent_to_us += 1
             self._acks.add((identity, stream))
-            return
+            return False
         # 3. A gap.
         if chan > expected:
-            node.counters.gaps += 1
-            node.reply(identity, encode(Nack(stream, expected, False)))
-            return
-        # 4. Decode and validate (the slot and seq columns first: a secondary needs no more).
-        if mapper.startswith(RESERVED_MAPPER_PREFIX):
-            text = f"mapper ids starting with {RESERVED_MAPPER_PREFIX!r} are reserved: {mapper!r}"
-            node.reply(identity, encode(Error(None, text)))
-            return
-        try:
-            ids = slots, seqs = decode_batch_ids(message.body, message.n, node.ring.slot_count)
-            # Seqs rise per slot within a batch: this is each slot's highest (a backup's
-            # eviction key), and its keys are the batch's slots.
-            last_seq_by_slot = dict(zip(slots, seqs, strict=True))
-            slot_set = last_seq_by_slot.keys()
-            # C-level passes: a set of per-slot lookups costs a Python loop per slot otherwise.
-            slot_roles = set(map(node.roles.__getitem__, slot_set))
-            batch = None
-            if slot_roles == {Role.PRIMARY}:
-                batch = decode_batch_body(message.body, message.n, node.ring.slot_count, ids)
-        except FrameError as error:
-            node.bad_frame(identity, f"batch {chan} from {mapper} on {stream}: {error}")
-            node.reply(identity, encode(Error(None, str(error))))
-            return
-        # 5a. A finished mapper (smr.node.retirement, step 4): tuples it already delivered
-        #     are acked as duplicates; one past its last seq is refused, never applied.
-        last = node.retirement.last_of(mapper)
-        if last is not None and seqs:
-            if max(seqs) > last:
-                node.retirement.batches_refused += 1
-                text = (
-                    f"mapper {mapper!r} said it had finished at seq {last}, and this batch "
-                    f"has seq {max(seqs)}: a mapper id is never used again for other tuples; "
-                    "give this feed another mapper id"
-                )
-                node.reply(identity, encode(Error(None, text)))
-                return
-            node.retirement.batches_answered += 1
-            node.counters.tuples_duplicate += len(seqs)
-            self._expected[stream] = ChannelNumber(chan + 1)
-            self.inbox.append(Pending(identity, stream, mapper, chan, None))
-            return
-        # 5. Ownership: primary of every slot, or secondary of every slot under one primary
-        #    (the backup is filed and evicted by that primary's checkpoints: a batch that
-        #    straddled two primaries would never be evicted whole), or refuse.
-        primary_of = node.ring.primary_index_by_slot
-        if slot_roles == {Role.SECONDARY} and len(set(map(primary_of.__getitem__, slot_set))) == 1:
-            if node.replication.back_up(mapper, message.body, len(slots), last_seq_by_slot):
-                self._expected[stream] = ChannelNumber(chan + 1)
-                # Acked in channel order, after any primary batch of this channel still queued.
-                self.inbox.append(Pending(identity, stream, mapper, chan, None))
-            return
-        frozen = node.moves.frozen
-        short = batch is not None and not self._sent_to_all(message.replicas)
-        if batch is None or short or (frozen and not frozen.isdisjoint(slot_set)):
-            frozen_start = frozen_length = 0
-            if batch is None or short:
-                node.counters.not_owner += 1
-            else:
-                # A slot of the range this node is handing over (smr.node.moves, step 4):
-                # the mapper holds back that range's tuples until the move ends either way,
-                # and sends the rest again at once.
-                node.counters.batches_refused_moving += 1
-                node.moves.refused_frozen(identity, stream)
-                frozen_range = node.moves.frozen_range
-                if frozen_range is not None:
-                    frozen_start, frozen_length = frozen_range.start, frozen_range.length
-            refusal = NotOwner(
-                stream,
-                chan,
-                node.view.epoch,
-                frozen_start,
-                frozen_length,
-                pack_body(node.view.to_wire()),
-            )
-            node.reply(identity, encode(refusal))
-            return
-        lost = sorted(node.ledger.lost_among(slot_set))
-        if lost:
-            # Loss beyond tolerance is refused, never folded into empty state
-            # (docs/design/architecture.md#failures).
-            node.counters.batches_refused_offline += 1
-            text = (
-                f"the state of slot {lost[0]} (and {len(lost) - 1} more in this batch) was lost: "
-                f"its node and its {node.settings.replication} backups failed. Tuples for it "
-                "are refused until an operator runs 'smr recover --cluster DIR --accept-loss', "
-                "which brings those slots back empty"
-            )
-            node.reply(identity, encode(Error(None, text)))
-            return
-        # 6. Accept.
-        self.accepted_total += 1
-        self.inbox.append(Pending(identity, stream, mapper, chan, batch))
-        self.inbox_tuples += len(batch)
-        self.inbox_peak = max(self.inbox_peak, len(self.inbox))
-        self.inbox_tuples_peak = max(self.inbox_tuples_peak, self.inbox_tuples)
-        self._expected[stream] = ChannelNumber(chan + 1)
+            self._counters.gaps += 1
+            self._peers.reply(identity, encode(Nack(stream, expected, False)))
+            return False
+        return True
+
+    def _refuse_not_owner(
+        self,
+        identity: bytes,
+        stream: StreamId,
+        chan: ChannelNumber,
+        frozen: tuple[int, int] | None,
+        seat: Seat,
+    ) -> None:
+        """Step 5's refusal, with the view: not this node's slots (or not sent to its whole
+        replica set), or a slot of the range it hands over (``frozen``: first slot, length)."""
+        if frozen is None:
+            self._counters.not_owner += 1
+        else:
+            self._counters.batches_refused_moving += 1
+        view = seat.view
+        refusal = NotOwner(stream, chan, view.epoch, *(frozen or (0, 0)), pack_body(view.to_wire()))
+        self._peers.reply(identity, encode(refusal))
+
+    def _refuse_lost(self, identity: bytes, slots: Collection[int]) -> bool:
+        """Refuse a batch with a slot lost beyond tolerance (never folded into empty state,
+        docs/design/architecture.md#failures); whether it was refused."""
+        lost = sorted(self._ledger.lost_among(slots))
+        if not lost:
+            return False
+        self._counters.batches_refused_offline += 1
+        text = (
+            f"the state of slot {lost[0]} (and {len(lost) - 1} more in this batch) was lost: "
+            f"its node and its {self._settings.replication} backups failed. Tuples for it "
+            "are refused until an operator runs 'smr recover --cluster DIR --accept-loss', "
+            "which brings those slots back empty"
+        )
+        self._peers.reply(identity, encode(Error(None, text)))
+        return True
 
     def hand_back(self, moving: frozenset[Slot]) -> list[tuple[bytes, StreamId]]:
         """6a: take out of the inbox, unapplied and unacked, every batch from the first one
@@ -382,7 +414,7 @@ class Ingest:
         self.inbox = kept
         for stream, (_identity, chan) in first.items():
             self._expected[stream] = chan
-        self._node.counters.batches_handed_back += len(first)
+        self._counters.batches_handed_back += len(first)
         return [(identity, stream) for stream, (identity, _chan) in first.items()]
 
     def apply_inbox(self, tuples_max: int = APPLY_TUPLES_PER_TURN) -> None:
@@ -390,20 +422,19 @@ class Ingest:
         ``APPLY_SECONDS_PER_TURN`` at most (so that heartbeats and probes are never held up
         for long: one batch is the smallest slice), and no more than the apply rate cap
         allows, if the node has one; mark their channels for a cumulative ack."""
-        node = self._node
-        counters = node.counters
-        reducer = node.reducer
+        counters = self._counters
+        reducer = self._reducer
         budget = tuples_max
-        if reducer.output.held:
+        if self._output.held:
             return
         rate_cap = self.rate_cap
         if rate_cap is not None:
             budget = min(budget, rate_cap.allowance())
-        clock = node.clock
+        clock = self._clock
         started = clock()
         stop_at = started + APPLY_SECONDS_PER_TURN
-        load = node.load
-        store = node.store
+        load = self._load
+        store = self._store()
         applied = 0
         # Aggregators apply the turn's batches together (each key written once per turn).
         together: list[Columns] | None = [] if reducer.in_bulk else None
@@ -447,22 +478,22 @@ class Ingest:
         reducer.flush_emits()
 
     def _count(self, outcome: BatchOutcome) -> None:
-        counters = self._node.counters
+        counters = self._counters
         counters.tuples_applied += outcome.applied
         counters.tuples_duplicate += outcome.duplicates
         if outcome.failed:
             counters.tuples_failed += outcome.failed
-            self._node.reducer.note_failures(outcome.failed, outcome.failures)
+            self._reducer.note_failures(outcome.failed, outcome.failures)
 
     def send_acks(self) -> None:
         """Send one cumulative ack per channel that advanced since the last call."""
         if not self._acks:
             return
-        node = self._node
-        epoch = node.view.epoch
+        reply = self._peers.reply
+        epoch = self._seat().view.epoch
         for identity, stream in self._acks:
             through = self._processed.get(stream)
             if not through:
                 continue
-            node.reply(identity, encode(Ack(stream, through, epoch)))
+            reply(identity, encode(Ack(stream, through, epoch)))
         self._acks.clear()

@@ -112,7 +112,7 @@ class Joins:
             return
         own = node.ring.range_of(node.node_id)
         assert own is not None
-        split = split_at_load_share(own, node.load.slot_rates, 0.5)
+        split = split_at_load_share(own, node.load.rates(), 0.5)
         offset = (split - own.start) % own.slot_count
         moving = SlotRange(split, own.length - offset, own.slot_count)
         plan = MovePlan(node.node_id, joiner, joiner, moving, False, True)
@@ -181,19 +181,10 @@ class Joins:
         agreed = self._moves.taking.receiving
         if agreed is None or not agreed.plan.join:
             return
-        replicas = node.replication.replicas
-        for owner in node.predecessors:
-            replica = replicas.get(owner)
-            if (
-                replica is None
-                or not replica.is_complete
-                or replica.needs_snapshot
-                or replica.snapshot_in_progress
-            ):
-                return
-        giver = replicas.get(agreed.giver)
-        if giver is not None:
-            through = giver.last_checkpoint
+        if not node.replication.caught_up_with(node.predecessors):
+            return
+        through = node.replication.replica_checkpoint(agreed.giver)
+        if through is not None:
             node.peer_send(agreed.giver, MoveCopied(*node.stamp, agreed.number, through))
 
     # -- 6. call off ----------------------------------------------------------------------
@@ -251,7 +242,7 @@ class Joins:
         started), it asks to join beside the busiest owner where the zones stay spread
         (`_where_to_join`), every ``REJOIN_RETRY_S`` until it joined."""
         node = self._node
-        fenced_at = node.recovery.fenced_at
+        fenced_at = node.recovery.fenced_since()
         if fenced_at is not None:
             wait_ms, since = node.settings.rejoin_after_fence_ms, fenced_at
         else:
@@ -280,9 +271,9 @@ class Joins:
         node = self._node
         ranges = node.ring.ranges()
         zone_of = {member.node_id: member.zone for member in node.view.owners()}
-        peer_load = node.membership.peer_load
+        membership = node.membership
         rates = [
-            peer_load[owner].beat.applied_per_s if owner in peer_load else 0.0
+            load.beat.applied_per_s if (load := membership.load_of(owner)) is not None else 0.0
             for owner, _ in ranges
         ]
         shares = [slot_range.share for _, slot_range in ranges]

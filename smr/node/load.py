@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final
 
 import psutil
@@ -90,6 +90,27 @@ class LoadMeter:
             self.apply_us_per_tuple = keep * self.apply_us_per_tuple + (1.0 - keep) * latest
             self._applied, self._apply_s = 0, 0.0
         self.cpu_percent = self._process.cpu_percent()
+
+    def rates(self) -> Mapping[Slot, float]:
+        """The decayed applied rate per slot (tuples/s), slots with recent load only."""
+        return self.slot_rates
+
+    def forget(self, slots: Iterable[Slot]) -> None:
+        """Drop the rates of ``slots`` (they moved away)."""
+        for slot in slots:
+            self.slot_rates.pop(slot, None)
+
+    def cpu_share_percent(self) -> float:
+        """The process's CPU share at the last fold, in percent of one core."""
+        return self.cpu_percent
+
+    def apply_cost_us(self) -> float:
+        """The decayed apply time per tuple, in microseconds (0 before any was measured)."""
+        return self.apply_us_per_tuple
+
+    def apply_seconds(self) -> float:
+        """Every apply turn's seconds since the node started."""
+        return self.apply_seconds_total
 
     def split_point(self, own: SlotRange | None) -> Slot | None:
         """Where a move of the top of ``own`` would split it: at its load median (None for

@@ -163,15 +163,15 @@ class Membership:
             self._last_heartbeat = now
             self._beat += 1
             self.read_lease.sent(self._beat, now)
-            ingest = node.ingest
+            backlog = node.ingest.backlog()
             beat = Heartbeat(
                 *node.stamp,
-                busy=ingest.behind,
+                busy=backlog.behind,
                 stuck=False,
                 stalled_ms=0,
-                inbox_tuples=ingest.inbox_tuples,
+                inbox_tuples=backlog.tuples,
                 applied_per_s=round(node.tuples_per_s),
-                cpu_percent=round(node.load.cpu_percent),
+                cpu_percent=round(node.load.cpu_share_percent()),
                 beat=self._beat,
                 body=self.view_body(),
             )
@@ -216,9 +216,9 @@ class Membership:
             busy=True,
             stuck=stuck,
             stalled_ms=stalled_ms,
-            inbox_tuples=node.ingest.inbox_tuples,
+            inbox_tuples=node.ingest.backlog().tuples,
             applied_per_s=round(node.tuples_per_s),
-            cpu_percent=round(node.load.cpu_percent),
+            cpu_percent=round(node.load.cpu_share_percent()),
             beat=0,
             body=self.view_body(),
         )
@@ -262,10 +262,19 @@ class Membership:
             if member is not None:
                 self._send_view(sender)
             return None
-        node.recovery.detector.heard(sender, node.clock())
+        node.recovery.sign_of_life(sender)
         if repair and message.epoch != node.view.epoch:
             self._send_view(sender)
         return sender
+
+    def load_of(self, peer: NodeId) -> PeerLoad | None:
+        """What the last heartbeat of ``peer`` said of its load (None: none heard)."""
+        return self.peer_load.get(peer)
+
+    def peer_loads(self, now: float) -> dict[NodeId, Any]:
+        """What the last heartbeat of each peer that beats to this node said of its load,
+        as ``smr status`` shows it."""
+        return {peer: load.report(now) for peer, load in self.peer_load.items()}
 
     def on_heartbeat(self, identity: bytes, message: Heartbeat) -> None:
         """A heartbeat is a sign of life and carries its sender's view: merged when the
@@ -278,7 +287,7 @@ class Membership:
             node.peer_send(sender, BeatAck(*node.stamp, message.beat))
         before = self.peer_load.get(sender)
         self.peer_load[sender] = PeerLoad(message, node.clock())
-        node.recovery.detector.note_busy(sender, message.busy)
+        node.recovery.sign_of_life(sender, busy=message.busy)
         if message.stuck and (before is None or not before.beat.stuck):
             log.error(
                 "%s reports itself stuck: its loop has read nothing for %d ms (it is not "
@@ -319,7 +328,7 @@ class Membership:
         node = self._node
         view = _view_in(message, "gossip")
         sender = message.sender
-        node.recovery.detector.heard(sender, node.clock())
+        node.recovery.sign_of_life(sender)
         self.merge_view(view)
         # Repair both ways. Merges only grow the epoch, so this stops as soon as both hold
         # the same view.

@@ -33,7 +33,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 
 from smr.checkpoint.ids import CheckpointNumber
-from smr.checkpoint.promote import PrimaryCopy
 from smr.protocol import (
     MoveCommit,
     MoveDone,
@@ -115,11 +114,10 @@ class MoveTaking:
         move, itself at least ``accept_below_ppm`` utilised), or None if it can."""
         node = self._node
         me = node.node_id
-        replica = node.replication.replicas.get(giver)
-        covered = node.replication.covered.get(giver)
-        if replica is None or not replica.is_complete or replica.snapshot_in_progress:
+        replication = node.replication
+        if not replication.has_complete_replica(giver):
             return f"{me}'s replica of {giver} is not complete yet"
-        if covered is None or not covered.covers(moving):
+        if not replication.has_complete_replica(giver, moving):
             return f"{me}'s replica of {giver} does not cover the moving slots"
         if node.ingest.reading_paused:
             # Not merely busy (a busy node's inbox holds its 200 ms of work all the time):
@@ -217,13 +215,10 @@ class MoveTaking:
             if plan.join:
                 self._moves.joins.go_back_to_standby(refusal)
             return False, refusal
-        replication = node.replication
-        replica = replication.replicas[giver]
         # 6b.
         started = node.clock()
         slots = set(plan.moving.slots())
-        backup = replication.backups.get(giver)
-        moved = PrimaryCopy(replica.split_off(slots), backup.split_off(slots) if backup else None)
+        moved = node.replication.split_off(giver, slots)
         replayed = node.recovery.promote_slots([moved], slots)
         self._moves.freeze(plan.moving)
         node.set_view(moved_view(node.view, plan))
@@ -260,8 +255,8 @@ class MoveTaking:
             return f"the ring changed: {refused}"
         if again != plan:
             return "the ring changed since the proposal"
-        replica = node.replication.replicas.get(agreed.giver)
-        if replica is None or not replica.is_complete or replica.last_checkpoint < message.final:
+        last = node.replication.last_checkpoint_of(agreed.giver)
+        if last is None or last < message.final:
             return f"{node.node_id}'s replica of {agreed.giver} lacks checkpoint {message.final}"
         return None
 

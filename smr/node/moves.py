@@ -56,6 +56,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
+from collections.abc import Collection
 from typing import TYPE_CHECKING, Any, Final
 
 from smr.checkpoint.ids import CheckpointNumber
@@ -172,7 +173,7 @@ class Moves:
         if keep_share is not None:
             if own.length < 2:
                 raise MoveRefused(f"{node.node_id}'s range has one slot: it cannot be split")
-            split = split_at_load_share(own, node.load.slot_rates, keep_share)
+            split = split_at_load_share(own, node.load.rates(), keep_share)
         plan = plan_move(node.ring, node.node_id, node.settings.replication, split)
         giving = self.begin_giving(plan)
         propose = MovePropose(
@@ -198,7 +199,7 @@ class Moves:
         now = self._node.clock()
         self.giving = Giving(MoveNumber(self._numbers), plan, Step.PROPOSED, now, now)
         self.giving.peer_bytes_at_start = self._node.counters.peer_bytes_sent
-        self._node.ingest.stall_s_max = 0.0  # the record's apply_stall_ms_max
+        self._node.ingest.restart_stall_record()  # the record's apply_stall_ms_max
         return self.giving
 
     @property
@@ -347,6 +348,27 @@ class Moves:
             return ()
         return (giving.plan.copy_holder,)
 
+    def joining(self) -> Joins:
+        """The joins part of the moves (``smr.node.joins``)."""
+        return self.joins
+
+    def admission(
+        self, identity: bytes, stream: StreamId, slots: Collection[int]
+    ) -> tuple[int, int] | None:
+        """The move's admission check of a batch with ``slots`` from channel ``stream``
+        (step 4): None if no slot of it is frozen here; else the batch is refused, noted
+        (``refused_frozen``), and this is the frozen range as (first slot, length) for the
+        refusal ((0, 0) if it has none): the mapper holds that range's tuples back until the
+        move ends either way, and sends the rest again at once."""
+        frozen = self.frozen
+        if not frozen or frozen.isdisjoint(slots):
+            return None
+        self.refused_frozen(identity, stream)
+        frozen_range = self.frozen_range
+        if frozen_range is None:
+            return 0, 0
+        return frozen_range.start, frozen_range.length
+
     def refused_frozen(self, identity: bytes, stream: StreamId) -> None:
         """Ingest refused a batch of this channel because it holds a frozen slot."""
         if self.giving is not None:
@@ -362,14 +384,12 @@ class Moves:
             return
         node = self._node
         if giving.step is Step.DRAINING:
-            frozen = self.frozen
-            for pending in node.ingest.inbox:
-                if pending.batch is not None and not frozen.isdisjoint(pending.batch.slots):
-                    return
+            if node.ingest.queued_for(self.frozen):
+                return
             # 4. The final increment (once the output table takes the range's records).
             if not node.replication.checkpoint():
                 return
-            giving.final = node.replication.checkpoint_number
+            giving.final = node.replication.last_checkpoint_number()
             self._to(Step.FINAL)
         final = giving.final
         if giving.step is Step.FINAL and final is not None and giving.copied_through >= final:
@@ -485,8 +505,7 @@ class Moves:
             node.store.drop_slots(plan.moving.slots())
         # A lost slot that moved is lost at the receiver now (its mark moved with it).
         node.ledger.rebuild(node.store)
-        for slot in plan.moving.slots():
-            node.load.slot_rates.pop(slot, None)
+        node.load.forget(plan.moving.slots())
         push = ViewReply(RequestId(0), node.view.epoch, node.membership.view_body())
         for identity, _stream in giving.refused:
             node.reply(identity, encode(push))
@@ -506,7 +525,7 @@ class Moves:
             "mappers_refused": len(giving.refused),
             # The longest wait between two apply turns while batches waited here: what the
             # slots that stay (and the feed) saw of the move.
-            "apply_stall_ms_max": round(node.ingest.stall_s_max * 1000, 1),
+            "apply_stall_ms_max": round(node.ingest.stall_record_s() * 1000, 1),
             # What the giver sent its peers meanwhile: the copy holder's snapshot of the
             # moving slots and its share of the checkpoints and heartbeats.
             "peer_bytes_sent": node.counters.peer_bytes_sent - giving.peer_bytes_at_start,

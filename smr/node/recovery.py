@@ -15,9 +15,7 @@ from smr.batch_body import BatchColumns, decode_batch_body
 from smr.checkpoint.backup import BackedUpBatch
 from smr.checkpoint.loss import uncovered_slots
 from smr.checkpoint.promote import Copy, PromoteOutcome, promote
-from smr.checkpoint.replica import PeerReplica
 from smr.checkpoint.store import ReduceFn, StateStore
-from smr.node.replication import Orphan
 from smr.node.throttle import Throttle
 from smr.protocol import Probe, ProbeAck, RequestId, Suspect, Vouch
 from smr.ring.failure import FailureDetector, Verdict
@@ -344,22 +342,14 @@ class Recovery:
         5. Route by the new view (re-replicating to the secondaries) and gossip it.
         """
         node = self._node
-        replication = node.replication
         started = node.clock()
         # 1.
         dead_range = node.ring.range_of(dead)
         slots = set(dead_range.slots()) if dead_range is not None else set()
         view = successor_takes_over(node.view, dead)
         # 2.
-        absorbed = sorted(
-            name for name, orphan in replication.orphans.items() if orphan.absorber == dead
-        )
-        copies = [replication.orphans.pop(name) for name in absorbed]
-        replica = replication.replicas.pop(dead, None)
+        copies = node.replication.surrender(dead)
         node.snapshots.forget_receiving(dead)
-        covered = replication.covered.pop(dead, None)
-        backup = replication.backups.pop(dead, None)
-        copies.append(Orphan(dead, replica or PeerReplica(), backup, covered))
         # 3.
         lost = uncovered_slots(
             slots, [copy.covered.slots() for copy in copies if copy.covered is not None]
@@ -414,7 +404,9 @@ class Recovery:
         takeover and of a move. Returns the tuples replayed."""
         node = self._node
         reducer = node.reducer
-        outcome = promote_range(node.store, copies, slots, node.ring.slot_count, reducer.reduce_fn)
+        outcome = promote_range(
+            node.store, copies, slots, node.ring.slot_count, reducer.replay_fn()
+        )
         reducer.note_failures(outcome.failed, outcome.failures)
         reducer.flush_emits()
         # Promoted copies bring their loss marks: a lost slot stays lost where it moves.
@@ -459,6 +451,33 @@ class Recovery:
         rejoined = replace(old, incarnation=node.incarnation, status=Status.STANDBY, version=1)
         node.set_view(node.view.with_member(rejoined))
         node.membership.gossip()
+
+    # -- what other roles ask ----------------------------------------------------------------
+
+    def sign_of_life(self, peer: NodeId, busy: bool | None = None) -> None:
+        """``peer`` was heard from now (a peer message from a live incarnation); with
+        ``busy``, its heartbeat said whether it is behind (its silence is judged later)."""
+        node = self._node
+        if busy is None:
+            self.detector.heard(peer, node.clock())
+        else:
+            self.detector.note_busy(peer, busy)
+
+    def fenced_since(self) -> float | None:
+        """When this node was last fenced (clock time; None: never)."""
+        return self.fenced_at
+
+    def report(self) -> dict[str, Any]:
+        """What ``smr status`` shows of takeovers and of this node's own health."""
+        return {
+            "takeover_records": list(self.takeover_records),
+            "takeover_seconds": self.takeover_seconds_total,
+        }
+
+    def local_health(self) -> int:
+        """How unsure this node's failure detector is of its own timeliness (``smr
+        status``): each step lengthens its suspicions by one timeout."""
+        return self.detector.local_health
 
 
 def _check_takeover(

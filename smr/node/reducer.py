@@ -47,6 +47,10 @@ class Reducer:
         self._reduce_batch = self._wrap_batch(job)
         self.reduce_fn: ReduceFn = self._wrap(job)
 
+    def replay_fn(self) -> ReduceFn:
+        """The per-tuple reduce, wrapped, for replaying backed-up tuples (a promotion)."""
+        return self.reduce_fn
+
     @property
     def in_bulk(self) -> bool:
         """Whether batches are best applied many at once (aggregators)."""

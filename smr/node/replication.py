@@ -25,6 +25,7 @@ from smr.checkpoint.delta import (
     split_delta,
 )
 from smr.checkpoint.ids import CheckpointNumber, MapperId
+from smr.checkpoint.promote import PrimaryCopy
 from smr.checkpoint.replica import CheckpointGap, PeerReplica
 from smr.protocol import Checkpoint, CheckpointRequest, FrameError, SnapshotRequest
 from smr.ring.ids import NodeId, Slot
@@ -149,6 +150,106 @@ class Replication:
         self.orphans.clear()
         self.incoming.clear()
 
+    # -- what other roles ask ------------------------------------------------------------
+
+    def surrender(self, dead: NodeId) -> list[Orphan]:
+        """Give up every copy of ``dead`` kept here, for its takeover: the orphan copies of
+        the nodes it had absorbed (older, by name), then its own replica, backup and
+        covered range (newer); none of them is kept here any more."""
+        absorbed = sorted(name for name, orphan in self.orphans.items() if orphan.absorber == dead)
+        copies = [self.orphans.pop(name) for name in absorbed]
+        replica = self.replicas.pop(dead, None)
+        covered = self.covered.pop(dead, None)
+        backup = self.backups.pop(dead, None)
+        copies.append(Orphan(dead, replica or PeerReplica(), backup, covered))
+        return copies
+
+    def has_complete_replica(self, owner: NodeId, slots: SlotRange | None = None) -> bool:
+        """Whether the replica of ``owner`` kept here is complete (no snapshot under way)
+        and, given ``slots``, its last complete snapshot covered them."""
+        replica = self.replicas.get(owner)
+        if replica is None or not replica.is_complete or replica.snapshot_in_progress:
+            return False
+        if slots is None:
+            return True
+        covered = self.covered.get(owner)
+        return covered is not None and covered.covers(slots)
+
+    def last_checkpoint_of(self, owner: NodeId) -> CheckpointNumber | None:
+        """The last checkpoint of ``owner`` the complete replica kept here applied; None
+        without a complete replica."""
+        replica = self.replicas.get(owner)
+        if replica is None or not replica.is_complete:
+            return None
+        return replica.last_checkpoint
+
+    def caught_up_with(self, owners: tuple[NodeId, ...]) -> bool:
+        """Whether the replica of every one of ``owners`` is kept here, complete, and
+        neither waits for nor receives a snapshot (a joiner, step 4 of a join)."""
+        for owner in owners:
+            replica = self.replicas.get(owner)
+            if (
+                replica is None
+                or not replica.is_complete
+                or replica.needs_snapshot
+                or replica.snapshot_in_progress
+            ):
+                return False
+        return True
+
+    def replica_checkpoint(self, owner: NodeId) -> CheckpointNumber | None:
+        """The last checkpoint the replica of ``owner`` kept here applied, complete or not;
+        None without a replica."""
+        replica = self.replicas.get(owner)
+        return None if replica is None else replica.last_checkpoint
+
+    def split_off(self, giver: NodeId, slots: set[Slot]) -> PrimaryCopy:
+        """Take the slots ``slots`` of the replica and backup of ``giver`` out of them, as a
+        copy to promote (a move's receiver, step 6b); the replica must be kept here."""
+        replica = self.replicas[giver]
+        backup = self.backups.get(giver)
+        return PrimaryCopy(replica.split_off(slots), backup.split_off(slots) if backup else None)
+
+    def last_checkpoint_number(self) -> CheckpointNumber:
+        """The number of the last checkpoint this node took as a primary."""
+        return self.checkpoint_number
+
+    def incoming_copy(self, giver: NodeId) -> IncomingCopy | None:
+        """The copy held here for a move of ``giver``'s, if any."""
+        return self.incoming.get(giver)
+
+    def snapshot_target(self, sender: NodeId, predecessor: bool) -> PeerReplica | None:
+        """The replica a snapshot beginning from ``sender`` goes to: the replica of a
+        predecessor (made if new), else the copy held for a move of ``sender``'s, else None
+        (the snapshot is ignored)."""
+        if predecessor:
+            return self.replicas.setdefault(sender, PeerReplica())
+        copy = self.incoming.get(sender)
+        return copy.replica if copy is not None else None
+
+    def note_covered(self, sender: NodeId, copied: SlotRange) -> None:
+        """A snapshot from predecessor ``sender`` of ``copied`` ended: every slot of it has a
+        copy here; the orphan copies it supersedes and the batches it covers go."""
+        self.covered[sender] = copied
+        self.forget_orphans_of(sender)
+        self.evict_covered(sender)
+
+    def forget_coverage(self, sender: NodeId) -> None:
+        """The replica of ``sender`` covers nothing until its next snapshot ends (a snapshot
+        skipped checkpoints, or lost a part)."""
+        self.covered.pop(sender, None)
+
+    def copies(self) -> list[tuple[NodeId, PeerReplica]]:
+        """Every replica kept here, by primary, and the copies held for moves, by giver."""
+        return [
+            *self.replicas.items(),
+            *((giver, copy.replica) for giver, copy in self.incoming.items()),
+        ]
+
+    def checkpoint_age_s(self, now: float) -> float | None:
+        """Seconds since this node last took a checkpoint (None: none yet)."""
+        return None if self.checkpointed_at is None else now - self.checkpointed_at
+
     @property
     def backup_bytes(self) -> int:
         """Raw batch bytes held for all primaries together."""
@@ -258,7 +359,7 @@ class Replication:
             # What it covers is evicted a step per turn (step_eviction): a whole pass over
             # a second's batches is a pause of milliseconds.
             self._evicting[sender] = None
-            node.moves.joins.progress()
+            node.moves.joining().progress()
 
     def _apply_to_copy(self, giver: NodeId, message: Checkpoint) -> None:
         """A checkpoint of a move's giver, for the copy held here: its part about the moving
@@ -485,7 +586,7 @@ class Replication:
         node = self._node
         self.finish_shipping()
         # 0.
-        if not node.reducer.output.make_durable():
+        if not node.output.make_durable():
             node.counters.checkpoints_held += 1
             return False
         # 1.

@@ -43,13 +43,14 @@ it wrote to.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Final
+from collections.abc import Callable, Sequence
+from typing import Final
 
 from smr.checkpoint.ids import MapperId, Seq
+from smr.checkpoint.store import StateStore
+from smr.node.ports import Clock, MoveState, Peers, SeatFn, Verdict
+from smr.node.settings import NodeSettings
 from smr.protocol import MapperDone, Pong, encode
-
-if TYPE_CHECKING:
-    from smr.node.core import NodeCore
 
 TICK_S: Final = 1.0
 """How often steps 2 and 3 run: each walks the store's mappers once."""
@@ -68,8 +69,21 @@ class Retirement:
     store only after its lease ran out and while no move is under way here.
     """
 
-    def __init__(self, node: NodeCore) -> None:
-        self._node = node
+    def __init__(
+        self,
+        seat: SeatFn,
+        peers: Peers,
+        clock: Clock,
+        settings: NodeSettings,
+        store: Callable[[], StateStore],
+        moves: MoveState,
+    ) -> None:
+        self._seat = seat
+        self._peers = peers
+        self._clock = clock
+        self._lease_s = settings.mapper_lease_ms / 1000
+        self._store = store
+        self._moves = moves
         # mapper -> (last seq, when the lease ends): in notice order, which is lease order.
         self._pending: dict[MapperId, tuple[Seq, float]] = {}
         self.notices = 0
@@ -97,24 +111,54 @@ class Retirement:
         pending = self._pending.get(mapper)
         if pending is not None:
             return pending[0]
-        return self._node.store.retired_last(mapper)
+        return self._store().retired_last(mapper)
+
+    def admit(self, mapper: MapperId, seqs: Sequence[int]) -> Verdict | None:
+        """Step 4 for a batch of ``mapper`` with ``seqs``: None if the mapper has not finished
+        (or the batch is empty), intake goes on; else the verdict, counted."""
+        last = self.last_of(mapper)
+        if last is None or not seqs:
+            return None
+        seq_max = max(seqs)
+        if seq_max > last:
+            self.batches_refused += 1
+            return Verdict(
+                f"mapper {mapper!r} said it had finished at seq {last}, and this batch "
+                f"has seq {seq_max}: a mapper id is never used again for other tuples; "
+                "give this feed another mapper id"
+            )
+        self.batches_answered += 1
+        return Verdict()
+
+    def report(self) -> dict[str, int]:
+        """What ``smr status`` shows of finished mappers (``Control.status``)."""
+        return {
+            # Leases running, retired here, and batches answered at intake; notices past
+            # PENDING_MAPPERS_MAX (those mappers keep their hwms: memory only).
+            "mappers_finishing": self.pending,
+            "mapper_notices_ignored": self.notices_ignored,
+            "mappers_retired": len(self._store().retired),
+            "mappers_retired_total": self.retired_total,
+            "retired_hwms_dropped": self.hwms_dropped,
+            "batches_of_finished_mappers": self.batches_answered,
+            "batches_refused_finished": self.batches_refused,
+        }
 
     def on_mapper_done(self, identity: bytes, message: MapperDone) -> None:
         """Step 1 for a ``MapperDone`` notice: answer PONG (the emitter waits for it), or
         count a bad frame for a negative seq."""
-        node = self._node
+        peers = self._peers
         if message.last < 0 or type(message.last) is not int:
-            node.bad_frame(identity, f"mapper-done of {message.mapper} with seq {message.last}")
+            peers.bad_frame(identity, f"mapper-done of {message.mapper} with seq {message.last}")
             return
         self.on_done(message.mapper, Seq(message.last))
-        node.reply(identity, encode(Pong(message.req, node.node_id)))
+        peers.reply(identity, encode(Pong(message.req, self._seat().node_id)))
 
     def on_done(self, mapper: MapperId, last: Seq) -> None:
         """Step 1: ``mapper`` finished at ``last``; its lease starts now (a repeat keeps the
         first lease and the higher last seq)."""
         self.notices += 1
-        node = self._node
-        if node.store.retired_last(mapper) is not None:
+        if self._store().retired_last(mapper) is not None:
             return
         pending = self._pending.get(mapper)
         if pending is not None:
@@ -123,15 +167,14 @@ class Retirement:
         if len(self._pending) >= PENDING_MAPPERS_MAX:
             self.notices_ignored += 1
             return
-        self._pending[mapper] = (last, node.clock() + node.settings.mapper_lease_ms / 1000)
+        self._pending[mapper] = (last, self._clock() + self._lease_s)
 
     def tick(self, now: float) -> None:
         """Steps 2 and 3, unless a move is under way here (its replay may need the hwms)."""
-        node = self._node
-        if now < self._next_tick_at or node.moves.busy:
+        if now < self._next_tick_at or self._moves.busy:
             return
         self._next_tick_at = now + TICK_S
-        store = node.store
+        store = self._store()
         # 2.
         while self._pending:
             mapper, (last, lease_end) = next(iter(self._pending.items()))

@@ -151,8 +151,8 @@ class Snapshots:
         # 0. Batches accepted before now may have gone to the old replica set only (a new
         #    secondary was not in it): they are applied before the snapshot is read, so
         #    that it holds them; every later one went to the secondary too (Ingest step 5).
-        accepted = node.ingest.accepted_total
-        while node.ingest.taken_total < accepted:
+        accepted, _taken = node.ingest.position()
+        while node.ingest.position()[1] < accepted:
             # Only applying moves this on: no work of its own (a capped node sleeps until
             # its cap lets batches through, instead of turning in place).
             self._awaiting_apply.add(secondary)
@@ -167,7 +167,7 @@ class Snapshots:
             secondary,
             SnapshotBegin(
                 *node.stamp,
-                node.replication.checkpoint_number,
+                node.replication.last_checkpoint_number(),
                 snap,
                 *(self._own_range() if only is None else (only.start, only.length)),
             ),
@@ -210,7 +210,7 @@ class Snapshots:
         self, secondary: NodeId, slots: list[Slot], snap: SnapshotNumber, index: int
     ) -> bool:
         node = self._node
-        if not node.reducer.output.make_durable():
+        if not node.output.make_durable():
             return False  # the output table refused: sent on a later step
         roles = node.roles
         current = [s for s in slots if roles[s] == Role.PRIMARY]
@@ -240,6 +240,13 @@ class Snapshots:
                     del self._jobs[secondary]
             self._note_stall(started)
 
+    def report(self) -> dict[str, float]:
+        """What ``smr status`` shows of snapshots: the longest a step held the loop."""
+        return {
+            "snapshot_stall_ms_max": round(self.stall_ms_max, 3),
+            "snapshot_stall_s_max": self.stall_ms_max / 1000,
+        }
+
     def _note_stall(self, started: float) -> None:
         stall_ms = (time.perf_counter() - started) * 1000
         if stall_ms > self.stall_ms_max:
@@ -256,28 +263,27 @@ class Snapshots:
         # A predecessor's snapshots go to its replica, even if this node also holds a copy
         # for a move of that node's (it became a predecessor since: a death between).
         predecessor = sender in node.predecessors
-        incoming = None if predecessor else node.replication.incoming.get(sender)
-        if predecessor or incoming is not None:
-            try:
-                copied = SlotRange(message.range_start, message.range_length, node.ring.slot_count)
-            except ValueError as error:
-                raise FrameError(f"snapshot from {sender}: {error}") from None
-            if incoming is not None:
-                replica = incoming.replica
-            else:
-                replica = node.replication.replicas.setdefault(sender, PeerReplica())
-            if not replica.is_complete and message.as_of > replica.last_checkpoint:
-                # The snapshot skips checkpoints this replica never applied, and from now on
-                # later ones apply and evict backed-up batches while chunks are still
-                # missing: the replica covers nothing until the snapshot ends. (With nothing
-                # skipped, every change since the primary's empty start arrives as a
-                # checkpoint or a backed-up batch: the coverage holds.)
-                node.replication.covered.pop(sender, None)
-            replica.begin_snapshot(message.as_of)
-            self._begun[sender] = max(message.snap, self._begun.get(sender, SnapshotNumber(0)))
-            self._receiving[sender] = (message.snap, 0)
-            self._receiving_range[sender] = copied
-            self._asked_at[sender] = node.clock()
+        if not predecessor and node.replication.incoming_copy(sender) is None:
+            return
+        try:
+            copied = SlotRange(message.range_start, message.range_length, node.ring.slot_count)
+        except ValueError as error:
+            raise FrameError(f"snapshot from {sender}: {error}") from None
+        replica = node.replication.snapshot_target(sender, predecessor)
+        if replica is None:
+            return
+        if not replica.is_complete and message.as_of > replica.last_checkpoint:
+            # The snapshot skips checkpoints this replica never applied, and from now on
+            # later ones apply and evict backed-up batches while chunks are still
+            # missing: the replica covers nothing until the snapshot ends. (With nothing
+            # skipped, every change since the primary's empty start arrives as a
+            # checkpoint or a backed-up batch: the coverage holds.)
+            node.replication.forget_coverage(sender)
+        replica.begin_snapshot(message.as_of)
+        self._begun[sender] = max(message.snap, self._begun.get(sender, SnapshotNumber(0)))
+        self._receiving[sender] = (message.snap, 0)
+        self._receiving_range[sender] = copied
+        self._asked_at[sender] = node.clock()
 
     def on_chunk(self, identity: bytes, message: SnapshotChunk) -> None:
         """2. Apply chunk ``index`` if it is the next one of the snapshot being received; a
@@ -315,13 +321,11 @@ class Snapshots:
         node = self._node
         copied = self._receiving_range.pop(sender)
         node.counters.snapshots_received += 1
-        if sender not in node.predecessors and sender in node.replication.incoming:
+        if sender not in node.predecessors and node.replication.incoming_copy(sender) is not None:
             node.moves.copied(sender, replica.last_checkpoint)
             return
-        node.replication.covered[sender] = copied
-        node.replication.forget_orphans_of(sender)
-        node.replication.evict_covered(sender)
-        node.moves.joins.progress()
+        node.replication.note_covered(sender, copied)
+        node.moves.joining().progress()
 
     def _being_received(
         self, message: SnapshotChunk | SnapshotEnd
@@ -362,7 +366,7 @@ class Snapshots:
         node.counters.snapshot_chunks_missing += 1
         replica.abort_snapshot()
         # Slots of the lost chunk keep stale state under raised hwms: nothing is covered.
-        node.replication.covered.pop(sender, None)
+        node.replication.forget_coverage(sender)
         del self._receiving[sender]
         self._asked_at[sender] = node.clock()
         node.peer_send(sender, SnapshotRequest(*node.stamp))
@@ -372,11 +376,7 @@ class Snapshots:
         been lost with a broken connection) once ``SNAPSHOT_RETRY_S`` passed without a
         request or any part of a snapshot from that primary."""
         node = self._node
-        replicas = [
-            *node.replication.replicas.items(),
-            *((giver, copy.replica) for giver, copy in node.replication.incoming.items()),
-        ]
-        for primary, replica in replicas:
+        for primary, replica in node.replication.copies():
             if replica.is_complete and not replica.needs_snapshot:
                 continue
             if now - self._asked_at.get(primary, -1e9) >= SNAPSHOT_RETRY_S:

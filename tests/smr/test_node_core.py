@@ -93,6 +93,10 @@ class Harness:
         self.replies.append((identity, decode(frames)))
         return True
 
+    def replies_to(self, identity: bytes, frames: Sequence[bytes]) -> bool:
+        """Keep an answer of the node's (links for another core of this harness)."""
+        return self._reply(identity, frames)
+
     def batch_frames(
         self,
         chan: int,

@@ -12,7 +12,7 @@ import pytest
 
 from smr.api import Job
 from smr.checkpoint.delta import encode_delta
-from smr.node.reducer import Reducer
+from smr.node import NodeCore
 from smr.protocol import (
     Ack,
     DumpRequest,
@@ -32,6 +32,7 @@ from smr.protocol import (
 from smr.ring.hashing import slot_of
 from smr.ring.ids import NodeId, Slot
 from smr.ring.invariants import InvariantViolation
+from tests.smr.links import CallbackLinks
 from tests.smr.test_node_core import PEER, SLOT_BITS, Harness
 
 
@@ -48,7 +49,14 @@ def _count_or_store_a_set(key: Any, value: Any, state: dict[str, Any], emit: Any
 def node(tmp_path: Path) -> Harness:
     harness = Harness(tmp_path)
     job = Job("sets", map=lambda record, emit: None, reduce=_count_or_store_a_set)
-    harness.core.reducer = Reducer(job, harness.core.reducer.output, harness.core.clock)
+    harness.core = NodeCore(
+        NodeId("a"),
+        job,
+        harness.view,
+        SLOT_BITS,
+        CallbackLinks(harness.replies_to),
+        harness.core.output,
+    )
     return harness
 
 

@@ -1,0 +1,163 @@
+"""What the node's core hands its roles (docs/design/layout.md#node-context), and what one role
+asks of another, as small protocols: a role module imports this module, never the core's or
+another role's, so the roles form no import circle with the core.
+
+Guarantee: a :class:`Seat` is never changed once made; the core makes the next one whenever
+the view, the ring or the incarnation changes, so a role that reads ``seat()`` sees this
+node's place as of now, and one that kept a seat sees the place it decided on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass, field
+from typing import NamedTuple, Protocol
+
+from smr.checkpoint.ids import MapperId
+from smr.protocol import PeerMessage, PeerMessages, StreamId
+from smr.ring.ids import Epoch, Incarnation, NodeId
+from smr.ring.placement import Ring
+from smr.ring.view import View
+
+
+@dataclass(frozen=True)
+class Seat:
+    """This node's place in the cluster: its id and incarnation, the view it routes by, the
+    ring of that view, its role per slot, the nodes it backs up (``predecessors``) and those
+    that back it up (``secondaries``), and its replica set as batches name theirs
+    (``replicas_wire``; "" if it owns nothing)."""
+
+    node_id: NodeId
+    incarnation: Incarnation
+    view: View
+    ring: Ring
+    roles: bytes = field(default=b"", repr=False)
+    predecessors: tuple[NodeId, ...] = ()
+    secondaries: tuple[NodeId, ...] = ()
+    replicas_wire: str = ""
+    owner: bool = field(init=False)
+    """Whether this node owns a range of the ring (a joiner or a standby node owns none)."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "owner", self.node_id in self.ring.owners)
+
+    @property
+    def stamp(self) -> tuple[NodeId, Incarnation, Epoch]:
+        """What every peer message from this node starts with (``PeerMessage``)."""
+        return self.node_id, self.incarnation, self.view.epoch
+
+    def sent_to_all(self, replicas: str) -> bool:
+        """Whether a batch sent to ``replicas`` (``Batch.replicas``) went to every node of
+        this primary's replica set: a feeder that does not know of a new secondary yet
+        (a joiner) must learn of it before this node applies its tuples."""
+        mine = self.replicas_wire
+        if replicas == mine:
+            return True
+        return set(mine.split(",")) <= set(replicas.split(","))
+
+
+class Backlog(NamedTuple):
+    """What a heartbeat and ``smr status`` say of a node's inbox (``Ingest.backlog``): the
+    tuples queued in it, and whether the last apply turn left batches (its budget spent)."""
+
+    tuples: int
+    behind: bool
+
+
+SeatFn = Callable[[], Seat]
+"""The node's seat as of now (``NodeCore.seat``)."""
+
+Clock = Callable[[], float]
+"""Monotonic seconds."""
+
+
+class Peers(Protocol):
+    """Messages to and from the other nodes and the clients."""
+
+    def send(self, peer: NodeId, message: PeerMessages) -> bool:
+        """Send a peer message (begun with ``Seat.stamp``); False (counted) if ``peer`` is not
+        in the view or its link refused it."""
+        ...
+
+    def reply(self, identity: bytes, frames: Sequence[bytes]) -> None:
+        """Answer the sender ``identity`` (a lost answer is counted; the sender retries)."""
+        ...
+
+    def is_live(self, message: PeerMessage, repair: bool = True) -> NodeId | None:
+        """The sender of ``message`` if it is a live incarnation in the view, else None (and
+        the sender is sent the view); see ``Membership.from_live_peer``."""
+        ...
+
+    def bad_frame(self, identity: bytes, reason: str) -> None:
+        """Count a malformed message from ``identity``, logged at most once a second."""
+        ...
+
+
+class ViewChanges(Protocol):
+    """The one way a role changes the view."""
+
+    def adopt(self, view: View) -> None:
+        """Route by ``view`` from now on (``NodeCore.set_view``) and gossip it."""
+        ...
+
+
+class MoveState(Protocol):
+    """What the retirement and the balancer ask of the moves (``smr.node.moves``)."""
+
+    @property
+    def busy(self) -> bool:
+        """Whether this node takes part in a move (giving, receiving, holding a copy)."""
+        ...
+
+    def start(
+        self, keep_share: float | None, accept_below: float | None = None, passed_on: bool = False
+    ) -> str:
+        """Start a move keeping ``keep_share`` of the load (``Moves.start``); what moves, or
+        ``MoveRefused`` saying why none can start."""
+        ...
+
+
+class SecondaryFollowing(Protocol):
+    """What the handoff asks of the snapshots (``smr.node.snapshots``)."""
+
+    def follow_secondaries(self, secondaries: tuple[NodeId, ...], changed_range: bool) -> None:
+        """Send each of ``secondaries`` a snapshot of this node's range if it changed or the
+        secondary is new (re-replication)."""
+        ...
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Intake's answer to a batch of a finished mapper (``Retirement.admit``): acked as
+    duplicates (``refusal`` None), or refused with ``refusal``, a seq past the mapper's last."""
+
+    refusal: str | None = None
+
+
+class FinishedMappers(Protocol):
+    """What intake asks of the retirement (``smr.node.retirement``, step 4)."""
+
+    def admit(self, mapper: MapperId, seqs: Sequence[int]) -> Verdict | None:
+        """None if ``mapper`` has not finished (intake goes on), else the verdict, counted."""
+        ...
+
+
+class MoveAdmission(Protocol):
+    """What intake asks of the moves (``smr.node.moves``, step 4)."""
+
+    def admission(
+        self, identity: bytes, stream: StreamId, slots: Collection[int]
+    ) -> tuple[int, int] | None:
+        """None if no slot of ``slots`` is frozen here; else the batch is refused, noted, and
+        this is the frozen range as (first slot, length)."""
+        ...
+
+
+class TupleBackup(Protocol):
+    """What intake asks of the replication (``smr.node.replication``)."""
+
+    def back_up(
+        self, mapper: MapperId, body: bytes, tuple_count: int, last_seq_by_slot: dict[int, int]
+    ) -> bool:
+        """Keep a batch for its primary until a checkpoint covers it; True if kept."""
+        ...

@@ -1,0 +1,69 @@
+"""Stand-ins for what the node's core hands a role (``smr.node.ports``), so that a role is
+tested alone, through the narrow interface it receives."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from smr.node.ports import Seat
+from smr.protocol import Message, PeerMessage, PeerMessages, decode
+from smr.ring.ids import Incarnation, NodeId, Token
+from smr.ring.moves import MoveRefused
+from smr.ring.placement import Ring
+from smr.ring.view import Member, Status, View
+
+SLOT_BITS = 8
+
+
+def two_node_seat(me: str = "a") -> Seat:
+    """The seat of ``me`` in a view of two up nodes, a at token 0 and b at token 128."""
+    view = View(
+        [
+            Member(NodeId("a"), 1, "tcp://a", Token(0), "", Status.UP, 1),
+            Member(NodeId("b"), 1, "tcp://b", Token(128), "", Status.UP, 1),
+        ]
+    )
+    ring = Ring(view, SLOT_BITS)
+    owner = NodeId(me) in ring.owners
+    roles = bytes(ring.roles_of(NodeId(me), 0)) if owner else bytes(1 << SLOT_BITS)
+    return Seat(NodeId(me), Incarnation(1), view, ring, roles, replicas_wire=me if owner else "")
+
+
+class FakePeers:
+    """Records what a role sends and answers; every sender counts as live."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[NodeId, PeerMessages]] = []
+        self.replies: list[tuple[bytes, Message]] = []
+        self.bad_frames: list[tuple[bytes, str]] = []
+
+    def send(self, peer: NodeId, message: PeerMessages) -> bool:
+        self.sent.append((peer, message))
+        return True
+
+    def reply(self, identity: bytes, frames: Sequence[bytes]) -> None:
+        self.replies.append((identity, decode(frames)))
+
+    def is_live(self, message: PeerMessage, repair: bool = True) -> NodeId | None:
+        return message.sender
+
+    def bad_frame(self, identity: bytes, reason: str) -> None:
+        self.bad_frames.append((identity, reason))
+
+
+class FakeMoves:
+    """The moves as the retirement and the balancer see them: busy or not, and the moves
+    they started (``refusal``: every start refused with it)."""
+
+    def __init__(self) -> None:
+        self.busy = False
+        self.started: list[tuple[float | None, float | None, bool]] = []
+        self.refusal: str | None = None
+
+    def start(
+        self, keep_share: float | None, accept_below: float | None = None, passed_on: bool = False
+    ) -> str:
+        if self.refusal is not None:
+            raise MoveRefused(self.refusal)
+        self.started.append((keep_share, accept_below, passed_on))
+        return f"keeping {keep_share}"
