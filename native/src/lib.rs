@@ -8,6 +8,7 @@ mod body;
 mod cut;
 mod drive;
 mod fold;
+mod table;
 
 #[pymodule]
 fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -21,5 +22,6 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(fold::fold_additive, module)?)?;
     module.add_function(wrap_pyfunction!(fold::hll_add, module)?)?;
     module.add_function(wrap_pyfunction!(drive::drive_reduce, module)?)?;
+    module.add_class::<table::SlotTable>()?;
     Ok(())
 }
