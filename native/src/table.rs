@@ -106,7 +106,8 @@ impl Compact {
     /// Set the key's value; false when the arena is full (the caller keeps the key elsewhere).
     fn set(&mut self, key: &[u8], value: i64) -> bool {
         if (self.entries.len() + 1) * 8 > self.index.len() * LOAD_EIGHTHS {
-            let places = ((self.live + 1) * 8 / LOAD_EIGHTHS * 2).next_power_of_two().max(8);
+            // Between a quarter and half full after the rebuild: room to grow to 6/8.
+            let places = ((self.live + 1) * 2).next_power_of_two().max(8);
             self.rebuild(places);
         }
         let hash = self.hasher.hash_one(key);
@@ -119,6 +120,13 @@ impl Compact {
             Probe::Empty(at) => {
                 if self.bytes.len() + key.len() > u32::MAX as usize - 1 || self.entries.len() + 2 >= u32::MAX as usize {
                     return false;
+                }
+                // Grow by a quarter, not double: memory per key is what the table is for.
+                if self.bytes.len() + key.len() > self.bytes.capacity() {
+                    self.bytes.reserve_exact(key.len().max(self.bytes.len() / 4).max(64));
+                }
+                if self.entries.len() == self.entries.capacity() {
+                    self.entries.reserve_exact((self.entries.len() / 4).max(4));
                 }
                 let start = self.bytes.len() as u32;
                 self.bytes.extend_from_slice(key);
