@@ -23,6 +23,7 @@ of a node's work), best of ``--rounds`` interleaved rounds:
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import sys
 import time
@@ -62,13 +63,16 @@ def path(compiled: bool) -> Iterator[None]:
         smr.batch_body.NATIVE, force.cut, force.group_add, force.fold_additive = saved  # type: ignore[misc]
 
 
-def steps(bodies: list[tuple[int, bytes]]) -> dict[str, Callable[[], Any]]:
-    """Each measured step as a call over all the bodies."""
+def steps(bodies: list[tuple[int, bytes]], compiled: bool) -> dict[str, Callable[[], Any]]:
+    """Each measured step as a call over all the bodies (``compiled``: master's slots in
+    compiled tables for the count, as a node process keeps them)."""
     from smr import agg
     from smr.batch_body import decode_batch_body, encode_batch_body
     from smr.checkpoint import kernels
     from smr.checkpoint.bulk import apply_folds
+    from smr.checkpoint.delta import TOMBSTONE
     from smr.checkpoint.store import StateStore
+    from smr.native import NATIVE
 
     decoded = [decode_batch_body(body, count, SLOT_COUNT) for count, body in bodies]
 
@@ -86,9 +90,10 @@ def steps(bodies: list[tuple[int, bytes]]) -> dict[str, Callable[[], Any]]:
             marks.update(kernels.IN_FORCE.cut(marks, columns.slots, columns.seqs).marks)
 
     fold = agg.fields(count=agg.count())
+    table = None if NATIVE is None else functools.partial(NATIVE.SlotTable, "count", TOMBSTONE)
 
     def merge_fold() -> StateStore:
-        store = StateStore()
+        store = StateStore(slot_table=table if compiled else None)
         for start in range(0, len(decoded), 10):
             turn = [
                 ("bench", c.slots, c.seqs, c.keys, c.values) for c in decoded[start : start + 10]
@@ -101,7 +106,7 @@ def steps(bodies: list[tuple[int, bytes]]) -> dict[str, Callable[[], Any]]:
         "encode": encode,
         "cut": cut,
         "merge+fold": merge_fold,
-        "whole chain, count": lambda: _engine_apply(bodies, "examples.wordcount:fast"),
+        "whole chain, count": lambda: _engine_apply(bodies, "examples.wordcount:fast", compiled),
         "whole chain, per-tuple reduce": lambda: _engine_apply(bodies, "examples.wordcount:job"),
     }
 
@@ -120,7 +125,7 @@ def measure(words: list[str], combine: bool, rounds: int) -> dict[str, Any]:
         best["bare dict loop"] = min(best.get("bare dict loop", elapsed), elapsed)
         for compiled in (True, False):
             with path(compiled):
-                for name, step in steps(bodies).items():
+                for name, step in steps(bodies, compiled).items():
                     gc.collect()
                     started = time.perf_counter()
                     result = step()

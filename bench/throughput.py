@@ -167,22 +167,31 @@ def _bare_dict_loop(bodies: list[tuple[int, bytes]]) -> dict[str, int]:
     return counts
 
 
-def _engine_apply(bodies: list[tuple[int, bytes]], job_ref: str) -> Any:
+def _engine_apply(bodies: list[tuple[int, bytes]], job_ref: str, compact: bool = True) -> Any:
     """What a node does with the same bodies: decode and validate each, apply it through the
     job's reduce as ``smr.node.ingest`` does (aggregators: ``APPLY_TUPLES_PER_TURN`` tuples
     a turn), with a checkpoint swap and merge every second's worth (20 turns). Returns the
-    store: reading the counts back (``_counts_of``) is the check's work, not the node's."""
+    store: reading the counts back (``_counts_of``) is the check's work, not the node's.
+    With ``compact`` the store holds master as a node process does for the job
+    (``smr.native.keep_slots_compact``: compiled tables for a lone count or sum)."""
     from smr.api import load_job
     from smr.batch_body import decode_batch_body
+    from smr.checkpoint import kernels
     from smr.checkpoint.store import StateStore
+    from smr.native import keep_slots_compact
     from smr.node.ingest import APPLY_TUPLES_PER_TURN
     from smr.node.reducer import Reducer
     from smr.output import OutputSink
     from smr.ring.hashing import SLOT_BITS_DEFAULT
 
+    job = load_job(job_ref)
+    field = None if job.aggregation is None or not compact else job.aggregation.compact_field
+    saved = kernels.IN_FORCE.slot_table
+    keep_slots_compact(field)
     store = StateStore()
+    kernels.IN_FORCE.slot_table = saved
     sink = OutputSink("bench", Path(os.devnull), lambda frames: None)
-    reducer = Reducer(load_job(job_ref), sink, time.monotonic)
+    reducer = Reducer(job, sink, time.monotonic)
     turn: list[Any] = []
     turn_tuples = turns = 0
     for count, body in bodies:

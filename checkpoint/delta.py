@@ -17,11 +17,11 @@ Decoding never trusts its input: anything malformed raises ``DeltaError``.
 
 from __future__ import annotations
 
-from collections.abc import Container, Iterator
+from collections.abc import Callable, Container, Iterator, Mapping
 from dataclasses import dataclass
 from dataclasses import field as dataclass_field
 from itertools import chain
-from typing import Any, Final, final
+from typing import Any, Final, Protocol, cast, final
 
 import msgpack
 
@@ -369,15 +369,29 @@ def _locate_unencodable(delta: Delta, error: Exception) -> str:
     return f"cannot encode delta: {type(error).__name__}: {error}"
 
 
-def merge_into(master: Fragment, fragment: Fragment, may_hold_tombstones: bool = True) -> None:
+def merge_into(
+    master: Fragment,
+    fragment: Fragment,
+    may_hold_tombstones: bool = True,
+    new_slot: SlotTableFactory | None = None,
+) -> None:
     """Merge ``fragment`` into ``master`` (which holds no tombstone, empty key or empty slot).
 
     Copies every key map it adds, so master never shares a dict with the fragment, and
     never mutates the fragment. ``may_hold_tombstones=False`` promises the fragment holds
-    none, which allows a faster path.
+    none, which allows a faster path. A slot of master held in a table (not a ``dict``:
+    :class:`SlotTable`) merges the slot's keys itself; ``new_slot``, when given, makes the
+    table of a slot master does not hold yet.
     """
     for slot, keys in fragment.items():
         master_keys = master.get(slot)
+        if master_keys is None and new_slot is not None:
+            master_keys = master[slot] = new_slot()
+        if master_keys is not None and master_keys.__class__ is not dict:
+            cast(SlotTable, master_keys).merge(keys)
+            if not master_keys:
+                del master[slot]
+            continue
         if not may_hold_tombstones:
             if master_keys is None:
                 copied = {key: fields.copy() for key, fields in keys.items() if fields}
@@ -410,6 +424,21 @@ def merge_into(master: Fragment, fragment: Fragment, may_hold_tombstones: bool =
                 del master_keys[key]
         if not master_keys:
             del master[slot]
+
+
+class SlotTable(Protocol):
+    """A slot's keys in master held other than in a dict (``smr._native.SlotTable``): it
+    answers as the dict ``{key: {field: value}}`` it stands for (``get``, ``in``, ``len``,
+    iteration, ``items``, ``pop``), each state a dict the caller must not write to, and
+    ``merge(keys)`` merges one slot's keys of a fragment by :func:`merge_into`'s rule."""
+
+    def merge(self, keys: Mapping[Any, Mapping[str, Any]]) -> None: ...
+
+    def __len__(self) -> int: ...
+
+
+SlotTableFactory = Callable[[], Any]
+"""Makes an empty :class:`SlotTable` for a slot master starts to hold."""
 
 
 def restrict_delta(delta: Delta, slots: Container[int]) -> Delta:

@@ -123,6 +123,9 @@ class Kernels:
     group_add: Callable[[dict[Any, Any], Sequence[Any], Sequence[Any]], None] = group_add
     fold_additive: FoldAdditiveFn = fold_additive
     drive_reduce: DriveReduceFn | None = None
+    slot_table: Callable[[], Any] | None = None
+    """Makes the table of a slot master starts to hold (``checkpoint.delta.SlotTable``), for
+    the stores made after it is set; None (the default) keeps master's slots in dicts."""
     compiled: bool = False
 
 

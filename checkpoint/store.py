@@ -37,11 +37,19 @@ from smr.checkpoint.apply import (
     ReduceFn,
     apply_tuples,
 )
-from smr.checkpoint.delta import PLAIN_TYPES, TOMBSTONE, Delta, merge_into
+from smr.checkpoint.delta import PLAIN_TYPES, TOMBSTONE, Delta, SlotTableFactory, merge_into
 from smr.checkpoint.hwm import is_repeat, raise_marks, raise_vectors
 from smr.checkpoint.ids import Fragment, Key, MapperId, Seq, Slot
+from smr.checkpoint.kernels import IN_FORCE
 
 _NO_MARKS: Final[Mapping[Slot, Seq]] = MappingProxyType({})
+
+
+class _InForce:
+    """The default of ``StateStore(slot_table=...)``: the factory in force (``IN_FORCE``)."""
+
+
+IN_FORCE_TABLE: Final = _InForce()
 
 __all__ = ["FAILURE_EXAMPLES_MAX", "TOMBSTONE", "BatchOutcome", "ReduceFn", "StateStore"]
 
@@ -53,7 +61,8 @@ class StateStore:
     tests and metrics can see their sizes):
 
     - ``master``: stable state, already shipped; never holds a tombstone, an empty key or an
-      empty slot.
+      empty slot. A slot's keys there may be a table (``checkpoint.delta.SlotTable``, made by
+      ``slot_table``) that answers as the dict it stands for: compact keys of a count.
     - ``inactive``: the fragment being shipped, between ``swap`` and ``merge_inactive``.
     - ``active``: takes every write; a deleted field is ``TOMBSTONE``.
 
@@ -63,7 +72,12 @@ class StateStore:
     no trace in state; a ``Delta`` handed out is never mutated by the store afterwards.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, slot_table: SlotTableFactory | _InForce | None = IN_FORCE_TABLE) -> None:
+        # What holds a slot's keys in master: a dict (None), or a table this makes
+        # (checkpoint.delta.SlotTable); by default the one in force when the store is made.
+        self._slot_table: SlotTableFactory | None = (
+            IN_FORCE.slot_table if isinstance(slot_table, _InForce) else slot_table
+        )
         self.master: Fragment = {}
         """Stable state, already shipped to the secondaries (or received, on a replica)."""
         self.inactive: Fragment = {}
@@ -368,7 +382,7 @@ class StateStore:
         partial merges: each slot moves from inactive to master in one step.
         """
         if max_keys is None:
-            merge_into(self.master, self.inactive, self._inactive_has_tombstones)
+            merge_into(self.master, self.inactive, self._inactive_has_tombstones, self._slot_table)
             # Rebind rather than clear: the delta returned by swap shares this fragment.
             self.inactive = {}
             self._inactive_has_tombstones = False
@@ -380,7 +394,7 @@ class StateStore:
         merged_keys = 0
         while inactive and merged_keys < max_keys:
             slot, keys = inactive.popitem()
-            merge_into(self.master, {slot: keys}, self._inactive_has_tombstones)
+            merge_into(self.master, {slot: keys}, self._inactive_has_tombstones, self._slot_table)
             merged_keys += len(keys)
         if inactive:
             return False
@@ -399,7 +413,7 @@ class StateStore:
         writes, those shadow the delta. It marks nothing dirty: after a promotion the new
         secondaries get a full ``snapshot``.
         """
-        merge_into(self.master, delta.states)
+        merge_into(self.master, delta.states, new_slot=self._slot_table)
         if not self._holds_mutables:
             self._holds_mutables = any(
                 value.__class__ not in PLAIN_TYPES and isinstance(value, MUTABLE_TYPES)

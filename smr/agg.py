@@ -418,6 +418,9 @@ class Aggregation:
         kinds: dict[type, str] = {_Sum: "sum", _Min: "min", _Max: "max"}
         self._compiled_combine = None if NATIVE is None else kinds.get(type(lone))
         self.additive = len(items) == 1 and isinstance(items[0][1], _Count | _Sum)
+        self.compact_field: str | None = items[0][0] if self.additive else None
+        """The one field of a lone count or sum: its states ``{field: int}`` can be held in
+        compiled tables (``smr.native.keep_slots_compact``)."""
         # A count's or a sum's fold of a key with no state is its partial (within range).
         self.new_keys_take_partial = self.additive
 

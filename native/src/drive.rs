@@ -6,6 +6,8 @@ use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple, PyType};
 
+use crate::table::SlotTable;
+
 /// What the caller hands over once per batch: the store's fragments and flags, and the
 /// objects the reference compares with.
 pub struct Context<'py> {
@@ -21,6 +23,14 @@ pub struct Context<'py> {
 
 fn nested<'py>(outer: &Bound<'py, PyDict>, a: &Bound<'py, PyAny>, b: &Bound<'py, PyAny>) -> PyResult<(Option<Bound<'py, PyDict>>, Option<Bound<'py, PyDict>>)> {
     let Some(keys) = outer.get_item(a)? else { return Ok((None, None)) };
+    if let Ok(table) = keys.cast::<SlotTable>() {
+        // A master slot's table: its states read as dicts (no writes go to master here).
+        let fields = match table.borrow().lookup(b)? {
+            Some(fields) => Some(fields.cast_into::<PyDict>()?),
+            None => None,
+        };
+        return Ok((None, fields));
+    }
     let keys = keys.cast_into::<PyDict>()?;
     let fields = match keys.get_item(b)? {
         Some(fields) => Some(fields.cast_into::<PyDict>()?),

@@ -5,6 +5,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyByteArray, PyDict, PyFloat, PyInt, PyList, PyString};
 
 use crate::columns::objects;
+use crate::table::SlotTable;
 
 fn same_length(keys: &[Bound<'_, PyAny>], values: &[Bound<'_, PyAny>]) -> PyResult<()> {
     if keys.len() != values.len() {
@@ -98,6 +99,30 @@ pub fn all_numbers(values: &Bound<'_, PyAny>) -> PyResult<bool> {
 }
 
 
+/// The key's field ``name`` in one slot's keys (a dict, or a master slot's table): None
+/// when the key is not held, Some(None) when it is held without the field.
+fn held_field<'py>(
+    keys_of_slot: &Bound<'py, PyAny>,
+    key: &Bound<'py, PyAny>,
+    name: &Bound<'py, PyString>,
+) -> PyResult<Option<Option<Bound<'py, PyAny>>>> {
+    if let Ok(table) = keys_of_slot.cast::<SlotTable>() {
+        let table = table.borrow();
+        if let Some(value) = table.compact_field(key) {
+            let found = if table.keeps(name)? { Some(value.into_pyobject(key.py())?.into_any()) } else { None };
+            return Ok(Some(found));
+        }
+        return match table.lookup(key)? {
+            Some(held) => Ok(Some(held.cast::<PyDict>()?.get_item(name)?)),
+            None => Ok(None),
+        };
+    }
+    match keys_of_slot.cast::<PyDict>()?.get_item(key)? {
+        Some(held) => Ok(Some(held.cast::<PyDict>()?.get_item(name)?)),
+        None => Ok(None),
+    }
+}
+
 /// An exact int within [-2**63, 2**64), or an exact float.
 fn in_state_range(value: &Bound<'_, PyAny>) -> bool {
     if value.is_exact_instance_of::<PyInt>() {
@@ -139,9 +164,9 @@ pub fn fold_additive<'py>(
         } else {
             for fragment in &older {
                 if let Some(keys_of_slot) = fragment.get_item(&slot)? {
-                    if let Some(held) = keys_of_slot.cast::<PyDict>()?.get_item(&key)? {
+                    if let Some(held) = held_field(&keys_of_slot, &key, name)? {
                         unheld = false;
-                        if let Some(found) = held.cast::<PyDict>()?.get_item(name)? {
+                        if let Some(found) = held {
                             field = Some(found);
                             break;
                         }

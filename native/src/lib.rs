@@ -9,6 +9,7 @@ mod columns;
 mod cut;
 mod drive;
 mod fold;
+mod table;
 
 #[pymodule]
 fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -22,5 +23,6 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(fold::fold_additive, module)?)?;
     module.add_function(wrap_pyfunction!(fold::hll_add, module)?)?;
     module.add_function(wrap_pyfunction!(drive::drive_reduce, module)?)?;
+    module.add_class::<table::SlotTable>()?;
     Ok(())
 }

@@ -11,6 +11,7 @@ value subclass); ``tests/smr/test_native.py`` holds them to it.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import os
 import warnings
@@ -18,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from types import ModuleType
 from typing import Any, Final
 
+from smr.checkpoint.delta import TOMBSTONE
 from smr.checkpoint.hwm import Cut
 from smr.checkpoint.kernels import IN_FORCE
 
@@ -58,6 +60,20 @@ def native_cut(marks: Mapping[Any, Any], slots: Sequence[int], seqs: Sequence[in
         marks = dict(marks)
     fresh, new_marks, duplicates = NATIVE.cut(marks, slots, seqs)
     return Cut(fresh, new_marks, duplicates)
+
+
+def keep_slots_compact(field: str | None) -> bool:
+    """Hold master's slots in compiled tables (``smr._native.SlotTable``), whose keys of
+    type ``str`` with a state ``{field: int}`` cost a few dozen bytes each, in every store
+    this process makes from now on, when the compiled module is in force and ``field`` is
+    given (a job whose reduce is a lone count or sum: ``smr.agg.Aggregation.compact_field``);
+    else dicts. True when tables are in force. A table answers as the dict it stands for,
+    so states, checkpoints and snapshots are those of the Python path."""
+    if NATIVE is None or field is None:
+        IN_FORCE.slot_table = None
+        return False
+    IN_FORCE.slot_table = functools.partial(NATIVE.SlotTable, field, TOMBSTONE)
+    return True
 
 
 if NATIVE is not None:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final, NoReturn, TypeVar
 
 from smr.api import load_job
+from smr.native import keep_slots_compact
 from smr.node.core import TICK_MS, NodeCore, Timer
 from smr.node.disk import DiskError, DiskState, Restored
 from smr.node.settings import NodeSettings
@@ -105,6 +106,9 @@ def serve(
             spec.nodes.append(newcomer)
         me = spec.node(node_id)
         job = refuse_in_cluster(load_job(spec.job))
+        # A lone count or sum keeps master's keys in compiled tables (before a restore
+        # makes the first store).
+        keep_slots_compact(None if job.aggregation is None else job.aggregation.compact_field)
         table = spec.output_table()
         # A cluster with keys (DIR/keys, or $SMR_KEYS): the inbox and the output accept only
         # its clients, and this node reaches its peers as one.
