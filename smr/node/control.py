@@ -264,6 +264,8 @@ class Control:
             "apply_rate_cap_per_s": node.settings.apply_rate_cap_per_s,
             "balance_above": node.settings.balance_above,
             "epoch": node.view.epoch,
+            # Restored from disk and still exchanging views (smr.node.restart).
+            "restart_settling": node.restart.settling,
             "inbox_peak": node.ingest.inbox_peak,
             "inbox_tuples_peak": node.ingest.inbox_tuples_peak,
             "inbox_admits_tuples": node.ingest.admit_tuples(),

@@ -35,6 +35,7 @@ from smr.node.moves import Moves
 from smr.node.recovery import Recovery
 from smr.node.reducer import Reducer
 from smr.node.replication import Replication
+from smr.node.restart import RestartExchange
 from smr.node.retirement import Retirement
 from smr.node.settings import NodeCounters, NodeSettings
 from smr.node.snapshots import Snapshots
@@ -93,6 +94,20 @@ log = logging.getLogger("smr.node")
 # those at full speed would hold the turn open, and with it the applies, the acks, the
 # heartbeats and the probes, for as long as it kept sending.
 MESSAGES_PER_TURN_MAX: Final = 1000
+# What a node restored from disk leaves unanswered until its view settles
+# (smr.node.restart, step 3): everything a stale view would answer wrongly. Status and view
+# requests are answered (an operator sees the node settling).
+HELD_WHILE_SETTLING: Final = (
+    Batch,
+    Ping,
+    MapperDone,
+    DumpRequest,
+    QueryRequest,
+    HistoryRequest,
+    RecoverRequest,
+    MoveRequest,
+    JoinRequest,
+)
 
 # How often the tick timer runs: heartbeats, failure detection, rates, output flush.
 TICK_MS = 100
@@ -179,6 +194,10 @@ class NodeCore:
         self.membership = Membership(self)
         self.recovery = Recovery(self)
         self.handoff = Handoff(self)
+        # A node restored from disk exchanges views with its peers before it serves.
+        self.restart = RestartExchange(
+            node_id, settings.restart_settle_ms, restored=store is not None
+        )
         self.moves = Moves(self)
         above = self.settings.balance_above
         self.balancer = Balancer(self, BalanceConfig(above)) if above is not None else None
@@ -302,7 +321,12 @@ class NodeCore:
                 )
 
     def _handle(self, identity: bytes, message: Message) -> None:
-        """Pass ``message`` to the role that serves its kind."""
+        """Pass ``message`` to the role that serves its kind; while a node restored from
+        disk has not settled its view (``smr.node.restart``, step 3), a request that would
+        be served by that view is left unanswered (the client retries, the emitter resends)."""
+        if self.restart.settling and isinstance(message, HELD_WHILE_SETTLING):
+            self.counters.held_while_settling += 1
+            return
         match message:
             case Batch():
                 self.ingest.receive(identity, message)
@@ -474,6 +498,8 @@ class NodeCore:
     def tick(self) -> None:
         """Periodic work: heartbeats, failure detection, the applied-tuples rate, output.
 
+        0. A node restored from disk sends its restored view to every member once, and
+           settles when it has heard its peers' views (``smr.node.restart``, steps 1, 3).
         1. Peers whose connection dropped are suspected at once (probed now, instead of
            after the silence timeout).
         2. A heartbeat to each secondary, every heartbeat interval (``Membership.heartbeat``).
@@ -487,6 +513,10 @@ class NodeCore:
         """
         now = self.clock()
         replicated = self.settings.replication > 0
+        # 0. A node restored from disk: its view to every member, once; settle when due.
+        for peer in self.restart.peers_to_tell(now, self.view):
+            self.peer_send(peer, Gossip(*self.stamp, self.membership.view_body()))
+        self.restart.settle_if_done(now, self.view)
         # 1.
         if replicated:
             giving = self.moves.giving
