@@ -41,7 +41,9 @@ cluster restarts from its simulated disks under one disk fault, each restore exa
 refused loudly (:mod:`smr.sim.disk`, :mod:`smr.sim.restart`); a subscriber follows the
 output from the start across deaths and must return every record written
 (:mod:`smr.sim.subscriber`). ``--strict-reads`` and
-``--strict-disk`` also fail the known limits those modules count.
+``--strict-disk`` also fail the known limits those modules count (none left on disk: a node
+revived from an older disk serving its state, or restored views that never agree, fail
+every run).
 
 A failed run raises :class:`SimulationFailure` (an ``AssertionError``) whose message starts
 with ``seed=<seed>``, and holds the fault schedule, the command that replays it and the
