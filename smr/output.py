@@ -9,8 +9,10 @@ emits come again, under the same origins: readers drop the repeats by origin
 (:class:`Repeats`), and the table sink never writes them.
 
 The file is the complete record of a node's output: appended, flushed every tick, on
-shutdown, and before each checkpoint leaves the node (:meth:`OutputSink.make_durable`), so a
-record whose state change a checkpoint carries is never lost with its node. The publish
+shutdown, before a finished mapper's notice is answered (so a feed's output is in the files
+when ``smr feed`` exits), and before each checkpoint leaves the node
+(:meth:`OutputSink.make_durable`), so a record whose state change a checkpoint carries is
+never lost with its node. The publish
 stream (``smr tail``) carries the same lines for watching and, by PUB's contract, skips
 messages for subscribers that fall behind. Every line is strict JSON, values in their JSON
 form (:func:`smr.values.json_form`: bytes as base64, no ``NaN``), which :func:`parse_line`

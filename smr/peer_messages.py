@@ -34,7 +34,10 @@ class Heartbeat(PeerMessage):
     then comes from the node's heartbeat thread); ``stalled_ms``, how long the loop has not read
     messages; ``stuck``, stalled past the node's stuck threshold; ``inbox_tuples``, tuples
     accepted and not applied yet; ``applied_per_s``, its recent apply rate; ``cpu_percent``,
-    its process's CPU share (100 per core).
+    its process's CPU share (100 per core). ``beat``: the number of this beat in the
+    sender's incarnation, which each secondary echoes in a :class:`BeatAck` (the sender's
+    read lease, docs/design/architecture.md#read-lease); 0 for a beat sent while the loop is
+    stalled, which is not echoed.
     """
 
     kind: ClassVar[Kind] = Kind.HEARTBEAT
@@ -44,7 +47,18 @@ class Heartbeat(PeerMessage):
     inbox_tuples: int
     applied_per_s: int
     cpu_percent: int
+    beat: int
     body: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class BeatAck(PeerMessage):
+    """A secondary heard heartbeat ``beat`` of the receiver, which its view holds live: it
+    will not declare the receiver dead on silence before ``failure_timeout_ms`` past that
+    beat's sending."""
+
+    kind: ClassVar[Kind] = Kind.BEAT_ACK
+    beat: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -267,6 +281,7 @@ class MoveSwitched(PeerMessage):
 
 PeerMessages: TypeAlias = (
     Heartbeat
+    | BeatAck
     | Gossip
     | Probe
     | ProbeAck

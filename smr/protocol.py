@@ -47,6 +47,7 @@ import msgpack
 
 from smr.checkpoint.ids import MapperId
 from smr.peer_messages import (
+    BeatAck,
     Checkpoint,
     CheckpointRequest,
     Gossip,
@@ -101,6 +102,7 @@ __all__ = [
     "PROTOCOL_VERSION",
     "Ack",
     "Batch",
+    "BeatAck",
     "ChannelNumber",
     "Checkpoint",
     "CheckpointRequest",

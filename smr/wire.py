@@ -8,7 +8,7 @@ from __future__ import annotations
 from enum import IntEnum, unique
 from typing import Final, NewType
 
-PROTOCOL_VERSION: Final = 8
+PROTOCOL_VERSION: Final = 9
 
 StreamId = NewType("StreamId", str)
 """One emitter's channels to the nodes: batch numbers and acks are per (stream, node)."""
@@ -83,6 +83,7 @@ class Kind(IntEnum):
     MOVE_COMMIT = 57
     MOVE_DONE = 58
     MOVE_SWITCHED = 59
+    BEAT_ACK = 60
     OUTPUT = 30
 
 

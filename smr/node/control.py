@@ -2,7 +2,10 @@
 a mapper's history.
 
 Each answer echoes the request's ``req`` id. Reads serve only slots this node is primary
-of in its own view, so a client that follows the view reads each key from one node.
+of in its own view, and only while it holds its read lease (``ring.lease``): a node paused
+or cut off long enough to have been taken over answers as a non-owner, and the reader asks
+again by a fresher view. So a client that follows the view reads each key from one node,
+and never from a primary that may have been superseded.
 """
 
 from __future__ import annotations
@@ -64,6 +67,16 @@ class Control:
 
     def __init__(self, node: NodeCore) -> None:
         self._node = node
+        self.reads_unleased = 0
+        """Reads answered as a non-owner because the read lease had run out."""
+
+    def _serves_reads(self) -> bool:
+        """True if this node may answer reads as its slots' primary now (its read lease
+        holds); else the refusal is counted."""
+        if self._node.membership.holds_read_lease():
+            return True
+        self.reads_unleased += 1
+        return False
 
     def on_ping(self, identity: bytes, message: Ping) -> None:
         """PONG with this node's id."""
@@ -91,7 +104,8 @@ class Control:
         node = self._node
         max_keys = min(max(message.max_keys, 1), DUMP_KEYS_PER_PAGE_MAX)
         end = min(message.end, 1 << node.slot_bits)
-        roles = node.roles
+        # Without the read lease, this node is primary of nothing it may serve.
+        roles = node.roles if self._serves_reads() else bytes(len(node.roles))
         ledger = node.ledger
         entries: list[tuple[int, Any, dict[str, Any]]] = []
         next_slot: Slot | None = None
@@ -190,9 +204,10 @@ class Control:
             if type(key) not in (str, int):
                 raise FrameError(f"query key must be str or int, got {type(key).__name__}")
         answers: list[dict[str, Any]] = []
+        leased = self._serves_reads()
         for key in keys:
             slot = slot_of(key, node.slot_bits)
-            owner = node.roles[slot] == Role.PRIMARY
+            owner = leased and node.roles[slot] == Role.PRIMARY
             lost = owner and node.ledger.is_lost(Slot(slot))
             state = node.store.get(slot, key) if owner and not lost else None
             answers.append({"owner": owner, "slot": slot, "state": state, "lost": lost})
@@ -308,6 +323,10 @@ class Control:
             "takeover_records": list(node.recovery.takeover_records),
             "takeover_seconds": node.recovery.takeover_seconds_total,
             "offline_slots": node.ledger.count(),
+            # Reads answered as a non-owner for want of the read lease (ring.lease), and
+            # how long the lease still runs (None: no secondary watches this node).
+            "reads_unleased": self.reads_unleased,
+            "read_lease_ms": node.membership.read_lease_ms(),
             # The state this node served before it was fenced, kept for a taker that found
             # slots of it lost (smr.node.handoff).
             "holds_fenced_copy": node.handoff.holds_copy,

@@ -44,6 +44,7 @@ from smr.output import OutputSink
 from smr.protocol import (
     FRAME_BYTES_MAX_DEFAULT,
     Batch,
+    BeatAck,
     Checkpoint,
     CheckpointRequest,
     DumpRequest,
@@ -333,6 +334,9 @@ class NodeCore:
             case Ping():
                 self.control.on_ping(identity, message)
             case MapperDone():
+                # The mapper's tuples were all acked before its notice: their output goes to
+                # the file before the answer, so it is there when the mapper's feed ends.
+                self.reducer.output.flush()
                 self.retirement.on_mapper_done(identity, message)
             case ViewRequest():
                 self.control.on_view_request(identity, message)
@@ -354,6 +358,8 @@ class NodeCore:
                 self.control.on_join_request(identity, message)
             case Heartbeat():
                 self.membership.on_heartbeat(identity, message)
+            case BeatAck():
+                self.membership.on_beat_ack(identity, message)
             case Gossip():
                 self.membership.on_gossip(identity, message)
             case ViewReply():

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from smr.node.throttle import Throttle
 from smr.protocol import (
+    BeatAck,
     FrameError,
     Gossip,
     Heartbeat,
@@ -23,6 +24,7 @@ from smr.protocol import (
     unpack_body,
 )
 from smr.ring.ids import Epoch, NodeId
+from smr.ring.lease import ReadLease
 from smr.ring.placement import Ring, grown_clockwise, taken_over_in
 from smr.ring.view import Status, View
 
@@ -80,6 +82,9 @@ class Membership:
         # Whether a view from a peer or a client was merged yet (else the view is the
         # spec's, as the node started).
         self._learned = False
+        # The heartbeats' numbers and the secondaries' echoes of them: the read lease.
+        self._beat = 0
+        self.read_lease = ReadLease(node.settings.failure_timeout_ms / 1000)
 
     def merge_view(self, incoming: View) -> bool:
         """Merge a view heard from a peer or a client; True if it brought news."""
@@ -161,6 +166,8 @@ class Membership:
         node = self._node
         if now - self._last_heartbeat >= node.settings.heartbeat_interval_ms / 1000:
             self._last_heartbeat = now
+            self._beat += 1
+            self.read_lease.sent(self._beat, now)
             ingest = node.ingest
             beat = Heartbeat(
                 *node.stamp,
@@ -170,6 +177,7 @@ class Membership:
                 inbox_tuples=ingest.inbox_tuples,
                 applied_per_s=round(node.tuples_per_s),
                 cpu_percent=round(node.load.cpu_percent),
+                beat=self._beat,
                 body=self.view_body(),
             )
             for secondary in node.secondaries:
@@ -216,6 +224,7 @@ class Membership:
             inbox_tuples=node.ingest.inbox_tuples,
             applied_per_s=round(node.tuples_per_s),
             cpu_percent=round(node.load.cpu_percent),
+            beat=0,
             body=self.view_body(),
         )
         frames = encode(beat)
@@ -270,6 +279,8 @@ class Membership:
         sender = self.from_live_peer(message, repair=False)
         if sender is None:
             return
+        if message.beat > 0:
+            node.peer_send(sender, BeatAck(*node.stamp, message.beat))
         before = self.peer_load.get(sender)
         self.peer_load[sender] = PeerLoad(message, node.clock())
         node.recovery.detector.note_busy(sender, message.busy)
@@ -288,6 +299,27 @@ class Membership:
             node.restart.heard(sender, node.clock(), node.view)
         if message.epoch != node.view.epoch:
             self._send_view(sender)
+
+    def on_beat_ack(self, identity: bytes, message: BeatAck) -> None:
+        """A secondary echoed a heartbeat: the read lease runs from that beat's sending."""
+        sender = self.from_live_peer(message)
+        if sender is not None:
+            self.read_lease.echoed(sender, message.beat)
+
+    def holds_read_lease(self) -> bool:
+        """True while none of this node's secondaries may have declared it dead on silence
+        (``ring.lease``): its reads may answer as its slots' primary."""
+        node = self._node
+        return self.read_lease.holds(node.clock(), node.secondaries)
+
+    def read_lease_ms(self) -> int | None:
+        """How long the read lease still runs, in ms (0 if it ran out, None if no
+        secondary watches this node)."""
+        node = self._node
+        if not node.secondaries:
+            return None
+        left_s = self.read_lease.expires_at(node.secondaries) - node.clock()
+        return max(0, round(left_s * 1000)) if left_s != float("-inf") else 0
 
     def on_gossip(self, identity: bytes, message: Gossip) -> None:
         """Merge a peer's view; a sender whose view is older than ours gets ours back."""

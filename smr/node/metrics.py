@@ -54,6 +54,7 @@ COUNTERS: Final[tuple[tuple[str, str, str], ...]] = (
     ("smr_slots_lost", "slots_lost", "Slots found with no surviving copy (loss reported)."),
     ("smr_slots_restored", "slots_restored", "Lost slots restored from a fenced node's copy."),
     ("smr_views_refused", "views_refused", "Views refused as unsafe to apply."),
+    ("smr_reads_unleased", "reads_unleased", "Reads refused: the read lease had run out."),
     ("smr_peer_sent_bytes", "peer_bytes_sent", "Bytes of peer messages handed to links."),
     ("smr_peer_messages_dropped", "peer_messages_dropped", "Peer messages dropped (link full)."),
     ("smr_replies_dropped", "replies_dropped", "Replies that could not be sent."),

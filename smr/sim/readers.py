@@ -29,7 +29,8 @@ A read is then checked by what it answered, per key:
    in the page (a key left out is a count of 0, checked by 2), and every key in it must
    hash to a served slot.
 4. After the ring converged (every mapper's ``close`` returned, so floor equals ceiling
-   equals the oracle), the readers read everything once more, each key at its primary by
+   equals the oracle) and every owner holds its read lease, the readers read everything
+   once more, each key at its primary by
    the common view, and the whole ring by dump pages: every answer must be the oracle's
    count exactly, no refusal allowed (:meth:`SimReaders.read_all_converged`), but for
    keys of slots marked lost, counted by 2.
@@ -459,6 +460,14 @@ class SimReaders:
         self._final_lost.clear()
         live = sim.live()
         ring = live[0][1].ring
+        # A converged ring serves reads once each owner holds its read lease again (a
+        # secondary it gained in the last view change has echoed a beat): until then its
+        # refusals are the lease's, allowed at any time.
+        limit_us = sim.clock.now_us + sim.config.heal_limit_ms * 1000
+        if not sim.run_until(
+            lambda: all(c.membership.holds_read_lease() for _, c in live), limit_us
+        ):
+            raise AssertionError("reader: after convergence an owner never held its read lease")
         by_primary: dict[NodeId, list[str]] = {}
         for key in self._keys:
             by_primary.setdefault(ring.primary(Slot(slot_of(key, ring.slot_bits))), []).append(key)

@@ -56,7 +56,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--strict-reads",
         action="store_true",
-        help="with --edges, fail a run on a lost slot or a stale primary served to a reader",
+        help="kept for replay commands: --edges fails a run on a lost slot or a stale primary "
+        "served to a reader",
     )
     parser.add_argument(
         "--strict-disk",

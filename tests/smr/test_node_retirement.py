@@ -134,3 +134,18 @@ def test_no_retirement_while_a_move_is_under_way(
     monkeypatch.undo()
     node.tick_at(node.now + 2)
     assert node.core.store.hwm_entries() == 0
+
+
+def test_the_output_of_a_finished_mappers_tuples_is_in_the_file_before_the_answer(
+    node: RetiringNode, tmp_path: Path
+) -> None:
+    # A feed exits once every node answered its notice: the records its tuples emitted must
+    # be in the node's file by then, not a tick later.
+    key = node.own_keys[0]
+    (ack,) = node.deliver(node.batch_frames(1, [(key, 1)] * 3, mapper="m"))
+    assert isinstance(ack, Ack)
+    path = tmp_path / "a2.jsonl"
+    assert "reached 3" not in path.read_text()
+    (pong,) = node.done("m", 3)
+    assert isinstance(pong, Pong)
+    assert "reached 3" in path.read_text()

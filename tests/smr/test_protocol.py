@@ -14,6 +14,7 @@ from smr.checkpoint.ids import CheckpointNumber, MapperId
 from smr.protocol import (
     PROTOCOL_VERSION,
     Batch,
+    BeatAck,
     ChannelNumber,
     Checkpoint,
     DumpReply,
@@ -113,8 +114,10 @@ RECORDS: list[Message] = [
         inbox_tuples=9,
         applied_per_s=7,
         cpu_percent=55,
+        beat=12,
         body=b"view",
     ),
+    BeatAck(*PEER, 12),
     Suspect(*PEER, NodeId("n0"), Incarnation(1), RequestId(6)),
     Vouch(*PEER, NodeId("n0"), RequestId(6)),
     HistoryRequest(RequestId(7), MapperId("ingest")),
