@@ -305,6 +305,11 @@ class NodeCore:
         except FrameError as error:
             self.bad_frame(identity, str(error))
             return
+        if self.restart.settling and isinstance(message, HELD_WHILE_SETTLING):
+            # Restored from disk and not settled (smr.node.restart, step 3): a request its
+            # view would serve is left unanswered (the client retries, the emitter resends).
+            self.counters.held_while_settling += 1
+            return
         try:
             self._handle(identity, message)
         except FrameError as error:
@@ -322,12 +327,7 @@ class NodeCore:
                 )
 
     def _handle(self, identity: bytes, message: Message) -> None:
-        """Pass ``message`` to the role that serves its kind; while a node restored from
-        disk has not settled its view (``smr.node.restart``, step 3), a request that would
-        be served by that view is left unanswered (the client retries, the emitter resends)."""
-        if self.restart.settling and isinstance(message, HELD_WHILE_SETTLING):
-            self.counters.held_while_settling += 1
-            return
+        """Pass ``message`` to the role that serves its kind."""
         match message:
             case Batch():
                 self.ingest.receive(identity, message)
