@@ -6,7 +6,11 @@ records: only a description written after them can tell what is missing. The *ma
 that description, written last:
 
 - the generation, the number of checkpoints its log holds and the number of the last one;
-- for the snapshot and the log, the length in bytes and the CRC-32 of those bytes.
+- for the snapshot and the log, the length in bytes and the CRC-32 of those bytes;
+- the view the node held at that checkpoint (opaque bytes here: ``smr.node.disk`` packs and
+  unpacks it), so that a restart knows the ring as the node last knew it, not only as it was
+  when its own range last changed and the snapshot was written
+  (docs/design/architecture.md#restart).
 
 Checkpoints are numbered on the node's disk, one after the other across generations: the
 snapshot's header says the number of the last checkpoint folded into it, and each entry of
@@ -22,6 +26,8 @@ Pure logic: no I/O.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import zlib
 from collections.abc import Sequence
@@ -32,8 +38,11 @@ import msgpack
 
 from smr.checkpoint.records import RecordError, decode_records
 
-MANIFEST_FORMAT: Final = 1
-"""The format of a manifest; a manifest of another format is refused."""
+MANIFEST_FORMAT: Final = 2
+"""The format of a manifest: 2 records the view; 1 (read, never written) does not. A
+manifest of another format is refused."""
+
+_FORMATS_READ: Final = (1, MANIFEST_FORMAT)
 
 
 class ManifestError(ValueError):
@@ -69,6 +78,8 @@ class Manifest:
     """The number of the last of them (the snapshot's own number when the log is empty)."""
     snapshot: FileFacts
     log: FileFacts
+    view: bytes = b""
+    """The view the node held at its last checkpoint, packed (empty: format 1, none)."""
 
     def encode(self) -> bytes:
         """The manifest as bytes (JSON; a file holds it in a checksummed record)."""
@@ -80,6 +91,7 @@ class Manifest:
                 "last_checkpoint": self.last_checkpoint,
                 "snapshot": [self.snapshot.length_bytes, self.snapshot.crc32],
                 "log": [self.log.length_bytes, self.log.crc32],
+                "view": base64.b64encode(self.view).decode(),
             }
         ).encode()
 
@@ -88,30 +100,35 @@ class Manifest:
         """The manifest ``encode`` wrote; ManifestError if it is not one."""
         try:
             fields = json.loads(data)
-            if fields["format"] != MANIFEST_FORMAT:
+            if fields["format"] not in _FORMATS_READ:
                 raise ManifestError(
                     f"format {fields['format']!r}, this node reads {MANIFEST_FORMAT}"
                 )
+            view = fields.get("view", "")
+            if not isinstance(view, str):
+                raise ValueError(f"its view is {view!r:.40}")
             manifest = cls(
                 _count(fields["generation"]),
                 _count(fields["checkpoints"]),
                 _count(fields["last_checkpoint"]),
                 FileFacts(*map(_count, fields["snapshot"])),
                 FileFacts(*map(_count, fields["log"])),
+                base64.b64decode(view, validate=True),
             )
-        except (ValueError, KeyError, TypeError) as error:
+        except (ValueError, KeyError, TypeError, binascii.Error) as error:
             raise ManifestError(f"not a manifest: {error}") from error
         return manifest
 
-    def with_checkpoint(self, entry_record: bytes, number: int) -> Manifest:
+    def with_checkpoint(self, entry_record: bytes, number: int, view: bytes) -> Manifest:
         """This manifest after checkpoint ``number`` was appended to the log as
-        ``entry_record`` (the record's bytes)."""
+        ``entry_record`` (the record's bytes), taken while the node held ``view``."""
         return Manifest(
             self.generation,
             self.checkpoints + 1,
             number,
             self.snapshot,
             self.log.grown_by(entry_record),
+            view,
         )
 
 

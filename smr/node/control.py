@@ -279,6 +279,8 @@ class Control:
             "apply_rate_cap_per_s": node.settings.apply_rate_cap_per_s,
             "balance_above": node.settings.balance_above,
             "epoch": node.view.epoch,
+            # Restored from disk and still exchanging views (smr.node.restart).
+            "restart_settling": node.restart.settling,
             **node.ingest.report(),
             "rss_bytes": psutil.Process().memory_info().rss,
             "incarnation": node.incarnation,

@@ -37,6 +37,7 @@ from smr.node.ports import Peers, Seat, ViewChanges
 from smr.node.recovery import Recovery
 from smr.node.reducer import Reducer
 from smr.node.replication import Replication
+from smr.node.restart import RestartExchange
 from smr.node.retirement import Retirement
 from smr.node.settings import NodeCounters, NodeSettings
 from smr.node.snapshots import Snapshots
@@ -97,6 +98,20 @@ log = logging.getLogger("smr.node")
 # those at full speed would hold the turn open, and with it the applies, the acks, the
 # heartbeats and the probes, for as long as it kept sending.
 MESSAGES_PER_TURN_MAX: Final = 1000
+# What a node restored from disk leaves unanswered until its view settles
+# (smr.node.restart, step 3): everything a stale view would answer wrongly. Status and view
+# requests are answered (an operator sees the node settling).
+HELD_WHILE_SETTLING: Final = (
+    Batch,
+    Ping,
+    MapperDone,
+    DumpRequest,
+    QueryRequest,
+    HistoryRequest,
+    RecoverRequest,
+    MoveRequest,
+    JoinRequest,
+)
 
 # How often the tick timer runs: heartbeats, failure detection, rates, output flush.
 TICK_MS = 100
@@ -205,6 +220,10 @@ class NodeCore:
         # The output sink (smr.output), the reducer's and the roles' that make it durable.
         self.output = output
         self.reducer = Reducer(job, output, clock)
+        # A node restored from disk exchanges views with its peers before it serves.
+        self.restart = RestartExchange(
+            node_id, settings.restart_settle_ms, restored=store is not None
+        )
         self._wire_roles()
         self.disk: DiskState | None = None
         """The node's state files, with ``--data-dir`` (``smr.node.disk``); set by the loop."""
@@ -402,6 +421,11 @@ class NodeCore:
         except FrameError as error:
             self.bad_frame(identity, str(error))
             return
+        if self.restart.settling and isinstance(message, HELD_WHILE_SETTLING):
+            # Restored from disk and not settled (smr.node.restart, step 3): a request its
+            # view would serve is left unanswered (the client retries, the emitter resends).
+            self.counters.held_while_settling += 1
+            return
         try:
             self._handle(identity, message)
         except FrameError as error:
@@ -596,6 +620,8 @@ class NodeCore:
     def tick(self) -> None:
         """Periodic work: heartbeats, failure detection, the applied-tuples rate, output.
 
+        0. A node restored from disk sends its restored view to every member once, and
+           settles when it has heard its peers' views (``smr.node.restart``, steps 1, 3).
         1. Peers whose connection dropped are suspected at once (probed now, instead of
            after the silence timeout).
         2. A heartbeat to each secondary, every heartbeat interval (``Membership.heartbeat``).
@@ -609,6 +635,10 @@ class NodeCore:
         """
         now = self.clock()
         replicated = self.settings.replication > 0
+        # 0. A node restored from disk: its view to every member, once; settle when due.
+        for peer in self.restart.peers_to_tell(now, self.view):
+            self.peer_send(peer, Gossip(*self.stamp, self.membership.view_body()))
+        self.restart.settle_if_done(now, self.view)
         # 1.
         if replicated:
             giving = self.moves.giving

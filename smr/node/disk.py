@@ -10,9 +10,10 @@ A node writes, in ``DATA_DIR/NODE_ID/``, generation ``G`` of its state as three 
   its parts, the same bytes a checkpoint ships to the secondaries
   (``checkpoint.manifest.encode_log_entry``);
 - ``manifest-G.smr``: what the other two must hold (``checkpoint.manifest``): how many
-  checkpoints the log holds and the number of the last, each file's length and CRC-32.
-  Written last, whole (a temporary file, fsync, rename, fsync the directory), after the
-  files it describes are on disk.
+  checkpoints the log holds and the number of the last, each file's length and CRC-32; and
+  the view the node held at its last checkpoint, which a restore returns (merged with the
+  snapshot's) for the exchange of views at a restart (``smr.node.restart``). Written last,
+  whole (a temporary file, fsync, rename, fsync the directory), after the files it describes.
 
 Protocol, in the node's checkpoint cycle (``smr.node.replication``), after the merge:
 
@@ -24,11 +25,10 @@ Protocol, in the node's checkpoint cycle (``smr.node.replication``), after the m
    generation to restore (a generation without its manifest was never finished).
 2. Otherwise append the checkpoint to ``log-G`` and fsync; then write the manifest anew.
 
-So the fsync policy is: every checkpoint (once per checkpoint interval, 1 s by default) is on
-disk before the next one is taken. ``smr cluster down`` stops nodes with SIGTERM, and a node
-takes one last checkpoint before it exits: every tuple it acked is then on disk. A node that
-crashes loses what it applied since its last checkpoint, which a mapper that resends (a rerun
-of the same feed) delivers again: the hwms on disk are those of the state on disk.
+So every checkpoint (once per checkpoint interval, 1 s by default) is on disk before the
+next is taken, and ``smr cluster down`` (SIGTERM) makes each node take a last one: every tuple
+acked is on disk. A node that crashes loses what it applied since its last checkpoint, which a
+mapper that resends delivers again: the hwms on disk are those of the state on disk.
 
 A node fenced (declared dead; also one restored from disk that finds the ring took its
 range over) keeps the generation it served: ``DiskState.keep_fenced`` links its files into
@@ -188,8 +188,14 @@ class DiskState:
                     manifest, log_data if self.files.size(log_path) is not None else None
                 ),
             )
-        # 3. The snapshot, then the log's checkpoints.
+        # 3. The snapshot, then the log's checkpoints; the view is the newer of the
+        # snapshot's and the manifest's (the view held at the last checkpoint).
         meta, view, store = self._decode_snapshot(snapshot_path, snapshot_records)
+        if manifest is not None and manifest.view:
+            try:
+                view = view.merge(View.from_wire(unpack_body(manifest.view)))
+            except (ValueError, KeyError, TypeError) as error:
+                self._refuse(self._path("manifest", generation), f"holds no view: {error}")
         checkpoints = self._replay(store, meta, manifest, generation, log_records, log_data)
         self.generation = generation
         self.log_bytes = len(log_data)
@@ -233,6 +239,7 @@ class DiskState:
             self.checkpoint_number,
             manifest.snapshot,
             FileFacts.of(log_data),
+            manifest.view,
         )
         return checkpoints
 
@@ -389,7 +396,7 @@ class DiskState:
             self.checkpoint_number = number
             self.log_bytes += len(record)
             self.checkpoints_written += 1
-            self.manifest = self.manifest.with_checkpoint(record, number)
+            self.manifest = self.manifest.with_checkpoint(record, number, _packed(view))
             # No directory sync: if the rename is lost in a crash, the manifest before it
             # describes a prefix of this log, which restores as well.
             self._write_manifest(self.manifest, sync_directory=False)
@@ -419,9 +426,8 @@ class DiskState:
         self._write_whole(self._path("snapshot", generation), data)
         self.files.write_synced(self._path("log", generation), b"")
         self.files.sync_dir(self.directory)
-        manifest = Manifest(
-            generation, 0, self.checkpoint_number, FileFacts.of(data), FileFacts.of(b"")
-        )
+        facts = FileFacts.of(data), FileFacts.of(b"")
+        manifest = Manifest(generation, 0, self.checkpoint_number, *facts, _packed(view))
         self._write_manifest(manifest)
         self.close()
         self.manifest = manifest
@@ -480,6 +486,11 @@ class DiskState:
         if self._log is None:
             self._log = self.files.append(self.directory / f"log-{self.generation}.smr")
         return self._log
+
+
+def _packed(view: View) -> bytes:
+    """``view`` as a manifest records it (a few dozen bytes a member)."""
+    return pack_body(view.to_wire())
 
 
 def _count_field(meta: dict[str, Any], name: str, path: Path) -> int:

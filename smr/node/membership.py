@@ -110,6 +110,11 @@ class Membership:
             why = ""
         elif marked and not merged_ring.owners:
             why = "marks this node dead and leaves its range to nobody"
+        elif node.restart.settling:
+            # Restored from disk: a view restored by a peer is a descendant of this one,
+            # which may have missed the last checkpoint interval's changes
+            # (smr.node.restart, step 2). This node serves nothing yet.
+            why = ""
         elif not self._learned and self._on_standby():
             # A standby node that has heard no view yet knows the ring only from the spec it
             # started from, whose tokens moves may have long changed: against it, the true
@@ -296,9 +301,11 @@ class Membership:
                 message.stalled_ms,
             )
         if message.epoch == node.view.epoch:
+            node.restart.heard(sender, node.clock(), node.view)
             return
         if message.body:
             self.merge_view(_view_in(message, "heartbeat"))
+            node.restart.heard(sender, node.clock(), node.view)
         if message.epoch != node.view.epoch:
             self._send_view(sender)
 
@@ -330,6 +337,7 @@ class Membership:
         sender = message.sender
         node.recovery.sign_of_life(sender)
         self.merge_view(view)
+        node.restart.heard(sender, node.clock(), node.view)
         # Repair both ways. Merges only grow the epoch, so this stops as soon as both hold
         # the same view.
         if node.view.epoch > view.epoch and sender in node.view.members:

@@ -19,6 +19,10 @@ class NodeSettings:
     suspicion_timeout_ms: int = 300
     # Extra silence allowed from a node never heard from yet (it may still be starting).
     first_contact_grace_ms: int = 5000
+    # A node restored from disk holds pings, reads and batches until it has heard the view
+    # of every other owner of its view, or this long at most (smr.node.restart, step 3): an
+    # owner that did not come back never answers.
+    restart_settle_ms: int = 3000
     # Raw batch bytes held for all primaries together. From EARLY_CHECKPOINT_AT_FRACTION of
     # it, the node asks its primaries for an early checkpoint (whose eviction makes room); at
     # the bound, new backup batches are not accepted (not acked) until checkpoints evict old
@@ -80,6 +84,8 @@ class NodeCounters:
     bad_frames: int = 0
     # Messages whose handler raised (not a bad frame): the node logged it and went on.
     handler_errors: int = 0
+    # Pings, reads and batches left unanswered while a restart settled (smr.node.restart).
+    held_while_settling: int = 0
     disk_errors: int = 0
     replies_dropped: int = 0
     checkpoints: int = 0

@@ -41,7 +41,8 @@ cluster restarts from its simulated disks under one disk fault, each restore exa
 refused loudly (:mod:`smr.sim.disk`, :mod:`smr.sim.restart`); a subscriber follows the
 output from the start across deaths and must return every record written
 (:mod:`smr.sim.subscriber`). Every read is strict: a lost slot or a stale primary served
-fails the run. ``--strict-disk`` also fails the known limits the restart counts.
+fails the run; so does a node revived from an older disk serving its state, or restored views
+that never agree. ``--strict-disk`` also fails the known limits the restart counts (none).
 
 A failed run raises :class:`SimulationFailure` (an ``AssertionError``) whose message starts
 with ``seed=<seed>``, and holds the fault schedule, the command that replays it and the

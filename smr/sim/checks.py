@@ -87,6 +87,8 @@ def not_converged(sim: CheckedRun) -> str | None:
         if incarnations.get(member.node_id) != member.incarnation:
             return f"{member.node_id} owns slots in the view but is dead or fenced"
     for node, core in live:
+        if core.restart.settling:
+            return f"{node.node_id} is still exchanging the views restored from disk"
         if core.ingest.inbox:
             return f"{node.node_id} has {len(core.ingest.inbox)} batches to apply"
         if core.snapshots.has_work:

@@ -24,19 +24,15 @@ A run with a restart (``SimConfig.restart_fault``), after its checks passed:
    which ``status`` and ``recover`` show; a loss mark in the store that the node does not
    act on is silent). A count that differs in silence fails the run: every disk fault is
    one the state files detect (each generation's manifest names what it must hold), so
-   ``SILENT_TODAY`` is empty. When a node the faults
-   killed during the run came back from its older disk, a difference is counted as
-   ``stale state of a revived node served``: where no node that started holds a newer
-   copy, its old state is served as current, by itself (owning its old range again, as
-   each state file holds the view of its snapshot only) or by a node that promotes the
-   copy the revived node shipped it before it was fenced. And a ring whose restored views
-   never agree (each node restores the view of its last snapshot, written when its own
-   range last changed; one that missed a join's view may refuse it as forged) is counted as
-   ``views of old snapshots never agree``. The readers, if any, read everything once more
-   under the same rule.
+   ``SILENT_TODAY`` is empty. A node the faults killed during the run comes back from its
+   older disk, and must never serve that state as current: each manifest records the view
+   its node held, the nodes exchange their restored views before they serve
+   (``smr.node.restart``), and a node the newest view marks dead fences. A ring whose
+   restored views never agree fails the run too. The readers, if any, read everything once
+   more under the same rule.
 
 Guarantee: a restore is exact, or refused loudly, or (without ``strict_disk``) counted as
-one of the known silent cases; anything else fails the run.
+one of the known silent cases (none today); anything else fails the run.
 """
 
 from __future__ import annotations

@@ -143,9 +143,8 @@ class Restart:
     def _converged(self) -> bool:
         """Run until the ring converges: True; False if it cannot because a node that did
         not start keeps its range (loud: with r = 0 nothing can take it over, and a ring of
-        two owners cannot tell a dead peer from a cut; its peers say it does not answer),
-        or, without ``strict_disk``, because the views restored never agree (known, see
-        below). AssertionError otherwise."""
+        two owners cannot tell a dead peer from a cut; its peers say it does not answer).
+        AssertionError otherwise: the views restored must agree (``smr.node.restart``)."""
         sim = self.sim
         try:
             sim.converge(sim.clock.now_us + sim.config.heal_limit_ms * 1000)
@@ -154,14 +153,6 @@ class Restart:
             if unserved:
                 self.tally["restore refused, range unserved"] += 1
                 sim.note(f"restart: the range of {unserved[0]} stays unserved: {error}")
-                return False
-            if "holds another view" in str(error) and not sim.config.strict_disk:
-                # Each node restores the view of its last snapshot, written when its own
-                # range last changed: one that missed a join's or a takeover's view since
-                # may refuse the newer view as forged, and the views never agree (loud:
-                # the refusals are logged). Counted; --strict-disk fails it.
-                self.tally["views of old snapshots never agree (known)"] += 1
-                sim.note(f"restart: {error}")
                 return False
             raise
         sim.note("converged after the restart")
@@ -197,14 +188,6 @@ class Restart:
                 self.fault in SILENT_TODAY and primary == self.target and not sim.config.strict_disk
             ):
                 self.tally["restore partial in silence (known)"] += 1
-                excused.add(key)
-            elif self.revived and not sim.config.strict_disk:
-                # A node killed during the run came back from its older disk: where no node
-                # that started holds a newer copy, its old state is served as current, by
-                # itself (it owns its old range again when no node that started holds a
-                # newer view: a state file holds the view of its snapshot) or by a node
-                # that promotes the copy the revived node shipped it before it was fenced.
-                self.tally["stale state of a revived node served (known)"] += 1
                 excused.add(key)
             else:
                 silent.append(

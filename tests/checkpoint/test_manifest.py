@@ -33,7 +33,7 @@ def generation(
     boundaries = [0]
     for number, parts in enumerate(entries, start=first):
         record = encode_record(encode_log_entry(number, parts))
-        manifest = manifest.with_checkpoint(record, number)
+        manifest = manifest.with_checkpoint(record, number, b"view %d" % number)
         log += record
         boundaries.append(len(log))
     return manifest, log, boundaries
@@ -147,3 +147,16 @@ def test_what_is_not_a_manifest_is_refused(data: bytes) -> None:
 def test_what_is_not_a_log_entry_is_refused(payload: bytes) -> None:
     with pytest.raises(ManifestError, match="not a log entry"):
         decode_log_entry(payload)
+
+
+def test_a_manifest_records_the_view_of_its_last_checkpoint_and_reads_format_1() -> None:
+    manifest, _, _ = generation(b"snapshot", [[b"a"], [b"b"]])
+    assert manifest.view == b"view 2"
+    assert Manifest.decode(manifest.encode()).view == b"view 2"
+    # A manifest written before views were recorded (format 1) reads, with no view.
+    old = b'{"format": 1, "generation": 3, "checkpoints": 0, "last_checkpoint": 4, ' + (
+        b'"snapshot": [10, 5], "log": [0, 0]}'
+    )
+    assert Manifest.decode(old) == Manifest(3, 0, 4, FileFacts(10, 5), FileFacts(0, 0))
+    with pytest.raises(ManifestError, match="view"):
+        Manifest.decode(old.replace(b"}", b', "view": 7}'))

@@ -29,6 +29,8 @@ from smr.stream_history import MapperHistory
 EDGES = SweepOptions(edges=True)
 BIG_EDGES = SweepOptions(nodes=(4, 8), replication=(1, 3), faults_max=5, edges=True)
 BIG_EDGES_3 = replace(BIG_EDGES, mappers=(1, 3))
+STRICT_EDGES = replace(EDGES, strict_disk=True)
+STRICT_BIG_EDGES = replace(BIG_EDGES, strict_disk=True)
 
 
 def test_the_ledger_bounds_a_key_by_what_was_acked_and_what_was_emitted() -> None:
@@ -67,12 +69,10 @@ def test_default_seed_9101780_a_join_during_a_stall_loses_no_tuple() -> None:
     run_seed(9101780)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="after a restart each node holds the view of its last snapshot (written when its "
-    "own range last changed): nodes that missed the join of s0 refuse the newer view as "
-    "forged and the ring never converges (loud, but it never serves again)",
-)
+# Once, after a restart each node held the view of its last snapshot (written when its own
+# range last changed): nodes that missed the join of s0 refused the newer view as forged and
+# the ring never converged. Now each manifest records the view held at every checkpoint, and
+# the nodes exchange their restored views before they serve (smr.node.restart).
 def test_strict_disk_the_views_restored_agree_after_a_restart() -> None:
     run_seed(9200551, replace(BIG_EDGES_3, strict_disk=True))
 
@@ -81,17 +81,24 @@ def test_strict_disk_the_views_restored_agree_after_a_restart() -> None:
 EDGES_SEEDS_ONCE_FAILED = {
     # The simulated subscriber stopped after a pass begun long before it was asked to.
     9100147: EDGES,
-    # n3 killed, taken over by n4; at the restart n4's log is torn, n3 comes back from its
-    # older disk and ships its stale state to n5, which promotes it taking over n4: a
-    # revived node's stale state (counted as known, failed with --strict-disk).
+    # n3 killed, taken over by n4; at the restart n4's log is torn, n3 came back from its
+    # older disk and shipped its stale state to n5, which promoted it taking over n4: a
+    # revived node's stale state served (now n3 learns the newer view and fences).
     9100960: EDGES,
-    # Bigger rings: three more of the revived node's stale state (counted as known).
+    # Bigger rings: three more of the revived node's stale state served.
     9200374: BIG_EDGES_3,
     9201063: BIG_EDGES_3,
     9201168: BIG_EDGES_3,
-    # After the restart the views never agree: n1..n4, n6, n7 restore the view of their
-    # snapshots (n0 up), and refuse n5's (n0 dead, s0 joined) as forged (counted as known).
+    # After the restart the views never agreed: n1..n4, n6, n7 restored the view of their
+    # snapshots (n0 up), and refused n5's (n0 dead, s0 joined) as forged.
     9200551: BIG_EDGES_3,
+    # Fresh --strict-disk sweeps: the readers read once the ring had converged after the
+    # restart, while restored nodes still held reads until they heard their peers' views
+    # (unanswered); the ring has not converged until every restored node has settled.
+    9300054: STRICT_EDGES,
+    9300247: STRICT_EDGES,
+    9400026: STRICT_BIG_EDGES,
+    9400197: STRICT_BIG_EDGES,
 }
 
 
@@ -287,12 +294,6 @@ def test_a_restore_that_differs_in_silence_fails_the_run(monkeypatch: pytest.Mon
         restart_with("none")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="after a restart the offline set starts empty, though the loss marks are in the "
-    "restored store, and the fenced node's generation is rewritten away (issue 35, found 2): "
-    "remove this mark when the loss ledger survives a restart",
-)
 def test_a_loss_stays_reported_through_a_restart_from_disk() -> None:
     # Two adjacent kills with r=1 after the feed lose n1's range, loudly (offline at n3).
     # Then the whole cluster restarts from its disks, n1 and n2 included: the loss must
@@ -308,32 +309,33 @@ def test_a_loss_stays_reported_through_a_restart_from_disk() -> None:
     )
     with pytest.raises(SimulationFailure, match="differs from the oracle"):
         simulation.run()
-    assert any(core.recovery.offline for core in simulation.live_cores().values())
+    assert any(core.ledger.count() for core in simulation.live_cores().values())
     Restart(simulation, "none").run()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a node killed during the run comes back from its older disk when the node that "
-    "took it over does not start: its stale state is served as current, by itself (a state "
-    "file holds the view of its snapshot only) or by a node promoting the copy it shipped "
-    "(issue 35, what to build 2: the newer copy must win, or the slots go to the ledger)",
-)
+# A node killed during the run came back from its older disk when the node that took it over
+# did not start, and its stale state was served as current: by itself (a state file held the
+# view of its snapshot only) or by a node promoting the copy it shipped. Now the manifest
+# records the view at every checkpoint, the nodes exchange their restored views before they
+# serve, and the revived node, marked dead in the newest view, fences.
 @pytest.mark.parametrize(
     ("seed", "options"),
     [
         # 6 nodes, r = 3: n5 killed early and taken over by n0; at the restart n0's log is
-        # torn, so n0 stays out and n5 serves its state of 100 ms into the run.
+        # torn, so n0 stays out, and n5 served its state of 100 ms into the run.
         (9, BIG_EDGES),
         # n3's stale state promoted by n5 (EDGES_SEEDS_ONCE_FAILED), and others so.
         (9100960, EDGES),
         (9200374, BIG_EDGES_3),
+        (9201063, BIG_EDGES_3),
+        (9201168, BIG_EDGES_3),
     ],
 )
 def test_strict_disk_a_revived_node_never_serves_its_stale_state(
     seed: int, options: SweepOptions
 ) -> None:
-    run_seed(seed, replace(options, strict_disk=True))
+    result = run_seed(seed, replace(options, strict_disk=True))
+    assert result.edges["restored a node the faults killed"] >= 1
 
 
 # -- a subscriber -------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ snapshot removed); a directory written before manifests restores unchecked, and 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -303,3 +304,29 @@ def test_a_fenced_generation_is_kept_whole_and_restores_the_state_it_served(
 
 def test_nothing_is_kept_before_a_generation_was_written(tmp_path: Path) -> None:
     assert DiskState(tmp_path / "a").keep_fenced(1) is None
+
+
+def test_a_restore_gives_the_view_of_the_last_checkpoint_not_only_of_the_snapshot(
+    tmp_path: Path,
+) -> None:
+    # The snapshot is written when the node's own range changes; a peer taken over since
+    # (b marked dead, c on its token) shows only in the view the next checkpoints held.
+    disk = DiskState(tmp_path / "a")
+    store = StateStore()
+    add(store, 1, 1, "x", 1)
+    b = Member(NodeId("b"), 1, "tcp://b", Token(100), "", Status.UP, 1)
+    c = Member(NodeId("c"), 1, "tcp://c", Token(200), "", Status.UP, 1)
+    before = VIEW.with_member(b).with_member(c)
+    disk.on_checkpoint(store, before, RANGE, [encode_delta(store.swap())])
+    store.merge_inactive()
+    after = before.with_member(replace(b, status=Status.DEAD, version=2)).with_member(
+        replace(c, token=Token(100), version=2)
+    )
+    add(store, 1, 2, "x", 1)
+    disk.on_checkpoint(store, after, RANGE, [encode_delta(store.swap())])
+    store.merge_inactive()
+    disk.close()
+    restored = DiskState(tmp_path / "a").restore()
+    assert restored is not None and restored.generation == 1 and restored.checkpoints == 1
+    assert restored.view == after
+    assert restored.view.members[NodeId("b")].status is Status.DEAD

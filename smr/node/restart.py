@@ -1,0 +1,96 @@
+"""The exchange of restored views at a restart from disk (docs/design/architecture.md#restart).
+
+Each node restored from its disk (``smr.node.disk``) starts with the view its manifest
+recorded at its last checkpoint; a node that was dead when the cluster stopped holds an older
+one than the nodes that took it over. Before it serves, it learns the ring's newest view from
+the nodes that came back with it:
+
+1. On its first tick it sends its restored view to every member of it but itself, dead ones
+   included (a node that took it over, or that it took over, may be among them); each peer
+   merges it and, if its own view is newer, answers with it (``Membership.on_gossip``).
+2. It merges every view it hears; until it has settled, a merge it would refuse as forged in
+   a running ring (a range grown past a live neighbour's with no takeover) is taken: a view
+   restored from another disk is a descendant of its own, which may have missed a join or a
+   move of the last checkpoint interval.
+3. It holds every ping, read and batch (unanswered: clients retry, emitters resend) until it
+   has heard the view of every other owner of its view, or ``restart_settle_ms`` passed (an
+   owner that did not come back never answers). ``smr cluster up`` waits for every node's
+   ping, so it returns once the nodes agree.
+4. A node the merged view marks dead at its restored incarnation was taken over while it was
+   down: it fences (its generation kept in ``fenced-I/``, ``DiskState.keep_fenced``) and
+   serves nothing of its older state; an owner that did not come back is taken over by its
+   successor as a dead node, and the slots no copy on disk covers go to the loss ledger
+   (``checkpoint.loss``), loudly.
+
+Guarantee: a node restored from disk serves no read and applies no batch by a view older
+than the newest view of the owners of its view that came back (within ``restart_settle_ms``);
+so a range's state is served only by the owner the newest view names, never from an older
+copy.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from smr.ring.ids import NodeId
+from smr.ring.view import Status, View
+
+log = logging.getLogger("smr.node")
+
+
+class RestartExchange:
+    """Steps 1 and 3 of the module docstring for one node (none for a node that started
+    empty: it has nothing older to serve). The node sends what :meth:`peers_to_tell` names
+    and reports every view it hears (:meth:`heard`); this part decides when it has settled.
+    """
+
+    def __init__(self, node_id: NodeId, settle_ms: int, restored: bool) -> None:
+        self._node_id = node_id
+        self._settle_s = settle_ms / 1000
+        self._settled = not restored
+        self._until: float | None = None
+        self._heard: set[NodeId] = set()
+
+    @property
+    def settling(self) -> bool:
+        """Whether the node still holds pings, reads and batches (step 3)."""
+        return not self._settled
+
+    def peers_to_tell(self, now: float, view: View) -> list[NodeId]:
+        """Step 1, on the node's first tick: the members of ``view`` (its restored view) to
+        send it to, dead ones included; nothing after that, or once settled."""
+        if self._settled or self._until is not None:
+            return []
+        self._until = now + self._settle_s
+        return sorted(node_id for node_id in view.members if node_id != self._node_id)
+
+    def heard(self, peer: NodeId, now: float, view: View) -> None:
+        """A view from ``peer`` was merged into ``view`` (or equalled it)."""
+        if not self._settled:
+            self._heard.add(peer)
+            self.settle_if_done(now, view)
+
+    def settle_if_done(self, now: float, view: View) -> None:
+        """Step 3's end: every other owner of ``view`` not marked dead was heard, or the
+        settle time passed."""
+        if self._settled or self._until is None:
+            return
+        awaited = sorted(
+            member.node_id
+            for member in view.owners()
+            if member.node_id != self._node_id
+            and member.node_id not in self._heard
+            and member.status is not Status.DEAD
+        )
+        if awaited and now < self._until:
+            return
+        self._settled = True
+        if awaited:
+            log.warning(
+                "restart: serving after %.1f s without word from %s (not started, or slow "
+                "to start); the view is the newest the others restored",
+                self._settle_s,
+                ", ".join(awaited),
+            )
+        else:
+            log.info("restart: the views restored agree (epoch %d); serving", view.epoch)
