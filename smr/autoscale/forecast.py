@@ -198,8 +198,9 @@ def period_of(
     autocorrelation (lags from ``period_min`` up to where at least half a period overlaps),
     the shortest at least ``period_fit_min`` and within ``period_tolerance`` of the best
     (a multiple of the period correlates as well); ``current`` is kept while it stays that
-    close (a flat-topped load correlates almost as well a lag either side). None when no
-    peak qualifies."""
+    close and is not a multiple of that shortest lag (a flat-topped load correlates almost
+    as well a lag either side; a period once taken at twice its length must not stick).
+    None when no peak qualifies."""
     count = len(values)
     mean = sum(values) / count if count else 0.0
     centred = [value - mean for value in values]
@@ -226,9 +227,10 @@ def period_of(
         return None
     floor = best - config.period_tolerance
     by_lag = dict(scores)
-    if current is not None and by_lag.get(current, -1.0) >= floor:
+    shortest = next(lag for lag, score in peaks if score >= floor)
+    if current is not None and by_lag.get(current, -1.0) >= floor and current < 1.5 * shortest:
         return current
-    return next(lag for lag, score in peaks if score >= floor)
+    return shortest
 
 
 def _line(values: tuple[float, ...]) -> tuple[float, float, float]:

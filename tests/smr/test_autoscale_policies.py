@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from smr.autoscale.capacity import (
@@ -275,6 +275,8 @@ def test_the_seasonal_forecast_sees_the_next_edge_of_a_square_wave_coming() -> N
 
 @settings(max_examples=40, deadline=None)
 @given(gaps=st.lists(st.integers(0, 300), min_size=1, max_size=12), gap_s=st.integers(2, 6))
+# Found by a run: the period was once taken at twice its length, and then kept.
+@example(gaps=[75, 58, 0], gap_s=5)
 def test_a_period_is_counted_in_seconds_when_samples_are_missed(
     gaps: list[int], gap_s: int
 ) -> None:
