@@ -1,6 +1,6 @@
 """What the simulated mappers feed: each mapper's words (seeded, Zipf-like), its emitter over
 a simulated transport, and the feed loop that paces it in virtual time and, when the run
-says so, finishes its mapper ids (``smr.mapper_done``)."""
+says so, finishes its mapper ids (``smr.mapper.finish``)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from smr.checkpoint.ids import MapperId
-from smr.emitter import Emitter
+from smr.mapper.emitter import Emitter
 from smr.ring.view import View
 from smr.sim.mappers import MapperProcess, SimMapperTransport
 from smr.sim.nodes import sim_job
@@ -29,7 +29,7 @@ def _words(sim: Simulation, mapper: int) -> list[str]:
 
 def start_mappers(sim: Simulation, view: View) -> None:
     """Create the run's mappers (``config.mappers`` of them, 1 ms apart), each an
-    :class:`~smr.emitter.Emitter` over a simulated transport in a
+    :class:`~smr.mapper.emitter.Emitter` over a simulated transport in a
     :class:`~smr.sim.mappers.MapperProcess`; their words go into the oracle."""
     config = sim.config
     job = sim_job()

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from smr.channels import encode_within
 from smr.checkpoint.ids import MapperId
-from smr.emitter import BATCH_BYTES_DEFAULT, SEQ_MAX, Emitter
+from smr.mapper.channels import encode_within
+from smr.mapper.emitter import BATCH_BYTES_DEFAULT, SEQ_MAX, Emitter
 from smr.protocol import Ack, Batch, decode, encode
 from smr.ring.hashing import slot_of
 from smr.ring.ids import Epoch, NodeId, Token

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from smr.batch_body import decode_batch_body
-from smr.channels import DeliveryError
 from smr.checkpoint.ids import MapperId
-from smr.emitter import Emitter
+from smr.mapper.channels import DeliveryError
+from smr.mapper.emitter import Emitter
 from smr.protocol import (
     Ack,
     Batch,
@@ -297,7 +297,7 @@ def test_a_part_of_a_send_after_a_part_re_routed_while_it_waited_goes_with_it(
     # re-routed and its rows left open (as a re-route deep in nested waits leaves them),
     # then that move ends too. The second part holds later seqs of the same slot: sent
     # then, it would reach n0 ahead of the first part's rows, and n0's hwm would drop them.
-    monkeypatch.setattr("smr.reroute.REROUTE_DEPTH_MAX", 0)
+    monkeypatch.setattr("smr.mapper.router.REROUTE_DEPTH_MAX", 0)
     setup = Setup()
     transport = _Scripted()
     emitter = Emitter(

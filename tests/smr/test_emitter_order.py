@@ -5,10 +5,10 @@ default sweep lost 4 acked tuples so: the node's hwm dropped the older ones as d
 
 from __future__ import annotations
 
-from smr import reroute
 from smr.batch_body import decode_batch_body
 from smr.checkpoint.ids import MapperId
-from smr.emitter import Emitter
+from smr.mapper import router as reroute
+from smr.mapper.emitter import Emitter
 from smr.protocol import Batch
 from smr.ring.hashing import even_tokens
 from smr.ring.ids import NodeId

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from smr.channels import DeliveryError
 from smr.checkpoint.ids import MapperId
-from smr.emitter import Emitter
+from smr.mapper.channels import DeliveryError
+from smr.mapper.emitter import Emitter
 from smr.protocol import Ack, Batch, ChannelNumber, Nack, encode
 from smr.ring.hashing import even_tokens, slot_of
 from smr.ring.ids import NodeId

@@ -10,7 +10,7 @@ from typing import Any
 from smr.api import Job
 from smr.batch_body import encode_batch_body
 from smr.checkpoint.ids import MapperId
-from smr.emitter import Emitter
+from smr.mapper.emitter import Emitter
 from smr.node import NodeCore, NodeSettings
 from smr.node.replication import EVICT_SCANS_PER_STEP
 from smr.protocol import (

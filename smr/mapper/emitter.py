@@ -35,7 +35,7 @@ An :class:`Emitter` belongs to one mapper id. The life of a tuple in it:
    a channel stalls) re-routes every batch whose replica set changed: its tuples go out
    again, with their seqs, by the new view; the nodes' hwm makes any copy already applied a
    duplicate. Tuples of a range being moved are held back until the move ends, and the rest
-   of their batches go out at once (:mod:`smr.reroute`).
+   of their batches go out at once (:mod:`smr.mapper.router`).
 6. A channel that makes no progress for ``resend_after_ms`` resends all its unacked batches
    (go-back-N; nodes drop what they already have) and asks the other nodes for their view;
    after ``give_up_after_s`` without progress :class:`DeliveryError` names the node.
@@ -57,7 +57,15 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
-from smr.channels import (
+from smr.checkpoint.ids import MapperId
+from smr.mapper.batcher import (
+    CACHED_KEY_CHARS_MAX,
+    make_combining_emit,
+    make_emit,
+    make_emit_many,
+    make_emit_record,
+)
+from smr.mapper.channels import (
     Channel,
     DeliveryError,
     OutBatch,
@@ -66,16 +74,9 @@ from smr.channels import (
     release_through,
     slot_and_seq,
 )
-from smr.checkpoint.ids import MapperId
-from smr.emit_path import (
-    CACHED_KEY_CHARS_MAX,
-    make_combining_emit,
-    make_emit,
-    make_emit_many,
-    make_emit_record,
-)
-from smr.emit_retry import resend, retry
-from smr.mapper_done import announce_done
+from smr.mapper.finish import announce_done
+from smr.mapper.resend import resend, retry
+from smr.mapper.router import Holds, on_not_owner, on_view, release_held, reroute
 from smr.protocol import (
     Ack,
     ChannelNumber,
@@ -92,7 +93,6 @@ from smr.protocol import (
     encode,
     unpack_body,
 )
-from smr.reroute import Holds, on_not_owner, on_view, release_held, reroute
 from smr.ring.hashing import slot_of
 from smr.ring.ids import NodeId, Slot
 from smr.ring.placement import Ring, SlotRange
@@ -168,7 +168,7 @@ class Emitter:
         self.give_up_after_s = give_up_after_s
         self._clock = clock
         # When open batches must go (wall-clock time, as the rows' emit times; infinity while
-        # none is open): one item, shared with the emit closures (smr.emit_path).
+        # none is open): one item, shared with the emit closures (smr.mapper.batcher).
         self._linger_s = math.inf if linger_ms is None else linger_ms / 1000
         self._flush_due = [math.inf]
         self._transport: MapperTransport = transport or zeromq_mapper_transport()
@@ -206,7 +206,7 @@ class Emitter:
         self._view_asked_at = -1e9
         # How many pump calls are under way (a re-route sends from inside one).
         self._pump_depth = 0
-        # Silence before this does not count towards giving up (smr.emit_retry); a drain
+        # Silence before this does not count towards giving up (smr.mapper.resend); a drain
         # after a DeliveryError moves it to its own start (see drain).
         self.stall_counted_from = -math.inf
         self.delivery_failed = False
@@ -269,7 +269,7 @@ class Emitter:
 
     def _slot(self, key: Any) -> int:
         """The key's slot, remembered if the key is short: a key found in the cache is
-        known to be a good key that makes a small row (see smr.emit_path)."""
+        known to be a good key that makes a small row (see smr.mapper.batcher)."""
         slot = slot_of(key, self.slot_bits)
         if key.__class__ is str and len(key) > CACHED_KEY_CHARS_MAX:
             return slot
@@ -452,7 +452,7 @@ class Emitter:
             case Error(message=text):
                 raise DeliveryError(f"node {channel.node} refused a batch: {text}")
             case Pong(req=req):
-                self.pongs.add(req)  # a node took a MapperDone notice (smr.mapper_done)
+                self.pongs.add(req)  # a node took a MapperDone notice (smr.mapper.finish)
 
     def _on_ack(self, channel: Channel, through: ChannelNumber) -> None:
         released, done = release_through(channel, through)
@@ -552,7 +552,7 @@ class Emitter:
 
     def finish_mapper(self, timeout_s: float | None = None) -> None:
         """Drain, then tell the nodes the current mapper finished, so that they retire its
-        dedup memory (:mod:`smr.mapper_done`): only for an id never used for other tuples.
+        dedup memory (:mod:`smr.mapper.finish`): only for an id never used for other tuples.
         :meth:`begin_mapper` may follow."""
         self.drain(timeout_s)
         announce_done(self)
@@ -576,7 +576,7 @@ class Emitter:
     def close(self, timeout_s: float | None = None, *, finished: bool = False) -> None:
         """Drain (see :meth:`drain`), then close every channel, also when draining fails.
         ``finished``: the mapper's id will never carry other tuples; after draining, tell
-        the nodes, which then retire its dedup memory (:mod:`smr.mapper_done`)."""
+        the nodes, which then retire its dedup memory (:mod:`smr.mapper.finish`)."""
         try:
             if finished:
                 self.finish_mapper(timeout_s)

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Final
 from smr.protocol import MapperDone, RequestId, encode
 
 if TYPE_CHECKING:
-    from smr.emitter import Emitter
+    from smr.mapper.emitter import Emitter
 
 DONE_WAIT_S: Final = 2.0
 """How long step 3 waits for the nodes' answers at most."""

@@ -1,5 +1,5 @@
 """The emitter when the ring changes under it: re-routes and holds (step 5 of
-:mod:`smr.emitter`).
+:mod:`smr.mapper.emitter`).
 
 A view change re-routes every batch whose replica set changed (its rows go out again, with
 their seqs, by the new view). A node handing a range over in a move refuses batches with a
@@ -8,7 +8,7 @@ tuples of those slots only and re-routes the rest at once, so the slots that do 
 wait for the move; the held tuples go out again, in seq order per slot, when the move ends (a
 new view, a NACK from that node) or when no word came for a resend interval.
 
-Functions of the emitter, like the emit closures of :mod:`smr.emit_path`: they read and
+Functions of the emitter, like the emit closures of :mod:`smr.mapper.batcher`: they read and
 mutate its routing tables and channels.
 """
 
@@ -16,14 +16,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final
 
-from smr.channels import Channel, OutBatch, Row, in_flight, slot_and_seq, with_later_batches
+from smr.mapper.channels import Channel, OutBatch, Row, in_flight, slot_and_seq, with_later_batches
 from smr.protocol import ChannelNumber, RequestId, ViewReply, encode, pack_body
 from smr.ring.ids import Epoch, NodeId
 from smr.ring.placement import SlotRange
 from smr.ring.view import View
 
 if TYPE_CHECKING:
-    from smr.emitter import Emitter
+    from smr.mapper.emitter import Emitter
 
 # Past this many nested pump calls, re-routed rows wait for the next flush (see reroute).
 REROUTE_DEPTH_MAX: Final = 8

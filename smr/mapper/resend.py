@@ -1,18 +1,18 @@
 """Retransmission on an emitter's channels: go-back-N after a NACK or a stall, sends a full
 socket kept back, held rows of a move gone quiet, and giving up aloud (``DeliveryError``) when
-a node acknowledges nothing for ``give_up_after_s``. Split out of :mod:`smr.emitter`, whose
+a node acknowledges nothing for ``give_up_after_s``. Split out of :mod:`smr.mapper.emitter`, whose
 ``pump`` calls :func:`retry` and whose replies call :func:`resend`."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from smr.channels import Channel, DeliveryError
+from smr.mapper.channels import Channel, DeliveryError
+from smr.mapper.router import release_held
 from smr.protocol import ChannelNumber
-from smr.reroute import release_held
 
 if TYPE_CHECKING:
-    from smr.emitter import Emitter
+    from smr.mapper.emitter import Emitter
 
 
 def resend(emitter: Emitter, channel: Channel, from_chan: ChannelNumber) -> None:

@@ -1,4 +1,4 @@
-"""The emit closures: the mapper's hot path (step 1 of :mod:`smr.emitter`).
+"""The emit closures: the mapper's hot path (step 1 of :mod:`smr.mapper.emitter`).
 
 Each closure binds what it touches to locals once; the emitter mutates those very lists in
 place (``Emitter._set_view``), so they stay valid across view changes. A tuple joins the
@@ -23,7 +23,7 @@ from smr.values import (
 )
 
 if TYPE_CHECKING:
-    from smr.emitter import Emitter
+    from smr.mapper.emitter import Emitter
 
 
 EmitPair = tuple[Callable[[Any, Any], None], Callable[[Any, Any, int], None]]
@@ -46,7 +46,7 @@ def _byte_bounds(emitter: Emitter) -> tuple[int, int, bool]:
     Rows of at most ``small_row_bytes`` are not added up: a full batch of them takes at most
     half the budget. The others are, and a batch closes before they would pass the other
     half; so a body stays within the budget plus one row (at most twice the budget, which
-    the encoder checks: ``smr.channels.encode_within``). ``fast``: a cached key with a
+    the encoder checks: ``smr.mapper.channels.encode_within``). ``fast``: a cached key with a
     non-negative int value makes a small row (not so with a tiny budget per row).
     """
     small_row_bytes = emitter.batch_bytes // (2 * emitter.batch_size)
