@@ -315,7 +315,7 @@ class Cluster:
         """Where the stream is: the tuples emitted so far, from the connect position."""
         if self._emitter is None:
             return self._start_position
-        if self._emitter._combine is None:
+        if not self._emitter.combines:
             return self._emitter.position
         return self._emitter.tuples_emitted
 

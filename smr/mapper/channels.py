@@ -1,12 +1,15 @@
 """An emitter's channels: the numbered stream of batches from one emitter to one node, and the
 batches it holds until every node of their replica set acked them
-(docs/design/architecture.md#data-path, step 3).
+(docs/design/architecture.md#data-path, step 3). :class:`Channels` owns them all: their
+windows, their acks, the reading of replies and the give-up accounting.
 """
 
 from __future__ import annotations
 
+import math
+import uuid
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -14,7 +17,7 @@ from smr.batch_body import encode_batch_body
 from smr.checkpoint.ids import MapperId
 from smr.protocol import Batch, ChannelNumber, StreamId, encode
 from smr.ring.ids import Epoch, NodeId
-from smr.transport import ChannelEnd
+from smr.transport import ChannelEnd, MapperTransport
 
 
 class DeliveryError(Exception):
@@ -74,7 +77,7 @@ class Channel:
     progress_at: float = 0.0
     resent_at: float = 0.0
     # Where the last go-back-N started, and the batch a NACK asked for while the rate limit
-    # kept it from starting another (answered when the limit ends; see Emitter._resend).
+    # kept it from starting another (answered when the limit ends; see smr.mapper.resend).
     resent_from: ChannelNumber = FIRST_CHANNEL_NUMBER
     nack_waiting: ChannelNumber | None = None
     # The node has taken every batch below this number (a NOT_OWNER or NACK for a batch
@@ -168,3 +171,163 @@ def release_through(channel: Channel, through: ChannelNumber) -> tuple[bool, lis
         if not batch.waiting_for and not batch.rerouted:
             done.append(batch)
     return released, done
+
+
+class Channels:
+    """The emitter's channels, one per node, opened on first use, named by the emitter's own
+    random stream id; their windows and acks.
+
+    Guarantees: a batch stays in a channel's window until its node acks it or a re-route
+    takes it off (:meth:`take_off`); on a channel, batches go out in number order (one a
+    full socket kept back holds back the later ones until a retry); a batch counts as done,
+    once, when every node of its replica set acked it.
+    """
+
+    def __init__(
+        self,
+        transport: MapperTransport,
+        mapper_id: MapperId,
+        window_batches: int,
+        clock: Callable[[], float],
+        on_acked: Callable[[Sequence[Row]], None] | None = None,
+    ) -> None:
+        self.stream_id = StreamId(uuid.uuid4().hex)
+        self.mapper_id = mapper_id
+        """The mapper the batches are sent as (resends included): see :meth:`send_as`."""
+        self.window_batches = window_batches
+        self._transport = transport
+        self._clock = clock
+        # Told the rows of every batch once all its nodes acked it (rows hold their emit time).
+        self._on_acked = on_acked
+        self._by_node: dict[NodeId, Channel] = {}
+        self._pump_depth = 0
+        self.tuples_acked = 0
+        self.resends = 0
+        self.stall_counted_from = -math.inf
+        """Silence before this does not count towards giving up (:mod:`smr.mapper.resend`);
+        a drain after a :class:`DeliveryError` moves it to its own start."""
+        self.delivery_failed = False
+
+    def send_as(self, mapper_id: MapperId) -> None:
+        """Send the following batches (and resends) as ``mapper_id``."""
+        self.mapper_id = mapper_id
+
+    def to(self, node: NodeId, addr: str | None) -> Channel:
+        """The channel to ``node``, opened to ``addr`` if there is none yet."""
+        channel = self._by_node.get(node)
+        if channel is None:
+            if addr is None:
+                raise DeliveryError(f"node {node} has no address in the view")
+            channel = Channel(node, self._transport.open(addr, 2 * self.window_batches + 8))
+            channel.progress_at = self._clock()
+            self._by_node[node] = channel
+        return channel
+
+    def get(self, node: NodeId) -> Channel | None:
+        """The channel to ``node``, if one is open."""
+        return self._by_node.get(node)
+
+    def all(self) -> list[Channel]:
+        """Every open channel."""
+        return list(self._by_node.values())
+
+    def window_full(self, channel: Channel) -> bool:
+        """Whether ``channel`` holds ``window_batches`` unacked batches (no room for one more)."""
+        return len(channel.unacked) >= self.window_batches
+
+    def unacked_batches(self) -> int:
+        """Batches sent and not yet acked, counted once per channel they are on."""
+        return sum(len(c.unacked) for c in self._by_node.values())
+
+    def in_flight(self) -> list[OutBatch]:
+        """The batches still unacked and not re-routed, each once."""
+        return in_flight(self._by_node.values())
+
+    def put(self, channel: Channel, batch: OutBatch, epoch: Epoch) -> None:
+        """Give ``batch`` the next number of ``channel`` and send it (routed by ``epoch``)."""
+        chan = channel.next_chan
+        channel.next_chan = ChannelNumber(chan + 1)
+        channel.unacked[chan] = batch
+        channel.transmit(chan, self.stream_id, self.mapper_id, epoch)
+
+    def transmit_from(self, channel: Channel, start: ChannelNumber, epoch: Epoch) -> None:
+        """Send again every unacked batch of ``channel`` from number ``start``."""
+        for chan in list(channel.unacked):
+            if chan >= start:
+                channel.transmit(chan, self.stream_id, self.mapper_id, epoch)
+
+    def resend_from(self, channel: Channel, start: ChannelNumber, epoch: Epoch) -> None:
+        """Go back N: forget a send a full socket kept back, and send every unacked batch of
+        ``channel`` from ``start`` again (counted in ``resends``)."""
+        self.resends += 1
+        channel.unsent_from = None
+        self.transmit_from(channel, start, epoch)
+
+    def take_off(self, batches: list[OutBatch]) -> list[OutBatch]:
+        """Take ``batches``, and every batch after one of them on any channel
+        (:func:`with_later_batches`), off every channel, marked re-routed: those batches."""
+        taken = with_later_batches(self._by_node.values(), batches)
+        for batch in taken:
+            batch.rerouted = True
+            for node in list(batch.waiting_for):
+                other = self._by_node.get(node)
+                if other is None:
+                    continue  # a node of its set whose channel the batch never reached
+                for number, held in list(other.unacked.items()):
+                    if held is batch:
+                        del other.unacked[number]
+            batch.waiting_for.clear()
+        return taken
+
+    def on_ack(self, channel: Channel, through: ChannelNumber) -> None:
+        """``channel``'s node acked every batch up to ``through``: release them; a batch
+        acked by every node of its set is done (``tuples_acked``, ``on_acked``)."""
+        released, done = release_through(channel, through)
+        for batch in done:
+            self.tuples_acked += len(batch.rows)
+            if self._on_acked is not None:
+                self._on_acked(batch.rows)
+        if released:
+            channel.progress_at = self._clock()
+            if channel.nack_waiting is not None and through >= channel.nack_waiting:
+                channel.nack_waiting = None
+
+    @property
+    def pump_depth(self) -> int:
+        """How many :meth:`pump` calls are under way (a re-route sends from inside one)."""
+        return self._pump_depth
+
+    def pump(
+        self,
+        timeout_ms: int,
+        on_reply: Callable[[Channel, list[bytes]], None],
+        after: Callable[[list[Channel]], None],
+    ) -> None:
+        """Wait up to ``timeout_ms`` for replies, hand each to ``on_reply``, then call
+        ``after`` with the channels read (the retries), counted in ``pump_depth``."""
+        channels = list(self._by_node.values())
+        self._pump_depth += 1
+        try:
+            if self._transport.wait_any([c.outbox for c in channels], timeout_ms):
+                for channel in channels:
+                    while (frames := channel.outbox.receive()) is not None:
+                        on_reply(channel, frames)
+            after(channels)
+        finally:
+            self._pump_depth -= 1
+
+    def note_delivery_failed(self) -> None:
+        """A :class:`DeliveryError` was raised: the next drain counts silence afresh."""
+        self.delivery_failed = True
+
+    def retry_failed_delivery(self) -> None:
+        """A drain after a :class:`DeliveryError`: count silence from now on only."""
+        if self.delivery_failed:
+            self.delivery_failed = False
+            self.stall_counted_from = self._clock()
+
+    def close(self) -> None:
+        """Close every channel at once; what they held is forgotten."""
+        for channel in self._by_node.values():
+            channel.outbox.close()
+        self._by_node.clear()

@@ -337,7 +337,7 @@ def test_a_not_owner_by_an_older_view_makes_the_emitter_send_its_view_and_is_no_
     emitter.flush()
     end = transport.ends["sim://n0"]
     (batch,) = [m for m in end.sent if isinstance(m, Batch)]
-    channel = emitter._channels[NodeId("n0")]
+    channel = emitter._channels.get(NodeId("n0"))
     now[0] = 5.0
     # n0 still routes by the old view: it refuses the batch of n2's former range.
     not_owner = encode(

@@ -33,7 +33,7 @@ def test_begin_mapper_gives_seqs_from_the_base_and_the_new_mapper_id() -> None:
     emitter.begin_mapper(MapperId("q/3"), seq_base=7 << 32)
     emitter.emit("w", 1)
     emitter.emit("w", 1)
-    (row_1, row_2) = emitter._open_rows[0]
+    (row_1, row_2) = emitter._batcher.open_rows(0)
     assert (row_1[0], row_1[1]) == (slot_of("w", SLOT_BITS), (7 << 32) + 1)
     assert row_2[1] == (7 << 32) + 2
     assert emitter.mapper_id == "q/3"
