@@ -1,7 +1,7 @@
 """The emitter: the mapper side of the data path (docs/design/architecture.md#data-path,
 steps 2-4), a façade over the parts that own its state.
 
-An :class:`Emitter` belongs to one mapper id at a time. The life of a tuple in it:
+The life of a tuple in an :class:`Emitter` (one mapper id at a time):
 
 1. ``emit(key, value)`` gives the tuple its slot and seq and puts it in the open batch of
    its slot's primary (:class:`~smr.mapper.batcher.Batcher`; with ``combine``, a key
@@ -24,10 +24,9 @@ An :class:`Emitter` belongs to one mapper id at a time. The life of a tuple in i
 Guarantee: when :meth:`Emitter.drain` or :meth:`Emitter.close` returns, every emitted tuple
 was acked by every node of its replica set; otherwise it raises.
 
-An emitter's channels are named by its own random stream id, not by the mapper id, so one
-emitter (and its sockets) can send for several mapper ids in turn (:meth:`Emitter.begin_mapper`,
-used by the Spark feeder: one emitter per Python worker, one mapper id per task), and a
-retried mapper on a fresh emitter starts fresh channels while its tuples keep their identity.
+Channels are named by the emitter's own random stream id, so one emitter can send for several
+mapper ids in turn (:meth:`Emitter.begin_mapper`: the Spark feeder's one emitter per worker),
+and a retried mapper on a fresh emitter keeps its tuples' identities on fresh channels.
 """
 
 from __future__ import annotations
