@@ -13,7 +13,7 @@ A run goes through it in this order:
 4. ``dump_counts``: every key's count, for ``bench.common.check_counts`` against the oracle.
 5. ``write_report``: the JSON and its plot (``pyplot`` gives matplotlib without a display).
 
-smr is used only through ``smr.client``, ``smr.cluster`` and ``smr.emitter``, imported inside
+smr is used only through ``smr.client``, ``smr.cluster`` and ``smr.mapper.emitter``, imported inside
 the functions: a spawned feeder imports them itself, and importing this module starts nothing.
 """
 
@@ -121,7 +121,7 @@ def cluster_emitter(cluster: Path | str | Any, mapper_id: str, **options: Any) -
     from smr.checkpoint.ids import MapperId
     from smr.client import fetch_view
     from smr.cluster import read_spec
-    from smr.emitter import Emitter
+    from smr.mapper.emitter import Emitter
 
     spec = read_spec(Path(cluster)) if isinstance(cluster, str | Path) else cluster
     options.setdefault("replication", spec.replication)

@@ -26,19 +26,19 @@ import click
 
 from smr import feed_run, seeds, spark_checkpoint
 from smr.api import JobLoadError, load_job
-from smr.channels import DeliveryError
 from smr.checkpoint.ids import MapperId
 from smr.cli_options import cluster_dir_option, cluster_option
 from smr.client import Client, NodeRefused, NodeUnreachable, describe_slots, fetch_view
 from smr.connection import LostSlotsSkipped, connect
-from smr.emitter import (
+from smr.feed import MAX_RECORD_BYTES_DEFAULT, InputError, check_inputs
+from smr.feed_run import FeedNotResumable, FeedOptions
+from smr.mapper.channels import DeliveryError
+from smr.mapper.emitter import (
     BATCH_BYTES_DEFAULT,
     BATCH_BYTES_MAX,
     BATCH_SIZE_DEFAULT,
     WINDOW_BATCHES_DEFAULT,
 )
-from smr.feed import MAX_RECORD_BYTES_DEFAULT, InputError, check_inputs
-from smr.feed_run import FeedNotResumable, FeedOptions
 from smr.protocol import FrameError, Output, decode
 from smr.ring.view import View
 from smr.scaffold import ScaffoldError

@@ -41,7 +41,6 @@ from typing import Any, Final
 
 from smr import seeds, status_view
 from smr.api import Job, load_job
-from smr.channels import DeliveryError
 from smr.checkpoint.ids import MapperId
 from smr.client import (
     QUERY_KEYS_MAX,
@@ -52,7 +51,13 @@ from smr.client import (
     cluster_view,
     describe_slots,
 )
-from smr.emitter import BATCH_SIZE_DEFAULT, LINGER_MS_DEFAULT, WINDOW_BATCHES_DEFAULT, Emitter
+from smr.mapper.channels import DeliveryError
+from smr.mapper.emitter import (
+    BATCH_SIZE_DEFAULT,
+    LINGER_MS_DEFAULT,
+    WINDOW_BATCHES_DEFAULT,
+    Emitter,
+)
 from smr.ring.hashing import slot_of
 from smr.ring.ids import Slot
 from smr.ring.placement import Ring
@@ -297,7 +302,7 @@ class Cluster:
 
     def flush(self, timeout: float | None = None) -> int:
         """Send every tuple emitted so far and wait until each is acked by all the ``r + 1``
-        nodes of its replica set; :class:`smr.channels.DeliveryError` if that cannot happen
+        nodes of its replica set; :class:`smr.mapper.channels.DeliveryError` if that cannot happen
         (within ``timeout`` seconds, if given). Returns the stream's position: the count of
         tuples emitted under this mapper id (with ``position`` given at connect, counted
         from there), the value to resume from."""
@@ -310,7 +315,7 @@ class Cluster:
         """Where the stream is: the tuples emitted so far, from the connect position."""
         if self._emitter is None:
             return self._start_position
-        if self._emitter._combine is None:
+        if not self._emitter.combines:
             return self._emitter.position
         return self._emitter.tuples_emitted
 
@@ -459,7 +464,7 @@ class Cluster:
     def close(self, timeout: float | None = None) -> None:
         """Flush (see :meth:`flush`) and release every socket, also when flushing fails.
         Without a ``mapper_id`` of the program's own, the nodes are then told the writer
-        finished, and retire its dedup memory after a lease (``smr.mapper_done``)."""
+        finished, and retire its dedup memory after a lease (``smr.mapper.finish``)."""
         if self._closed:
             return
         try:

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import IO, Any, Final
 
 from smr.api import Job
-from smr.emitter import Emitter
+from smr.mapper.emitter import Emitter
 from smr.values import EmitError
 
 # Failed records (map raised, bad emit, too long) reported one by one; the rest are counted.
@@ -171,7 +171,7 @@ def feed(
     until every tuple is acked (``emitter.close``). ``progress`` gets bytes read so far;
     ``position``, if given, holds the file and line of the last record read. ``finished``:
     the mapper id is the feed's own (never given to other tuples), so the nodes are told it
-    finished and retire its dedup memory (``smr.mapper_done``).
+    finished and retire its dedup memory (``smr.mapper.finish``).
 
     Per record: 1. read it (bounded); 2. run ``map``, collecting its emits; 3. only if
     ``map`` returned, hand them to the emitter, which checks them all before it emits any

@@ -34,12 +34,12 @@ from pathlib import Path
 from typing import Any
 
 from smr.api import Job
-from smr.channels import DeliveryError
 from smr.checkpoint.ids import MapperId
 from smr.client import Client, NodeUnreachable
 from smr.connection import Cluster
-from smr.emitter import Emitter
 from smr.feed import FeedPosition, FeedResult, feed, total_bytes
+from smr.mapper.channels import DeliveryError
+from smr.mapper.emitter import Emitter
 from smr.ring.view import View
 from smr.seeds import ClusterRef
 from smr.stream_history import MapperIdReused

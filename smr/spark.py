@@ -63,7 +63,7 @@ except ModuleNotFoundError as missing:
 from smr.api import Job, JobLoadError, load_job
 from smr.checkpoint.ids import MapperId
 from smr.client import NodeUnreachable, fetch_view
-from smr.emitter import BATCH_SIZE_DEFAULT, WINDOW_BATCHES_DEFAULT, Emitter
+from smr.mapper.emitter import BATCH_SIZE_DEFAULT, WINDOW_BATCHES_DEFAULT, Emitter
 from smr.spark_setup import MASTER_DEFAULT, SparkFeedError
 from smr.spec import read_spec
 from smr.transport.security import Keys, KeysError

@@ -57,7 +57,7 @@ class MapperHistory:
     """The highest of those hwms (0 if none): without ``combine``, the stream's position
     after the last tuple applied."""
     finished_at: int | None = None
-    """Its last seq if it said it finished (``smr.mapper_done``), else None."""
+    """Its last seq if it said it finished (``smr.mapper.finish``), else None."""
 
     @property
     def used(self) -> bool:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from smr.api import Job, Key
-from smr.emitter import BATCH_BYTES_DEFAULT
+from smr.mapper.emitter import BATCH_BYTES_DEFAULT
 from smr.values import check_state, row_bytes
 from smr.windows import Window, WindowResult
 from smr.windows.run import Watermark, run_windowed

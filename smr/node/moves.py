@@ -142,7 +142,7 @@ class Moves:
     def freeze(self, slots: SlotRange | None) -> None:
         """Refuse batches with a slot of ``slots`` from now on (None: refuse none). The
         refusal names the range, so a feeder holds back only those slots' tuples and sends
-        the rest of its batches at once (``smr.emitter``)."""
+        the rest of its batches at once (``smr.mapper.emitter``)."""
         self.frozen_range = slots
         self.frozen = frozenset(slots.slots()) if slots is not None else frozenset()
 

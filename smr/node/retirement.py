@@ -4,7 +4,7 @@ A node keeps a high-water mark per ``(mapper, slot)`` (docs/design/architecture.
 feed that touched 250 slots leaves 250 of them in the primary's store and as many in each replica,
 and nothing removed them. A mapper that has finished says so: once its emitter has drained (every
 tuple acked by all the nodes of its set), it sends ``MapperDone(mapper, last)`` to every node
-of its view (``smr.emitter.Emitter.finish``): no tuple of it will ever have a seq above
+of its view (``smr.mapper.emitter.Emitter.finish``): no tuple of it will ever have a seq above
 ``last``, and every one up to ``last`` is applied at its primary. On a node:
 
 1. On ``MapperDone``: remember ``last``, start the lease, answer. From then on intake answers

@@ -3,7 +3,7 @@ nodes in one process, in virtual time, under a seeded fault schedule; a failing 
 exactly.
 
 What is real and what is simulated: every node is a real :class:`~smr.node.NodeCore` and
-every mapper a real :class:`~smr.emitter.Emitter`; only the clock (:class:`SimClock`), the
+every mapper a real :class:`~smr.mapper.emitter.Emitter`; only the clock (:class:`SimClock`), the
 network (:class:`SimNetwork`) and the process shell around each node (its timers, and the
 loop that calls the node's two entry points, ``NodeCore.receive_turn`` and
 ``NodeCore.on_timer``, as :mod:`smr.node.loop` does) are simulated. Nothing sleeps; one seed

@@ -11,8 +11,8 @@ from smr.checkpoint.ids import MapperId
 from smr.checkpoint.promote import PrimaryCopy
 from smr.checkpoint.replica import PeerReplica
 from smr.checkpoint.store import StateStore
-from smr.emitter import Emitter
 from smr.faults import FaultSchedule, Tolerance, lost_nodes
+from smr.mapper.emitter import Emitter
 from smr.node import NodeCore, Timer
 from smr.node.recovery import promote_range
 from smr.ring.hashing import slot_of

@@ -42,7 +42,7 @@ class SimConfig:
     mappers: int = 1
     tuples_per_mapper: int = 2000
     vocabulary: int = 200
-    # Emitter settings (see smr.emitter); combine: the job's combine is used.
+    # Emitter settings (see smr.mapper.emitter); combine: the job's combine is used.
     batch_size: int = 50
     window_batches: int = 8
     combine: bool = False

@@ -1,6 +1,6 @@
 """What the simulated mappers feed: each mapper's words (seeded, Zipf-like), its emitter over
 a simulated transport, and the feed loop that paces it in virtual time and, when the run
-says so, finishes its mapper ids (``smr.mapper_done``)."""
+says so, finishes its mapper ids (``smr.mapper.finish``)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from smr.checkpoint.ids import MapperId
-from smr.emitter import Emitter
+from smr.mapper.emitter import Emitter
 from smr.ring.view import View
 from smr.sim.mappers import MapperProcess, SimMapperTransport
 from smr.sim.nodes import sim_job
@@ -46,7 +46,7 @@ def _words(sim: Run, mapper: int) -> list[str]:
 
 def start_mappers(sim: FeedingRun, view: View) -> int:
     """Create the run's mappers (``config.mappers`` of them, 1 ms apart), each an
-    :class:`~smr.emitter.Emitter` over a simulated transport in a
+    :class:`~smr.mapper.emitter.Emitter` over a simulated transport in a
     :class:`~smr.sim.mappers.MapperProcess`; their words go into the oracle. Returns how
     many tuples they emit in all."""
     config = sim.config

@@ -1,5 +1,6 @@
-"""Simulated mapper processes: a real :class:`~smr.emitter.Emitter` in a thread that runs only
-when the scheduler hands it control, over a simulated :class:`~smr.transport.MapperTransport`."""
+"""Simulated mapper processes: a real :class:`~smr.mapper.emitter.Emitter` in a thread that runs
+only when the scheduler hands it control, over a simulated
+:class:`~smr.transport.MapperTransport`."""
 
 from __future__ import annotations
 
@@ -161,7 +162,7 @@ class SimChannelEnd:
 
 
 class SimMapperTransport:
-    """The :class:`~smr.emitter.MapperTransport` of one simulated mapper."""
+    """The :class:`~smr.mapper.emitter.MapperTransport` of one simulated mapper."""
 
     def __init__(self, sim: Post, mapper: str) -> None:
         self.sim = sim

@@ -14,13 +14,13 @@ from dataclasses import asdict, replace
 from typing import Any, Final
 
 from smr.checkpoint.store import StateStore
-from smr.emitter import Emitter
 from smr.fault_draws import random_schedule
 from smr.faults import (
     FaultSchedule,
     Tolerance,
     within_tolerance,
 )
+from smr.mapper.emitter import Emitter
 from smr.node import TICK_MS, NodeCore, NodeSettings, Timer
 from smr.protocol import FrameError, decode, header_of
 from smr.ring.hashing import even_tokens, slot_count

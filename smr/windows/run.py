@@ -30,7 +30,7 @@ from smr.agg import Aggregation
 from smr.api import Job, Key
 from smr.checkpoint.window_state import Fold, WindowedState, WindowResult, latest_windows
 from smr.checkpoint.windows import END_OF_TIME_MS, START_OF_TIME_MS, Window, WindowSpec, is_taken
-from smr.emitter import BATCH_BYTES_DEFAULT
+from smr.mapper.emitter import BATCH_BYTES_DEFAULT
 from smr.values import check_state, row_bytes
 
 __all__ = ["Watermark", "WindowedRun", "mapper_watermark_ms", "run_windowed"]

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 import smr
-from smr.emitter import DeliveryError
+from smr.mapper.emitter import DeliveryError
 from tests.e2e.conftest import EXAMPLE_BOOKS, Cluster, word_counts
 
 pytestmark = pytest.mark.e2e

@@ -10,8 +10,8 @@ from typing import Any
 from smr.api import Job
 from smr.batch_body import decode_batch_body
 from smr.checkpoint.ids import MapperId
-from smr.emitter import Emitter
 from smr.feed import _file_records, feed
+from smr.mapper.emitter import Emitter
 from smr.ring.ids import NodeId, Token
 from smr.ring.view import Member, Status, View
 from tests.smr.links import AckingTransport

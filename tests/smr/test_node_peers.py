@@ -10,7 +10,7 @@ from typing import Any
 from smr.api import Job
 from smr.batch_body import encode_batch_body
 from smr.checkpoint.ids import MapperId
-from smr.emitter import Emitter
+from smr.mapper.emitter import Emitter
 from smr.node import NodeCore, NodeSettings
 from smr.node.replication import EVICT_SCANS_PER_STEP
 from smr.protocol import (
@@ -337,7 +337,7 @@ def test_a_not_owner_by_an_older_view_makes_the_emitter_send_its_view_and_is_no_
     emitter.flush()
     end = transport.ends["sim://n0"]
     (batch,) = [m for m in end.sent if isinstance(m, Batch)]
-    channel = emitter._channels[NodeId("n0")]
+    channel = emitter._channels.get(NodeId("n0"))
     now[0] = 5.0
     # n0 still routes by the old view: it refuses the batch of n2's former range.
     not_owner = encode(

@@ -22,7 +22,7 @@ from smr.batch_body import decode_batch_body
 from smr.checkpoint.delta import decode_delta, encode_delta
 from smr.checkpoint.ids import MapperId
 from smr.checkpoint.store import StateStore
-from smr.emitter import Emitter
+from smr.mapper.emitter import Emitter
 from smr.node.reducer import Reducer
 from smr.output import OutputSink
 from smr.protocol import pack_body, unpack_body

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from smr.batch_body import decode_batch_body
-from smr.channels import DeliveryError
 from smr.checkpoint.ids import MapperId
-from smr.emitter import Emitter
+from smr.mapper.channels import DeliveryError
+from smr.mapper.emitter import Emitter
 from smr.protocol import (
     Ack,
     Batch,
@@ -48,6 +48,7 @@ class Setup:
         self.plan = plan_move(ring, NodeId("n0"), 1, Slot(40))
         self.moving = self.plan.moving
         self.now = [0.0]
+        self.clock: Callable[[], float] = lambda: self.now[0]
         self.transport = RecordingTransport()
         self.emitter = Emitter(
             self.view,
@@ -55,7 +56,7 @@ class Setup:
             MapperId("m"),
             replication=1,
             batch_size=1_000_000,
-            clock=lambda: self.now[0],
+            clock=lambda: self.clock(),
             transport=self.transport,
         )
         words = [f"w{i}" for i in range(2000)]
@@ -84,7 +85,7 @@ class Setup:
             self.moving.length,
             pack_body(self.view.to_wire()),
         )
-        self.emitter._on_reply(self.emitter._channels[NodeId("n0")], encode(refusal))
+        self.emitter._on_reply(self.emitter._channels.get(NodeId("n0")), encode(refusal))
 
 
 def _emit_all(setup: Setup, words: list[str]) -> None:
@@ -99,7 +100,7 @@ def _held_after_a_refusal() -> tuple[Setup, Batch]:
     _emit_all(setup, setup.moving_words)
     (first,) = setup.batches_to("n0")
     setup.refuse(first)
-    assert len(setup.emitter._holds.rows) == len(setup.moving_words)
+    assert setup.emitter._router.held_rows == len(setup.moving_words)
     return setup, first
 
 
@@ -113,20 +114,20 @@ def test_a_refusal_naming_moving_slots_holds_back_only_their_tuples() -> None:
     (_, again) = setup.batches_to("n0")
     kept_slots = {slot_of(w, SLOT_BITS) for w in setup.kept_words}
     assert {slot for slot, _ in setup.rows(again)} == kept_slots
-    assert len(setup.emitter._holds.rows) == len(setup.moving_words)
+    assert setup.emitter._router.held_rows == len(setup.moving_words)
     # New tuples of moving slots are held too; the others flow.
     _emit_all(setup, setup.moving_words + setup.kept_words)
     third = setup.batches_to("n0")[-1]
     assert {slot for slot, _ in setup.rows(third)} == kept_slots
-    assert len(setup.emitter._holds.rows) == 2 * len(setup.moving_words)
+    assert setup.emitter._router.held_rows == 2 * len(setup.moving_words)
     # The move ends: n1 serves the moved slots. The held tuples go to n1, in seq order.
     before = len(setup.batches_to("n1"))
     after_view = moved_view(setup.view, setup.plan)
     setup.emitter._on_reply(
-        setup.emitter._channels[NodeId("n0")],
+        setup.emitter._channels.get(NodeId("n0")),
         encode(ViewReply(RequestId(0), after_view.epoch, pack_body(after_view.to_wire()))),
     )
-    assert setup.emitter._holds.rows == []
+    assert setup.emitter._router.held_rows == 0
     released = setup.batches_to("n1")[before:]
     rows = [row for batch in released for row in setup.rows(batch)]
     moving_rows = [row for row in rows if setup.moving.contains(row[0])]
@@ -139,9 +140,9 @@ def test_a_refusal_naming_moving_slots_holds_back_only_their_tuples() -> None:
 def test_a_nack_from_the_moving_node_ends_the_hold() -> None:
     setup, _ = _held_after_a_refusal()
     # The move was called off: n0 NACKs; the held tuples go to n0 again.
-    channel = setup.emitter._channels[NodeId("n0")]
+    channel = setup.emitter._channels.get(NodeId("n0"))
     setup.emitter._on_reply(channel, encode(Nack(setup.emitter.stream_id, channel.next_chan, True)))
-    assert setup.emitter._holds.rows == []
+    assert setup.emitter._router.held_rows == 0
     resent = setup.batches_to("n0")[-1]
     assert {slot for slot, _ in setup.rows(resent)} == {
         slot_of(w, SLOT_BITS) for w in setup.moving_words
@@ -151,10 +152,10 @@ def test_a_nack_from_the_moving_node_ends_the_hold() -> None:
 def test_a_hold_with_no_word_from_the_node_ends_after_a_resend_interval() -> None:
     setup, first = _held_after_a_refusal()
     setup.emitter.pump(0)
-    assert setup.emitter._holds.rows  # not yet
+    assert setup.emitter._router.held_rows  # not yet
     setup.now[0] += setup.emitter.resend_after_s
     setup.emitter.pump(0)
-    assert setup.emitter._holds.rows == []
+    assert setup.emitter._router.held_rows == 0
     # Sent again to n0 in a new batch (and resent on the stalled channel with it).
     again = setup.batches_to("n0")[1:]
     assert again and all(batch.chan > first.chan for batch in again)
@@ -166,14 +167,14 @@ def test_a_hold_with_no_word_from_the_node_ends_after_a_resend_interval() -> Non
 def test_held_tuples_keep_drain_waiting() -> None:
     setup, _ = _held_after_a_refusal()
     # Nothing is unacked on any channel but the held tuples: drain must not return.
-    n1_channel = setup.emitter._channels[NodeId("n1")]
+    n1_channel = setup.emitter._channels.get(NodeId("n1"))
     for chan in list(n1_channel.unacked):
         setup.emitter._on_reply(
             n1_channel, encode(Ack(setup.emitter.stream_id, chan, setup.view.epoch))
         )
-    assert setup.emitter.unacked_batches == 0 and setup.emitter._holds.rows
+    assert setup.emitter.unacked_batches == 0 and setup.emitter._router.held_rows
     ticks = iter(range(1_000_000))
-    setup.emitter._clock = lambda: next(ticks) / 1000  # a millisecond a reading
+    setup.clock = lambda: next(ticks) / 1000  # a millisecond a reading
     with pytest.raises(DeliveryError, match=f"{len(setup.moving_words)} tuples of moving slots"):
         setup.emitter.drain(timeout_s=0.05)
 
@@ -189,20 +190,20 @@ def test_batches_sent_after_a_refusal_let_the_node_skip_the_hole_the_reroute_lef
     # n0 expected batch 2, so it took batch 1: the base skips both, and n0 need not wait
     # for the refused batch (its rows went out again in this one, or are held).
     assert again.base == again.chan
-    assert first.chan in setup.emitter._channels[NodeId("n0")].unacked
+    assert first.chan in setup.emitter._channels.get(NodeId("n0")).unacked
 
 
 def test_held_tuples_are_bounded_by_a_windows_worth_and_the_feeder_waits() -> None:
     setup = Setup()
-    setup.emitter._held_rows_max = 3
+    setup.emitter._router._held_rows_max = 3
     ticks = iter(range(1_000_000))
-    setup.emitter._clock = lambda: next(ticks) / 1000  # a millisecond a reading
+    setup.clock = lambda: next(ticks) / 1000  # a millisecond a reading
     _emit_all(setup, setup.moving_words)
     (first,) = setup.batches_to("n0")
     setup.refuse(first)
     # Five tuples held, over the bound of three: the emitter waited (reading replies) until
     # the hold went stale, then sent them again; never more than the bound stays held.
-    assert len(setup.emitter._holds.rows) <= 3
+    assert setup.emitter._router.held_rows <= 3
     again = setup.batches_to("n0")[-1]
     assert again.chan > first.chan
     assert {slot for slot, _ in setup.rows(again)} == {
@@ -254,14 +255,15 @@ def test_a_refusal_reroutes_every_batch_sent_after_a_rerouted_one_on_any_channel
     _emit_all(setup, n2_words)  # B: n2, then waits for room on n0: the refusal comes
     assert transport.refused
     emitter = setup.emitter
-    for node, channel in emitter._channels.items():
+    for channel in emitter._channels.all():
+        node = channel.node
         rows = [row for batch in channel.unacked.values() for row in batch.rows]
         for slot in {row[0] for row in rows}:
             seqs = [row[1] for row in rows if row[0] == slot]
             assert seqs == sorted(seqs), f"{node} would get slot {slot}'s seqs as {seqs}"
     # Nothing lost on the way: every tuple of n2's slots is unacked on n2's channel, once.
     n2_rows = [
-        row for batch in emitter._channels[NodeId("n2")].unacked.values() for row in batch.rows
+        row for batch in emitter._channels.get(NodeId("n2")).unacked.values() for row in batch.rows
     ]
     assert len(n2_rows) == len({row[1] for row in n2_rows}) == 2 * len(n2_words)
 
@@ -281,7 +283,7 @@ class _Scripted(RecordingTransport):
             self.script.pop(0)()
         elif self.emitter is not None:
             emitter = self.emitter
-            for channel in list(emitter._channels.values()):
+            for channel in emitter._channels.all():
                 if channel.unacked:
                     through = max(channel.unacked)
                     ack = Ack(emitter.stream_id, through, emitter.view.epoch)
@@ -297,7 +299,7 @@ def test_a_part_of_a_send_after_a_part_re_routed_while_it_waited_goes_with_it(
     # re-routed and its rows left open (as a re-route deep in nested waits leaves them),
     # then that move ends too. The second part holds later seqs of the same slot: sent
     # then, it would reach n0 ahead of the first part's rows, and n0's hwm would drop them.
-    monkeypatch.setattr("smr.reroute.REROUTE_DEPTH_MAX", 0)
+    monkeypatch.setattr("smr.mapper.router.REROUTE_DEPTH_MAX", 0)
     setup = Setup()
     transport = _Scripted()
     emitter = Emitter(
@@ -310,7 +312,7 @@ def test_a_part_of_a_send_after_a_part_re_routed_while_it_waited_goes_with_it(
         clock=lambda: setup.now[0],
         transport=transport,
     )
-    emitter._held_rows_max = 100  # the clock stands still: no wait for a hold to go stale
+    emitter._router._held_rows_max = 100  # the clock stands still: no wait for a hold to go stale
     setup.emitter = transport.emitter = emitter
     setup.transport = transport
     n0, n1 = NodeId("n0"), NodeId("n1")
@@ -318,11 +320,11 @@ def test_a_part_of_a_send_after_a_part_re_routed_while_it_waited_goes_with_it(
 
     def ack(node: NodeId, chan: int) -> None:
         emitter._on_reply(
-            emitter._channels[node], encode(Ack(emitter.stream_id, chan, setup.view.epoch))
+            emitter._channels.get(node), encode(Ack(emitter.stream_id, chan, setup.view.epoch))
         )
 
     def move_ended() -> None:
-        channel = emitter._channels[n0]
+        channel = emitter._channels.get(n0)
         emitter._on_reply(channel, encode(Nack(emitter.stream_id, channel.next_chan, True)))
 
     _emit_all(setup, [word, word])  # seqs 1, 2: refused, held

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from smr.channels import DeliveryError
 from smr.checkpoint.ids import MapperId
-from smr.emitter import Emitter
+from smr.mapper.channels import DeliveryError
+from smr.mapper.emitter import Emitter
 from smr.protocol import Ack, Batch, ChannelNumber, Nack, encode
 from smr.ring.hashing import even_tokens, slot_of
 from smr.ring.ids import NodeId
@@ -48,7 +48,7 @@ class Setup:
         words = (f"w{i}" for i in range(10_000))
         for word in [w for w in words if ring.primary(slot_of(w, SLOT_BITS)) == "n0"][:BATCHES]:
             self.emitter.emit(word, 1)
-        self.channel = self.emitter._channels[NodeId("n0")]
+        self.channel = self.emitter._channels.get(NodeId("n0"))
         assert list(self.channel.unacked) == list(range(1, BATCHES + 1))
 
     def sent(self) -> list[int]:

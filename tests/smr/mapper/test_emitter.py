@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from smr.channels import encode_within
 from smr.checkpoint.ids import MapperId
-from smr.emitter import BATCH_BYTES_DEFAULT, SEQ_MAX, Emitter
+from smr.mapper.channels import encode_within
+from smr.mapper.emitter import BATCH_BYTES_DEFAULT, SEQ_MAX, Emitter
 from smr.protocol import Ack, Batch, decode, encode
 from smr.ring.hashing import slot_of
 from smr.ring.ids import Epoch, NodeId, Token
@@ -33,7 +33,7 @@ def test_begin_mapper_gives_seqs_from_the_base_and_the_new_mapper_id() -> None:
     emitter.begin_mapper(MapperId("q/3"), seq_base=7 << 32)
     emitter.emit("w", 1)
     emitter.emit("w", 1)
-    (row_1, row_2) = emitter._open_rows[0]
+    (row_1, row_2) = emitter._batcher.open_rows(0)
     assert (row_1[0], row_1[1]) == (slot_of("w", SLOT_BITS), (7 << 32) + 1)
     assert row_2[1] == (7 << 32) + 2
     assert emitter.mapper_id == "q/3"

@@ -5,10 +5,11 @@ default sweep lost 4 acked tuples so: the node's hwm dropped the older ones as d
 
 from __future__ import annotations
 
-from smr import reroute
+import pytest
+
 from smr.batch_body import decode_batch_body
 from smr.checkpoint.ids import MapperId
-from smr.emitter import Emitter
+from smr.mapper.emitter import Emitter
 from smr.protocol import Batch
 from smr.ring.hashing import even_tokens
 from smr.ring.ids import NodeId
@@ -18,7 +19,9 @@ from tests.smr.links import RecordingTransport
 SLOT_BITS = 8
 
 
-def test_a_combined_batch_takes_the_rerouted_rows_left_open_for_its_node_first() -> None:
+def test_a_combined_batch_takes_the_rerouted_rows_left_open_for_its_node_first(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     view = View(
         Member(NodeId(f"n{i}"), 1, f"sim://n{i}", token, "", Status.UP, 1)
         for i, token in enumerate(even_tokens(2, SLOT_BITS))
@@ -34,12 +37,13 @@ def test_a_combined_batch_takes_the_rerouted_rows_left_open_for_its_node_first()
         transport=transport,
     )
     emitter.emit("w", 1)  # batch 1: seq 1 of w's slot, in flight
-    (node,) = [n for n, c in emitter._channels.items() if c.unacked]
-    in_flight = list(emitter._channels[node].unacked.values())
+    (channel,) = [c for c in emitter._channels.all() if c.unacked]
+    node = channel.node
+    in_flight = list(channel.unacked.values())
     # A re-route deep in nested pumps leaves its rows open for the next send.
-    emitter._pump_depth = reroute.REROUTE_DEPTH_MAX + 1
-    reroute.reroute(emitter, in_flight)
-    emitter._pump_depth = 0
+    with monkeypatch.context() as deep:
+        deep.setattr("smr.mapper.router.REROUTE_DEPTH_MAX", -1)
+        emitter._router.reroute(in_flight)
     emitter.emit("w", 1)  # seq 2 of the same slot, closed at once (batch_size 1)
     emitter.flush()
     sent = [m for m in transport.ends[f"sim://{node}"].sent if isinstance(m, Batch)]

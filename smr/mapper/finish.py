@@ -18,13 +18,13 @@ tuples as duplicates and refuse a tuple past ``last``.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
+from smr.checkpoint.ids import MapperId
+from smr.mapper.channels import Channel
 from smr.protocol import MapperDone, RequestId, encode
-
-if TYPE_CHECKING:
-    from smr.emitter import Emitter
 
 DONE_WAIT_S: Final = 2.0
 """How long step 3 waits for the nodes' answers at most."""
@@ -34,24 +34,26 @@ DONE_WAIT_S: Final = 2.0
 _REQUESTS: Final = itertools.count(1 << 40)
 
 
-def last_seq(emitter: Emitter) -> int:
-    """The highest seq ``emitter``'s current mapper gave a tuple (its seq base if none)."""
-    if emitter._combine is None:
-        return emitter.position
-    return max(emitter._seqs, default=emitter._seq_base)
-
-
-def announce_done(emitter: Emitter, wait_s: float = DONE_WAIT_S) -> int:
-    """Steps 2 and 3 (the emitter must be drained): return how many nodes answered.
+def announce_done(
+    mapper_id: MapperId,
+    last_seq: int,
+    channels: list[Channel],
+    clock: Callable[[], float],
+    answers: Callable[[int], set[int]],
+    wait_s: float = DONE_WAIT_S,
+) -> int:
+    """Steps 2 and 3 (the emitter must be drained): tell the nodes of ``channels`` (every
+    live node of the view) that ``mapper_id`` finished at ``last_seq``; return how many
+    answered. ``answers(timeout_ms)`` reads replies for up to that long and gives the
+    request ids of the PONGs that came since it was last called.
 
     A channel opened just now may not take a message until its connection is up: the
     notice is sent again on every turn of the wait until it goes."""
-    notice = MapperDone(RequestId(0), emitter.mapper_id, last_seq(emitter))
-    unsent = emitter._live_channels()
+    notice = MapperDone(RequestId(0), mapper_id, last_seq)
+    unsent = channels
     asked = len(unsent)
     waiting: set[int] = set()
-    clock = emitter._clock  # virtual time in the simulation
-    deadline = clock() + wait_s
+    deadline = clock() + wait_s  # virtual time in the simulation
     while True:
         still_unsent = []
         for channel in unsent:
@@ -63,7 +65,5 @@ def announce_done(emitter: Emitter, wait_s: float = DONE_WAIT_S) -> int:
         unsent = still_unsent
         if not (waiting or unsent) or clock() >= deadline:
             break
-        emitter.pump(timeout_ms=20)
-        waiting -= emitter.pongs
-        emitter.pongs.clear()
+        waiting -= answers(20)
     return asked - len(waiting) - len(unsent)
