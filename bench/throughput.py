@@ -125,8 +125,8 @@ def apply_batches(words: list[str], batch_size: int, combine: bool) -> list[tupl
     combine and the aggregators' partials do), else ``(word, 1)``; with their row counts."""
     from collections import Counter
 
-    from smr.batch_body import encode_batch_body
     from smr.ring.hashing import SLOT_BITS_DEFAULT, slot_of
+    from smr.wire.batch_body import encode_batch_body
 
     slots_of: dict[str, int] = {}
     seqs = [0] * (1 << SLOT_BITS_DEFAULT)
@@ -173,12 +173,12 @@ def _engine_apply(bodies: list[tuple[int, bytes]], job_ref: str) -> Any:
     a turn), with a checkpoint swap and merge every second's worth (20 turns). Returns the
     store: reading the counts back (``_counts_of``) is the check's work, not the node's."""
     from smr.api import load_job
-    from smr.batch_body import decode_batch_body
     from smr.checkpoint.store import StateStore
     from smr.node.ingest import APPLY_TUPLES_PER_TURN
     from smr.node.reducer import Reducer
-    from smr.output import OutputSink
+    from smr.output.files import OutputSink
     from smr.ring.hashing import SLOT_BITS_DEFAULT
+    from smr.wire.batch_body import decode_batch_body
 
     store = StateStore()
     sink = OutputSink("bench", Path(os.devnull), lambda frames: None)

@@ -39,11 +39,11 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Final
 
-from smr import seeds, status_view
 from smr.api import Job, load_job
 from smr.channels import DeliveryError
 from smr.checkpoint.ids import MapperId
-from smr.client import (
+from smr.client import seeds, status
+from smr.client.control import (
     QUERY_KEYS_MAX,
     Client,
     LostSlotsSkipped,
@@ -52,14 +52,14 @@ from smr.client import (
     cluster_view,
     describe_slots,
 )
+from smr.client.history import HistoryUnknown, MapperIdReused, mapper_history
+from smr.client.seeds import ClusterRef
+from smr.client.subscription import OutputRecord, Subscription
 from smr.emitter import BATCH_SIZE_DEFAULT, LINGER_MS_DEFAULT, WINDOW_BATCHES_DEFAULT, Emitter
 from smr.ring.hashing import slot_of
 from smr.ring.ids import Slot
 from smr.ring.placement import Ring
 from smr.ring.view import Status, View
-from smr.seeds import ClusterRef
-from smr.stream_history import HistoryUnknown, MapperIdReused, mapper_history
-from smr.subscription import OutputRecord, Subscription
 from smr.transport.security import load_keys
 from smr.transport.zeromq import use_keys, use_keys_of
 from smr.values import EmitError
@@ -232,7 +232,7 @@ class Cluster:
     def status(self) -> list[dict[str, Any]]:
         """Every node's status row, as ``smr status --json`` shows it (a node that does not
         answer has a row saying so)."""
-        return status_view.collect(self.spec, self._client)
+        return status.collect(self.spec, self._client)
 
     # -- writing -------------------------------------------------------------------------------
 

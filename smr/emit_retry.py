@@ -8,8 +8,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from smr.channels import Channel, DeliveryError
-from smr.protocol import ChannelNumber
 from smr.reroute import release_held
+from smr.wire.kinds import ChannelNumber
 
 if TYPE_CHECKING:
     from smr.emitter import Emitter

@@ -76,31 +76,19 @@ from smr.emit_path import (
 )
 from smr.emit_retry import resend, retry
 from smr.mapper_done import announce_done
-from smr.protocol import (
-    Ack,
-    ChannelNumber,
-    Error,
-    FrameError,
-    Nack,
-    NotOwner,
-    Pong,
-    RequestId,
-    StreamId,
-    ViewReply,
-    ViewRequest,
-    decode,
-    encode,
-    unpack_body,
-)
 from smr.reroute import Holds, on_not_owner, on_view, release_held, reroute
 from smr.ring.hashing import slot_of
 from smr.ring.ids import NodeId, Slot
 from smr.ring.placement import Ring, SlotRange
 from smr.ring.view import Status, View
-from smr.transport import MapperTransport, zeromq_mapper_transport
+from smr.transport.links import MapperTransport
+from smr.transport.zeromq import zeromq_mapper_transport
+from smr.wire.codec import decode, encode, unpack_body
+from smr.wire.kinds import ChannelNumber, FrameError, RequestId, StreamId
+from smr.wire.messages import Ack, Error, Nack, NotOwner, Pong, ViewReply, ViewRequest
 
 BATCH_SIZE_DEFAULT: Final = 1000
-# Encoded bytes of a batch body: far under the frame cap (smr.protocol.FRAME_BYTES_MAX_DEFAULT,
+# Encoded bytes of a batch body: far under the frame cap (smr.wire.kinds.FRAME_BYTES_MAX_DEFAULT,
 # 16 MiB), so that even a body split late (twice this) and its header fit in one frame.
 BATCH_BYTES_DEFAULT: Final = 1 << 20
 BATCH_BYTES_MAX: Final = 4 << 20

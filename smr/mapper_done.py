@@ -21,7 +21,9 @@ import itertools
 from dataclasses import replace
 from typing import TYPE_CHECKING, Final
 
-from smr.protocol import MapperDone, RequestId, encode
+from smr.wire.codec import encode
+from smr.wire.kinds import RequestId
+from smr.wire.messages import MapperDone
 
 if TYPE_CHECKING:
     from smr.emitter import Emitter

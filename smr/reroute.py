@@ -3,7 +3,7 @@
 
 A view change re-routes every batch whose replica set changed (its rows go out again, with
 their seqs, by the new view). A node handing a range over in a move refuses batches with a
-slot of it and names the range (``smr.protocol.NotOwner``): the emitter then holds back the
+slot of it and names the range (``smr.wire.messages.NotOwner``): the emitter then holds back the
 tuples of those slots only and re-routes the rest at once, so the slots that do not move never
 wait for the move; the held tuples go out again, in seq order per slot, when the move ends (a
 new view, a NACK from that node) or when no word came for a resend interval.
@@ -17,10 +17,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Final
 
 from smr.channels import Channel, OutBatch, Row, in_flight, slot_and_seq, with_later_batches
-from smr.protocol import ChannelNumber, RequestId, ViewReply, encode, pack_body
 from smr.ring.ids import Epoch, NodeId
 from smr.ring.placement import SlotRange
 from smr.ring.view import View
+from smr.wire.codec import encode, pack_body
+from smr.wire.kinds import ChannelNumber, RequestId
+from smr.wire.messages import ViewReply
 
 if TYPE_CHECKING:
     from smr.emitter import Emitter

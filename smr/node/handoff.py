@@ -29,9 +29,11 @@ from typing import TYPE_CHECKING, Final
 
 from smr.checkpoint.delta import DeltaError, decode_delta, encode_delta
 from smr.checkpoint.store import StateStore
-from smr.protocol import FrameError, RequestId, StateReply, StateRequest, pack_body, unpack_body
 from smr.ring.ids import Incarnation, NodeId, Slot
 from smr.ring.view import Status
+from smr.wire.codec import pack_body, unpack_body
+from smr.wire.kinds import FrameError, RequestId
+from smr.wire.peer import StateReply, StateRequest
 
 if TYPE_CHECKING:
     from smr.node.core import NodeCore

@@ -36,7 +36,7 @@ Mapper ids are never used again for other tuples: a client's id is random
 the cluster's incarnation, the job and the files' paths, sizes and modification times, so the
 same id means the same tuples with the same seqs (step 4 answers a rerun). A stream named by
 its writer that starts without resuming is refused before it sends, if its id was used
-(``smr.stream_history``, which reads ``last_of``). Memory after
+(``smr.client.history``, which reads ``last_of``). Memory after
 retirement: one entry per finished mapper in each store that knew it, instead of one per slot
 it wrote to.
 """
@@ -46,7 +46,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Final
 
 from smr.checkpoint.ids import MapperId, Seq
-from smr.protocol import MapperDone, Pong, encode
+from smr.wire.codec import encode
+from smr.wire.messages import MapperDone, Pong
 
 if TYPE_CHECKING:
     from smr.node.core import NodeCore

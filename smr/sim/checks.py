@@ -19,7 +19,7 @@ from smr.ring.placement import Ring, Role
 if TYPE_CHECKING:
     from smr.sim.simulation import Simulation
 
-from smr.faults import lost_nodes
+from smr.faults.tolerance import lost_nodes
 from smr.ring.view import Status
 from smr.sim.nodes import sim_job
 
@@ -189,7 +189,7 @@ def reported_lost(core: NodeCore) -> set[Slot]:
 
 def check_no_false_death(sim: Simulation) -> None:
     """(e) No node was declared dead that the schedule never silenced: a node that is not
-    lost by the schedule (``smr.faults.lost_nodes``, a superset of what a correct failure
+    lost by the schedule (``smr.faults.tolerance.lost_nodes``, a superset of what a correct failure
     detector may declare dead: kills, long pauses, exposed partition sides) kept beating,
     slow calls included, so no live node may have taken it over."""
     lost = set(lost_nodes(sim.schedule, sim.node_ids, sim.tolerance))

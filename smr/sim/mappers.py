@@ -1,5 +1,6 @@
 """Simulated mapper processes: a real :class:`~smr.emitter.Emitter` in a thread that runs only
-when the scheduler hands it control, over a simulated :class:`~smr.transport.MapperTransport`."""
+when the scheduler hands it control, over a simulated
+:class:`~smr.transport.links.MapperTransport`."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from smr.transport import ChannelEnd
+from smr.transport.links import ChannelEnd
 
 if TYPE_CHECKING:
     from smr.sim.simulation import Simulation

@@ -8,11 +8,14 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from smr.faults import Delay, Fault, Forge, Join, Kill, Move, Partition, Pause, Stall, Starve
-from smr.protocol import RequestId, ViewReply, encode, pack_body
+from smr.faults.commands import Join, Move
+from smr.faults.model import Delay, Fault, Forge, Kill, Partition, Pause, Stall, Starve
 from smr.ring.ids import NodeId
 from smr.ring.moves import MoveRefused
 from smr.sim.nodes import SimNode
+from smr.wire.codec import encode, pack_body
+from smr.wire.kinds import RequestId
+from smr.wire.messages import ViewReply
 
 if TYPE_CHECKING:
     from smr.node.core import NodeCore

@@ -6,13 +6,13 @@ default sweep lost 4 acked tuples so: the node's hwm dropped the older ones as d
 from __future__ import annotations
 
 from smr import reroute
-from smr.batch_body import decode_batch_body
 from smr.checkpoint.ids import MapperId
 from smr.emitter import Emitter
-from smr.protocol import Batch
 from smr.ring.hashing import even_tokens
 from smr.ring.ids import NodeId
 from smr.ring.view import Member, Status, View
+from smr.wire.batch_body import decode_batch_body
+from smr.wire.messages import Batch
 from tests.smr.links import RecordingTransport
 
 SLOT_BITS = 8
