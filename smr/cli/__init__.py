@@ -1,5 +1,8 @@
-"""The ``smr`` entry point: the root command group, which imports a command's module only
-when that command runs.
+"""The ``smr`` command line. Here: the entry point and the root command group, which imports
+a command's module only when that command runs; beside it, one module per command group
+(``data``: feed, query, dump, status, recover, tail; ``spark``, ``cluster``, ``ring``,
+``autoscale``, ``faults``, ``node``, ``top``, ``keys``, ``output``, ``init``), the options they
+share and the user errors (``errors``). May import: any package of ``smr`` below it.
 
 ``smr --version`` and ``smr COMMAND`` pay for the modules of that one command (``smr query``
 does not import the autoscaler, Spark's setup or the fault tooling), so a short command

@@ -1,11 +1,8 @@
-"""The ``smr`` command line's data commands (``feed``, ``spark-feed``, ``query``, ``dump``,
-``status``, ``recover``, ``tail``), and the user errors of every command: ``verb [options]
-target``. The root group and the entry point, which loads a command's module only when it
-runs, are :mod:`smr.cli`; ``main`` is re-exported here.
+"""The ``smr`` command line's data commands (``feed``, ``query``, ``dump``, ``status``,
+``recover``, ``tail``): ``verb [options] target``. The root group is :mod:`smr.cli`'s,
+``spark-feed`` is :mod:`smr.cli.spark`'s, the user errors are :mod:`smr.cli.errors`'.
 
-Every user error (unknown flag, bad value, missing job module or input file, unreachable
-cluster) is one line on standard error starting with ``smr: error:`` and exit code 2, never a
-traceback. A feed with failed records (``map`` raised, a bad emit, a line too long) exits 1
+A feed with failed records (``map`` raised, a bad emit, a line too long) exits 1
 after delivering the rest; ``smr status`` exits 1 when a node does not answer, naming it, or
 when slots are offline. ``smr dump`` and ``smr query`` refuse lost slots (exit 2); with
 ``--allow-lost`` they answer without them, name them on standard error and exit 1.

@@ -16,7 +16,7 @@ import importlib
 from typing import TYPE_CHECKING, Any, Final
 
 if TYPE_CHECKING:
-    from smr.spark.partitions import COMBINE_RECORDS, SEQ_BATCH_SHIFT, FeedSettings
+    from smr.spark.partitions import FeedSettings
     from smr.spark.query import (
         BatchReport,
         SparkQueryError,
@@ -36,8 +36,6 @@ if TYPE_CHECKING:
 
 # Each public name and the module it comes from.
 _PUBLIC: Final = {
-    "COMBINE_RECORDS": "smr.spark.partitions",
-    "SEQ_BATCH_SHIFT": "smr.spark.partitions",
     "BatchReport": "smr.spark.query",
     "FeedSettings": "smr.spark.partitions",
     "SparkQueryError": "smr.spark.query",
@@ -56,8 +54,6 @@ _PUBLIC: Final = {
 }
 
 __all__ = [
-    "COMBINE_RECORDS",
-    "SEQ_BATCH_SHIFT",
     "BatchReport",
     "FeedSettings",
     "SparkQueryError",

@@ -2,5 +2,6 @@
 codec (every decode validated, ``FrameError``), the columnar batch body, the version,
 kinds, id types and the frame cap.
 
-May import: nothing of ``smr`` but ``smr.ring`` and ``smr.checkpoint``.
+May import: nothing of ``smr`` but ``smr.native`` (the compiled hot path), ``smr.ring``
+and ``smr.checkpoint``.
 """
