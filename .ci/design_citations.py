@@ -51,12 +51,12 @@ ANCHORS: dict[int, str | None] = {
 # Citations whose number was of an older numbering, or that a more precise anchor serves:
 # (path, section) -> anchor.
 OVERRIDES: dict[tuple[str, int], str] = {
-    ("smr/protocol.py", 9): "wire",
-    ("smr/peer_messages.py", 9): "wire",
-    ("smr/read_messages.py", 9): "wire",
-    ("smr/spark.py", 8): "spark",
-    ("smr/spark_checkpoint.py", 9): "spark",
-    ("smr/scenarios.py", 10): "faults-as-data",
+    ("smr/wire/messages.py", 9): "wire",
+    ("smr/wire/peer.py", 9): "wire",
+    ("smr/wire/reads.py", 9): "wire",
+    ("smr/spark/query.py", 8): "spark",
+    ("smr/spark/checkpoint.py", 9): "spark",
+    ("smr/faults/scenarios.py", 10): "faults-as-data",
 }
 
 # The style notes' items cited in the code, by number -> anchor.

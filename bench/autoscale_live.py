@@ -316,8 +316,8 @@ def _kill_busiest(cluster_dir: Path, elapsed_s: float) -> dict[str, Any]:
     import os
     import signal
 
-    from smr.client import Client
-    from smr.ring_ops import serving_in_ring_order
+    from smr.client.control import Client
+    from smr.cluster.ring_ops import serving_in_ring_order
     from smr.spec import read_spec
 
     spec = read_spec(cluster_dir)

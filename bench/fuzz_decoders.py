@@ -5,7 +5,7 @@ What is run, in one process, from one seed:
 
 1. **Seeds**: a valid frame of every message kind (its header built from the kind's
    record, with random values of the right types, and a random body), valid batch bodies
-   (``smr.batch_body``) and valid deltas (``checkpoint.delta``).
+   (``smr.wire.batch_body``) and valid deltas (``checkpoint.delta``).
 2. **Cases**, round robin over the three decoders: random bytes (one case in ten); a seed
    mutated one to four times (bits flipped, bytes set to msgpack's length markers and
    boundary values, bytes inserted, deleted, repeated, cut, spliced from another seed); or,
@@ -38,11 +38,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import msgpack
 
-from smr.batch_body import decode_batch_body, encode_batch_body
 from smr.checkpoint.delta import Delta, DeltaError, decode_delta, encode_delta
-from smr.protocol import FrameError, decode, encode_raw, header_fields
 from smr.ring.ids import Slot
-from smr.wire import PROTOCOL_VERSION, Kind
+from smr.wire.batch_body import decode_batch_body, encode_batch_body
+from smr.wire.codec import decode, encode_raw, header_fields
+from smr.wire.kinds import PROTOCOL_VERSION, FrameError, Kind
 
 SLOT_COUNT: Final = 1 << 14
 # Bytes that mean something to msgpack (length markers of str, bin, array, map, ext; the

@@ -76,10 +76,10 @@ def local_cluster(
     """A fresh local cluster of ``job`` (the word count unless given) in a temporary
     directory, its nodes capped at ``apply_rate_cap_per_s`` and balancing above
     ``balance_above`` if given, writing to ``output_table`` (a
-    ``smr.output_table.TableTarget``) if given; yields its directory
-    and ``ClusterSpec``, and stops every node (``smr.cluster.down``) on the way out,
+    ``smr.output.table.TableTarget``) if given; yields its directory
+    and ``ClusterSpec``, and stops every node (``smr.cluster.local.down``) on the way out,
     whatever happened."""
-    from smr.cluster import down, up
+    from smr.cluster.local import down, up
     from smr.transport.security import KEYS_DIR_NAME, KEYS_ENV
 
     keys_before = os.environ.get(KEYS_ENV)
@@ -119,9 +119,9 @@ def cluster_emitter(cluster: Path | str | Any, mapper_id: str, **options: Any) -
     mapper ``mapper_id``: the live view of its nodes, its slot bits and, unless ``options``
     say otherwise, its replication; ``options`` go to ``Emitter`` as they are."""
     from smr.checkpoint.ids import MapperId
-    from smr.client import fetch_view
-    from smr.cluster import read_spec
+    from smr.client.control import fetch_view
     from smr.mapper.emitter import Emitter
+    from smr.spec import read_spec
 
     spec = read_spec(Path(cluster)) if isinstance(cluster, str | Path) else cluster
     options.setdefault("replication", spec.replication)
@@ -214,7 +214,7 @@ def node_statuses(client: Any, addrs: Mapping[str, str]) -> dict[str, dict[str, 
 
 def cluster_statuses(spec: Any) -> dict[str, dict[str, Any]]:
     """``status`` of every node of the cluster ``spec``, by id, with a client of its own."""
-    from smr.client import Client
+    from smr.client.control import Client
 
     client = Client()
     try:
@@ -236,7 +236,7 @@ def signal_at_once(
     """Send ``signum`` to every victim at the same moment (one thread each, released together
     by a barrier, so no victim's failure is noticed before another is hit); the wall time
     each signal was sent, by victim."""
-    from smr.cluster import signal_node
+    from smr.cluster.local import signal_node
 
     barrier = threading.Barrier(len(victims))
     sent_at: dict[str, float] = {}

@@ -46,33 +46,33 @@ SLOT_COUNT = 1 << SLOT_BITS_DEFAULT
 @contextmanager
 def path(compiled: bool) -> Iterator[None]:
     """Run the body with the compiled path in force, or with the Python one."""
-    import smr.batch_body
     import smr.native
+    import smr.wire.batch_body
     from smr.checkpoint import hwm, kernels
 
     force = kernels.IN_FORCE
-    saved = (smr.batch_body.NATIVE, force.cut, force.group_add, force.fold_additive)
+    saved = (smr.native.NATIVE, force.cut, force.group_add, force.fold_additive)
     if not compiled:
-        smr.batch_body.NATIVE = None  # type: ignore[misc]
+        smr.native.NATIVE = None  # type: ignore[misc]
         force.cut = hwm.cut
         force.group_add = kernels.group_add
         force.fold_additive = kernels.fold_additive
     try:
         yield
     finally:
-        smr.batch_body.NATIVE, force.cut, force.group_add, force.fold_additive = saved  # type: ignore[misc]
+        smr.native.NATIVE, force.cut, force.group_add, force.fold_additive = saved  # type: ignore[misc]
 
 
 def steps(bodies: list[tuple[int, bytes]], compiled: bool) -> dict[str, Callable[[], Any]]:
     """Each measured step as a call over all the bodies (``compiled``: master's slots in
     compiled tables for the count, as a node process keeps them)."""
     from smr import agg
-    from smr.batch_body import decode_batch_body, encode_batch_body
     from smr.checkpoint import kernels
     from smr.checkpoint.bulk import apply_folds
     from smr.checkpoint.delta import TOMBSTONE
     from smr.checkpoint.store import StateStore
     from smr.native import NATIVE
+    from smr.wire.batch_body import decode_batch_body, encode_batch_body
 
     decoded = [decode_batch_body(body, count, SLOT_COUNT) for count, body in bodies]
 

@@ -75,7 +75,7 @@ def table_counts(dsn: str, table: str) -> dict[str, int]:
 def file_counts(cluster_dir: Path, merge: str) -> tuple[dict[str, int], int]:
     """The output files read each origin once, merged per word (summed, or the largest of
     running counts); and the repeats dropped."""
-    from smr.output import OutputFiles
+    from smr.output.files import OutputFiles
 
     files = OutputFiles(cluster_dir / "output")
     merged: collections.Counter[str] = collections.Counter()
@@ -90,7 +90,7 @@ def run_case(
 ) -> dict[str, Any]:
     """One feed of ``text`` into a fresh cluster of ``job``, writing to a table of its own
     with ``merge`` (None: files only); its figures and checks."""
-    from smr.output_table import TableTarget
+    from smr.output.table import TableTarget
 
     table = f"bench_{name.replace(' ', '_')}_{run}"
     target = None if merge is None else TableTarget(dsn, table, merge)

@@ -107,8 +107,8 @@ def main(argv: list[str] | None = None) -> None:
 
 def run(keys: int, rate: float, words: list[str]) -> dict[str, Any]:
     """The three operations on one fresh cluster holding ``keys`` preloaded keys."""
-    from smr.client import Client
-    from smr.provision import LocalProcesses
+    from smr.client.control import Client
+    from smr.cluster.provision import LocalProcesses
 
     with local_cluster(3, 1) as (cluster_dir, spec):
         preload_s = preload(spec, keys)

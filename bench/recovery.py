@@ -18,7 +18,7 @@ What is measured, per failure (one JSON record each):
 - **kill**: after a warm-up (default 3 s, and until no node reports under-replicated slots)
   the cluster's key count is read from ``status`` (``state_keys``), then ``k`` nodes are
   SIGKILLed at once: one thread per victim, released together by a barrier, each notes the
-  wall time and calls ``smr.cluster.signal_node``. Victims are non-adjacent on the ring
+  wall time and calls ``smr.cluster.local.signal_node``. Victims are non-adjacent on the ring
   (n1, n3, n5, ...; the cluster grows to ``2k`` nodes when ``n`` is too small for that) or
   adjacent (n1, n2, ...; needs ``k <= r``).
 - **detection_ms**: kill → ``declared_at_unix_s`` of the takeover record for the victim on
@@ -327,7 +327,7 @@ def run_failure(
 ) -> dict[str, Any]:
     """One failure on a fresh cluster: feed, kill, measure, check the counts; the nodes'
     logs are copied to ``logs_dir`` if given."""
-    from smr.client import Client
+    from smr.client.control import Client
 
     nodes = case.nodes(nodes_min)
     victims = case.victim_ids()

@@ -50,7 +50,7 @@ def feed_keys(cluster_dir: Path, keys: int) -> float:
 def measure(keys: int) -> dict[str, Any]:
     """One size: the restart from disk, and the baseline, in this order."""
     import smr
-    from smr.cluster import down, up
+    from smr.cluster.local import down, up
     from smr.spec import read_spec
 
     with tempfile.TemporaryDirectory(prefix="smr-restore-") as work:

@@ -37,23 +37,18 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from smr.api import Job  # noqa: E402
-from smr.batch_body import encode_batch_body  # noqa: E402
 from smr.checkpoint.ids import MapperId  # noqa: E402 (needs the path set above)
 from smr.node import NodeCore, NodeSettings  # noqa: E402
-from smr.protocol import (  # noqa: E402
-    Batch,
-    ChannelNumber,
-    SnapshotChunk,
-    SnapshotRequest,
-    StreamId,
-    decode,
-    encode,
-)
 from smr.ring.hashing import even_tokens, slot_of  # noqa: E402
 from smr.ring.ids import NodeId  # noqa: E402
 from smr.ring.placement import Ring  # noqa: E402
 from smr.ring.view import Member, Status, View  # noqa: E402
 from smr.sim import MemoryOutput  # noqa: E402
+from smr.wire.batch_body import encode_batch_body  # noqa: E402
+from smr.wire.codec import decode, encode  # noqa: E402
+from smr.wire.kinds import ChannelNumber, StreamId  # noqa: E402
+from smr.wire.messages import Batch  # noqa: E402
+from smr.wire.peer import SnapshotChunk, SnapshotRequest  # noqa: E402
 
 RESULTS = REPO / "bench" / "results"
 SLOT_BITS = 14

@@ -63,7 +63,7 @@ def _python_feeder(
     cluster_dir: str, paths: list[str], combine: bool, job_ref: str, results: Any
 ) -> None:
     from smr.api import load_job
-    from smr.feed import feed
+    from smr.feed.records import feed
 
     job = load_job(job_ref)
     emitter = cluster_emitter(

@@ -125,8 +125,8 @@ def apply_batches(words: list[str], batch_size: int, combine: bool) -> list[tupl
     combine and the aggregators' partials do), else ``(word, 1)``; with their row counts."""
     from collections import Counter
 
-    from smr.batch_body import encode_batch_body
     from smr.ring.hashing import SLOT_BITS_DEFAULT, slot_of
+    from smr.wire.batch_body import encode_batch_body
 
     slots_of: dict[str, int] = {}
     seqs = [0] * (1 << SLOT_BITS_DEFAULT)
@@ -175,14 +175,14 @@ def _engine_apply(bodies: list[tuple[int, bytes]], job_ref: str, compact: bool =
     With ``compact`` the store holds master as a node process does for the job
     (``smr.native.keep_slots_compact``: compiled tables for a lone count or sum)."""
     from smr.api import load_job
-    from smr.batch_body import decode_batch_body
     from smr.checkpoint import kernels
     from smr.checkpoint.store import StateStore
     from smr.native import keep_slots_compact
     from smr.node.ingest import APPLY_TUPLES_PER_TURN
     from smr.node.reducer import Reducer
-    from smr.output import OutputSink
+    from smr.output.files import OutputSink
     from smr.ring.hashing import SLOT_BITS_DEFAULT
+    from smr.wire.batch_body import decode_batch_body
 
     job = load_job(job_ref)
     field = None if job.aggregation is None or not compact else job.aggregation.compact_field

@@ -38,7 +38,7 @@ __all__ = [
 class DecodedColumns(Protocol):
     """The tuples of a decoded batch body as columns: row ``i`` is the tuple of slot
     ``slots[i]`` with seq ``seqs[i]`` and payload ``(keys[i], values[i])``, all four columns of
-    the batch's ``tuple_count`` rows (``smr.protocol.Batch`` is one)."""
+    the batch's ``tuple_count`` rows (``smr.wire.messages.Batch`` is one)."""
 
     @property
     def slots(self) -> Sequence[int]: ...
@@ -54,7 +54,7 @@ class DecodedColumns(Protocol):
 
 
 DecodeFn: TypeAlias = Callable[[BackedUpBatch], DecodedColumns]
-"""``decode(batch)``: the columns of ``batch.body``, e.g. ``smr.protocol.decode_batch_body(
+"""``decode(batch)``: the columns of ``batch.body``, e.g. ``smr.wire.batch_body.decode_batch_body(
 batch.body, batch.tuple_count, slot_count)``."""
 
 

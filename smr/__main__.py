@@ -1,5 +1,5 @@
 """``python -m smr`` runs the command line."""
 
-from smr.cli_main import main
+from smr.cli import main
 
 main()

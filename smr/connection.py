@@ -39,10 +39,11 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Final
 
-from smr import seeds, status_view
 from smr.api import Job, load_job
 from smr.checkpoint.ids import MapperId
-from smr.client import (
+from smr.client import seeds
+from smr.client import status as status_view
+from smr.client.control import (
     QUERY_KEYS_MAX,
     Client,
     LostSlotsSkipped,
@@ -51,6 +52,9 @@ from smr.client import (
     cluster_view,
     describe_slots,
 )
+from smr.client.history import HistoryUnknown, MapperIdReused, mapper_history
+from smr.client.seeds import ClusterRef
+from smr.client.subscription import OutputRecord, Subscription
 from smr.mapper.channels import DeliveryError
 from smr.mapper.emitter import (
     BATCH_SIZE_DEFAULT,
@@ -62,9 +66,6 @@ from smr.ring.hashing import slot_of
 from smr.ring.ids import Slot
 from smr.ring.placement import Ring
 from smr.ring.view import Status, View
-from smr.seeds import ClusterRef
-from smr.stream_history import HistoryUnknown, MapperIdReused, mapper_history
-from smr.subscription import OutputRecord, Subscription
 from smr.transport.security import load_keys
 from smr.transport.zeromq import use_keys, use_keys_of
 from smr.values import EmitError

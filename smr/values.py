@@ -10,7 +10,7 @@ rest:
   :class:`EmitError`, naming the value, otherwise.
 - :func:`check_state`, after ``reduce``: every field name is a ``str`` and every field value
   encodes both as a checkpoint carries it (:func:`checkpoint.delta.encode_field_value`) and
-  as dump and query answer it (plain msgpack, :func:`smr.protocol.pack_body`): so a set,
+  as dump and query answer it (plain msgpack, :func:`smr.wire.codec.pack_body`): so a set,
   which a reply cannot carry, an int of 2**64 or more, or a str with a lone surrogate never
   reaches the store. Raises :class:`StateValueError` otherwise; the node treats it as a
   failed ``reduce`` (rolled back, logged, counted).
@@ -30,7 +30,7 @@ from typing import Any, Final
 import msgpack
 
 from smr.checkpoint.delta import encode_field_value
-from smr.protocol import pack_body
+from smr.wire.codec import pack_body
 from smr.wording import a_type
 
 # msgpack ints are int64 or uint64.

@@ -95,8 +95,8 @@ def test_the_rewrite_handles_each_form_keeps_lines_short_and_is_idempotent(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     rewrite = load_rewrite()
-    source = tmp_path / "smr" / "protocol.py"
-    source.parent.mkdir()
+    source = tmp_path / "smr" / "wire" / "messages.py"
+    source.parent.mkdir(parents=True)
     source.write_text(SAMPLE, encoding="utf-8")
     assert rewrite.main(["--check", str(tmp_path)]) == 1
     assert source.read_text(encoding="utf-8") == SAMPLE
@@ -107,7 +107,7 @@ def test_the_rewrite_handles_each_form_keeps_lines_short_and_is_idempotent(
     # The text as a reader reads it: lines joined, a comment's "#" dropped.
     flat = " ".join(re.sub(r"^\s*#", "", line).strip() for line in text.splitlines())
     for expected in (
-        "(docs/design/architecture.md#wire)",  # section 9 of the old numbering, in protocol.py
+        "(docs/design/architecture.md#wire)",  # section 9 of the old numbering, in wire/messages.py
         "(docs/design/architecture.md#data-path to #failures)",
         "(docs/design/architecture.md#state)",
         "docs/design/architecture.md#state and #failures",

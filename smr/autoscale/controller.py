@@ -15,7 +15,7 @@ Every ``interval_s``:
    figures are those of the smaller ring (a policy can then replace it at once).
 2. Decide: one step of the policy.
 3. Act: scale out with nodes from the provisioner (standbys first), joined side by side
-   where :func:`smr.ring_ops.join_places` says (a node whose join fails is stopped); scale
+   where :func:`smr.cluster.ring_ops.join_places` says (a node whose join fails is stopped); scale
    in, one node at a time and none more once the controller is asked to stop, by the
    nodes the policy released: each leaves (its range moves to its clockwise neighbour),
    the ranges it backed up get their copies again (the nodes the ring took over are not
@@ -44,12 +44,12 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Final
 
-from smr import ring_ops
 from smr.autoscale.observe import Decision, NodeReport, Observation, SourceReport
 from smr.autoscale.policies import PolicyRunner
 from smr.autoscale.source import read_source
-from smr.client import Client, NodeUnreachable
-from smr.provision import LocalProcesses, Provisioner, StandbyPool
+from smr.client.control import Client, NodeUnreachable
+from smr.cluster import ring_ops
+from smr.cluster.provision import LocalProcesses, Provisioner, StandbyPool
 from smr.ring.ids import NodeId
 from smr.spec import read_spec
 
@@ -214,7 +214,7 @@ class Controller:
 
     def _scale_out(self, count: int) -> None:
         """Start ``count`` nodes side by side (a process takes a second or two to start)
-        and join them side by side (`smr.ring_ops.join_together`); a node whose join fails
+        and join them side by side (`smr.cluster.ring_ops.join_together`); a node whose join fails
         is stopped, not offered again: whatever kept it from joining (its log says) would
         likely keep it again, and the next scale-out starts a fresh node."""
         started = self._clock()

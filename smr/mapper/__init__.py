@@ -5,7 +5,7 @@ routing by the view and holding back the tuples of moving ranges (``router.py``)
 resends and giving up (``resend.py``), and telling the nodes a mapper finished
 (``finish.py``).
 
-It may import the wire level (``smr.protocol``, ``smr.batch_body``, ``smr.wire``),
+It may import the wire level (``smr.wire``, ``smr.wire.batch_body``, ``smr.wire``),
 ``smr.transport``, ``smr.values`` and ``smr.api``; never ``smr.client``, ``smr.node``,
 ``smr.sim`` or the command line (a contract in ``pyproject.toml`` keeps it so).
 """

@@ -13,11 +13,13 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from smr.batch_body import encode_batch_body
 from smr.checkpoint.ids import MapperId
-from smr.protocol import Batch, ChannelNumber, StreamId, encode
 from smr.ring.ids import Epoch, NodeId
-from smr.transport import ChannelEnd, MapperTransport
+from smr.transport.links import ChannelEnd, MapperTransport
+from smr.wire.batch_body import encode_batch_body
+from smr.wire.codec import encode
+from smr.wire.kinds import ChannelNumber, StreamId
+from smr.wire.messages import Batch
 
 
 class DeliveryError(Exception):

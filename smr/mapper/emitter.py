@@ -41,21 +41,13 @@ from smr.mapper.channels import Channel, Channels, DeliveryError, Row
 from smr.mapper.finish import announce_done
 from smr.mapper.resend import Timing, resend, retry
 from smr.mapper.router import Router
-from smr.protocol import (
-    Ack,
-    Error,
-    FrameError,
-    Nack,
-    NotOwner,
-    Pong,
-    StreamId,
-    ViewReply,
-    decode,
-    unpack_body,
-)
 from smr.ring.placement import Ring
 from smr.ring.view import View
-from smr.transport import MapperTransport, zeromq_mapper_transport
+from smr.transport.links import MapperTransport
+from smr.transport.zeromq import zeromq_mapper_transport
+from smr.wire.codec import decode, unpack_body
+from smr.wire.kinds import FrameError, StreamId
+from smr.wire.messages import Ack, Error, Nack, NotOwner, Pong, ViewReply
 
 __all__ = [
     "BATCH_BYTES_DEFAULT",
@@ -69,7 +61,7 @@ __all__ = [
 ]
 
 BATCH_SIZE_DEFAULT: Final = 1000
-# Encoded bytes of a batch body: far under the frame cap (smr.protocol.FRAME_BYTES_MAX_DEFAULT,
+# Encoded bytes of a batch body: far under the frame cap (smr.wire.kinds.FRAME_BYTES_MAX_DEFAULT,
 # 16 MiB), so that even a body split late (twice this) and its header fit in one frame.
 BATCH_BYTES_DEFAULT: Final = 1 << 20
 BATCH_BYTES_MAX: Final = 4 << 20

@@ -24,7 +24,9 @@ from typing import Final
 
 from smr.checkpoint.ids import MapperId
 from smr.mapper.channels import Channel
-from smr.protocol import MapperDone, RequestId, encode
+from smr.wire.codec import encode
+from smr.wire.kinds import RequestId
+from smr.wire.messages import MapperDone
 
 DONE_WAIT_S: Final = 2.0
 """How long step 3 waits for the nodes' answers at most."""

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from smr.mapper.channels import Channel, Channels, DeliveryError
 from smr.mapper.router import Router
-from smr.protocol import ChannelNumber
+from smr.wire.kinds import ChannelNumber
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ under the emitter (steps 2 and 5 of :mod:`smr.mapper.emitter`).
 and the holds of moving ranges, and sends closed batches on the channels. A view change
 re-routes every batch whose replica set changed (its rows go out again, with their seqs, by
 the new view). A node handing a range over in a move refuses batches with a slot of it and
-names the range (``smr.protocol.NotOwner``): the router then holds back the tuples of those
+names the range (``smr.wire.messages.NotOwner``): the router then holds back the tuples of those
 slots only and re-routes the rest at once, so the slots that do not move never wait for the
 move; the held tuples go out again, in seq order per slot, when the move ends (a new view, a
 NACK from that node) or when no word came for a resend interval.
@@ -25,10 +25,12 @@ from smr.mapper.channels import (
     Row,
     encode_within,
 )
-from smr.protocol import ChannelNumber, RequestId, ViewReply, ViewRequest, encode, pack_body
 from smr.ring.ids import Epoch, NodeId, Slot
 from smr.ring.placement import Ring, SlotRange
 from smr.ring.view import Status, View
+from smr.wire.codec import encode, pack_body
+from smr.wire.kinds import ChannelNumber, RequestId
+from smr.wire.messages import ViewReply, ViewRequest
 
 # Past this many nested pump calls, re-routed rows wait for the next flush (see reroute).
 REROUTE_DEPTH_MAX: Final = 8

@@ -16,40 +16,39 @@ from typing import TYPE_CHECKING, Any, Final
 
 import psutil
 
-from smr.output import OutputGone, OutputMissing
-from smr.protocol import (
-    DumpReply,
-    DumpRequest,
-    Error,
-    FrameError,
-    HistoryReply,
-    HistoryRequest,
-    JoinRequest,
-    MoveReply,
-    MoveRequest,
-    OutputReply,
-    OutputRequest,
-    Ping,
-    Pong,
-    QueryReply,
-    QueryRequest,
-    RecoverReply,
-    RecoverRequest,
-    RequestId,
-    StatusReply,
-    StatusRequest,
-    ViewReply,
-    ViewRequest,
-    encode,
-    pack_body,
-    unpack_body,
-)
+from smr.output.files import OutputGone, OutputMissing
 from smr.ring.hashing import slot_of
 from smr.ring.ids import NodeId, Slot
 from smr.ring.moves import MoveRefused
 from smr.ring.placement import Role, SlotRange
 from smr.ring.view import Status
 from smr.ring.zones import one_zone_ranges
+from smr.wire.codec import encode, pack_body, unpack_body
+from smr.wire.kinds import FrameError, RequestId
+from smr.wire.messages import (
+    Error,
+    JoinRequest,
+    MoveReply,
+    MoveRequest,
+    Ping,
+    Pong,
+    RecoverReply,
+    RecoverRequest,
+    StatusReply,
+    StatusRequest,
+    ViewReply,
+    ViewRequest,
+)
+from smr.wire.reads import (
+    DumpReply,
+    DumpRequest,
+    HistoryReply,
+    HistoryRequest,
+    OutputReply,
+    OutputRequest,
+    QueryReply,
+    QueryRequest,
+)
 
 if TYPE_CHECKING:
     from smr.node.core import NodeCore
@@ -129,7 +128,7 @@ class Control:
         node.reply(identity, encode(DumpReply(message.req, next_slot, lost_until, body)))
 
     def on_output_request(self, identity: bytes, message: OutputRequest) -> None:
-        """This node's output lines from ``offset`` (``smr.output.OutputSink.read``), or
+        """This node's output lines from ``offset`` (``smr.output.files.OutputSink.read``), or
         those of node ``of`` from its file on this node's disk (``read_of``); ERROR if the
         offset is past the end of the file, or this node holds no such file."""
         node = self._node
@@ -222,7 +221,7 @@ class Control:
     def on_history_request(self, identity: bytes, message: HistoryRequest) -> None:
         """What this node holds of a mapper in the slots it is primary of, by its own view:
         how many have its hwm and the highest, its last seq if it finished, and how many
-        are lost (``smr.stream_history`` asks every owner, to tell a used mapper id)."""
+        are lost (``smr.client.history`` asks every owner, to tell a used mapper id)."""
         node = self._node
         own = node.ring.range_of(node.node_id) or SlotRange(Slot(0), 0, 1 << node.slot_bits)
         hwms = node.store.hwms_of(message.mapper)
@@ -286,7 +285,7 @@ class Control:
             "incarnation": node.incarnation,
             "status_in_view": member.status.value if member else None,
             # The members this node's view marks dead: the ring took them over, so tools
-            # waiting for every node to answer (smr.ring_ops) do not wait for them.
+            # waiting for every node to answer (smr.cluster.ring_ops) do not wait for them.
             "dead_in_view": sorted(
                 m.node_id for m in node.view.members.values() if m.status is Status.DEAD
             ),
@@ -302,7 +301,7 @@ class Control:
             **node.retirement.report(),
             # The state on disk, with --data-dir (smr.node.disk).
             **(node.disk.report() if node.disk is not None else {}),
-            # The output table, if the cluster writes to one (smr.output_table).
+            # The output table, if the cluster writes to one (smr.output.table).
             "output_records": node.output.records_written,
             **(table.report() if (table := node.output.table) is not None else {}),
             "under_replicated_slots": node.under_replicated_slots(),

@@ -4,7 +4,7 @@ through :meth:`NodeCore.on_frames`) and "a timer fired" (:meth:`NodeCore.on_time
 
 The real process loop (:mod:`smr.node.loop`) and the simulation (:mod:`smr.sim`) both drive
 a node through these two and nothing else; they supply the messages, the clock and the
-links (:class:`smr.transport.NodeLinks`) the node sends through.
+links (:class:`smr.transport.links.NodeLinks`) the node sends through.
 
 The roles, one module each: :mod:`~smr.node.ingest` (channels, inbox, apply, acks),
 :mod:`~smr.node.replication` (tuple backup, replicas, checkpoints),
@@ -42,55 +42,52 @@ from smr.node.retirement import Retirement
 from smr.node.settings import NodeCounters, NodeSettings
 from smr.node.snapshots import Snapshots
 from smr.node.throttle import Throttle
-from smr.output import OutputSink
-from smr.protocol import (
-    FRAME_BYTES_MAX_DEFAULT,
+from smr.output.files import OutputSink
+from smr.ring.ids import Epoch, Incarnation, NodeId
+from smr.ring.invariants import InvariantViolation
+from smr.ring.placement import Ring
+from smr.ring.view import Status, View
+from smr.transport.links import NodeLinks
+from smr.wire.codec import decode, encode
+from smr.wire.kinds import FRAME_BYTES_MAX_DEFAULT, FrameError
+from smr.wire.messages import (
     Batch,
-    BeatAck,
-    Checkpoint,
-    CheckpointRequest,
-    DumpRequest,
-    FrameError,
-    Gossip,
-    Heartbeat,
-    HistoryRequest,
     JoinRequest,
     MapperDone,
     Message,
+    MoveRequest,
+    Ping,
+    RecoverRequest,
+    StatusRequest,
+    ViewReply,
+    ViewRequest,
+)
+from smr.wire.peer import (
+    BeatAck,
+    Checkpoint,
+    CheckpointRequest,
+    Gossip,
+    Heartbeat,
     MoveAnswer,
     MoveCommit,
     MoveCopied,
     MoveDone,
     MovePropose,
-    MoveRequest,
     MoveSwitched,
-    OutputRequest,
     PeerMessage,
     PeerMessages,
-    Ping,
     Probe,
     ProbeAck,
-    QueryRequest,
-    RecoverRequest,
     SnapshotBegin,
     SnapshotChunk,
     SnapshotEnd,
     SnapshotRequest,
     StateReply,
     StateRequest,
-    StatusRequest,
     Suspect,
-    ViewReply,
-    ViewRequest,
     Vouch,
-    decode,
-    encode,
 )
-from smr.ring.ids import Epoch, Incarnation, NodeId
-from smr.ring.invariants import InvariantViolation
-from smr.ring.placement import Ring
-from smr.ring.view import Status, View
-from smr.transport import NodeLinks
+from smr.wire.reads import DumpRequest, HistoryRequest, OutputRequest, QueryRequest
 
 log = logging.getLogger("smr.node")
 # Messages one turn reads at most. A turn also ends when the inbox fills, but messages that
@@ -186,7 +183,7 @@ class NodeCore:
         self.slot_bits = slot_bits
         self.settings = settings
         # What the node process started from, for clients that know only a seed address
-        # (``smr.client.spec_from_seeds``): the cluster spec as JSON and the output's address.
+        # (``smr.client.seeds.spec_from_seeds``): the cluster spec as JSON and the output's address.
         self.cluster_info: dict[str, Any] = {}
         # What the process's transport counts beside the node (refused handshakes), for
         # status; the node process sets it (smr.node.loop).

@@ -77,8 +77,8 @@ from smr.checkpoint.manifest import (
 from smr.checkpoint.records import RecordError, decode_records, encode_record
 from smr.checkpoint.store import StateStore
 from smr.node.files import AppendFile, Files, LocalFiles
-from smr.protocol import pack_body, unpack_body
 from smr.ring.view import View
+from smr.wire.codec import pack_body, unpack_body
 
 DISK_FORMAT: Final = 2
 """The format of the header record: 2, a generation with a manifest and numbered log

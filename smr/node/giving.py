@@ -8,10 +8,10 @@ from enum import StrEnum
 from typing import TYPE_CHECKING
 
 from smr.checkpoint.ids import CheckpointNumber
-from smr.protocol import MoveNumber, StreamId
 from smr.ring.ids import NodeId
 from smr.ring.moves import MovePlan, MoveRefused, plan_move
 from smr.ring.placement import SlotRange
+from smr.wire.kinds import MoveNumber, StreamId
 
 if TYPE_CHECKING:
     from smr.node.core import NodeCore

@@ -33,9 +33,11 @@ from smr.checkpoint.loss import LossLedger
 from smr.checkpoint.store import StateStore
 from smr.node.ports import Clock, Peers, SeatFn, SecondaryFollowing
 from smr.node.settings import NodeCounters, NodeSettings
-from smr.protocol import FrameError, RequestId, StateReply, StateRequest, pack_body, unpack_body
 from smr.ring.ids import Incarnation, NodeId, Slot
 from smr.ring.view import Status
+from smr.wire.codec import pack_body, unpack_body
+from smr.wire.kinds import FrameError, RequestId
+from smr.wire.peer import StateReply, StateRequest
 
 log = logging.getLogger("smr.node")
 

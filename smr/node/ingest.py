@@ -14,7 +14,6 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
-from smr.batch_body import BatchColumns, decode_batch_body, decode_batch_ids
 from smr.checkpoint.bulk import Columns
 from smr.checkpoint.ids import MapperId
 from smr.checkpoint.loss import RESERVED_MAPPER_PREFIX, LossLedger
@@ -33,22 +32,14 @@ from smr.node.ports import (
 from smr.node.rate_cap import ApplyRateCap
 from smr.node.reducer import Reducer
 from smr.node.settings import NodeCounters, NodeSettings
-from smr.output import OutputSink
-from smr.protocol import (
-    Ack,
-    Batch,
-    ChannelNumber,
-    Error,
-    FrameError,
-    Nack,
-    NotOwner,
-    StreamId,
-    encode,
-    pack_body,
-)
+from smr.output.files import OutputSink
 from smr.ring.ids import Slot
 from smr.ring.invariants import InvariantViolation
 from smr.ring.placement import Role
+from smr.wire.batch_body import BatchColumns, decode_batch_body, decode_batch_ids
+from smr.wire.codec import encode, pack_body
+from smr.wire.kinds import ChannelNumber, FrameError, StreamId
+from smr.wire.messages import Ack, Batch, Error, Nack, NotOwner
 
 if TYPE_CHECKING:
     from smr.checkpoint.store import BatchOutcome

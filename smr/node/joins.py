@@ -36,12 +36,13 @@ import logging
 from typing import TYPE_CHECKING, Final
 
 from smr.node.move_taking import Agreed
-from smr.protocol import Gossip, MoveAnswer, MoveCopied, MoveNumber, MovePropose
 from smr.ring.ids import NodeId, Slot, Token
 from smr.ring.moves import MovePlan, MoveRefused, join_blocked_by, plan_join
 from smr.ring.placement import SlotRange, split_at_load_share
 from smr.ring.view import Status, joining_at, with_status
 from smr.ring.zones import join_position
+from smr.wire.kinds import MoveNumber
+from smr.wire.peer import Gossip, MoveAnswer, MoveCopied, MovePropose
 
 if TYPE_CHECKING:
     from smr.node.core import NodeCore

@@ -26,23 +26,16 @@ from smr.native import keep_slots_compact
 from smr.node.core import TICK_MS, NodeCore, Timer
 from smr.node.disk import DiskError, DiskState, Restored
 from smr.node.settings import NodeSettings
-from smr.output import OutputSink, output_path
-from smr.output_table import TableSink
-from smr.protocol import (
-    Error,
-    FrameError,
-    Kind,
-    Message,
-    NetRuleReply,
-    NetRuleRequest,
-    decode,
-    encode,
-)
+from smr.output.files import OutputSink, output_path
+from smr.output.table import TableSink
 from smr.ring.ids import NodeId
 from smr.ring.invariants import InvariantViolation
 from smr.spec import NodeSpec, read_spec, spec_to_json, split_host_port
 from smr.transport.netfilter import FilteredLinks, parse_rule
 from smr.windows import refuse_in_cluster
+from smr.wire.codec import decode, encode
+from smr.wire.kinds import FrameError, Kind
+from smr.wire.messages import Error, Message, NetRuleReply, NetRuleRequest
 
 if TYPE_CHECKING:
     from smr.transport.zeromq import Inbox
@@ -227,7 +220,7 @@ def serve(
 def _start_disk(core: NodeCore, disk: DiskState, restored: Restored | None) -> bool:
     """Serve the restored state on (its checkpoints go on in its log), saying what was
     restored; or, with nothing restored, write a first generation at once, so that a node
-    without one lost it (``smr.cluster.state_missing``). False (logged) if it cannot."""
+    without one lost it (``smr.cluster.local.state_missing``). False (logged) if it cannot."""
     own_range = core.ring.range_of(core.node_id)
     if restored is None:
         try:

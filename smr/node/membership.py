@@ -12,21 +12,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 from smr.node.throttle import Throttle
-from smr.protocol import (
-    BeatAck,
-    FrameError,
-    Gossip,
-    Heartbeat,
-    PeerMessage,
-    ViewReply,
-    encode,
-    pack_body,
-    unpack_body,
-)
 from smr.ring.ids import Epoch, NodeId
 from smr.ring.lease import ReadLease
 from smr.ring.placement import Ring, grown_clockwise, taken_over_in
 from smr.ring.view import Status, View
+from smr.wire.codec import encode, pack_body, unpack_body
+from smr.wire.kinds import FrameError
+from smr.wire.messages import ViewReply
+from smr.wire.peer import BeatAck, Gossip, Heartbeat, PeerMessage
 
 if TYPE_CHECKING:
     from smr.node.core import NodeCore
@@ -48,7 +41,7 @@ LOAD_FIELDS: Final = (
 
 @dataclass(frozen=True)
 class PeerLoad:
-    """A peer's last heartbeat (``smr.protocol.Heartbeat``, its load fields) and when it
+    """A peer's last heartbeat (``smr.wire.peer.Heartbeat``, its load fields) and when it
     arrived (this node's clock)."""
 
     beat: Heartbeat

@@ -33,20 +33,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 
 from smr.checkpoint.ids import CheckpointNumber
-from smr.protocol import (
-    MoveCommit,
-    MoveDone,
-    MoveNumber,
-    MovePropose,
-    MoveSwitched,
-    Nack,
-    StreamId,
-    encode,
-)
 from smr.ring.ids import Incarnation, NodeId
 from smr.ring.moves import MovePlan, MoveRefused, move_done_in, moved_view, plan_join, plan_move
 from smr.ring.placement import SlotRange
 from smr.ring.view import Status
+from smr.wire.codec import encode
+from smr.wire.kinds import MoveNumber, StreamId
+from smr.wire.messages import Nack
+from smr.wire.peer import MoveCommit, MoveDone, MovePropose, MoveSwitched
 
 if TYPE_CHECKING:
     from smr.node.core import NodeCore

@@ -63,27 +63,14 @@ from smr.checkpoint.ids import CheckpointNumber
 from smr.node.giving import Giving, Step, describe, holds, still_planned
 from smr.node.joins import Joins
 from smr.node.move_taking import MoveTaking
-from smr.protocol import (
-    FrameError,
-    MoveAnswer,
-    MoveCommit,
-    MoveCopied,
-    MoveDone,
-    MoveNumber,
-    MovePropose,
-    MoveSwitched,
-    Nack,
-    NotOwner,
-    RequestId,
-    StreamId,
-    ViewReply,
-    encode,
-    pack_body,
-)
 from smr.ring.ids import NodeId, Slot
 from smr.ring.moves import MovePlan, MoveRefused, move_done_in, plan_move
 from smr.ring.placement import SlotRange, split_at_load_share
 from smr.ring.view import OWNING_STATUSES, Status, with_status
+from smr.wire.codec import encode, pack_body
+from smr.wire.kinds import FrameError, MoveNumber, RequestId, StreamId
+from smr.wire.messages import Nack, NotOwner, ViewReply
+from smr.wire.peer import MoveAnswer, MoveCommit, MoveCopied, MoveDone, MovePropose, MoveSwitched
 
 if TYPE_CHECKING:
     from smr.node.core import NodeCore

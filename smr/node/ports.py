@@ -14,10 +14,11 @@ from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
 
 from smr.checkpoint.ids import MapperId
-from smr.protocol import PeerMessage, PeerMessages, StreamId
 from smr.ring.ids import Epoch, Incarnation, NodeId
 from smr.ring.placement import Ring
 from smr.ring.view import View
+from smr.wire.kinds import StreamId
+from smr.wire.peer import PeerMessage, PeerMessages
 
 
 @dataclass(frozen=True)

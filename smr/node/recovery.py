@@ -11,18 +11,19 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Final
 
-from smr.batch_body import BatchColumns, decode_batch_body
 from smr.checkpoint.backup import BackedUpBatch
 from smr.checkpoint.loss import uncovered_slots
 from smr.checkpoint.promote import Copy, PromoteOutcome, promote
 from smr.checkpoint.store import ReduceFn, StateStore
 from smr.node.throttle import Throttle
-from smr.protocol import Probe, ProbeAck, RequestId, Suspect, Vouch
 from smr.ring.failure import FailureDetector, Verdict
 from smr.ring.ids import Incarnation, NodeId, Slot
 from smr.ring.invariants import InvariantViolation
 from smr.ring.placement import Ring
 from smr.ring.view import Status, successor_takes_over
+from smr.wire.batch_body import BatchColumns, decode_batch_body
+from smr.wire.kinds import RequestId
+from smr.wire.peer import Probe, ProbeAck, Suspect, Vouch
 
 if TYPE_CHECKING:
     from smr.node.core import NodeCore

@@ -12,7 +12,8 @@ from smr.api import Job
 from smr.checkpoint.apply import APPLYING
 from smr.checkpoint.bulk import BatchReduceFn, Columns, apply_folds, apply_reduce_batch
 from smr.checkpoint.store import FAILURE_EXAMPLES_MAX, BatchOutcome, ReduceFn, StateStore
-from smr.output import Emitted, OutputSink
+from smr.output.files import OutputSink
+from smr.output.records import Emitted
 from smr.values import check_state
 
 log = logging.getLogger("smr.node")

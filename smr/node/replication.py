@@ -27,10 +27,11 @@ from smr.checkpoint.delta import (
 from smr.checkpoint.ids import CheckpointNumber, MapperId
 from smr.checkpoint.promote import PrimaryCopy
 from smr.checkpoint.replica import CheckpointGap, PeerReplica
-from smr.protocol import Checkpoint, CheckpointRequest, FrameError, SnapshotRequest
 from smr.ring.ids import NodeId, Slot
 from smr.ring.placement import Ring, SlotRange
 from smr.ring.view import Status, View
+from smr.wire.kinds import FrameError
+from smr.wire.peer import Checkpoint, CheckpointRequest, SnapshotRequest
 
 if TYPE_CHECKING:
     from smr.node.core import NodeCore

@@ -36,7 +36,7 @@ Mapper ids are never used again for other tuples: a client's id is random
 the cluster's incarnation, the job and the files' paths, sizes and modification times, so the
 same id means the same tuples with the same seqs (step 4 answers a rerun). A stream named by
 its writer that starts without resuming is refused before it sends, if its id was used
-(``smr.stream_history``, which reads ``last_of``). Memory after
+(``smr.client.history``, which reads ``last_of``). Memory after
 retirement: one entry per finished mapper in each store that knew it, instead of one per slot
 it wrote to.
 """
@@ -50,7 +50,8 @@ from smr.checkpoint.ids import MapperId, Seq
 from smr.checkpoint.store import StateStore
 from smr.node.ports import Clock, MoveState, Peers, SeatFn, Verdict
 from smr.node.settings import NodeSettings
-from smr.protocol import MapperDone, Pong, encode
+from smr.wire.codec import encode
+from smr.wire.messages import MapperDone, Pong
 
 TICK_S: Final = 1.0
 """How often steps 2 and 3 run: each walks the store's mappers once."""

@@ -14,16 +14,10 @@ from typing import TYPE_CHECKING, Final
 
 from smr.checkpoint.delta import DeltaError, decode_delta, encode_delta
 from smr.checkpoint.replica import PeerReplica
-from smr.protocol import (
-    FrameError,
-    SnapshotBegin,
-    SnapshotChunk,
-    SnapshotEnd,
-    SnapshotNumber,
-    SnapshotRequest,
-)
 from smr.ring.ids import NodeId, Slot
 from smr.ring.placement import Role, SlotRange
+from smr.wire.kinds import FrameError, SnapshotNumber
+from smr.wire.peer import SnapshotBegin, SnapshotChunk, SnapshotEnd, SnapshotRequest
 
 if TYPE_CHECKING:
     from smr.node.core import NodeCore

@@ -83,7 +83,7 @@ The sweep, from the command line::
     python -m smr.sim --seed 1234 -v       # replay one seed, printing its events
 
 draws a configuration and a fault schedule within tolerance from each seed
-(:meth:`SimConfig.from_seed`, :func:`smr.fault_draws.random_schedule`), prints every failing seed
+(:meth:`SimConfig.from_seed`, :func:`smr.faults.draws.random_schedule`), prints every failing seed
 with its failure and the command that replays it, then a summary; exits 1 if any seed
 failed. ``--drop``/``--duplicate`` go beyond the real transport (see above): failures they
 cause are worth reading, but are not promises the ring makes today.

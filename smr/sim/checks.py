@@ -11,7 +11,8 @@ from smr.checkpoint.ids import MapperId
 from smr.checkpoint.promote import PrimaryCopy
 from smr.checkpoint.replica import PeerReplica
 from smr.checkpoint.store import StateStore
-from smr.faults import FaultSchedule, Tolerance, lost_nodes
+from smr.faults.model import FaultSchedule
+from smr.faults.tolerance import Tolerance, lost_nodes
 from smr.mapper.emitter import Emitter
 from smr.node import NodeCore, Timer
 from smr.node.recovery import promote_range
@@ -234,7 +235,7 @@ def reported_lost(core: NodeCore) -> set[Slot]:
 
 def check_no_false_death(sim: CheckedRun) -> None:
     """(e) No node was declared dead that the schedule never silenced: a node that is not
-    lost by the schedule (``smr.faults.lost_nodes``, a superset of what a correct failure
+    lost by the schedule (``smr.faults.tolerance.lost_nodes``, a superset of what a correct failure
     detector may declare dead: kills, long pauses, exposed partition sides) kept beating,
     slow calls included, so no live node may have taken it over."""
     lost = set(lost_nodes(sim.schedule, sim.node_ids, sim.tolerance))

@@ -1,5 +1,5 @@
 """A control client over the simulated network, for simulated processes (a reused stream's
-history check, a subscriber): the requests of :class:`smr.client.Client` they need, each
+history check, a subscriber): the requests of :class:`smr.client.control.Client` they need, each
 answered or timed out in virtual time."""
 
 from __future__ import annotations
@@ -8,23 +8,15 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Final
 
 from smr.checkpoint.ids import MapperId
-from smr.client import NodeUnreachable
-from smr.protocol import (
-    Error,
-    FrameError,
-    HistoryReply,
-    HistoryRequest,
-    Message,
-    OutputReply,
-    OutputRequest,
-    RequestId,
-    decode,
-    encode,
-)
+from smr.client.control import NodeUnreachable
 from smr.ring.ids import NodeId
 from smr.sim.mappers import SimChannelEnd, SimMapperTransport
+from smr.wire.codec import decode, encode
+from smr.wire.kinds import FrameError, RequestId
+from smr.wire.messages import Error, Message
+from smr.wire.reads import HistoryReply, HistoryRequest, OutputReply, OutputRequest
 
-# The real client's request timeout (smr.client.REQUEST_TIMEOUT_MS_DEFAULT).
+# The real client's request timeout (smr.client.control.REQUEST_TIMEOUT_MS_DEFAULT).
 REQUEST_TIMEOUT_MS: Final = 2000
 # Messages a client's link to one node holds unread, at most.
 CLIENT_LINK_MESSAGES_MAX: Final = 64
@@ -33,7 +25,7 @@ Answer = HistoryReply | OutputReply | NodeUnreachable | RuntimeError
 
 
 class SimClient:
-    """``history_each`` and ``output_each`` of :class:`smr.client.Client`, sent from a
+    """``history_each`` and ``output_each`` of :class:`smr.client.control.Client`, sent from a
     simulated process over its :class:`~smr.sim.mappers.SimMapperTransport`: every address
     asked at once, each answer (an ERROR as RuntimeError) or NodeUnreachable after the
     timeout."""
@@ -46,7 +38,7 @@ class SimClient:
     def history_each(
         self, addrs: Sequence[str], mapper: MapperId
     ) -> dict[str, HistoryReply | NodeUnreachable | RuntimeError]:
-        """What each node at ``addrs`` holds of ``mapper`` (``smr.stream_history``)."""
+        """What each node at ``addrs`` holds of ``mapper`` (``smr.client.history``)."""
         answers = self._request_each(
             {addr: lambda req: HistoryRequest(req, mapper) for addr in addrs}, HistoryReply
         )

@@ -10,9 +10,7 @@ import random
 from dataclasses import asdict, dataclass, field, replace
 from typing import Final
 
-from smr.faults import (
-    FaultSchedule,
-)
+from smr.faults.model import FaultSchedule
 from smr.node import NodeSettings
 from smr.node.settings import NodeCounters
 from smr.sim.disk import DISK_FAULTS

@@ -1,6 +1,6 @@
 """Simulated mapper processes: a real :class:`~smr.mapper.emitter.Emitter` in a thread that runs
 only when the scheduler hands it control, over a simulated
-:class:`~smr.transport.MapperTransport`."""
+:class:`~smr.transport.links.MapperTransport`."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Protocol
 from smr.sim.clock import Scheduler
 from smr.sim.network import ADDR_PREFIX, Link, SimClock, SimNetwork
 from smr.sim.nodes import ClientEnd
-from smr.transport import ChannelEnd
+from smr.transport.links import ChannelEnd
 
 log = logging.getLogger("smr.sim")
 

@@ -8,27 +8,28 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Protocol
 
-from smr.faults import (
+from smr.faults.commands import Join, Move
+from smr.faults.model import (
     Delay,
     Fault,
     FaultSchedule,
     Forge,
-    Join,
     Kill,
-    Move,
     Partition,
     Pause,
     Stall,
     Starve,
 )
 from smr.node import NodeSettings
-from smr.protocol import RequestId, ViewReply, encode, pack_body
 from smr.ring.ids import NodeId
 from smr.ring.moves import MoveRefused
 from smr.sim.clock import Scheduler
 from smr.sim.config import SimConfig
 from smr.sim.network import SimClock, SimNetwork
 from smr.sim.nodes import SimNode
+from smr.wire.codec import encode, pack_body
+from smr.wire.kinds import RequestId
+from smr.wire.messages import ViewReply
 
 if TYPE_CHECKING:
     from smr.node.core import NodeCore

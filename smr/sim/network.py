@@ -10,10 +10,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from smr.faults import (
-    Delay,
-    Partition,
-)
+from smr.faults.model import Delay, Partition
 
 log = logging.getLogger("smr.sim")
 
@@ -64,7 +61,7 @@ class NetworkSettings:
     latency_us_min: int = 100
     latency_us_max: int = 2000
     # Messages a link holds that the receiver has not read; at the bound a send fails.
-    # ZeroMQ's default high-water mark per pipe (smr.transport.SEND_QUEUE_MESSAGES_MAX).
+    # ZeroMQ's default high-water mark per pipe (smr.transport.zeromq.SEND_QUEUE_MESSAGES_MAX).
     link_messages_max: int = 1000
     # Probability that a message is silently lost / delivered twice (right after itself).
     # The real transport does neither within a connection; for experiments only.

@@ -1,5 +1,5 @@
 """A simulated node's shell: its liveness, the messages waiting for it, its links
-(:class:`~smr.transport.NodeLinks` over the simulated network) and its in-memory output."""
+(:class:`~smr.transport.links.NodeLinks` over the simulated network) and its in-memory output."""
 
 from __future__ import annotations
 
@@ -10,9 +10,10 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
 from smr.api import Job
-from smr.faults import Starve
+from smr.faults.model import Starve
 from smr.node import NodeCore
-from smr.output import READ_BYTES_MAX, Emitted, OutputGone, OutputMissing, OutputSink, record_line
+from smr.output.files import READ_BYTES_MAX, OutputGone, OutputMissing, OutputSink
+from smr.output.records import Emitted, record_line
 from smr.ring.ids import NodeId
 from smr.sim.clock import Scheduler
 from smr.sim.network import ADDR_PREFIX, Link, SimNetwork
@@ -72,7 +73,7 @@ class MemoryOutput(OutputSink):
     With ``files`` (the output files of every node, by node id, on the one disk they share),
     it also writes its records there as the real sink does: as lines, pending until
     ``flush`` (a tick, or before a checkpoint leaves), so a node killed loses its pending
-    lines; ``read`` and ``read_of`` read whole lines as :func:`smr.output.read_lines` does.
+    lines; ``read`` and ``read_of`` read whole lines as :func:`smr.output.files.read_lines` does.
     Without, nothing can be read."""
 
     def __init__(self, node_id: str, files: dict[str, bytearray] | None = None) -> None:
@@ -142,10 +143,10 @@ class SimNode:
     core: NodeCore | None
     killed: bool = False
     pauses_active: int = 0
-    # Slow reduce calls under way (smr.faults.Stall): the loop runs nothing, the heartbeat
+    # Slow reduce calls under way (smr.faults.model.Stall): the loop runs nothing, the heartbeat
     # thread still beats.
     stalls_active: int = 0
-    # CPU starvation under way (smr.faults.Starve), and whether one of its gaps holds the
+    # CPU starvation under way (smr.faults.model.Starve), and whether one of its gaps holds the
     # node now (as one of pauses_active).
     starves: set[Starve] = field(default_factory=set)
     starve_holding: bool = False
@@ -171,7 +172,7 @@ class SimNode:
 
 
 class SimNodeLinks:
-    """The :class:`~smr.transport.NodeLinks` of one simulated node: replies go to mapper
+    """The :class:`~smr.transport.links.NodeLinks` of one simulated node: replies go to mapper
     channel ends, peer messages onto the simulated network, drops come from kills."""
 
     def __init__(self, sim: NodePost, node: SimNode) -> None:

@@ -1,6 +1,6 @@
 """Simulated readers: clients that read the ring while the faults act and after it
 converged, through the node's read path (``QUERY_REQUEST`` and ``DUMP_REQUEST`` of
-:mod:`smr.read_messages`, answered by ``smr.node.control``), and the check of every answer
+:mod:`smr.wire.reads`, answered by ``smr.node.control``), and the check of every answer
 against the oracle.
 
 What "exact" means for a read that runs beside writes. A key's count is a number of tuples
@@ -49,25 +49,16 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from smr.checkpoint.loss import lost_slots
-from smr.protocol import (
-    DumpReply,
-    DumpRequest,
-    Error,
-    FrameError,
-    QueryReply,
-    QueryRequest,
-    RequestId,
-    decode,
-    encode,
-    pack_body,
-    unpack_body,
-)
 from smr.ring.hashing import slot_of
 from smr.ring.ids import NodeId, Slot
 from smr.ring.placement import Ring
 from smr.sim.checks import reported_lost
 from smr.sim.network import Link
 from smr.sim.run import Run
+from smr.wire.codec import decode, encode, pack_body, unpack_body
+from smr.wire.kinds import FrameError, RequestId
+from smr.wire.messages import Error
+from smr.wire.reads import DumpReply, DumpRequest, QueryReply, QueryRequest
 
 log = logging.getLogger("smr.sim")
 

@@ -3,10 +3,10 @@
 saying it resumes, as a program run twice with ``smr.connect(..., mapper_id="m0")`` does.
 
 The second stream asks the nodes for the id's history first, by the real check
-(:func:`smr.stream_history.mapper_history`, over the simulated network in virtual time), as
+(:func:`smr.client.history.mapper_history`, over the simulated network in virtual time), as
 ``smr.connection`` does before its first write. The check must refuse it:
-:class:`~smr.stream_history.MapperIdReused` (the id delivered tuples or finished), or
-:class:`~smr.stream_history.HistoryUnknown` (a primary did not answer in time, or slots are
+:class:`~smr.client.history.MapperIdReused` (the id delivered tuples or finished), or
+:class:`~smr.client.history.HistoryUnknown` (a primary did not answer in time, or slots are
 lost): both loud, and nothing is sent. A check that passes would let the stream's tuples be
 taken for resends of the first stream's and dropped in silence: the run fails at once.
 
@@ -20,12 +20,12 @@ from collections import Counter
 from typing import Final, Protocol
 
 from smr.checkpoint.ids import MapperId
-from smr.client import NodeUnreachable
+from smr.client.control import NodeUnreachable
+from smr.client.history import HistoryUnknown, MapperIdReused, mapper_history
 from smr.ring.view import View
 from smr.sim.clients import SimClient
 from smr.sim.mappers import MapperProcess, SimMapperTransport
 from smr.sim.run import Run
-from smr.stream_history import HistoryUnknown, MapperIdReused, mapper_history
 
 
 class ReuseRun(Run, Protocol):

@@ -14,15 +14,11 @@ from dataclasses import asdict, replace
 from typing import Any, Final
 
 from smr.checkpoint.store import StateStore
-from smr.fault_draws import random_schedule
-from smr.faults import (
-    FaultSchedule,
-    Tolerance,
-    within_tolerance,
-)
+from smr.faults.draws import random_schedule
+from smr.faults.model import FaultSchedule
+from smr.faults.tolerance import Tolerance, within_tolerance
 from smr.mapper.emitter import Emitter
 from smr.node import TICK_MS, NodeCore, NodeSettings, Timer
-from smr.protocol import FrameError, decode, header_of
 from smr.ring.hashing import even_tokens, slot_count
 from smr.ring.ids import Incarnation, NodeId, Token
 from smr.ring.view import Member, Status, View
@@ -38,6 +34,8 @@ from smr.sim.readers import FeedLedger, SimReaders
 from smr.sim.restart import Restart
 from smr.sim.reuse import IdReuse
 from smr.sim.subscriber import SimSubscriber
+from smr.wire.codec import decode, header_of
+from smr.wire.kinds import FrameError
 
 log = logging.getLogger("smr.sim")
 

@@ -1,4 +1,4 @@
-"""A subscriber in the simulation: the real :class:`smr.subscription.Subscription`, from
+"""A subscriber in the simulation: the real :class:`smr.client.subscription.Subscription`, from
 ``"start"``, in a simulated process, following every node's output through the simulated
 network while the faults act (nodes write their output files on one shared disk,
 :class:`~smr.sim.nodes.MemoryOutput`, so a live node reads a dead one's file).
@@ -27,14 +27,14 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import Final, Protocol
 
-from smr.client import NodeUnreachable
-from smr.output import parse_line
+from smr.client.control import NodeUnreachable
+from smr.client.subscription import OutputRecord, Subscription
+from smr.output.records import parse_line
 from smr.ring.view import View
 from smr.sim.clients import SimClient
 from smr.sim.mappers import MapperProcess, SimMapperTransport
 from smr.sim.nodes import EMIT_EVERY
 from smr.sim.run import Run
-from smr.subscription import OutputRecord, Subscription
 
 
 class SubscriberRun(Run, Protocol):

@@ -16,7 +16,7 @@ it), and every rule ends by itself after its duration, so a fault heals even if 
 set it is gone. Only messages between nodes are held: replies to mappers and clients pass
 (a partition cuts nodes from nodes; the feeders stand outside both groups). Each side holds
 its own outbound messages, so a partition or a delay is set on every node it touches: the
-CLI (:mod:`smr.fault_backends`) does that.
+CLI (:mod:`smr.faults.backends`) does that.
 
 A rule reaches a node as a ``NET_RULE_REQUEST`` (body: :func:`pack_rule`), answered with a
 ``NET_RULE`` reply; the node's loop hands it to :meth:`FilteredLinks.on_request` before the
@@ -32,9 +32,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from smr.protocol import pack_body, unpack_body
 from smr.ring.ids import NodeId
-from smr.transport import NodeLinks
+from smr.transport.links import NodeLinks
+from smr.wire.codec import pack_body, unpack_body
 
 # The shortest TCP retransmission timeout on Linux: a lost segment arrives about this late.
 RETRANSMIT_MS: Final = 200

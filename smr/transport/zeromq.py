@@ -29,7 +29,7 @@ from zmq.auth.thread import ThreadAuthenticator
 from zmq.utils.monitor import recv_monitor_message
 
 from smr.ring.ids import NodeId
-from smr.transport import ChannelEnd, TransportError
+from smr.transport.links import ChannelEnd, MapperTransport, TransportError
 from smr.transport.security import KEYS_ENV, Keys, keys_for
 
 # Socket queue bounds in messages. A mapper never has more than its window in flight per
@@ -388,3 +388,8 @@ class ZmqNodeLinks:
         """Close every outbox."""
         for outbox in self._outboxes.values():
             outbox.close()
+
+
+def zeromq_mapper_transport() -> MapperTransport:
+    """The real mapper transport (ZeroMQ), the emitter's default."""
+    return ZmqMapperTransport()

@@ -22,7 +22,7 @@ import psutil
 import pytest
 import zmq
 
-from smr.client import Client, NodeUnreachable
+from smr.client.control import Client, NodeUnreachable
 from smr.transport.security import load_keys
 from smr.transport.zeromq import use_keys_of
 

@@ -1,11 +1,11 @@
-"""Plays a scenario of ``smr.scenarios`` against a local cluster's node processes, and
+"""Plays a scenario of ``smr.faults.scenarios`` against a local cluster's node processes, and
 checks the outcome it expects.
 
 The local process backend carries out faults as ``smr fault`` does: a
-:class:`~smr.faults.Kill` is SIGKILL; a :class:`~smr.faults.Pause` is SIGSTOP, then SIGCONT
-``duration_ms`` later; a :class:`~smr.faults.Partition` or a :class:`~smr.faults.Delay` is
-a rule for the in-node network filter of each node it touches
-(``smr.fault_backends.emulated_rules``), which ends by itself. Times count from the start
+:class:`~smr.faults.model.Kill` is SIGKILL; a :class:`~smr.faults.model.Pause` is SIGSTOP,
+then SIGCONT ``duration_ms`` later; a :class:`~smr.faults.model.Partition` or a
+:class:`~smr.faults.model.Delay` is a rule for the in-node network filter of each node it touches
+(``smr.faults.backends.emulated_rules``), which ends by itself. Times count from the start
 of the feed: the moment a node reports the first tuple applied (the simulation's mappers
 start at virtual time 0).
 """
@@ -24,10 +24,10 @@ from typing import Any, Final
 
 import psutil
 
-from smr.client import Client, NodeUnreachable
-from smr.fault_backends import emulated_rules, send_rules
-from smr.faults import Delay, FaultSchedule, Forge, Kill, Partition, Pause, Stall, Starve
-from smr.scenarios import Scenario
+from smr.client.control import Client, NodeUnreachable
+from smr.faults.backends import emulated_rules, send_rules
+from smr.faults.model import Delay, FaultSchedule, Forge, Kill, Partition, Pause, Stall, Starve
+from smr.faults.scenarios import Scenario
 
 # A signal sent later than this after its time means the run did not follow the schedule
 # (a 250 ms pause must not become 400 ms): the test fails rather than check the wrong run.
@@ -37,7 +37,7 @@ SIGNAL_LATE_MS_MAX: Final = 100
 # it. Under load on two cores, one node's turn (a takeover, a snapshot) took just over
 # 100 ms, and the run was refused though it followed the schedule.
 RULES_LATE_MS_MAX: Final = 250
-# How long a starved process runs between two gaps (smr.faults.Starve): a node's timer tick.
+# How long a starved process runs between two gaps (smr.faults.model.Starve): a node's timer tick.
 STARVE_TURN_MS: Final = 50
 # Polling the nodes' status: how often, and for how long at most.
 POLL_INTERVAL_S: Final = 0.02
@@ -195,7 +195,7 @@ def outcome_differences(
     scenario: Scenario, rows: Mapping[str, Mapping[str, Any]], pids: Mapping[str, int]
 ) -> list[str]:
     """How the cluster's state (``rows``: each node's status) differs from what the
-    scenario expects (``smr.scenarios``), in words; empty when it does not."""
+    scenario expects (``smr.faults.scenarios``), in words; empty when it does not."""
     expect = scenario.expect
     differences: list[str] = []
     for node in scenario.killed:

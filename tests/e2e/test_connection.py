@@ -22,7 +22,7 @@ import pytest
 import smr
 from smr import aio
 from smr import connection as connection_module
-from smr.cluster import signal_node
+from smr.cluster.local import signal_node
 from smr.connection import Unreachable
 from smr.ring.ids import Slot
 from smr.ring.placement import Ring

@@ -3,7 +3,7 @@ cut at a record boundary (so every record left reads whole), cut to 0 bytes, rem
 snapshot removed, or the node's whole folder. Each once restarted in part and in silence
 (``up``, ``status`` and ``dump`` exiting 0 with keys missing); now the node's manifest
 (``smr.node.disk``) tells what its generation must hold, a node writes a generation before
-it first answers (so a folder without one lost it: ``smr.cluster.state_missing``), and the
+it first answers (so a folder without one lost it: ``smr.cluster.local.state_missing``), and the
 restart is refused with one line naming the node and the file."""
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from smr.client import Client
+from smr.client.control import Client
 from tests.e2e.conftest import Cluster
 
 pytestmark = pytest.mark.e2e

@@ -1,4 +1,5 @@
-"""Failures within tolerance lose nothing: the scenarios of ``smr.scenarios`` that signals can
+"""Failures within tolerance lose nothing: the scenarios of ``smr.faults.scenarios`` that signals
+can
 carry out (kills and pauses) run against real node processes while a feed runs; the final
 state equals plain Python's counts exactly, key by key, and the takeovers and fencing are the
 ones each scenario expects. Partitions and delays are played by the nodes' own network
@@ -11,7 +12,7 @@ import time
 
 import pytest
 
-from smr.scenarios import SCENARIOS, Scenario
+from smr.faults.scenarios import SCENARIOS, Scenario
 from tests.e2e.conftest import EXAMPLE_BOOKS, FEED_FLAGS, JOB, Cluster, word_counts
 from tests.e2e.conftest import feed_books as books
 from tests.e2e.scenario_player import (
@@ -26,7 +27,7 @@ pytestmark = pytest.mark.e2e
 
 def run_on_real_processes(cluster: Cluster, scenario: Scenario) -> None:
     """Start the scenario's ring, feed the books, play its faults timed from the feed's
-    start, and check the outcome it expects (``smr.scenarios``): exact counts, the
+    start, and check the outcome it expects (``smr.faults.scenarios``): exact counts, the
     takeovers and fencing it names, and no others."""
     cluster.up(scenario.nodes, JOB, "--replication", str(scenario.replication))
     nodes = cluster.spec()["nodes"]

@@ -8,10 +8,12 @@ import time
 
 import pytest
 
-from smr.client import Client
-from smr.protocol import RequestId, ViewReply, encode, pack_body
+from smr.client.control import Client
 from smr.ring.ids import NodeId
 from smr.transport.zeromq import Outbox
+from smr.wire.codec import encode, pack_body
+from smr.wire.kinds import RequestId
+from smr.wire.messages import ViewReply
 from tests.e2e.conftest import EXAMPLE_BOOKS, JOB, Cluster, word_counts
 
 pytestmark = pytest.mark.e2e

@@ -20,9 +20,10 @@ GARBAGE_SENDER = """
 import pathlib, random, sys
 import zmq
 from bench.fuzz_decoders import mutate, rewrite_header, seed_frames
-from smr.protocol import FrameError, decode
+from smr.wire.kinds import FrameError
+from smr.wire.codec import decode
 from smr.transport.security import load_keys
-from smr.wire import Kind
+from smr.wire.kinds import Kind
 
 addr, stop_file, keys_dir = sys.argv[1], pathlib.Path(sys.argv[2]), pathlib.Path(sys.argv[3])
 rng = random.Random(11)

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 import smr
-from smr.client import Client
+from smr.client.control import Client
 from tests.e2e.conftest import EXAMPLE_BOOKS, JOB, Cluster, word_counts
 
 pytestmark = pytest.mark.e2e

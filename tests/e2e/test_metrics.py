@@ -15,7 +15,7 @@ import urllib.request
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from smr.cluster import _free_port as free_port
+from smr.cluster.ports import free_port
 from smr.ring.hashing import slot_of
 from tests.e2e.conftest import EXAMPLE_BOOKS, REPO, Cluster, word_counts
 from tests.e2e.jobs import SLOW_CALL_S

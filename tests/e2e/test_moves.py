@@ -13,7 +13,7 @@ from typing import Any
 import psutil
 import pytest
 
-from smr.client import Client
+from smr.client.control import Client
 from tests.e2e.conftest import FEED_FLAGS, Cluster, word_counts
 from tests.e2e.conftest import feed_books as books
 
@@ -152,7 +152,7 @@ def test_two_nodes_scaled_out_during_a_feed_join_side_by_side_and_lose_nothing(
 def test_a_joiner_killed_while_it_catches_up_is_dropped_and_nothing_is_lost(
     cluster: Cluster,
 ) -> None:
-    from smr import cluster as local_cluster
+    from smr.cluster import local as local_cluster
 
     cluster.up(3, "examples.wordcount:job", "--replication", "1")
     nodes = {n["id"]: n for n in cluster.spec()["nodes"]}

@@ -15,17 +15,10 @@ from pathlib import Path
 import pytest
 import zmq.auth
 
-from smr.cluster import _free_port as free_port
-from smr.protocol import (
-    JoinRequest,
-    Message,
-    MoveRequest,
-    NetRuleRequest,
-    StatusRequest,
-    encode,
-    pack_body,
-)
-from smr.read_messages import DumpRequest, QueryRequest
+from smr.cluster.ports import free_port
+from smr.wire.codec import encode, pack_body
+from smr.wire.messages import JoinRequest, Message, MoveRequest, NetRuleRequest, StatusRequest
+from smr.wire.reads import DumpRequest, QueryRequest
 from tests.e2e.conftest import EXAMPLE_BOOKS, REPO, Cluster, word_counts
 
 pytestmark = pytest.mark.e2e

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from smr.client import Client, NodeUnreachable
+from smr.client.control import Client, NodeUnreachable
 from tests.e2e.conftest import REPO, Cluster, word_counts
 from tests.e2e.test_rate_cap import first_words
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from smr.seeds import parse_seeds
+from smr.client.seeds import parse_seeds
 from tests.e2e.conftest import EXAMPLE_BOOKS, Cluster, word_counts
 
 pytestmark = pytest.mark.e2e

@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from smr import status_view
-from smr.client import Client
+from smr.client import status
+from smr.client.control import Client
 from smr.spec import read_spec
 from tests.e2e.conftest import EXAMPLE_BOOKS, Cluster, word_counts
 from tests.e2e.jobs import SLOW_CALL_S
@@ -46,7 +46,7 @@ def test_status_shows_a_node_held_by_a_slow_reduce_call_as_busy_not_unreachable(
         # Poll while the feed runs: the node whose loop the slow call holds does not answer,
         # but its peers have its heartbeats, which say it is busy.
         while feed.poll() is None and "busy" not in seen:
-            seen |= {row["state"] for row in status_view.collect(spec, client)}
+            seen |= {row["state"] for row in status.collect(spec, client)}
             time.sleep(0.05)
     finally:
         client.close()

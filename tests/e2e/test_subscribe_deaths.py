@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 import smr
-from smr.client import Client, NodeUnreachable
-from smr.cluster import signal_node
+from smr.client.control import Client, NodeUnreachable
+from smr.cluster.local import signal_node
 from smr.connection import OutputRecord, Subscription
 from smr.spec import read_spec
 from tests.e2e.conftest import EXAMPLE_BOOKS, FEED_FLAGS, Cluster, word_counts

@@ -13,7 +13,8 @@ import pytest
 
 from smr.checkpoint.delta import encode_delta
 from smr.checkpoint.store import StateStore
-from smr.faults import FaultSchedule, Kill
+from smr.client.history import MapperHistory
+from smr.faults.model import FaultSchedule, Kill
 from smr.node.disk import DiskState
 from smr.ring.hashing import slot_of
 from smr.ring.ids import NodeId, Slot
@@ -24,7 +25,6 @@ from smr.sim.disk import SimFiles, disk_of
 from smr.sim.readers import FeedLedger
 from smr.sim.restart import Restart
 from smr.sim.subscriber import SimSubscriber
-from smr.stream_history import MapperHistory
 
 EDGES = SweepOptions(edges=True)
 BIG_EDGES = SweepOptions(nodes=(4, 8), replication=(1, 3), faults_max=5, edges=True)

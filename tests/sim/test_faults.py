@@ -7,18 +7,9 @@ import random
 
 import pytest
 
-from smr.fault_draws import random_schedule
-from smr.faults import (
-    Delay,
-    FaultSchedule,
-    Kill,
-    Partition,
-    Pause,
-    Tolerance,
-    exposed_sides,
-    lost_nodes,
-    within_tolerance,
-)
+from smr.faults.draws import random_schedule
+from smr.faults.model import Delay, FaultSchedule, Kill, Partition, Pause
+from smr.faults.tolerance import Tolerance, exposed_sides, lost_nodes, within_tolerance
 from smr.ring.ids import NodeId
 
 NODES = [NodeId(f"n{i}") for i in range(5)]

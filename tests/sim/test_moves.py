@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from smr.faults import Delay, Fault, FaultSchedule, Join, Kill, Move, Partition, Pause
+from smr.faults.commands import Join, Move
+from smr.faults.model import Delay, Fault, FaultSchedule, Kill, Partition, Pause
 from smr.ring.ids import NodeId
 from smr.ring.view import Status
 from smr.sim import SimConfig, SimResult, Simulation, SweepOptions, run_seed

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from smr.faults import FaultSchedule, Join
+from smr.faults.commands import Join
+from smr.faults.model import FaultSchedule
 from smr.ring.ids import NodeId
 from smr.ring.view import Status
 from smr.sim import SimConfig, Simulation

@@ -1,4 +1,4 @@
-"""The hand-picked fault scenarios (``smr.scenarios``) are sound data: each is within
+"""The hand-picked fault scenarios (``smr.faults.scenarios``) are sound data: each is within
 tolerance, and expects to lose only nodes its schedule may lose. Running them is the job of
 ``test_simulation.py`` and ``tests/e2e/test_faults.py``."""
 
@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from smr.faults import lost_nodes, within_tolerance
-from smr.scenarios import SCENARIOS, Expectation, Scenario
+from smr.faults.scenarios import SCENARIOS, Expectation, Scenario
+from smr.faults.tolerance import lost_nodes, within_tolerance
 
 
 def test_scenario_names_are_unique() -> None:

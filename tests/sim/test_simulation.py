@@ -16,11 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from smr.faults import Fault, FaultSchedule, Kill, Partition, Pause
-from smr.protocol import Kind, SnapshotChunk, decode
+from smr.faults.model import Fault, FaultSchedule, Kill, Partition, Pause
+from smr.faults.scenarios import SCENARIOS, Scenario
 from smr.ring.ids import NodeId
 from smr.ring.view import Status
-from smr.scenarios import SCENARIOS, Scenario
 from smr.sim import (
     NetworkSettings,
     SimConfig,
@@ -30,6 +29,9 @@ from smr.sim import (
     SweepOptions,
     run_seed,
 )
+from smr.wire.codec import decode
+from smr.wire.kinds import Kind
+from smr.wire.peer import SnapshotChunk
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -228,7 +230,7 @@ SCENARIO_SEEDS = (7, 11)
 def test_a_fault_scenario_ends_exactly_as_it_expects(scenario: Scenario, seed: int) -> None:
     # The run itself checks that the state equals plain Python's counts and that the live
     # owners' ranges cover the ring once (smr.sim, step 5); here the expected takeovers,
-    # fencing and final owners (smr.scenarios).
+    # fencing and final owners (smr.faults.scenarios).
     simulation = Simulation(
         seed,
         config=SimConfig(

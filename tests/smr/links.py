@@ -8,8 +8,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from smr.protocol import Ack, Batch, Message, decode, encode
 from smr.ring.ids import Epoch, NodeId
+from smr.wire.codec import decode, encode
+from smr.wire.messages import Ack, Batch, Message
 
 
 def _refuse(node: NodeId, frames: Sequence[bytes]) -> bool:
@@ -18,7 +19,7 @@ def _refuse(node: NodeId, frames: Sequence[bytes]) -> bool:
 
 @dataclass
 class CallbackLinks:
-    """A :class:`smr.transport.NodeLinks` whose replies and peer sends call the functions
+    """A :class:`smr.transport.links.NodeLinks` whose replies and peer sends call the functions
     given; no connection ever drops."""
 
     reply_to: Callable[[bytes, Sequence[bytes]], bool]
@@ -62,7 +63,7 @@ class _AckingEnd:
 
 @dataclass
 class AckingTransport:
-    """A :class:`smr.transport.MapperTransport` whose nodes ack every batch at once;
+    """A :class:`smr.transport.links.MapperTransport` whose nodes ack every batch at once;
     ``bodies`` holds ``(tuple count, body)`` of every batch sent, in order."""
 
     bodies: list[tuple[int, bytes]] = field(default_factory=list)
@@ -76,7 +77,7 @@ class AckingTransport:
 
 @dataclass
 class OutageTransport:
-    """A :class:`smr.transport.MapperTransport` whose nodes ack every batch at once while
+    """A :class:`smr.transport.links.MapperTransport` whose nodes ack every batch at once while
     they are up (``up[0]``) and lose what they are sent while down; a wait that finds no
     reply takes its whole timeout on ``now``, the emitter's clock."""
 
@@ -112,7 +113,7 @@ class RecordingEnd:
 
 
 class RecordingTransport:
-    """A :class:`smr.transport.MapperTransport` of `RecordingEnd` s, one per address: no
+    """A :class:`smr.transport.links.MapperTransport` of `RecordingEnd` s, one per address: no
     reply ever comes unless a test hands one to the emitter."""
 
     def __init__(self) -> None:

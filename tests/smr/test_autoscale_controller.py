@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from smr import ring_ops
 from smr.autoscale.controller import Controller
 from smr.autoscale.observe import Decision
 from smr.autoscale.policies import PolicyRunner
-from smr.client import NodeUnreachable
+from smr.client.control import NodeUnreachable
+from smr.cluster import ring_ops
 from smr.ring.ids import NodeId, Token
 from smr.spec import ClusterSpec, NodeSpec, write_spec
 

@@ -16,10 +16,10 @@ from smr.checkpoint.ids import MapperId, Seq
 from smr.checkpoint.records import decode_records, encode_record
 from smr.checkpoint.store import StateStore
 from smr.node.disk import LEGACY_DISK_FORMAT, DiskError, DiskState
-from smr.protocol import pack_body
 from smr.ring.ids import NodeId, Slot, Token
 from smr.ring.placement import SlotRange
 from smr.ring.view import Member, Status, View
+from smr.wire.codec import pack_body
 
 VIEW = View([Member(NodeId("a"), 1, "tcp://a", Token(0), "", Status.UP, 1)])
 RANGE = SlotRange(Slot(0), 256, 256)

@@ -13,7 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from smr.output import OutputSink, parse_line
+from smr.output.files import OutputSink
+from smr.output.records import parse_line
 from smr.values import from_json_form, json_form, json_text, state_json
 
 TAG_LIKE_KEYS = st.sampled_from(["base64", "float", "dict", "x"])

@@ -12,19 +12,19 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from smr import agg, native
-from smr.batch_body import (
-    decode_batch_body,
-    decode_batch_body_python,
-    encode_batch_body,
-    encode_batch_body_python,
-)
 from smr.checkpoint import kernels
 from smr.checkpoint.bulk import apply_folds
 from smr.checkpoint.delta import Delta
 from smr.checkpoint.hwm import cut
 from smr.checkpoint.kernels import IN_FORCE, group_add
 from smr.checkpoint.store import StateStore
-from smr.protocol import FrameError
+from smr.wire.batch_body import (
+    decode_batch_body,
+    decode_batch_body_python,
+    encode_batch_body,
+    encode_batch_body_python,
+)
+from smr.wire.kinds import FrameError
 
 pytestmark = pytest.mark.skipif(
     native.NATIVE is None, reason="smr._native is not built (SMR_NATIVE=off or no Rust build)"

@@ -9,8 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from smr.fault_backends import emulated_rules, parse_duration_ms, parse_groups
-from smr.protocol import unpack_body
+from smr.faults.backends import emulated_rules, parse_duration_ms, parse_groups
 from smr.ring.ids import NodeId
 from smr.transport.netfilter import (
     HELD_MESSAGES_MAX,
@@ -21,6 +20,7 @@ from smr.transport.netfilter import (
     parse_rule,
     release_at,
 )
+from smr.wire.codec import unpack_body
 
 A, B, C = NodeId("a"), NodeId("b"), NodeId("c")
 
@@ -122,7 +122,7 @@ def test_heal_lets_everything_go_at_once_and_the_hold_is_bounded() -> None:
     ],
 )
 def test_a_bad_rule_is_refused_saying_why(fields: dict[str, object], error: str) -> None:
-    from smr.protocol import pack_body
+    from smr.wire.codec import pack_body
 
     with pytest.raises(ValueError, match=error):
         parse_rule(pack_body(fields), 0.0)

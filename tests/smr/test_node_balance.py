@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from smr.protocol import MovePropose
+from smr.wire.peer import MovePropose
 from tests.smr.test_node_peers import Cluster
 
 

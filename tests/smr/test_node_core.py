@@ -12,38 +12,28 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from smr.api import Job
-from smr.batch_body import encode_batch_body
 from smr.checkpoint.ids import MapperId
 from smr.checkpoint.loss import mark_lost
 from smr.checkpoint.store import StateStore
 from smr.node import NodeCore
 from smr.node.core import MESSAGES_PER_TURN_MAX
-from smr.output import OutputSink
-from smr.protocol import (
-    Ack,
-    Batch,
-    ChannelNumber,
-    DumpReply,
-    DumpRequest,
-    Error,
-    HistoryReply,
-    HistoryRequest,
-    Message,
-    Nack,
-    NotOwner,
-    QueryReply,
-    QueryRequest,
-    RequestId,
-    StreamId,
-    decode,
-    encode,
-    pack_body,
-    unpack_body,
-)
+from smr.output.files import OutputSink
 from smr.ring.hashing import slot_of
 from smr.ring.ids import Epoch, NodeId, Slot, Token
 from smr.ring.placement import Ring, Role
 from smr.ring.view import Member, Status, View
+from smr.wire.batch_body import encode_batch_body
+from smr.wire.codec import decode, encode, pack_body, unpack_body
+from smr.wire.kinds import ChannelNumber, RequestId, StreamId
+from smr.wire.messages import Ack, Batch, Error, Message, Nack, NotOwner
+from smr.wire.reads import (
+    DumpReply,
+    DumpRequest,
+    HistoryReply,
+    HistoryRequest,
+    QueryReply,
+    QueryRequest,
+)
 from tests.smr.links import CallbackLinks
 
 SLOT_BITS = 8

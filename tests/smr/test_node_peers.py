@@ -8,36 +8,27 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from smr.api import Job
-from smr.batch_body import encode_batch_body
 from smr.checkpoint.ids import MapperId
 from smr.mapper.emitter import Emitter
 from smr.node import NodeCore, NodeSettings
 from smr.node.replication import EVICT_SCANS_PER_STEP
-from smr.protocol import (
-    Batch,
-    ChannelNumber,
-    Checkpoint,
-    Kind,
-    Message,
-    NotOwner,
-    Probe,
-    RequestId,
-    SnapshotBegin,
-    SnapshotChunk,
-    SnapshotEnd,
-    SnapshotRequest,
-    StreamId,
-    ViewReply,
-    decode,
-    encode,
-    pack_body,
-    unpack_body,
-)
 from smr.ring.hashing import even_tokens, slot_of
 from smr.ring.ids import NodeId
 from smr.ring.placement import Ring, Role
 from smr.ring.view import Member, Status, View, hand_over_all, successor_takes_over, with_status
 from smr.sim import MemoryOutput
+from smr.wire.batch_body import encode_batch_body
+from smr.wire.codec import decode, encode, pack_body, unpack_body
+from smr.wire.kinds import ChannelNumber, Kind, RequestId, StreamId
+from smr.wire.messages import Batch, Message, NotOwner, ViewReply
+from smr.wire.peer import (
+    Checkpoint,
+    Probe,
+    SnapshotBegin,
+    SnapshotChunk,
+    SnapshotEnd,
+    SnapshotRequest,
+)
 from tests.smr.links import CallbackLinks, RecordingTransport
 
 SLOT_BITS = 8

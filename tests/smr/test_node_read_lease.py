@@ -14,25 +14,16 @@ import pytest
 
 from smr.node import NodeCore
 from smr.node.settings import NodeSettings
-from smr.output import OutputSink
-from smr.protocol import (
-    BeatAck,
-    DumpReply,
-    DumpRequest,
-    Heartbeat,
-    Message,
-    QueryReply,
-    QueryRequest,
-    RequestId,
-    decode,
-    encode,
-    pack_body,
-    unpack_body,
-)
+from smr.output.files import OutputSink
 from smr.ring.hashing import slot_of
 from smr.ring.ids import Epoch, Incarnation, NodeId, Slot, Token
 from smr.ring.placement import Ring
 from smr.ring.view import Member, Status, View
+from smr.wire.codec import decode, encode, pack_body, unpack_body
+from smr.wire.kinds import RequestId
+from smr.wire.messages import Message
+from smr.wire.peer import BeatAck, Heartbeat
+from smr.wire.reads import DumpReply, DumpRequest, QueryReply, QueryRequest
 from tests.smr.links import CallbackLinks
 from tests.smr.test_node_core import JOB, SLOT_BITS
 

@@ -12,11 +12,14 @@ from smr.api import Job
 from smr.checkpoint.store import StateStore
 from smr.node import NodeCore, NodeSettings
 from smr.node.restart import RestartExchange
-from smr.protocol import Gossip, Message, Ping, Pong, RequestId, decode, encode, pack_body
 from smr.ring.hashing import even_tokens
 from smr.ring.ids import Incarnation, NodeId, Slot
 from smr.ring.view import Member, Status, View, successor_takes_over
 from smr.sim import MemoryOutput
+from smr.wire.codec import decode, encode, pack_body
+from smr.wire.kinds import RequestId
+from smr.wire.messages import Message, Ping, Pong
+from smr.wire.peer import Gossip
 from tests.smr.links import CallbackLinks
 
 SLOT_BITS = 8

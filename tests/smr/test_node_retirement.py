@@ -11,10 +11,12 @@ import pytest
 from smr.checkpoint.ids import MapperId, Seq
 from smr.node import NodeCore
 from smr.node.settings import NodeSettings
-from smr.output import OutputSink
-from smr.protocol import Ack, Error, MapperDone, Pong, RequestId, encode
+from smr.output.files import OutputSink
 from smr.ring.hashing import slot_of
 from smr.ring.ids import NodeId
+from smr.wire.codec import encode
+from smr.wire.kinds import RequestId
+from smr.wire.messages import Ack, Error, MapperDone, Pong
 from tests.smr.links import CallbackLinks
 from tests.smr.test_node_core import JOB, SLOT_BITS, Harness
 

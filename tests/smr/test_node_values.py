@@ -13,25 +13,13 @@ import pytest
 from smr.api import Job
 from smr.checkpoint.delta import encode_delta
 from smr.node import NodeCore
-from smr.protocol import (
-    Ack,
-    DumpRequest,
-    Error,
-    OutputReply,
-    OutputRequest,
-    Ping,
-    Pong,
-    QueryReply,
-    QueryRequest,
-    RequestId,
-    StatusRequest,
-    encode,
-    pack_body,
-    unpack_body,
-)
 from smr.ring.hashing import slot_of
 from smr.ring.ids import NodeId, Slot
 from smr.ring.invariants import InvariantViolation
+from smr.wire.codec import encode, pack_body, unpack_body
+from smr.wire.kinds import RequestId
+from smr.wire.messages import Ack, Error, Ping, Pong, StatusRequest
+from smr.wire.reads import DumpRequest, OutputReply, OutputRequest, QueryReply, QueryRequest
 from tests.smr.links import CallbackLinks
 from tests.smr.test_node_core import PEER, SLOT_BITS, Harness
 

@@ -23,7 +23,7 @@ PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
 def test_the_distribution_is_smr_ring_and_its_hints_name_it() -> None:
     assert PYPROJECT["project"]["name"] == "smr-ring"
     assert smr.__version__ == PYPROJECT["project"]["version"]
-    from smr.spark_setup import INSTALL_HINT
+    from smr.spark.setup import INSTALL_HINT
 
     assert INSTALL_HINT == "pip install 'smr-ring[spark]'"
 

@@ -18,17 +18,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from smr.api import Job
-from smr.batch_body import decode_batch_body
 from smr.checkpoint.delta import decode_delta, encode_delta
 from smr.checkpoint.ids import MapperId
 from smr.checkpoint.store import StateStore
 from smr.mapper.emitter import Emitter
 from smr.node.reducer import Reducer
-from smr.output import OutputSink
-from smr.protocol import pack_body, unpack_body
+from smr.output.files import OutputSink
 from smr.ring.ids import NodeId, Token
 from smr.ring.view import Member, Status, View
 from smr.values import EmitError, StateValueError, check_state, row_bytes
+from smr.wire.batch_body import decode_batch_body
+from smr.wire.codec import pack_body, unpack_body
 from tests.smr.links import AckingTransport
 
 SLOT_BITS = 6

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from smr import Job, agg, windows
-from smr.cli_main import main
+from smr.cli import main
 from smr.ring.ids import NodeId, Token
 from smr.spec import ClusterSpec, NodeSpec, write_spec
 from smr.testing import Watermark, run_job

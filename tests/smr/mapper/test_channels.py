@@ -12,8 +12,10 @@ import pytest
 
 from smr.checkpoint.ids import MapperId
 from smr.mapper.channels import Channel, Channels, DeliveryError, OutBatch, Row
-from smr.protocol import Ack, Batch, ChannelNumber, decode, encode
 from smr.ring.ids import Epoch, NodeId
+from smr.wire.codec import decode, encode
+from smr.wire.kinds import ChannelNumber
+from smr.wire.messages import Ack, Batch
 from tests.smr.links import RecordingTransport
 
 EPOCH = Epoch(3)

@@ -12,11 +12,12 @@ import pytest
 from smr.checkpoint.ids import MapperId
 from smr.mapper.channels import encode_within
 from smr.mapper.emitter import BATCH_BYTES_DEFAULT, SEQ_MAX, Emitter
-from smr.protocol import Ack, Batch, decode, encode
 from smr.ring.hashing import slot_of
 from smr.ring.ids import Epoch, NodeId, Token
 from smr.ring.view import Member, Status, View
 from smr.values import EmitError
+from smr.wire.codec import decode, encode
+from smr.wire.messages import Ack, Batch
 from tests.smr.links import AckingTransport, _AckingEnd
 
 SLOT_BITS = 8

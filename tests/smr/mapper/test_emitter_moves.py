@@ -10,25 +10,18 @@ from typing import Any
 
 import pytest
 
-from smr.batch_body import decode_batch_body
 from smr.checkpoint.ids import MapperId
 from smr.mapper.channels import DeliveryError
 from smr.mapper.emitter import Emitter
-from smr.protocol import (
-    Ack,
-    Batch,
-    Nack,
-    NotOwner,
-    RequestId,
-    ViewReply,
-    encode,
-    pack_body,
-)
 from smr.ring.hashing import even_tokens, slot_of
 from smr.ring.ids import NodeId, Slot
 from smr.ring.moves import moved_view, plan_move
 from smr.ring.placement import Ring
 from smr.ring.view import Member, Status, View
+from smr.wire.batch_body import decode_batch_body
+from smr.wire.codec import encode, pack_body
+from smr.wire.kinds import RequestId
+from smr.wire.messages import Ack, Batch, Nack, NotOwner, ViewReply
 from tests.smr.links import RecordingTransport
 
 SLOT_BITS = 8

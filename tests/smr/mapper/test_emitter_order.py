@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import pytest
 
-from smr.batch_body import decode_batch_body
 from smr.checkpoint.ids import MapperId
 from smr.mapper.emitter import Emitter
-from smr.protocol import Batch
 from smr.ring.hashing import even_tokens
 from smr.ring.ids import NodeId
 from smr.ring.view import Member, Status, View
+from smr.wire.batch_body import decode_batch_body
+from smr.wire.messages import Batch
 from tests.smr.links import RecordingTransport
 
 SLOT_BITS = 8

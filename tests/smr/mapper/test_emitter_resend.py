@@ -11,11 +11,13 @@ import pytest
 from smr.checkpoint.ids import MapperId
 from smr.mapper.channels import DeliveryError
 from smr.mapper.emitter import Emitter
-from smr.protocol import Ack, Batch, ChannelNumber, Nack, encode
 from smr.ring.hashing import even_tokens, slot_of
 from smr.ring.ids import NodeId
 from smr.ring.placement import Ring
 from smr.ring.view import Member, Status, View
+from smr.wire.codec import encode
+from smr.wire.kinds import ChannelNumber
+from smr.wire.messages import Ack, Batch, Nack
 from tests.smr.links import OutageTransport, RecordingTransport
 
 SLOT_BITS = 8

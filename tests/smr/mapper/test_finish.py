@@ -9,8 +9,9 @@ from collections.abc import Sequence
 from smr.checkpoint.ids import MapperId
 from smr.mapper.channels import Channel
 from smr.mapper.finish import announce_done
-from smr.protocol import MapperDone, decode
 from smr.ring.ids import NodeId
+from smr.wire.codec import decode
+from smr.wire.messages import MapperDone
 
 
 class _End:

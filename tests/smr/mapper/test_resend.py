@@ -12,11 +12,12 @@ from smr.mapper.batcher import Batcher
 from smr.mapper.channels import Channel, Channels, DeliveryError
 from smr.mapper.resend import Timing, resend, retry
 from smr.mapper.router import Router
-from smr.protocol import Batch, ChannelNumber, ViewRequest
 from smr.ring.hashing import even_tokens, slot_of
 from smr.ring.ids import NodeId
 from smr.ring.placement import Ring
 from smr.ring.view import Member, Status, View
+from smr.wire.kinds import ChannelNumber
+from smr.wire.messages import Batch, ViewRequest
 from tests.smr.links import RecordingTransport
 
 SLOT_BITS = 8

@@ -9,12 +9,13 @@ from smr.checkpoint.ids import MapperId
 from smr.mapper.batcher import Batcher
 from smr.mapper.channels import Channels
 from smr.mapper.router import Router
-from smr.protocol import Batch, ChannelNumber, ViewReply, ViewRequest
 from smr.ring.hashing import even_tokens, slot_of
 from smr.ring.ids import NodeId, Slot
 from smr.ring.moves import plan_move
 from smr.ring.placement import Ring
 from smr.ring.view import Member, Status, View
+from smr.wire.kinds import ChannelNumber
+from smr.wire.messages import Batch, ViewReply, ViewRequest
 from tests.smr.links import RecordingTransport
 
 SLOT_BITS = 8

@@ -6,11 +6,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from smr.node.ports import Seat
-from smr.protocol import Message, PeerMessage, PeerMessages, decode
 from smr.ring.ids import Incarnation, NodeId, Token
 from smr.ring.moves import MoveRefused
 from smr.ring.placement import Ring
 from smr.ring.view import Member, Status, View
+from smr.wire.codec import decode
+from smr.wire.messages import Message
+from smr.wire.peer import PeerMessage, PeerMessages
 
 SLOT_BITS = 8
 

@@ -9,10 +9,11 @@ from pathlib import Path
 
 from smr.node import NodeCore
 from smr.node.settings import NodeSettings
-from smr.output import OutputSink
-from smr.protocol import Message, decode
+from smr.output.files import OutputSink
 from smr.ring.ids import NodeId
 from smr.ring.placement import SlotRange
+from smr.wire.codec import decode
+from smr.wire.messages import Message
 from tests.smr.links import CallbackLinks
 from tests.smr.test_node_core import JOB, SLOT_BITS, Harness
 

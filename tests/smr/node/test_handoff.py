@@ -13,9 +13,9 @@ from smr.checkpoint.store import StateStore
 from smr.node.handoff import FENCED_COPY_KEEP_S, Handoff
 from smr.node.ports import Seat
 from smr.node.settings import NodeCounters, NodeSettings
-from smr.protocol import StateReply, StateRequest
 from smr.ring.ids import Incarnation, NodeId, Slot
 from smr.ring.placement import Ring
+from smr.wire.peer import StateReply, StateRequest
 from tests.smr.node.fakes import FakePeers, two_node_seat
 
 A, B = NodeId("a"), NodeId("b")

@@ -18,11 +18,13 @@ from smr.node.load import LoadMeter
 from smr.node.ports import Verdict
 from smr.node.reducer import Reducer
 from smr.node.settings import NodeCounters, NodeSettings
-from smr.output import OutputSink
-from smr.protocol import Ack, Batch, Error, NotOwner, StreamId, decode
+from smr.output.files import OutputSink
 from smr.ring.hashing import slot_of
 from smr.ring.ids import Slot
 from smr.ring.placement import SlotRange
+from smr.wire.codec import decode
+from smr.wire.kinds import StreamId
+from smr.wire.messages import Ack, Batch, Error, NotOwner
 from tests.smr.node.fakes import FakePeers, two_node_seat
 from tests.smr.test_node_core import JOB, SLOT_BITS, Harness
 

@@ -9,9 +9,12 @@ from pathlib import Path
 import pytest
 
 from smr.node.ports import Seat
-from smr.protocol import Gossip, Pong, Probe, RequestId, encode
 from smr.ring.ids import Incarnation, NodeId, Token
 from smr.ring.view import Member, Status
+from smr.wire.codec import encode
+from smr.wire.kinds import RequestId
+from smr.wire.messages import Pong
+from smr.wire.peer import Gossip, Probe
 from tests.smr.node.fakes import two_node_seat
 from tests.smr.node.secondary import Secondary
 from tests.smr.test_node_core import Harness

@@ -10,7 +10,8 @@ from smr.checkpoint.ids import MapperId, Seq
 from smr.checkpoint.store import StateStore
 from smr.node.retirement import Retirement
 from smr.node.settings import NodeSettings
-from smr.protocol import MapperDone, Pong, RequestId
+from smr.wire.kinds import RequestId
+from smr.wire.messages import MapperDone, Pong
 from tests.smr.node.fakes import FakeMoves, FakePeers, two_node_seat
 
 LEASE_S = 10.0
