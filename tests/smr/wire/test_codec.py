@@ -23,7 +23,7 @@ from smr.wire.kinds import (
     StreamId,
 )
 from smr.wire.messages import Batch, Error, Message, Ping, RecoverReply, RecoverRequest
-from smr.wire.peer import Checkpoint, Heartbeat, SnapshotBegin, Suspect, Vouch
+from smr.wire.peer import BeatAck, Checkpoint, Heartbeat, SnapshotBegin, Suspect, Vouch
 from smr.wire.reads import DumpReply, HistoryReply, HistoryRequest
 
 SLOT_COUNT = 1 << 14
@@ -99,8 +99,10 @@ RECORDS: list[Message] = [
         inbox_tuples=9,
         applied_per_s=7,
         cpu_percent=55,
+        beat=12,
         body=b"view",
     ),
+    BeatAck(*PEER, 12),
     Suspect(*PEER, NodeId("n0"), Incarnation(1), RequestId(6)),
     Vouch(*PEER, NodeId("n0"), RequestId(6)),
     HistoryRequest(RequestId(7), MapperId("ingest")),
