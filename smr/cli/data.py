@@ -278,21 +278,26 @@ def status_command(cluster_arg: str, as_json: bool) -> None:
 
 def _note_start_refusals(cluster_arg: str, rows: list[dict[str, Any]]) -> None:
     """For a local cluster, say in each row of a node that does not answer why it refused
-    to start, if it did (``refused_start``: its log's last line)."""
+    to start, if it did (``refused_start``: what ``up`` found wrong with its folder, else its
+    log's last line)."""
     cluster_dir = Path(cluster_arg)
     if not (cluster_dir / CLUSTER_FILE).is_file():
         return
-    from smr.cluster.local import start_refusal, state_missing
+    from smr.cluster.local import start_refusal, state_damaged, state_missing
 
     spec = read_spec(cluster_dir)
-    missing = state_missing(spec)
-    # A node `up` did not start (--without) refused nothing.
+    # What `up` refuses before it starts any node: a folder without state, a damaged one.
+    refused = {**state_damaged(spec), **state_missing(spec)}
+    # A node `up` left out (--without) while it started others refused nothing.
     started = {node.id for node in spec.nodes if node.pid is not None}
     for row in rows:
-        if row["state"] == "unreachable" and row["node"] in started:
-            why = missing.get(row["node"]) or start_refusal(cluster_dir, row["node"])
-            if why is not None:
-                row["refused_start"] = why
+        if row["state"] != "unreachable" or (started and row["node"] not in started):
+            continue
+        why = refused.get(row["node"])
+        if why is None and row["node"] in started:
+            why = start_refusal(cluster_dir, row["node"])
+        if why is not None:
+            row["refused_start"] = why
 
 
 @click.command("recover")

@@ -324,6 +324,28 @@ def state_missing(spec: ClusterSpec) -> dict[str, str]:
     }
 
 
+def state_damaged(spec: ClusterSpec, without: Sequence[str] = ()) -> dict[str, str]:
+    """The nodes to start whose newest generation on disk is not whole (a file damaged,
+    missing or shorter than its manifest says, ``DiskState.check``), each with one line
+    naming the file and why. Asked before any node starts: a node started beside one that
+    refuses would write checkpoints, fence or take over by a view that the refused restart
+    never serves."""
+    data_dir = spec.data_dir()
+    if data_dir is None:
+        return {}
+    from smr.node.disk import DiskError, DiskState  # here: the node's package only for a disk
+
+    damaged: dict[str, str] = {}
+    for node in spec.nodes:
+        if node.id in without:
+            continue
+        try:
+            DiskState(data_dir / node.id, spec.incarnation).check()
+        except DiskError as error:
+            damaged[node.id] = str(error)
+    return damaged
+
+
 def _restart(
     cluster_dir: Path, spec: ClusterSpec, job: str, ready_timeout_s: float, without: Sequence[str]
 ) -> None:
@@ -341,6 +363,9 @@ def _restart(
     missing = [line for node, line in state_missing(spec).items() if node not in without]
     if missing:
         raise ClusterError("\n".join(missing))
+    damaged = state_damaged(spec, without)
+    if damaged:
+        raise ClusterError("\n".join(damaged.values()))
     use_keys_of(cluster_dir)
     _start_and_wait(cluster_dir, spec, ready_timeout_s, without)
 

@@ -112,6 +112,19 @@ class Restored:
     seconds: float
 
 
+@dataclass(frozen=True)
+class _Generation:
+    """The newest generation's files, each checked whole (steps 1 and 2 of restore)."""
+
+    number: int
+    manifest: Manifest | None
+    meta: dict[str, Any]
+    snapshot_data: bytes
+    snapshot_records: list[bytes]
+    log_data: bytes
+    log_records: list[bytes]
+
+
 class DiskState:
     """The state files of one node in ``directory`` (module docstring), through ``files``
     (default: the local disk; ``smr.node.files``)."""
@@ -153,11 +166,46 @@ class DiskState:
         its manifest): a restart restores it, or refuses to if it is not whole."""
         return bool(self._generations())
 
+    def check(self) -> None:
+        """Steps 1 and 2 of restore alone: DiskError (naming the file and why) if the newest
+        generation is not whole, nothing decoded or loaded. ``smr cluster up`` asks every
+        node's directory before it starts any node, so a refused restart changes no disk."""
+        self._whole_generation()
+
     def restore(self) -> Restored | None:
         """The state and view of the newest whole generation, its log replayed; None when
         the directory holds none. DiskError (nothing loaded) if a file is damaged, missing
         or shorter than its manifest says (steps in the module docstring, Restore)."""
         started = time.monotonic()
+        whole = self._whole_generation()
+        if whole is None:
+            return None
+        generation = whole.number
+        # 3. The snapshot, then the log's checkpoints; the view is the newer of the
+        # snapshot's and the manifest's (the view held at the last checkpoint).
+        view, store = self._decode_snapshot(
+            self._path("snapshot", generation), whole.snapshot_records
+        )
+        manifest = whole.manifest
+        if manifest is not None and manifest.view:
+            try:
+                view = view.merge(View.from_wire(unpack_body(manifest.view)))
+            except (ValueError, KeyError, TypeError) as error:
+                self._refuse(self._path("manifest", generation), f"holds no view: {error}")
+        checkpoints = self._replay(store, whole)
+        self.generation = generation
+        self.log_bytes = len(whole.log_data)
+        self.snapshot_bytes = len(whole.snapshot_data)
+        restored = Restored(
+            store, view, generation, checkpoints, store.key_count(), time.monotonic() - started
+        )
+        self._restored_figures = (restored.keys, restored.seconds)
+        return restored
+
+    def _whole_generation(self) -> _Generation | None:
+        """Steps 1 and 2 of restore: the newest generation, each of its files whole and as
+        its manifest describes, its snapshot of this cluster and of a format this node
+        reads (else DiskError); None when the directory holds no generation."""
         generations = self._generations()
         if not generations:
             return None
@@ -180,7 +228,15 @@ class DiskState:
             )
         snapshot_records = self._records(snapshot_path, snapshot_data, expected=3)
         log_records = self._records(log_path, log_data)
+        meta = self._header(snapshot_path, snapshot_records[0])
+        if manifest is None and meta["format"] != LEGACY_DISK_FORMAT:
+            self._refuse(
+                self._path("manifest", generation),
+                f"is missing: what generation {generation} must hold is unknown",
+            )
         if manifest is not None:
+            if meta["format"] != DISK_FORMAT:
+                self._refuse(snapshot_path, f"is of format {meta['format']}, yet has a manifest")
             self._refuse_if(snapshot_path, snapshot_shortfall(manifest.snapshot, snapshot_data))
             self._refuse_if(
                 log_path,
@@ -188,53 +244,26 @@ class DiskState:
                     manifest, log_data if self.files.size(log_path) is not None else None
                 ),
             )
-        # 3. The snapshot, then the log's checkpoints; the view is the newer of the
-        # snapshot's and the manifest's (the view held at the last checkpoint).
-        meta, view, store = self._decode_snapshot(snapshot_path, snapshot_records)
-        if manifest is not None and manifest.view:
-            try:
-                view = view.merge(View.from_wire(unpack_body(manifest.view)))
-            except (ValueError, KeyError, TypeError) as error:
-                self._refuse(self._path("manifest", generation), f"holds no view: {error}")
-        checkpoints = self._replay(store, meta, manifest, generation, log_records, log_data)
-        self.generation = generation
-        self.log_bytes = len(log_data)
-        self.snapshot_bytes = len(snapshot_data)
-        restored = Restored(
-            store, view, generation, checkpoints, store.key_count(), time.monotonic() - started
+        return _Generation(
+            generation, manifest, meta, snapshot_data, snapshot_records, log_data, log_records
         )
-        self._restored_figures = (restored.keys, restored.seconds)
-        return restored
 
-    def _replay(
-        self,
-        store: StateStore,
-        meta: dict[str, Any],
-        manifest: Manifest | None,
-        generation: int,
-        log_records: list[bytes],
-        log_data: bytes,
-    ) -> int:
+    def _replay(self, store: StateStore, whole: _Generation) -> int:
         """Step 3 of restore after the snapshot: the log's checkpoints applied to
-        ``store`` (checked against ``manifest``); how many."""
-        snapshot_path = self._path("snapshot", generation)
-        log_path = self._path("log", generation)
-        if manifest is None and meta["format"] == LEGACY_DISK_FORMAT:
+        ``store`` (checked against the generation's manifest); how many."""
+        snapshot_path = self._path("snapshot", whole.number)
+        log_path = self._path("log", whole.number)
+        manifest, log_data = whole.manifest, whole.log_data
+        if manifest is None:  # format 1 (step 2 refused a newer format without a manifest)
             self.unverified = True
             self._renew_pending = True  # written again at once, with a manifest
-            return self._replay_legacy_log(store, log_path, log_records)
-        if manifest is None:
-            self._refuse(
-                self._path("manifest", generation),
-                f"is missing: what generation {generation} must hold is unknown",
-            )
-        if meta["format"] != DISK_FORMAT:
-            self._refuse(snapshot_path, f"is of format {meta['format']}, yet has a manifest")
+            return self._replay_legacy_log(store, log_path, whole.log_records)
+        meta = whole.meta
         first = _count_field(meta, "checkpoint", snapshot_path) + 1
-        checkpoints = self._replay_log(store, manifest, first, log_path, log_records)
+        checkpoints = self._replay_log(store, manifest, first, log_path, whole.log_records)
         self.checkpoint_number = first - 1 + checkpoints
         self.manifest = Manifest(
-            generation,
+            whole.number,
             checkpoints,
             self.checkpoint_number,
             manifest.snapshot,
@@ -243,18 +272,26 @@ class DiskState:
         )
         return checkpoints
 
-    def _decode_snapshot(
-        self, path: Path, records: list[bytes]
-    ) -> tuple[dict[str, Any], View, StateStore]:
-        header, view_body, snapshot_body = records
+    def _decode_snapshot(self, path: Path, records: list[bytes]) -> tuple[View, StateStore]:
+        _, view_body, snapshot_body = records
         try:
-            meta = json.loads(header)
-            if not isinstance(meta, dict):
-                raise ValueError(f"the header is not an object: {meta!r:.80}")
             view = View.from_wire(unpack_body(view_body))
             snapshot = decode_delta(snapshot_body, max_bytes=len(snapshot_body))
         except (ValueError, KeyError, TypeError, DeltaError) as error:
             raise DiskError(f"{path}: unreadable: {error}") from error
+        store = StateStore()
+        store.apply_delta(snapshot)
+        return view, store
+
+    def _header(self, path: Path, header: bytes) -> dict[str, Any]:
+        """The snapshot's header record (format, incarnation, checkpoint number), of a
+        format this node reads and of this cluster (else DiskError)."""
+        try:
+            meta = json.loads(header)
+        except ValueError as error:
+            raise DiskError(f"{path}: unreadable: {error}") from error
+        if not isinstance(meta, dict):
+            raise DiskError(f"{path}: unreadable: the header is not an object: {meta!r:.80}")
         if meta.get("format") not in (DISK_FORMAT, LEGACY_DISK_FORMAT):
             raise DiskError(f"{path}: format {meta.get('format')!r}, this node reads {DISK_FORMAT}")
         if meta.get("incarnation") != self.incarnation:
@@ -263,9 +300,7 @@ class DiskState:
                 f"{meta.get('incarnation')!r}, this one is {self.incarnation!r}): remove it, "
                 "or point --data-dir elsewhere"
             )
-        store = StateStore()
-        store.apply_delta(snapshot)
-        return meta, view, store
+        return meta
 
     def _replay_log(
         self, store: StateStore, manifest: Manifest, first: int, path: Path, records: list[bytes]
@@ -498,3 +533,4 @@ def _count_field(meta: dict[str, Any], name: str, path: Path) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
         raise DiskError(f"{path}: unreadable: its header's {name} is {value!r}")
     return value
+

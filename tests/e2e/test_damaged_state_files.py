@@ -58,6 +58,15 @@ def _missing_or_wrong(cluster: Cluster, expected: dict[str, int]) -> int:
     return sum(1 for word, count in expected.items() if counts.get(word) != count)
 
 
+def _files_of(data_dir: Path) -> dict[str, bytes]:
+    """Every file under ``data_dir`` by its relative path, with its bytes."""
+    return {
+        str(path.relative_to(data_dir)): path.read_bytes()
+        for path in sorted(data_dir.rglob("*"))
+        if path.is_file()
+    }
+
+
 @pytest.mark.parametrize(
     "damage",
     [
@@ -88,6 +97,7 @@ def test_a_state_file_damaged_at_a_boundary_refuses_the_restart_naming_it(
     expected = word_counts(EXAMPLE_BOOKS[:1])
     cluster.smr("cluster", "down", "--dir", str(cluster.dir))
     damaged = _damage(data_dir, damage)
+    files_before = _files_of(data_dir)
     result = cluster.smr(
         "cluster", "up", "--dir", str(cluster.dir), "--job", "examples.wordcount:job", check=False
     )
@@ -99,6 +109,8 @@ def test_a_state_file_damaged_at_a_boundary_refuses_the_restart_naming_it(
     said = result.stdout + result.stderr
     assert f"{VICTIM}: {damaged}" in said, said
     assert "refusing to restore in part" in said, said
+    # Refused before any node started: no node wrote, fenced or took over on any disk.
+    assert _files_of(data_dir) == files_before
     # No node was left serving, and status names the node that refused and the file.
     status = cluster.smr("status", "--cluster", str(cluster.dir), check=False)
     assert status.returncode != 0

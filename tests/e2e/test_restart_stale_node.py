@@ -144,15 +144,9 @@ def test_a_node_revived_from_an_older_disk_never_serves_its_stale_counts(
     assert not set(changed) & set(dumped)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="over real processes the revived n1 settles on its 3 s bound without learning it was "
-    "taken over (the simulation's network delivers its restored view to every member, the real "
-    "transport's send to a member its view marks dead does not reach or is not answered): it "
-    "serves no stale read (its read lease needs n2), but it does not fence (issue 35)",
-)
 def test_a_node_revived_from_an_older_disk_fences(cluster: Cluster) -> None:
     _revive_a_stale_node(cluster)
     # n1 learned it was taken over, and fenced (its role is serving again once it rejoins,
-    # 30 s after its fence: the counter says it).
-    _wait_status(cluster, lambda rows: rows["n1"].get("fenced", 0) >= 1)
+    # 30 s after its fence: the counter says it), keeping the generation it served.
+    rows = _wait_status(cluster, lambda rows: rows["n1"].get("fenced", 0) >= 1)
+    assert rows["n1"]["disk_fenced_kept"] == ["fenced-1"], rows["n1"]

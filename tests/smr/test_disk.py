@@ -196,8 +196,20 @@ def test_a_file_holding_less_than_its_manifest_says_is_refused_and_named(
     else:
         (tmp_path / "a" / "manifest-1.smr").unlink()
     assert DiskState(tmp_path / "a").has_state()
-    with pytest.raises(DiskError, match=f"^a: {tmp_path}/a/{said}.*; refusing to restore in part$"):
+    refusal = f"^a: {tmp_path}/a/{said}.*; refusing to restore in part$"
+    with pytest.raises(DiskError, match=refusal):
         DiskState(tmp_path / "a").restore()
+    # The check `up` asks of every node before it starts any says the same.
+    with pytest.raises(DiskError, match=refusal):
+        DiskState(tmp_path / "a").check()
+
+
+def test_a_whole_generation_passes_the_check(tmp_path: Path) -> None:
+    three_checkpoints(tmp_path / "a")
+    DiskState(tmp_path / "a").check()
+    DiskState(tmp_path / "empty").check()  # nothing on disk: nothing to refuse
+    with pytest.raises(DiskError, match="holds the state of another cluster"):
+        DiskState(tmp_path / "a", incarnation="another").check()
 
 
 def test_a_log_without_snapshot_or_manifest_is_refused(tmp_path: Path) -> None:
