@@ -10,7 +10,9 @@ that description, written last:
 - the view the node held at that checkpoint (opaque bytes here: ``smr.node.disk`` packs and
   unpacks it), so that a restart knows the ring as the node last knew it, not only as it was
   when its own range last changed and the snapshot was written
-  (docs/design/architecture.md#restart).
+  (docs/design/architecture.md#restart);
+- whether the node stopped cleanly after that checkpoint (``stopped``): one that crashed
+  may have been taken over while it was down, one that stopped served nothing past it.
 
 Checkpoints are numbered on the node's disk, one after the other across generations: the
 snapshot's header says the number of the last checkpoint folded into it, and each entry of
@@ -80,6 +82,9 @@ class Manifest:
     log: FileFacts
     view: bytes = b""
     """The view the node held at its last checkpoint, packed (empty: format 1, none)."""
+    stopped: bool = False
+    """The node stopped cleanly after its last checkpoint (its stop writes it; the first
+    checkpoint after a restart clears it). False where the field is absent."""
 
     def encode(self) -> bytes:
         """The manifest as bytes (JSON; a file holds it in a checksummed record)."""
@@ -92,6 +97,7 @@ class Manifest:
                 "snapshot": [self.snapshot.length_bytes, self.snapshot.crc32],
                 "log": [self.log.length_bytes, self.log.crc32],
                 "view": base64.b64encode(self.view).decode(),
+                "stopped": self.stopped,
             }
         ).encode()
 
@@ -107,6 +113,9 @@ class Manifest:
             view = fields.get("view", "")
             if not isinstance(view, str):
                 raise ValueError(f"its view is {view!r:.40}")
+            stopped = fields.get("stopped", False)
+            if not isinstance(stopped, bool):
+                raise ValueError(f"its stopped is {stopped!r:.40}")
             manifest = cls(
                 _count(fields["generation"]),
                 _count(fields["checkpoints"]),
@@ -114,6 +123,7 @@ class Manifest:
                 FileFacts(*map(_count, fields["snapshot"])),
                 FileFacts(*map(_count, fields["log"])),
                 base64.b64decode(view, validate=True),
+                stopped,
             )
         except (ValueError, KeyError, TypeError, binascii.Error) as error:
             raise ManifestError(f"not a manifest: {error}") from error

@@ -45,6 +45,7 @@ from smr.spec import (
     OUTPUT_TABLE_KEY,
     REJOIN_AFTER_FENCE_KEY,
     REJOIN_AFTER_FENCE_MS_DEFAULT,
+    RESTART_LEFT_OUT_KEY,
     ClusterError,
     ClusterSpec,
     NodeSpec,
@@ -366,6 +367,10 @@ def _restart(
     damaged = state_damaged(spec, without)
     if damaged:
         raise ClusterError("\n".join(damaged.values()))
+    # The nodes left out, for those restored from a crash (smr.node.restart): read by
+    # each node as it starts, so written before any starts.
+    spec.extra[RESTART_LEFT_OUT_KEY] = sorted(set(without))
+    write_spec(cluster_dir, spec)
     use_keys_of(cluster_dir)
     _start_and_wait(cluster_dir, spec, ready_timeout_s, without)
 

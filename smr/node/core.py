@@ -178,7 +178,10 @@ class NodeCore:
         frame_bytes_max: int = FRAME_BYTES_MAX_DEFAULT,
         settings: NodeSettings = NodeSettings(),
         store: StateStore | None = None,
+        restored_from_crash: bool = False,
     ) -> None:
+        """``store``: the state restored from disk (None: the node starts empty);
+        ``restored_from_crash``: its disk holds no clean stop after it (``smr.node.restart``)."""
         self.job = job
         self.slot_bits = slot_bits
         self.settings = settings
@@ -219,7 +222,11 @@ class NodeCore:
         self.reducer = Reducer(job, output, clock)
         # A node restored from disk exchanges views with its peers before it serves.
         self.restart = RestartExchange(
-            node_id, settings.restart_settle_ms, restored=store is not None
+            node_id,
+            settings.restart_settle_ms,
+            restored=store is not None,
+            crashed=restored_from_crash,
+            left_out=frozenset(NodeId(name) for name in settings.restart_left_out),
         )
         self._wire_roles()
         self.disk: DiskState | None = None
@@ -636,6 +643,9 @@ class NodeCore:
         for peer in self.restart.peers_to_tell(now, self.view):
             self.peer_send(peer, Gossip(*self.stamp, self.membership.view_body()))
         self.restart.settle_if_done(now, self.view)
+        doubted_by = self.restart.left_out_takers(self.secondaries)
+        if doubted_by:
+            self.recovery.doubt_restored_state(doubted_by)
         # 1.
         if replicated:
             giving = self.moves.giving

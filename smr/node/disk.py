@@ -59,7 +59,7 @@ import json
 import re
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Final, NoReturn
 
@@ -110,6 +110,9 @@ class Restored:
     checkpoints: int
     keys: int
     seconds: float
+    stopped: bool
+    """The node stopped cleanly after the checkpoint restored; False: it crashed (or its
+    manifest predates the mark), and may have been taken over while down."""
 
 
 @dataclass(frozen=True)
@@ -196,8 +199,10 @@ class DiskState:
         self.generation = generation
         self.log_bytes = len(whole.log_data)
         self.snapshot_bytes = len(whole.snapshot_data)
+        seconds = time.monotonic() - started
+        stopped = manifest is not None and manifest.stopped
         restored = Restored(
-            store, view, generation, checkpoints, store.key_count(), time.monotonic() - started
+            store, view, generation, checkpoints, store.key_count(), seconds, stopped
         )
         self._restored_figures = (restored.keys, restored.seconds)
         return restored
@@ -492,6 +497,13 @@ class DiskState:
         self.files.write_synced(temporary, data)
         self.files.replace(temporary, path)
 
+    def mark_stopped(self) -> None:
+        """The node stops cleanly after its last checkpoint: its manifest says so
+        (``Manifest.stopped``; the next checkpoint's clears it), so that a restart knows
+        no other node can have taken it over and served past it (``smr.node.restart``)."""
+        if self.manifest is not None:
+            self._write_manifest(replace(self.manifest, stopped=True))
+
     def keep_fenced(self, incarnation: int) -> Path | None:
         """The node was fenced as ``incarnation``: keep the files of the generation it
         served, as hard links (no copy, no window without them) in ``fenced-INCARNATION/``,
@@ -533,4 +545,3 @@ def _count_field(meta: dict[str, Any], name: str, path: Path) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
         raise DiskError(f"{path}: unreadable: its header's {name} is {value!r}")
     return value
-

@@ -141,6 +141,7 @@ def serve(
         balance_above=spec.balance_above(),
         join_after_start_ms=join_after_start_ms,
         mapper_lease_ms=spec.mapper_lease_ms(),
+        restart_left_out=spec.restart_left_out(),
     )
     core = NodeCore(
         NodeId(node_id),
@@ -151,6 +152,7 @@ def serve(
         output,
         settings=settings,
         store=None if restored is None else restored.store,
+        restored_from_crash=restored is not None and not restored.stopped,
     )
     core.disk = disk
     if disk is not None and not _start_disk(core, disk, restored):
@@ -199,6 +201,9 @@ def serve(
                 if saved or attempt == LAST_CHECKPOINT_ATTEMPTS - 1:
                     break
                 time.sleep(1.0)
+            if saved:
+                # A clean stop: nothing was served past this checkpoint (smr.node.restart).
+                disk.mark_stopped()
     finally:
         if disk is not None:
             disk.close()

@@ -453,6 +453,33 @@ class Recovery:
         node.set_view(node.view.with_member(rejoined))
         node.membership.gossip()
 
+    def doubt_restored_state(self, left_out: Sequence[NodeId]) -> None:
+        """Restored from a crash, with owners that would have taken it over left out of the
+        restart (``smr.node.restart``, step 4): whether they did, and served past this
+        node's disk, cannot be known. Every slot held here goes to the loss ledger (kept,
+        not served: reads and tuples refused, ``status`` and ``recover`` say it, and the
+        left-out node back or an operator's ``--accept-loss`` decides), and every copy of
+        another node's range is dropped (a takeover from it finds none: lost, loudly)."""
+        node = self._node
+        slots = node.store.slots()
+        copies = sorted({owner for owner, _ in node.replication.copies()})
+        if not slots and not copies:
+            return  # fenced, or empty: nothing restored to doubt
+        node.counters.slots_lost += len(slots - node.ledger.lost_among(slots))
+        node.ledger.mark(node.store, slots)
+        node.replication.reset()
+        node.snapshots.reset()
+        log.error(
+            "restart: this node crashed before the stop and %s, which would have taken it "
+            "over, was left out: what it restored may have been superseded, so the %d slots "
+            "it holds are counted lost (kept, not served) until %s comes back or an "
+            "operator runs 'smr recover --accept-loss', and its copies of %s are dropped",
+            ", ".join(left_out),
+            len(slots),
+            ", ".join(left_out),
+            ", ".join(copies) or "no node",
+        )
+
     # -- what other roles ask ----------------------------------------------------------------
 
     def sign_of_life(self, peer: NodeId, busy: bool | None = None) -> None:

@@ -15,22 +15,30 @@ the nodes that came back with it:
 3. It holds every ping, read and batch (unanswered: clients retry, emitters resend) until it
    has heard the view of every other owner of its view, or ``restart_settle_ms`` passed (an
    owner that did not come back never answers). ``smr cluster up`` waits for every node's
-   ping, so it returns once the nodes agree.
+   ping, so it returns once the nodes agree. A node that *crashed* (its disk holds no clean
+   stop, ``Manifest.stopped``) may have been taken over while it was down, by an owner that
+   alone knows it: it waits for every owner without a bound, but for those the operator
+   left out of the restart (``up --without``, ``restart_left_out``).
 4. A node the merged view marks dead at its restored incarnation was taken over while it was
    down: it fences (its generation kept in ``fenced-I/``, ``DiskState.keep_fenced``) and
    serves nothing of its older state; an owner that did not come back is taken over by its
    successor as a dead node, and the slots no copy on disk covers go to the loss ledger
-   (``checkpoint.loss``), loudly.
+   (``checkpoint.loss``), loudly. A crashed node whose possible takers (the owners that
+   hold its copies) include one left out cannot know whether its state was superseded: it
+   marks every slot it holds lost and drops its copies (kept, not served: the left-out node
+   back, or ``smr recover --accept-loss``, decides), never serving it as current.
 
 Guarantee: a node restored from disk serves no read and applies no batch by a view older
 than the newest view of the owners of its view that came back (within ``restart_settle_ms``);
 so a range's state is served only by the owner the newest view names, never from an older
-copy.
+copy. A node that crashed serves nothing it restored until every owner that could have
+taken it over was heard, and counts it lost if one of them was left out.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 
 from smr.ring.ids import NodeId
 from smr.ring.view import Status, View
@@ -44,12 +52,23 @@ class RestartExchange:
     and reports every view it hears (:meth:`heard`); this part decides when it has settled.
     """
 
-    def __init__(self, node_id: NodeId, settle_ms: int, restored: bool) -> None:
+    def __init__(
+        self,
+        node_id: NodeId,
+        settle_ms: int,
+        restored: bool,
+        crashed: bool = False,
+        left_out: frozenset[NodeId] = frozenset(),
+    ) -> None:
         self._node_id = node_id
         self._settle_s = settle_ms / 1000
         self._settled = not restored
+        self._crashed = restored and crashed
+        self._left_out = left_out
         self._until: float | None = None
         self._heard: set[NodeId] = set()
+        self._doubts_told = False
+        self._waiting_told = False
 
     @property
     def settling(self) -> bool:
@@ -80,9 +99,20 @@ class RestartExchange:
             for member in view.owners()
             if member.node_id != self._node_id
             and member.node_id not in self._heard
+            and member.node_id not in self._left_out
             and member.status is not Status.DEAD
         )
         if awaited and now < self._until:
+            return
+        if awaited and self._crashed:
+            if not self._waiting_told:
+                self._waiting_told = True
+                log.warning(
+                    "restart: this node crashed before the stop and may have been taken over "
+                    "while it was down: it serves once it heard %s (start them, or restart "
+                    "the cluster with --without naming those that cannot come back)",
+                    ", ".join(awaited),
+                )
             return
         self._settled = True
         if awaited:
@@ -94,3 +124,14 @@ class RestartExchange:
             )
         else:
             log.info("restart: the views restored agree (epoch %d); serving", view.epoch)
+
+    def left_out_takers(self, takers: Sequence[NodeId]) -> list[NodeId]:
+        """Step 4's doubt, told once when settled: those of ``takers`` (the owners that
+        hold this node's copies, and so would have taken it over) that the operator left
+        out of the restart, if this node crashed; else none."""
+        if not self._settled or self._doubts_told:
+            return []
+        self._doubts_told = True
+        if not self._crashed:
+            return []
+        return sorted(set(takers) & self._left_out)

@@ -23,6 +23,9 @@ class NodeSettings:
     # of every other owner of its view, or this long at most (smr.node.restart, step 3): an
     # owner that did not come back never answers.
     restart_settle_ms: int = 3000
+    # The nodes the operator left out of a restart from disk (``smr cluster up --without``):
+    # a node restored from a crash waits for every other owner but these (smr.node.restart).
+    restart_left_out: frozenset[str] = frozenset()
     # Raw batch bytes held for all primaries together. From EARLY_CHECKPOINT_AT_FRACTION of
     # it, the node asks its primaries for an early checkpoint (whose eviction makes room); at
     # the bound, new backup batches are not accepted (not acked) until checkpoints evict old

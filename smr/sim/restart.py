@@ -12,7 +12,7 @@ from typing import Protocol
 
 from smr.checkpoint.store import StateStore
 from smr.node import NodeCore
-from smr.node.disk import DiskError
+from smr.node.disk import DiskError, DiskState, Restored
 from smr.ring.hashing import slot_of
 from smr.ring.ids import NodeId, Slot
 from smr.ring.placement import Role
@@ -43,7 +43,12 @@ class RestartRun(Run, Protocol):
     def initial_view(self) -> View: ...
 
     def new_core(
-        self, sim_node: SimNode, view: View, store: StateStore | None = None
+        self,
+        sim_node: SimNode,
+        view: View,
+        store: StateStore | None = None,
+        restored_from_crash: bool = False,
+        left_out: frozenset[NodeId] = frozenset(),
     ) -> NodeCore: ...
 
     def start_timers(self, sim_node: SimNode, phases: random.Random) -> None: ...
@@ -78,8 +83,12 @@ class Restart:
         done = apply_fault(sim.rng("disk"), self.fault, self.target, sim.disks[self.target])
         sim.note(f"restart: every node stopped; {done}")
         # 3.
+        restores = {node.node_id: self._restore(node) for node in starting}
+        left_out = frozenset(self.refused)
         for node in starting:
-            self._start(node, rng)
+            restore = restores[node.node_id]
+            if restore is not None:
+                self._start(node, rng, *restore, left_out)
         if not self._converged():
             return
         # 4.
@@ -100,10 +109,13 @@ class Restart:
             if (node := sim.nodes[node_id]).killed and node_id in sim.disks
         ]
         for node, core in live:
-            if not (self.fault == "crash" and node.node_id == self.target):
+            stops = not (self.fault == "crash" and node.node_id == self.target)
+            if stops:
                 with sim.acting_as(node.node_id):
                     core.replication.checkpoint()
             if core.disk is not None:
+                if stops:
+                    core.disk.mark_stopped()  # a clean stop, as smr.node.loop's
                 core.disk.close()
         sim.network.drop_in_flight()
         starting = sorted([node for node, _ in live] + dead, key=lambda node: node.node_id)
@@ -115,20 +127,39 @@ class Restart:
             sim.disks[node.node_id].crash()
         return starting
 
-    def _start(self, node: SimNode, rng: random.Random) -> None:
-        """Step 3 for one node, as smr.node.loop starts it: a DiskError keeps it out."""
+    def _restore(self, node: SimNode) -> tuple[DiskState, Restored | None] | None:
+        """Step 3's restore for one node, as smr.node.loop's: its disk and what it restored;
+        None if a DiskError keeps it out (the operator then restarts the cluster
+        ``--without`` it, which each node restored is told)."""
         sim = self.sim
         disk = disk_of(node.node_id, sim.disks[node.node_id])
         try:
-            restored = disk.restore()
+            return disk, disk.restore()
         except DiskError as error:
             node.killed = True
             self.refused.append(node.node_id)
             self.tally["restore refused"] += 1
             sim.note(f"restart: {node.node_id} does not start: {error}")
-            return
+            return None
+
+    def _start(
+        self,
+        node: SimNode,
+        rng: random.Random,
+        disk: DiskState,
+        restored: Restored | None,
+        left_out: frozenset[NodeId],
+    ) -> None:
+        """Step 3 for one node restored, as smr.node.loop starts it."""
+        sim = self.sim
         view = sim.initial_view() if restored is None else restored.view
-        core = sim.new_core(node, view, None if restored is None else restored.store)
+        core = sim.new_core(
+            node,
+            view,
+            None if restored is None else restored.store,
+            restored_from_crash=restored is not None and not restored.stopped,
+            left_out=left_out,
+        )
         core.disk = disk
         if restored is not None:
             disk.serving(core.ring.range_of(core.node_id))

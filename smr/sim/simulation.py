@@ -242,12 +242,23 @@ class Simulation:
             ]
         )
 
-    def new_core(self, sim_node: SimNode, view: View, store: StateStore | None = None) -> NodeCore:
+    def new_core(
+        self,
+        sim_node: SimNode,
+        view: View,
+        store: StateStore | None = None,
+        restored_from_crash: bool = False,
+        left_out: frozenset[NodeId] = frozenset(),
+    ) -> NodeCore:
         """A node process starting (again): a new core for ``sim_node``, with ``view`` and
-        the ``store`` restored from its disk, if any; with its simulated disk when the run
-        restarts (``smr.sim.disk``)."""
+        the ``store`` restored from its disk, if any (``restored_from_crash``: no clean stop
+        after it; ``left_out``: the nodes the restart did not start); with its simulated
+        disk when the run restarts (``smr.sim.disk``)."""
         node_id = sim_node.node_id
         assert sim_node.links is not None
+        settings = self.settings
+        if left_out:
+            settings = replace(settings, restart_left_out=frozenset(left_out))
         core = NodeCore(
             node_id,
             sim_job(),
@@ -256,8 +267,9 @@ class Simulation:
             sim_node.links,
             MemoryOutput(node_id, self.output_files if self.config.subscriber else None),
             clock=self.clock.seconds,
-            settings=self.settings,
+            settings=settings,
             store=store,
+            restored_from_crash=restored_from_crash,
         )
         if self.config.restart_fault is not None:
             files = self.disks.setdefault(node_id, SimFiles())

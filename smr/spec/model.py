@@ -77,6 +77,8 @@ MAPPER_LEASE_KEY: Final = "mapper_lease_ms"
 """The ``extra`` setting for how long after a mapper finished its dedup memory is retired."""
 MAPPER_LEASE_MS_DEFAULT: Final = 600_000
 OUTPUT_TABLE_KEY: Final = "output_table"
+# The nodes a restart from disk left out (``smr cluster up --without``; smr.node.restart).
+RESTART_LEFT_OUT_KEY: Final = "restart_left_out"
 """The ``extra`` setting for the PostgreSQL table the output goes to (absent: none)."""
 """The ``extra`` setting for the tuples every node applies per second at most (null or
 absent: no cap; ``smr.node.rate_cap``)."""
@@ -228,6 +230,15 @@ class ClusterSpec:
         if not isinstance(value, str) or not value:
             raise ClusterError(f"extra.{DATA_DIR_KEY} must be a directory path: {value!r}")
         return Path(value)
+
+    def restart_left_out(self) -> frozenset[str]:
+        """The nodes the last restart from disk left out (``extra``; ``up --without``)."""
+        value = self.extra.get(RESTART_LEFT_OUT_KEY, [])
+        if not isinstance(value, list) or not all(isinstance(name, str) for name in value):
+            raise ClusterError(
+                f"extra.{RESTART_LEFT_OUT_KEY} must be a list of node ids: {value!r}"
+            )
+        return frozenset(value)
 
     def mapper_lease_ms(self) -> int:
         """How long after a mapper said it finished the nodes retire its hwms (``extra``)."""

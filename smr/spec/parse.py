@@ -39,6 +39,7 @@ _NODE_FIELDS: Final = frozenset(
     }
 )
 
+
 def read_spec(cluster_dir: Path) -> ClusterSpec:
     """Read ``DIR/cluster.json``; ClusterError saying what is missing or wrong otherwise."""
     path = cluster_dir / CLUSTER_FILE
@@ -52,6 +53,7 @@ def read_spec(cluster_dir: Path) -> ClusterSpec:
         raise ClusterError(f"cannot read {path}: {error}") from None
     return parse_spec(raw, str(path))
 
+
 def write_spec(cluster_dir: Path, spec: ClusterSpec) -> None:
     """Write ``DIR/cluster.json`` atomically (readers never see half a file)."""
     path = cluster_dir / CLUSTER_FILE
@@ -61,6 +63,7 @@ def write_spec(cluster_dir: Path, spec: ClusterSpec) -> None:
         os.replace(temporary, path)
     finally:
         temporary.unlink(missing_ok=True)  # left only if writing failed
+
 
 def spec_to_json(spec: ClusterSpec) -> dict[str, Any]:
     """The JSON object for ``spec``; optional fields only where they differ from defaults."""
@@ -98,6 +101,7 @@ def spec_to_json(spec: ClusterSpec) -> dict[str, Any]:
         raw["seeds"] = list(spec.seeds)
     return raw
 
+
 def parse_spec(raw: object, source: str) -> ClusterSpec:
     """The spec in the decoded JSON ``raw``; ClusterError naming ``source`` (a path) and the
     first field that is missing or wrong otherwise."""
@@ -105,6 +109,7 @@ def parse_spec(raw: object, source: str) -> ClusterSpec:
         return _parse(raw, source)
     except ValueError as error:
         raise ClusterError(f"{source} is malformed: {error}") from None
+
 
 def _parse(raw: object, source: str) -> ClusterSpec:
     if not isinstance(raw, dict):
@@ -150,6 +155,7 @@ def _parse(raw: object, source: str) -> ClusterSpec:
         incarnation=incarnation,
     )
 
+
 def _parse_node(entry: object, slot_bits: int, where: str) -> NodeSpec:
     if not isinstance(entry, dict):
         raise ValueError(f"{where} must be an object, got {entry!r}")
@@ -182,12 +188,14 @@ def _parse_node(entry: object, slot_bits: int, where: str) -> NodeSpec:
     _check_advertised(f"{where}.pub_addr", node.pub_addr)
     return node
 
+
 def split_host_port(addr: str, where: str = "address") -> tuple[str, int]:
     """``"host:port"`` as its host and port (0 to 65535); ValueError naming ``where`` if not."""
     host, colon, port = addr.rpartition(":")
     if not colon or not host or not port.isdigit() or int(port) > 65535:
         raise ValueError(f"{where} must be host:port (port 0 to 65535), got {addr!r}")
     return host.strip("[]"), int(port)
+
 
 def _check_advertised(where: str, addr: str) -> None:
     """An advertised address must name one reachable host, not "every interface"."""
@@ -197,6 +205,7 @@ def _check_advertised(where: str, addr: str) -> None:
             f"{where} {addr!r} is a wildcard; advertise an address other hosts can reach "
             "(the wildcard belongs in bind_addr or pub_bind_addr)"
         )
+
 
 def _check_unique(nodes: list[NodeSpec]) -> None:
     seen_ids: set[str] = set()
@@ -214,12 +223,15 @@ def _check_unique(nodes: list[NodeSpec]) -> None:
             )
         seen_tokens[node.token] = node.id
 
+
 _MISSING: Final = object()
+
 
 def _required(raw: dict[str, Any], key: str, where: str) -> Any:
     if key not in raw:
         raise ValueError(f"{where} is missing")
     return raw[key]
+
 
 def _bool(raw: dict[str, Any], key: str, where: str) -> bool:
     value = raw.get(key, False)
@@ -227,11 +239,13 @@ def _bool(raw: dict[str, Any], key: str, where: str) -> bool:
         raise ValueError(f"{where} must be true or false, got {value!r}")
     return value
 
+
 def _int(raw: dict[str, Any], key: str, where: str, default: object = _MISSING) -> int:
     value = raw.get(key, default) if default is not _MISSING else _required(raw, key, where)
     if not isinstance(value, int) or isinstance(value, bool):
         raise ValueError(f"{where} must be an integer, got {value!r}")
     return value
+
 
 def _str(
     raw: dict[str, Any], key: str, where: str, default: object = _MISSING, empty_ok: bool = False
@@ -242,6 +256,7 @@ def _str(
     if not value and not empty_ok and default is _MISSING:
         raise ValueError(f"{where} must not be empty")
     return value
+
 
 def feeder_job(spec: ClusterSpec, where: str, job_ref: str | None) -> str:
     """The job a feeder runs: the cluster's, which ``--job`` may only repeat.

@@ -4,6 +4,8 @@ byte of a file it describes is named, never taken for a whole state."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -160,3 +162,20 @@ def test_a_manifest_records_the_view_of_its_last_checkpoint_and_reads_format_1()
     assert Manifest.decode(old) == Manifest(3, 0, 4, FileFacts(10, 5), FileFacts(0, 0))
     with pytest.raises(ManifestError, match="view"):
         Manifest.decode(old.replace(b"}", b', "view": 7}'))
+
+
+def test_a_manifest_says_whether_its_node_stopped_cleanly_and_reads_without_the_mark() -> None:
+    manifest, _, _ = generation(b"snapshot", [[b"a"]])
+    assert not manifest.stopped
+    stopped = replace(manifest, stopped=True)
+    assert Manifest.decode(stopped.encode()) == stopped
+    # The next checkpoint's manifest clears it: the node served past the stop.
+    assert not stopped.with_checkpoint(b"record", manifest.last_checkpoint + 1, b"v").stopped
+    # Written before the mark existed: read as not stopped (a restart doubts it, never
+    # trusts it).
+    old = b'{"format": 2, "generation": 3, "checkpoints": 0, "last_checkpoint": 4, ' + (
+        b'"snapshot": [10, 5], "log": [0, 0], "view": ""}'
+    )
+    assert not Manifest.decode(old).stopped
+    with pytest.raises(ManifestError, match="stopped"):
+        Manifest.decode(old.replace(b"}", b', "stopped": 1}'))

@@ -344,18 +344,13 @@ def test_strict_disk_a_revived_node_never_serves_its_stale_state(
     assert result.edges["restored a node the faults killed"] >= 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known silent loss (issue 35): n1 and n2 crashed during the run and were taken "
-    "over by n0, the only node that knew it; n0's disk is refused at the restart, and n1 and "
-    "n2 come back from their older disks with nothing to tell them they were taken over: "
-    "their state is served as current. Needs a clean-stop mark on each disk and a crashed "
-    "node that waits for every owner that could have taken it over (or the operator's "
-    "word that it is gone, then its state counted lost)",
-)
 def test_strict_disk_nodes_revived_when_their_only_taker_stays_out_serve_nothing_stale() -> None:
-    # 4 nodes, r = 3: n3, n1 and n2 killed and taken over by n0, whose log is then lost.
-    run_seed(12002651, STRICT_BIG_EDGES)
+    # 4 nodes, r = 3: n3, n1 and n2 killed and taken over by n0, whose log is then lost at
+    # the restart. n1 and n2 come back from their older disks, crashed (no clean stop), and
+    # n0, which held their copies, was left out: nothing can tell them whether they were
+    # taken over (they were), so they count what they hold lost instead of serving it.
+    result = run_seed(12002651, STRICT_BIG_EDGES)
+    assert result.edges["restored a node the faults killed"] == 3
 
 
 # -- a subscriber -------------------------------------------------------------------------------

@@ -342,3 +342,28 @@ def test_a_restore_gives_the_view_of_the_last_checkpoint_not_only_of_the_snapsho
     assert restored is not None and restored.generation == 1 and restored.checkpoints == 1
     assert restored.view == after
     assert restored.view.members[NodeId("b")].status is Status.DEAD
+
+
+def test_a_clean_stop_is_restored_as_such_and_the_next_checkpoint_clears_it(
+    tmp_path: Path,
+) -> None:
+    three_checkpoints(tmp_path / "a")
+    restored = DiskState(tmp_path / "a").restore()
+    assert restored is not None and not restored.stopped  # no clean stop: a crash
+    disk = DiskState(tmp_path / "a")
+    restored = disk.restore()
+    assert restored is not None
+    disk.serving(RANGE)
+    disk.mark_stopped()
+    again = DiskState(tmp_path / "a").restore()
+    assert again is not None and again.stopped
+    assert contents(again.store) == contents(restored.store)
+    # Served again after the restart, then crashed: no longer a clean stop.
+    disk = DiskState(tmp_path / "a")
+    store = disk.restore()
+    assert store is not None
+    disk.serving(RANGE)
+    add(store.store, 9, 9, "k9", 9)
+    checkpoint(disk, store.store)
+    after = DiskState(tmp_path / "a").restore()
+    assert after is not None and not after.stopped

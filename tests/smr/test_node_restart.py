@@ -59,6 +59,33 @@ def test_the_exchange_settles_at_its_bound_without_an_owner_that_never_answers()
     assert not exchange.settling
 
 
+def test_a_crashed_node_waits_for_every_owner_but_those_left_out() -> None:
+    # Crashed (no clean stop): an owner not heard may have taken it over; no bound.
+    exchange = RestartExchange(N0, settle_ms=3000, restored=True, crashed=True)
+    exchange.peers_to_tell(10.0, VIEW)
+    exchange.heard(N1, 10.5, VIEW)
+    exchange.settle_if_done(60.0, VIEW)
+    assert exchange.settling
+    exchange.heard(N2, 61.0, VIEW)
+    assert not exchange.settling
+    assert exchange.left_out_takers([N1]) == []  # nobody left out: nothing to doubt
+    # n2 left out of the restart: settled without it, and doubting, if it was a taker.
+    left = RestartExchange(
+        N0, settle_ms=3000, restored=True, crashed=True, left_out=frozenset({N2})
+    )
+    left.peers_to_tell(10.0, VIEW)
+    assert left.left_out_takers([N1, N2]) == []  # not settled yet
+    left.heard(N1, 10.5, VIEW)
+    assert not left.settling
+    assert left.left_out_takers([N1, N2]) == [N2]
+    assert left.left_out_takers([N1, N2]) == []  # told once
+    # A clean stop: no taker served past it, nothing to doubt; the bound applies.
+    clean = RestartExchange(N0, settle_ms=3000, restored=True, left_out=frozenset({N2}))
+    clean.peers_to_tell(10.0, VIEW)
+    clean.heard(N1, 10.5, VIEW)
+    assert not clean.settling and clean.left_out_takers([N2]) == []
+
+
 def test_a_node_that_started_empty_never_settles() -> None:
     exchange = RestartExchange(N0, settle_ms=3000, restored=False)
     assert not exchange.settling and exchange.peers_to_tell(0.0, VIEW) == []
@@ -67,7 +94,14 @@ def test_a_node_that_started_empty_never_settles() -> None:
 class _Node:
     """One NodeCore with its sends and replies recorded, on a hand-moved clock."""
 
-    def __init__(self, node_id: NodeId, view: View, store: StateStore | None) -> None:
+    def __init__(
+        self,
+        node_id: NodeId,
+        view: View,
+        store: StateStore | None,
+        crashed: bool = False,
+        left_out: frozenset[str] = frozenset(),
+    ) -> None:
         self.now = 0.0
         self.sent: list[tuple[NodeId, Message]] = []
         self.replies: list[Message] = []
@@ -79,8 +113,9 @@ class _Node:
             CallbackLinks(self._reply, self._send),
             MemoryOutput(node_id),
             clock=lambda: self.now,
-            settings=NodeSettings(replication=1),
+            settings=NodeSettings(replication=1, restart_left_out=left_out),
             store=store,
+            restored_from_crash=crashed,
         )
 
     def _reply(self, identity: bytes, frames: Sequence[bytes]) -> bool:
@@ -135,6 +170,27 @@ def test_a_restored_node_answers_once_every_other_owner_was_heard() -> None:
         node.core.on_frames(peer.encode(), encode(gossip))
     assert node.ping() and not node.core.restart.settling
     assert node.core.counters.held_while_settling == 2
+
+
+def test_a_crashed_node_whose_taker_was_left_out_counts_what_it_holds_lost() -> None:
+    # n0 crashed before the stop; n1, which holds its copy (r = 1) and so would have taken
+    # it over, is left out of the restart: n0 cannot know whether n1 served past its disk.
+    node = _Node(N0, VIEW, _store_with_a_key(), crashed=True, left_out=frozenset({"n1"}))
+    node.now = 0.1
+    node.core.tick()
+    gossip = Gossip(N2, Incarnation(1), VIEW.epoch, pack_body(VIEW.to_wire()))
+    node.core.on_frames(N2.encode(), encode(gossip))
+    assert not node.core.restart.settling
+    node.core.tick()
+    assert node.core.ledger.is_lost(Slot(0))
+    assert node.core.store.get(Slot(0), "stale") == {"count": 1}  # kept, not served
+    # Had it stopped cleanly, nothing served past its disk: it serves what it restored.
+    clean = _Node(N0, VIEW, _store_with_a_key(), left_out=frozenset({"n1"}))
+    clean.now = 0.1
+    clean.core.tick()
+    clean.core.on_frames(N2.encode(), encode(gossip))
+    clean.core.tick()
+    assert not clean.core.restart.settling and not clean.core.ledger.is_lost(Slot(0))
 
 
 def test_a_node_that_started_empty_answers_at_once() -> None:

@@ -66,3 +66,35 @@ def test_without_is_refused_for_a_cluster_with_no_state_on_disk(tmp_path: Path) 
     with pytest.raises(ClusterError, match="--without leaves nodes out of a restart from disk"):
         local_cluster.up(tmp_path / "new", 3, 1, JOB, without=["n1"])
     assert not (tmp_path / "new").exists()
+
+
+def test_a_damaged_node_is_refused_by_name_before_any_node_starts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cluster_dir = stopped_cluster_with_state(tmp_path, ["n0", "n1", "n2"])
+    (tmp_path / "data" / "n1" / "log-1.smr").unlink()
+    (tmp_path / "data" / "n1" / "snapshot-1.smr").unlink()
+    started: list[str] = []
+    monkeypatch.setattr(local_cluster, "spawn_node", lambda _dir, node: started.append(node))
+    with pytest.raises(ClusterError, match=r"^n1: .*data/n1/snapshot-1.smr is missing"):
+        local_cluster.up(cluster_dir, 3, 1, JOB)
+    assert started == []
+
+
+def test_the_nodes_left_out_are_written_for_the_nodes_before_any_starts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cluster_dir = stopped_cluster_with_state(tmp_path, ["n0", "n1", "n2"])
+    seen: list[frozenset[str]] = []
+
+    def start(cluster: Path, node: str) -> None:
+        seen.append(local_cluster.read_spec(cluster).restart_left_out())
+        raise ClusterError("stop here")
+
+    monkeypatch.setattr(local_cluster, "spawn_node", start)
+    with pytest.raises(ClusterError, match="stop here"):
+        local_cluster.up(cluster_dir, 3, 1, JOB, without=["n2"])
+    assert seen == [frozenset({"n2"})]
+    with pytest.raises(ClusterError, match="stop here"):
+        local_cluster.up(cluster_dir, 3, 1, JOB)  # all of them: none left out any more
+    assert seen[-1] == frozenset()
