@@ -92,7 +92,8 @@ cause are worth reading, but are not promises the ring makes today.
 from smr.sim.config import SimConfig, SimResult, SweepOptions
 from smr.sim.network import NetworkSettings, SimClock, SimNetwork
 from smr.sim.nodes import MemoryOutput, sim_job
-from smr.sim.simulation import Simulation, SimulationFailure, run_seed, seed_simulation
+from smr.sim.report import SimulationFailure
+from smr.sim.simulation import Simulation, run_seed, seed_simulation
 from smr.sim.sweep import main
 
 __all__ = [

@@ -9,7 +9,8 @@ import time
 from collections.abc import Iterator, Sequence
 
 from smr.sim.config import SweepOptions
-from smr.sim.simulation import SimulationFailure, run_seed, seed_simulation
+from smr.sim.report import SimulationFailure
+from smr.sim.simulation import run_seed, seed_simulation
 
 log = logging.getLogger("smr.sim")
 
