@@ -1,5 +1,6 @@
-"""One seeded run of a cluster in virtual time: :class:`Simulation` (the protocol is in
-:mod:`smr.sim`'s docstring)."""
+"""One seeded run of a cluster in virtual time: :class:`Simulation`, which builds the run's
+parts (the scheduler, the network, the node turns, the delivery, the mappers, the edges) and
+takes the run's steps (docs/design/simulation.md#run)."""
 
 from __future__ import annotations
 
@@ -51,7 +52,7 @@ CONVERGENCE_CHECK_US: Final = 50_000
 
 
 class Simulation:
-    """One seeded run of a cluster in virtual time (see the module doc for the protocol).
+    """One seeded run of a cluster in virtual time (docs/design/simulation.md#run).
 
     Guarantees: the run is a pure function of ``seed`` and the configuration; ``run`` raises
     :class:`SimulationFailure` (message starting ``seed=<seed>``) if an invariant breaks, or
@@ -316,7 +317,7 @@ class Simulation:
     # -- the run --------------------------------------------------------------------------------
 
     def run(self) -> SimResult:
-        """Run the protocol of the module doc; the result, or SimulationFailure."""
+        """Run steps 1 to 5 of docs/design/simulation.md#run; the result, or SimulationFailure."""
         if self._ran:
             raise RuntimeError("a Simulation runs once; build another for another run")
         self._ran = True
