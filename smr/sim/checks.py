@@ -1,5 +1,6 @@
-"""The end of a run: convergence after healing, and the checks (a) to (d) of :mod:`smr.sim`,
-as functions of a run (:class:`CheckedRun`, which ``Simulation`` offers)."""
+"""The end of a run: convergence after healing, and the checks (a) to (e) of
+docs/design/simulation.md#run, as functions of a run (:class:`CheckedRun`, which
+``Simulation`` offers)."""
 
 from __future__ import annotations
 

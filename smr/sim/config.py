@@ -104,6 +104,32 @@ class SimConfig:
         chunks = -(-self.tuples_per_mapper // self.feed_chunk)
         return max(100, chunks * self.feed_pace_ms)
 
+    def describe(self) -> str:
+        """The configuration, on one line (without the schedule and the network)."""
+        fields = {
+            name: value
+            for name, value in asdict(self).items()
+            if name not in ("schedule", "network")
+        }
+        return " ".join(f"{name}={value}" for name, value in fields.items())
+
+    def node_settings(self) -> NodeSettings:
+        """The settings every node of the run starts with."""
+        return NodeSettings(
+            replication=self.replication,
+            checkpoint_interval_ms=self.checkpoint_interval_ms,
+            backup_bytes_max=self.backup_bytes_max,
+            snapshot_chunk_keys=self.snapshot_chunk_keys,
+            checkpoint_part_keys=self.checkpoint_part_keys,
+            first_contact_grace_ms=self.first_contact_grace_ms,
+            # The schedules' tolerance rules hold a lost node lost for the whole run: a
+            # fenced node that joins again somewhere else would change which nodes are
+            # adjacent (joins are played as Join commands instead).
+            rejoin_after_fence_ms=None,
+            mapper_lease_ms=self.mapper_lease_ms,
+            apply_rate_cap_per_s=self.apply_rate_cap_per_s,
+        )
+
     def with_edges(self, seed: int, options: SweepOptions) -> SimConfig:
         """This configuration with the edges ``options`` ask for (readers, a reused id);
         a seed's other draws stay what they were without them."""

@@ -1,38 +1,11 @@
-"""The simulated disk and the restart of a whole cluster from it.
+"""The simulated disk: :class:`SimFiles`, one node's disk in memory, a twin of
+:class:`smr.node.files.LocalFiles` that keeps, per file, the bytes written apart from the
+bytes synced (a crash keeps only what was synced), and the disk faults a whole-cluster
+restart plays on it (:func:`apply_fault`; the restart is :mod:`smr.sim.restart`,
+docs/design/simulation.md#disk).
 
-Each node writes its state files (``smr.node.disk``, the real code) through
-:class:`SimFiles`, a twin of :class:`smr.node.files.LocalFiles` in memory that keeps, per
-file, the bytes written apart from the bytes synced: a crash keeps only what was synced
-(names are durable at once: ``sync_dir`` is not modelled).
-
-A run with a restart (``SimConfig.restart_fault``), after its checks passed:
-
-1. Every live node stops as ``smr cluster down`` stops it (one last checkpoint, to disk),
-   but for the one node a ``crash`` picks, which stops without it; every message in flight
-   is lost; each disk keeps what was synced. Nodes the faults killed start again too, as
-   ``smr cluster up`` starts every node, from what their disks kept.
-2. One disk fault, on one live node's newest files (``DISK_FAULTS``): ``crash`` (nothing
-   more: the unsynced tail is gone), ``lost-tail`` (the log loses whole records it had
-   synced: a disk that lied), ``lost-file`` (the log or the snapshot is gone),
-   ``torn-write`` (the last record of the newest file is cut inside, or a byte of it
-   flipped), or ``none``.
-3. Every node restarts from its disk as ``smr.node.loop`` does: a restore that raises
-   ``DiskError`` keeps the node out (loud: it does not start); the others start with the
-   view and state they restored, and the ring converges again.
-4. The check: every key's count at its primary equals the oracle, or the key's slot is
-   reported lost there (loud: ``smr.sim.checks.reported_lost``, the node's offline set,
-   which ``status`` and ``recover`` show; a loss mark in the store that the node does not
-   act on is silent). A count that differs in silence fails the run: every disk fault is
-   one the state files detect (each generation's manifest names what it must hold), so
-   ``SILENT_TODAY`` is empty. A node the faults killed during the run comes back from its
-   older disk, and must never serve that state as current: each manifest records the view
-   its node held, the nodes exchange their restored views before they serve
-   (``smr.node.restart``), and a node the newest view marks dead fences. A ring whose
-   restored views never agree fails the run too. The readers, if any, read everything once
-   more under the same rule.
-
-Guarantee: a restore is exact, or refused loudly, or (without ``strict_disk``) counted as
-one of the known silent cases (none today); anything else fails the run.
+Guarantee: a crash keeps exactly what was synced; a fault damages only the newest files of
+the disk it is given.
 """
 
 from __future__ import annotations
@@ -81,7 +54,7 @@ class _SimAppend:
 
 
 class SimFiles:
-    """One node's disk in memory (:class:`smr.node.files.Files`); see the module doc."""
+    """One node's disk in memory (:class:`smr.node.files.Files`): written apart from synced."""
 
     def __init__(self) -> None:
         self.files: dict[Path, SimFile] = {}
@@ -150,8 +123,8 @@ def _newest(files: SimFiles, node: NodeId) -> tuple[Path, Path] | None:
 
 
 def apply_fault(rng: random.Random, fault: str, node: NodeId, files: SimFiles) -> str:
-    """Step 2 of the module doc on ``node``'s disk, its choices drawn from ``rng``; what
-    was done, in words."""
+    """Step 2 of docs/design/simulation.md#disk on ``node``'s disk, its choices drawn from
+    ``rng``; what was done, in words."""
     newest = _newest(files, node)
     if newest is None or fault in ("none", "crash"):
         return f"{fault} on {node}" + ("" if newest else " (no state files)")

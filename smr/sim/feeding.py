@@ -11,9 +11,9 @@ from typing import Protocol
 from smr.checkpoint.ids import MapperId
 from smr.mapper.emitter import Emitter
 from smr.ring.view import View
+from smr.sim.ledger import FeedLedger, MapperProgress
 from smr.sim.mappers import MapperProcess, SimMapperTransport
 from smr.sim.nodes import sim_job
-from smr.sim.readers import FeedLedger, MapperProgress
 from smr.sim.run import Run
 
 

@@ -1,6 +1,6 @@
 """The nemesis of a simulated run: it plays the fault schedule (kills, pauses, partitions,
 delays) against the simulated nodes and network, and heals everything at the end (see
-:mod:`smr.sim` and :mod:`smr.faults` for what each fault means)."""
+docs/design/simulation.md#network and :mod:`smr.faults` for what each fault means)."""
 
 from __future__ import annotations
 

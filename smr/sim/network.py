@@ -1,5 +1,5 @@
 """The simulated network and clock: FIFO links with seeded latencies, bounds, partitions and
-delays, in integer microseconds of virtual time (see :mod:`smr.sim`)."""
+delays, in integer microseconds of virtual time (docs/design/simulation.md#network)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The restart of a whole simulated cluster from its disks, and the check after it (steps
-1 to 4 of :mod:`smr.sim.disk`)."""
+1 to 4 of docs/design/simulation.md#disk)."""
 
 from __future__ import annotations
 
@@ -190,7 +190,7 @@ class Restart:
         return True
 
     def check(self) -> set[str]:
-        """Step 4 of :mod:`smr.sim.disk`; the keys whose silent difference is a known
+        """Step 4 of docs/design/simulation.md#disk; the keys whose silent difference is a known
         limit (counted), which the readers leave out too."""
         sim = self.sim
         live = sim.live_cores()

@@ -1,14 +1,13 @@
-"""One seeded run of a cluster in virtual time: :class:`Simulation` (the protocol is in
-:mod:`smr.sim`'s docstring)."""
+"""One seeded run of a cluster in virtual time: :class:`Simulation`, which builds the run's
+parts (the scheduler, the network, the node turns, the delivery, the mappers, the edges) and
+takes the run's steps (docs/design/simulation.md#run)."""
 
 from __future__ import annotations
 
-import heapq
 import logging
 import random
-import traceback
 from collections import Counter, deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import asdict, replace
 from typing import Any, Final
@@ -18,55 +17,42 @@ from smr.faults.draws import random_schedule
 from smr.faults.model import FaultSchedule
 from smr.faults.tolerance import Tolerance, within_tolerance
 from smr.mapper.emitter import Emitter
-from smr.node import TICK_MS, NodeCore, NodeSettings, Timer
+from smr.node import NodeCore
 from smr.ring.hashing import even_tokens, slot_count
 from smr.ring.ids import Incarnation, NodeId, Token
 from smr.ring.view import Member, Status, View
 from smr.sim import checks, nemesis
 from smr.sim.clock import Scheduler
 from smr.sim.config import SimConfig, SimResult, SweepOptions, seeded_counters
-from smr.sim.disk import SimFiles, disk_of
+from smr.sim.delivery import Delivery
+from smr.sim.disk import SimFiles
 from smr.sim.feeding import start_mappers
+from smr.sim.ledger import FeedLedger
 from smr.sim.mappers import MapperProcess
-from smr.sim.network import ADDR_PREFIX, Envelope, Link, SimClock, SimNetwork
-from smr.sim.nodes import ClientEnd, MemoryOutput, SimNode, SimNodeLinks, sim_job
-from smr.sim.readers import FeedLedger, SimReaders
+from smr.sim.network import ADDR_PREFIX, Link, SimClock, SimNetwork
+from smr.sim.nodes import ClientEnd, SimNode
+from smr.sim.readers import SimReaders
+from smr.sim.report import (
+    SimulationFailure,
+    edges_tally,
+    emitter_figures,
+    failure,
+    node_events,
+)
 from smr.sim.restart import Restart
 from smr.sim.reuse import IdReuse
 from smr.sim.subscriber import SimSubscriber
-from smr.wire.codec import decode, header_of
-from smr.wire.kinds import FrameError
+from smr.sim.turns import NodeTurns, tick_ms_of
 
 log = logging.getLogger("smr.sim")
-
-
-# A node's receive loop handles one background step (a snapshot chunk per pending snapshot)
-# per cycle; a cycle costs this much virtual time, so a long snapshot takes time to send.
-BACKGROUND_STEP_US: Final = 20
 
 
 # How often convergence is checked during the healing phase.
 CONVERGENCE_CHECK_US: Final = 50_000
 
 
-class SimulationFailure(AssertionError):
-    """A simulated run broke an invariant; the message starts with ``seed=<seed>``."""
-
-
-class _EventLog(logging.Handler):
-    """Collects the nodes' warnings and errors with the virtual time and the node."""
-
-    def __init__(self, scheduler: Scheduler) -> None:
-        super().__init__(logging.WARNING)
-        self._scheduler = scheduler
-
-    def emit(self, record: logging.LogRecord) -> None:
-        scheduler = self._scheduler
-        scheduler.note(f"{scheduler.acting or '-'} {record.levelname}: {record.getMessage()}")
-
-
 class Simulation:
-    """One seeded run of a cluster in virtual time (see the module doc for the protocol).
+    """One seeded run of a cluster in virtual time (docs/design/simulation.md#run).
 
     Guarantees: the run is a pure function of ``seed`` and the configuration; ``run`` raises
     :class:`SimulationFailure` (message starting ``seed=<seed>``) if an invariant breaks, or
@@ -96,82 +82,89 @@ class Simulation:
         ``lose``, if given, picks messages to lose: ``lose(src, dst, frames)`` is asked for
         every message sent (endpoints are node ids or mapper connection names).
         """
-        explicit: dict[str, Any] = {
-            name: value
-            for name, value in (
-                ("nodes", nodes),
-                ("replication", replication),
-                ("slot_bits", slot_bits),
-                ("schedule", schedule),
-            )
-            if value is not None
-        }
-        self.config = replace(config or SimConfig(), **explicit, **overrides)
-        self.replay = replay
-        self._trace = trace
-        self.seed = seed
-        config = self.config
-        self.node_ids = [NodeId(f"n{i}") for i in range(config.nodes)]
-        # Standby nodes: not in the ring (faults never target them), capacity for joins.
-        self.standby_ids = [NodeId(f"s{i}") for i in range(config.standby)]
-        self.settings = NodeSettings(
-            replication=config.replication,
-            checkpoint_interval_ms=config.checkpoint_interval_ms,
-            backup_bytes_max=config.backup_bytes_max,
-            snapshot_chunk_keys=config.snapshot_chunk_keys,
-            checkpoint_part_keys=config.checkpoint_part_keys,
-            first_contact_grace_ms=config.first_contact_grace_ms,
-            # The schedules' tolerance rules hold a lost node lost for the whole run: a
-            # fenced node that joins again somewhere else would change which nodes are
-            # adjacent (joins are played as Join commands instead).
-            rejoin_after_fence_ms=None,
-            mapper_lease_ms=config.mapper_lease_ms,
-            apply_rate_cap_per_s=config.apply_rate_cap_per_s,
+        self.config = _configured(
+            config,
+            overrides,
+            nodes=nodes,
+            replication=replication,
+            slot_bits=slot_bits,
+            schedule=schedule,
         )
-        self.tolerance = Tolerance(
+        self.replay = replay
+        self.seed = seed
+        self.node_ids = [NodeId(f"n{i}") for i in range(self.config.nodes)]
+        # Standby nodes: not in the ring (faults never target them), capacity for joins.
+        self.standby_ids = [NodeId(f"s{i}") for i in range(self.config.standby)]
+        self.settings = self.config.node_settings()
+        self.tolerance = self._tolerance()
+        self.schedule = self._schedule()
+        self._check_tolerance = check_tolerance
+        self._start_world(trace, lose)
+        self._start_feed_records()
+        self._ran = False
+
+    def _tolerance(self) -> Tolerance:
+        """The failure detector's bounds the fault schedules keep within."""
+        return Tolerance(
             failure_timeout_ms=self.settings.failure_timeout_ms,
             probe_timeout_ms=self.settings.probe_timeout_ms,
             suspicion_timeout_ms=self.settings.suspicion_timeout_ms,
             heartbeat_interval_ms=self.settings.heartbeat_interval_ms,
-            tick_ms=self.tick_ms,
+            tick_ms=tick_ms_of(self.settings),
         )
-        if config.schedule is None:
-            self.schedule = random_schedule(
-                self.rng("schedule"),
-                self.node_ids,
-                config.replication,
-                config.feed_ms,
-                self.tolerance,
-                config.faults_max,
-                self.standby_ids,
-            )
-        else:
-            self.schedule = config.schedule
-        self._check_tolerance = check_tolerance
+
+    def _schedule(self) -> FaultSchedule:
+        """The configuration's fault schedule, or one drawn from the seed within tolerance."""
+        config = self.config
+        if config.schedule is not None:
+            return config.schedule
+        return random_schedule(
+            self.rng("schedule"),
+            self.node_ids,
+            config.replication,
+            config.feed_ms,
+            self.tolerance,
+            config.faults_max,
+            self.standby_ids,
+        )
+
+    def _start_world(
+        self,
+        trace: Callable[[str], None] | None,
+        lose: Callable[[str, str, Sequence[bytes]], bool] | None,
+    ) -> None:
+        """The clock, the network, the scheduler, the nodes' turns and the delivery of
+        messages to them (no node started yet)."""
         self.clock = SimClock()
-        self.network = SimNetwork(self.clock, f"smr.sim:{seed}:network", config.network)
+        self.network = SimNetwork(self.clock, f"smr.sim:{self.seed}:network", self.config.network)
         self.network.lose = lose
         self.scheduler = Scheduler(self.clock, after_event=self._raise_mapper_errors)
-        self._ends: dict[str, ClientEnd] = {}
-        self.nodes: dict[NodeId, SimNode] = {}
+        self.turns = NodeTurns(
+            self.config,
+            self.settings,
+            self.scheduler,
+            self.network,
+            (*self.node_ids, *self.standby_ids),
+            trace,
+        )
+        self.delivery = Delivery(self.network, self.scheduler, self.turns.nodes, self.turns.wake)
+
+    def _start_feed_records(self) -> None:
+        """What the run's processes record: the mappers and emitters, the oracle, the
+        ledger, and the edges' processes (none yet)."""
         self.mappers: list[MapperProcess] = []
         self.emitters: dict[str, Emitter] = {}
         self.oracle: Counter[str] = Counter()
         # What the mappers emitted and had acknowledged so far, and the readers checking
         # against it (smr.sim.readers), when the run has readers.
-        self.ledger: FeedLedger | None = FeedLedger() if config.readers else None
+        self.ledger: FeedLedger | None = FeedLedger() if self.config.readers else None
         self.readers: SimReaders | None = None
         self.reuse: IdReuse | None = None
-        # Each node's simulated disk, when the run restarts from them (smr.sim.disk).
-        self.disks: dict[NodeId, SimFiles] = {}
         self.restart: Restart | None = None
-        # Every node's output file, on the disk they share, when the run has a subscriber;
-        # and the simulated processes that are not mappers (the subscriber).
-        self.output_files: dict[str, bytearray] = {}
+        # The simulated processes that are not mappers (the subscriber).
         self.subscriber: SimSubscriber | None = None
         self.background: list[MapperProcess] = []
         self.tuples = 0
-        self._ran = False
 
     # -- what the simulated clients, disks and restarts ask of the run -----------------------
 
@@ -206,15 +199,30 @@ class Simulation:
     @property
     def tick_ms(self) -> int:
         """The nodes' tick period."""
-        return min(TICK_MS, self.settings.heartbeat_interval_ms // 2)
+        return self.turns.tick_ms
 
     def connect(self, end: ClientEnd) -> None:
-        """Register a client's end: replies to its identity go to it."""
-        self._ends[end.identity] = end
+        """Register a client's end: replies to its identity go to it (``Delivery``)."""
+        self.delivery.connect(end)
 
     def end_of(self, identity: str) -> ClientEnd | None:
         """The client's end registered as ``identity`` (``connect``), if any."""
-        return self._ends.get(identity)
+        return self.delivery.end_of(identity)
+
+    def send_to_node(
+        self,
+        link: Link,
+        identity: bytes,
+        frames: Sequence[bytes],
+        src_node: str | None = None,
+        peer_link: bool = False,
+    ) -> bool:
+        """A message to the node at the end of ``link`` (``Delivery.send_to_node``)."""
+        return self.delivery.send_to_node(link, identity, frames, src_node, peer_link)
+
+    def settle(self) -> None:
+        """Run until every message sent so far has arrived (``Delivery.settle``)."""
+        self.delivery.settle()
 
     # -- nodes --------------------------------------------------------------------------------
 
@@ -242,6 +250,21 @@ class Simulation:
             ]
         )
 
+    @property
+    def nodes(self) -> Mapping[NodeId, SimNode]:
+        """Every node's shell, by id (``NodeTurns.nodes``)."""
+        return self.turns.nodes
+
+    @property
+    def disks(self) -> Mapping[NodeId, SimFiles]:
+        """Each node's simulated disk, when the run restarts from them (``smr.sim.disk``)."""
+        return self.turns.disks
+
+    @property
+    def output_files(self) -> Mapping[str, bytearray]:
+        """Every node's output file, on the disk they share, when the run has a subscriber."""
+        return self.turns.output_files
+
     def new_core(
         self,
         sim_node: SimNode,
@@ -250,150 +273,28 @@ class Simulation:
         restored_from_crash: bool = False,
         left_out: frozenset[NodeId] = frozenset(),
     ) -> NodeCore:
-        """A node process starting (again): a new core for ``sim_node``, with ``view`` and
-        the ``store`` restored from its disk, if any (``restored_from_crash``: no clean stop
-        after it; ``left_out``: the nodes the restart did not start); with its simulated
-        disk when the run restarts (``smr.sim.disk``)."""
-        node_id = sim_node.node_id
-        assert sim_node.links is not None
-        settings = self.settings
-        if left_out:
-            settings = replace(settings, restart_left_out=frozenset(left_out))
-        core = NodeCore(
-            node_id,
-            sim_job(),
-            view,
-            self.config.slot_bits,
-            sim_node.links,
-            MemoryOutput(node_id, self.output_files if self.config.subscriber else None),
-            clock=self.clock.seconds,
-            settings=settings,
-            store=store,
-            restored_from_crash=restored_from_crash,
-        )
-        if self.config.restart_fault is not None:
-            files = self.disks.setdefault(node_id, SimFiles())
-            core.disk = disk_of(node_id, files)
-        sim_node.core = core
-        return core
-
-    def _start_nodes(self, view: View) -> None:
-        phases = self.rng("timers")
-        for node_id in (*self.node_ids, *self.standby_ids):
-            sim_node = SimNode(node_id, None)
-            sim_node.links = SimNodeLinks(self, sim_node)
-            self.nodes[node_id] = sim_node
-            self.new_core(sim_node, view)
-            self.start_timers(sim_node, phases)
+        """A node process starting (again) (``NodeTurns.new_core``)."""
+        return self.turns.new_core(sim_node, view, store, restored_from_crash, left_out)
 
     def start_timers(self, sim_node: SimNode, phases: random.Random) -> None:
-        """The node's tick and checkpoint timers, from now, at seeded phases."""
-        now_us = self.clock.now_us
-        tick_us = self.tick_ms * 1000
-        checkpoint_us = self.config.checkpoint_interval_ms * 1000
-        self.scheduler.at(now_us + phases.randint(1, tick_us), self._timer, sim_node, "tick")
-        self.scheduler.at(
-            now_us + phases.randint(1, checkpoint_us), self._timer, sim_node, "checkpoint"
-        )
-
-    def send_to_node(
-        self,
-        link: Link,
-        identity: bytes,
-        frames: Sequence[bytes],
-        src_node: str | None = None,
-        peer_link: bool = False,
-    ) -> bool:
-        """A message to the node at the end of ``link`` from a client (``src_node`` None) or
-        from the node ``src_node`` (over a peer link when ``peer_link``); False if it cannot
-        be sent (the node is down, or the link is full)."""
-        target = self.nodes.get(NodeId(link.dst))
-        if target is None:
-            self.network.stats.refused_unreachable += 1
-            return False
-        if target.killed and not peer_link:
-            # A mapper's outbox queues only on live connections (ZMQ_IMMEDIATE).
-            self.network.stats.refused_unreachable += 1
-            return False
-        queued = self.network.send(link, identity, frames, src_node, link.dst)
-        if queued is None:
-            return False
-        if target.killed:
-            return True  # queued on a connection nobody will read
-        for envelope in queued:
-            heapq.heappush(target.arrivals, (envelope.deliver_at_us, link.src, envelope.seq, link))
-            self.scheduler.at(envelope.deliver_at_us, self.wake, target)
-        return True
+        """The node's timers, from now, at seeded phases (``NodeTurns.start_timers``)."""
+        self.turns.start_timers(sim_node, phases)
 
     def wake(self, node: SimNode) -> None:
-        """One receive turn of the node (``NodeCore.receive_turn``, as the real loop runs
-        it), reading the messages that have arrived by now; another turn is scheduled soon
-        if work or arrived messages are left."""
-        core = node.core
-        if core is None or not node.running:
-            return
-        now = self.clock.now_us
-        arrivals = node.arrivals
-
-        def receive() -> tuple[bytes, Sequence[bytes]] | None:
-            if not arrivals or arrivals[0][0] > now:
-                return None
-            _, _, seq, link = heapq.heappop(arrivals)
-            envelope = link.queue.popleft()
-            assert envelope.seq == seq, "per-link order broken"
-            self.network.stats.delivered += 1
-            if self._trace is not None:
-                self._trace_message(node.node_id, envelope)
-            return envelope.identity, envelope.frames
-
-        with self.scheduler.acting_as(node.node_id):
-            work_left = core.receive_turn(receive)
-            ready = bool(arrivals) and arrivals[0][0] <= now
-            capped_s = core.ingest.capped_wait_s
-            if work_left or (ready and (capped_s is None or not core.ingest.inbox_full)):
-                self.scheduler.at(now + BACKGROUND_STEP_US, self.wake, node)
-            elif capped_s is not None:
-                # Batches held back by the apply rate cap (and, with the inbox full, the
-                # messages behind them): the real loop sleeps until the cap lets them
-                # through (smr.node.loop), then takes another turn.
-                wait_us = max(BACKGROUND_STEP_US, round(capped_s * 1e6))
-                self.scheduler.at(now + wait_us, self.wake, node)
-
-    def _trace_message(self, node_id: NodeId, envelope: Envelope) -> None:
-        assert self._trace is not None
-        try:
-            message = decode(envelope.frames)
-            what = f"{message.kind.name} {header_of(message)}"
-        except FrameError as error:
-            what = f"bad frame: {error}"
-        sender = envelope.identity.decode(errors="replace")
-        self._trace(f"{self.clock.now_ms:10.3f} ms  {sender} -> {node_id}: {what}")
-
-    def _timer(self, node: SimNode, which: str) -> None:
-        if node.killed or node.core is None:
-            return
-        if node.pauses_active or node.stalls_active:
-            # asyncio's sleep ends during the pause (or the slow call); the timer fires once
-            # on resume.
-            if which not in node.missed_timers:
-                node.missed_timers.append(which)
-            return
-        self.fire(node, which)
+        """One receive turn of the node (``NodeTurns.wake``)."""
+        self.turns.wake(node)
 
     def fire(self, node: SimNode, which: str) -> None:
-        """The node's timer ``which`` (``tick``, ``checkpoint``) fires now; the next one is
-        due a period later, and the node takes a receive turn now."""
-        core = node.core
-        assert core is not None
-        timer = Timer(which)
-        with self.scheduler.acting_as(node.node_id):
-            core.on_timer(timer)
-        if timer is Timer.TICK:
-            period_us = self.tick_ms * 1000
-        else:
-            period_us = self.config.checkpoint_interval_ms * 1000
-        self.scheduler.at(self.clock.now_us + period_us, self._timer, node, which)
-        self.scheduler.at(self.clock.now_us, self.wake, node)
+        """The node's timer ``which`` fires now (``NodeTurns.fire``)."""
+        self.turns.fire(node, which)
+
+    def live(self) -> list[tuple[SimNode, NodeCore]]:
+        """The live nodes and their cores, in id order."""
+        return self.turns.live()
+
+    def live_cores(self) -> dict[NodeId, NodeCore]:
+        """The live nodes' cores (killed ones are gone), by node id, in id order."""
+        return self.turns.live_cores()
 
     # -- mappers --------------------------------------------------------------------------------
 
@@ -409,23 +310,6 @@ class Simulation:
 
     # -- convergence and checks -------------------------------------------------------------------
 
-    def live_cores(self) -> dict[NodeId, NodeCore]:
-        """The live nodes' cores (killed ones are gone), by node id, in id order."""
-        return {node.node_id: core for node, core in self.live()}
-
-    def live(self) -> list[tuple[SimNode, NodeCore]]:
-        """The live nodes and their cores, in id order."""
-        return [
-            (node, node.core)
-            for node_id in (*self.node_ids, *self.standby_ids)
-            if (node := self.nodes[node_id]).core is not None and not node.killed
-        ]
-
-    def settle(self) -> None:
-        """Run until every message sent so far has arrived (and been read, unless its
-        node is paused or dead)."""
-        self.scheduler.run_to(max(self.clock.now_us, self.network.last_delivery_us()))
-
     def converge(self, deadline_us: int) -> None:
         """Run until ``checks.not_converged`` says None; AssertionError with its reason if
         that does not happen by ``deadline_us``."""
@@ -440,20 +324,13 @@ class Simulation:
     # -- the run --------------------------------------------------------------------------------
 
     def run(self) -> SimResult:
-        """Run the protocol of the module doc; the result, or SimulationFailure."""
+        """Run steps 1 to 5 of docs/design/simulation.md#run; the result, or SimulationFailure."""
         if self._ran:
             raise RuntimeError("a Simulation runs once; build another for another run")
         self._ran = True
-        handler = _EventLog(self.scheduler)
-        node_log = logging.getLogger("smr.node")
-        saved = node_log.level, node_log.propagate
-        # The nodes' warnings become events of the run, reported with a failure; they are
-        # not printed (hundreds of runs would flood the output).
-        node_log.setLevel(logging.WARNING)
-        node_log.propagate = False
-        node_log.addHandler(handler)
         try:
-            return self._run()
+            with node_events(self.scheduler):
+                return self._run()
         except MapperFailed as failure:
             raise self._failure(
                 f"mapper {failure.mapper} failed: {type(failure.error).__name__}: {failure.error}",
@@ -466,9 +343,6 @@ class Simulation:
         except Exception as error:
             raise self._failure(f"{type(error).__name__}: {error}", error) from error
         finally:
-            node_log.removeHandler(handler)
-            node_log.setLevel(saved[0])
-            node_log.propagate = saved[1]
             self._cancel_mappers()
 
     def _run(self) -> SimResult:
@@ -481,7 +355,7 @@ class Simulation:
                 raise AssertionError(f"the fault schedule is beyond tolerance: {reason}")
         # 1.
         view = self.initial_view()
-        self._start_nodes(view)
+        self.turns.start_nodes(view, self, self.rng("timers"))
         # 2.
         self.tuples += start_mappers(self, view)
         if self.ledger is not None:
@@ -532,70 +406,45 @@ class Simulation:
         counters: dict[str, dict[str, int]] = {
             node.node_id: seeded_counters(core.counters) for node, core in live
         }
-        emitters = {
-            name: {
-                "tuples_emitted": e.tuples_emitted,
-                "tuples_acked": e.tuples_acked,
-                "batches_sent": e.batches_sent,
-                "resends": e.resends,
-                "reroutes": e.reroutes,
-                "view_changes": e.view_changes,
-            }
-            for name, e in self.emitters.items()
-        }
+        edges = (self.readers, self.reuse, self.restart, self.subscriber)
         return SimResult(
             seed=self.seed,
             schedule=self.schedule,
             end_ms=self.clock.now_ms,
             view=live[0][1].view.to_wire(),
             counters=counters,
-            emitters=emitters,
+            emitters=emitter_figures(self.emitters),
             network=asdict(self.network.stats),
             events=list(self.events),
             tuples=self.tuples,
             keys=len(self.oracle),
-            edges=self._edges_tally(),
+            edges=edges_tally(edge.tally for edge in edges if edge is not None),
         )
-
-    def _edges_tally(self) -> dict[str, int]:
-        tally: Counter[str] = Counter()
-        if self.readers is not None:
-            tally.update(self.readers.tally)
-        if self.reuse is not None:
-            tally.update(self.reuse.tally)
-        if self.restart is not None:
-            tally.update(self.restart.tally)
-        if self.subscriber is not None:
-            tally.update(self.subscriber.tally)
-        return dict(sorted(tally.items()))
 
     def describe_config(self) -> str:
         """The configuration, on one line."""
-        config = self.config
-        fields = {
-            name: value
-            for name, value in asdict(config).items()
-            if name not in ("schedule", "network")
-        }
-        return " ".join(f"{name}={value}" for name, value in fields.items())
+        return self.config.describe()
 
     def _failure(self, what: str, error: BaseException | None = None) -> SimulationFailure:
-        where = []
-        if error is not None:
-            # The innermost frames say where it broke; the sweep prints only the message.
-            frames = traceback.format_exception(error)
-            where = ["where:", *("  " + line for line in "".join(frames[-6:]).splitlines())]
-        lines = [
-            f"seed={self.seed} at {self.clock.now_ms:.3f} ms: {what}",
-            self.schedule.describe(),
-            f"config: {self.describe_config()}",
-            f"network: {self.config.network}",
-            f"replay: {self.replay or 'the same Simulation(...) call'}",
-            *where,
-            "last events:",
-            *(f"  {event}" for event in list(self.events)[-60:]),
-        ]
-        return SimulationFailure("\n".join(lines))
+        return failure(
+            self.seed,
+            self.clock.now_ms,
+            what,
+            self.schedule,
+            self.config,
+            self.replay,
+            self.events,
+            error,
+        )
+
+
+def _configured(
+    config: SimConfig | None, overrides: Mapping[str, Any], **explicit: Any
+) -> SimConfig:
+    """``config`` (default ``SimConfig()``) with the ``explicit`` fields that are not None
+    and every field of ``overrides`` replaced."""
+    given = {name: value for name, value in explicit.items() if value is not None}
+    return replace(config or SimConfig(), **given, **overrides)
 
 
 class MapperFailed(Exception):

@@ -1,5 +1,5 @@
 """The seed sweep from the command line: ``python -m smr.sim --seeds N [...]`` (see
-:mod:`smr.sim`)."""
+docs/design/simulation.md#sweep)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import time
 from collections.abc import Iterator, Sequence
 
 from smr.sim.config import SweepOptions
-from smr.sim.simulation import SimulationFailure, run_seed, seed_simulation
+from smr.sim.report import SimulationFailure
+from smr.sim.simulation import run_seed, seed_simulation
 
 log = logging.getLogger("smr.sim")
 
@@ -34,7 +35,14 @@ def _sweep_one(args: tuple[int, SweepOptions]) -> tuple[int, str | None, float]:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m smr.sim", description="Deterministic simulation sweep of smr."
+        prog="python -m smr.sim",
+        description="Deterministic simulation sweep of smr: each seed draws a configuration\n"
+        "and a fault schedule within tolerance, runs real nodes and emitters in virtual\n"
+        "time, and checks the state against plain Python's counts.",
+        epilog="A failing seed prints its failure and the command that replays it, e.g.\n"
+        "  python -m smr.sim --seed 1234 -v    # replay one seed, printing its events\n"
+        "How a run works: docs/design/simulation.md.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--seeds", type=int, default=200, help="how many seeds to run")
     parser.add_argument("--start", type=int, default=0, help="the first seed")

@@ -22,7 +22,7 @@ from smr.ring.view import View
 from smr.sim import SimConfig, Simulation, SimulationFailure, SweepOptions, run_seed
 from smr.sim import reuse as reuse_module
 from smr.sim.disk import SimFiles, disk_of
-from smr.sim.readers import FeedLedger
+from smr.sim.ledger import FeedLedger
 from smr.sim.restart import Restart
 from smr.sim.subscriber import SimSubscriber
 
