@@ -643,9 +643,12 @@ class NodeCore:
         for peer in self.restart.peers_to_tell(now, self.view):
             self.peer_send(peer, Gossip(*self.stamp, self.membership.view_body()))
         self.restart.settle_if_done(now, self.view)
-        doubted_by = self.restart.left_out_takers(self.secondaries)
-        if doubted_by:
-            self.recovery.doubt_restored_state(doubted_by)
+        if self.restart.take_settled():
+            doubted_by = self.restart.left_out_takers(self.secondaries)
+            if doubted_by:
+                self.recovery.doubt_restored_state(doubted_by)
+            for peer in self.restart.left_out & set(self.predecessors):
+                self.recovery.suspect(peer)  # it will not answer: probe it now
         # 1.
         if replicated:
             giving = self.moves.giving

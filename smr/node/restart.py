@@ -67,7 +67,8 @@ class RestartExchange:
         self._left_out = left_out
         self._until: float | None = None
         self._heard: set[NodeId] = set()
-        self._doubts_told = False
+        self._restored = restored
+        self._settle_told = False
         self._waiting_told = False
 
     @property
@@ -125,13 +126,21 @@ class RestartExchange:
         else:
             log.info("restart: the views restored agree (epoch %d); serving", view.epoch)
 
+    def take_settled(self) -> bool:
+        """True once, when asked after a restored node settled: its time for step 4's
+        doubt and to suspect the owners left out (``left_out_takers``, ``left_out``)."""
+        if not self._settled or self._settle_told:
+            return False
+        self._settle_told = True
+        return self._restored
+
+    @property
+    def left_out(self) -> frozenset[NodeId]:
+        """The nodes the operator left out of the restart: they will not answer, so a
+        successor suspects them at once instead of waiting out a first-contact grace."""
+        return self._left_out
+
     def left_out_takers(self, takers: Sequence[NodeId]) -> list[NodeId]:
-        """Step 4's doubt, told once when settled: those of ``takers`` (the owners that
-        hold this node's copies, and so would have taken it over) that the operator left
-        out of the restart, if this node crashed; else none."""
-        if not self._settled or self._doubts_told:
-            return []
-        self._doubts_told = True
-        if not self._crashed:
-            return []
-        return sorted(set(takers) & self._left_out)
+        """Step 4's doubt: those of ``takers`` (the owners that hold this node's copies,
+        and so would have taken it over) left out of the restart, if this node crashed."""
+        return sorted(set(takers) & self._left_out) if self._crashed else []

@@ -67,23 +67,24 @@ def test_a_crashed_node_waits_for_every_owner_but_those_left_out() -> None:
     exchange.settle_if_done(60.0, VIEW)
     assert exchange.settling
     exchange.heard(N2, 61.0, VIEW)
-    assert not exchange.settling
+    assert not exchange.settling and exchange.take_settled() and not exchange.take_settled()
     assert exchange.left_out_takers([N1]) == []  # nobody left out: nothing to doubt
     # n2 left out of the restart: settled without it, and doubting, if it was a taker.
     left = RestartExchange(
         N0, settle_ms=3000, restored=True, crashed=True, left_out=frozenset({N2})
     )
     left.peers_to_tell(10.0, VIEW)
-    assert left.left_out_takers([N1, N2]) == []  # not settled yet
+    assert not left.take_settled()  # not settled yet
     left.heard(N1, 10.5, VIEW)
-    assert not left.settling
-    assert left.left_out_takers([N1, N2]) == [N2]
-    assert left.left_out_takers([N1, N2]) == []  # told once
+    assert not left.settling and left.take_settled()
+    assert left.left_out == {N2} and left.left_out_takers([N1, N2]) == [N2]
     # A clean stop: no taker served past it, nothing to doubt; the bound applies.
     clean = RestartExchange(N0, settle_ms=3000, restored=True, left_out=frozenset({N2}))
     clean.peers_to_tell(10.0, VIEW)
     clean.heard(N1, 10.5, VIEW)
     assert not clean.settling and clean.left_out_takers([N2]) == []
+    # A node that started empty has nothing to settle.
+    assert not RestartExchange(N0, settle_ms=3000, restored=False).take_settled()
 
 
 def test_a_node_that_started_empty_never_settles() -> None:
