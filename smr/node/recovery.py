@@ -461,10 +461,13 @@ class Recovery:
         left-out node back or an operator's ``--accept-loss`` decides), and every copy of
         another node's range is dropped (a takeover from it finds none: lost, loudly)."""
         node = self._node
-        slots = node.store.slots()
+        # Its whole range, not only the slots its disk holds state for: a slot empty here
+        # may hold state at the node that took it over.
+        own_range = node.ring.range_of(node.node_id)
+        slots = node.store.slots() | (set(own_range.slots()) if own_range is not None else set())
         copies = sorted({owner for owner, _ in node.replication.copies()})
         if not slots and not copies:
-            return  # fenced, or empty: nothing restored to doubt
+            return  # fenced: it owns and holds nothing to doubt
         node.counters.slots_lost += len(slots - node.ledger.lost_among(slots))
         node.ledger.mark(node.store, slots)
         node.replication.reset()
@@ -472,7 +475,7 @@ class Recovery:
         log.error(
             "restart: this node crashed before the stop and %s, which would have taken it "
             "over, was left out: what it restored may have been superseded, so the %d slots "
-            "it holds are counted lost (kept, not served) until %s comes back or an "
+            "of its range and state are counted lost (kept, not served) until %s comes back or an "
             "operator runs 'smr recover --accept-loss', and its copies of %s are dropped",
             ", ".join(left_out),
             len(slots),

@@ -160,8 +160,8 @@ class Restart:
             restored_from_crash=restored is not None and not restored.stopped,
             left_out=left_out,
         )
-        core.disk = disk
         if restored is not None:
+            core.disk = disk
             disk.serving(core.ring.range_of(core.node_id))
             self.tally["restored"] += 1
         if node.killed:

@@ -117,6 +117,10 @@ class NodeTurns:
         if config.restart_fault is not None:
             files = self.disks.setdefault(node_id, SimFiles())
             core.disk = disk_of(node_id, files)
+            if store is None:
+                # As smr.node.loop starts a node: a first generation before it answers, so
+                # a node without one at a restart lost it (smr.cluster.local.state_missing).
+                core.disk.write_snapshot(core.store, core.view, core.ring.range_of(node_id))
         sim_node.core = core
         return core
 
