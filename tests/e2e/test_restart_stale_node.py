@@ -147,3 +147,35 @@ def test_a_node_revived_from_an_older_disk_never_serves_its_stale_counts(
     # 30 s after its fence: the counter says it), keeping the generation it served.
     rows = _wait_status(cluster, lambda rows: rows["n1"].get("fenced", 0) >= 1)
     assert rows["n1"]["disk_fenced_kept"] == ["fenced-1"], rows["n1"]
+
+
+def test_a_crashed_node_whose_only_taker_is_left_out_counts_its_state_lost(
+    cluster: Cluster,
+) -> None:
+    """Two nodes, r = 1: n1 is SIGKILLed and taken over by n0, more is fed, the cluster
+    stops, n0's newest log is damaged, and the cluster comes back without n0. Nothing that
+    comes back knows n1 was taken over: n1's disk holds no clean stop, and its only
+    secondary, n0, is left out, so n1 counts its whole range lost (kept on disk, not served)
+    and, holding no trusted copy of n0's range, takes it over lost too: every read is
+    refused, nothing is answered from n1's older state (before, n1 served it as current)."""
+    data_dir = cluster.dir.parent / "data"
+    cluster.up(2, JOB, "--replication", "1", "--data-dir", str(data_dir))
+    cluster.feed(EXAMPLE_BOOKS[0], extra=["--no-combine"])
+    spec = cluster.spec()
+    os.kill(next(n["pid"] for n in spec["nodes"] if n["id"] == "n1"), signal.SIGKILL)
+    _wait_status(cluster, lambda rows: rows["n0"].get("takeovers", 0) >= 1)
+    cluster.feed(*EXAMPLE_BOOKS[1:], extra=["--no-combine"])
+    current = word_counts(EXAMPLE_BOOKS)
+    cluster.smr("cluster", "down", "--dir", str(cluster.dir))
+    _cut_newest_log(data_dir / "n0")
+    cluster.smr("cluster", "up", "--dir", str(cluster.dir), "--job", JOB, "--without", "n0")
+    rows = _wait_status(cluster, lambda rows: (rows["n1"].get("offline_slots") or 0) > 0)
+    assert rows["n1"]["offline_slots"] == 2**SLOT_BITS, rows["n1"]  # the whole ring
+    where = ("--cluster", str(cluster.dir))
+    for word in sorted(current)[:5]:
+        answer = cluster.smr("query", *where, word, check=False)
+        assert answer.returncode == 2 and "lost" in answer.stderr, answer
+    status = cluster.smr("status", *where, check=False)
+    assert status.returncode == 1 and "lost their state" in status.stderr, status.stderr
+    log = (cluster.dir / "logs" / "n1.log").read_text(encoding="utf-8")
+    assert "this node crashed before the stop and n0" in log
