@@ -234,10 +234,10 @@ class NodeCore:
         """Build the roles, each handed what it uses (``smr.node.ports``); a role asks those
         built before it, so the order matters."""
         clock, settings = self.clock, self.settings
-        self.replication = Replication(self)
-        self.snapshots = Snapshots(self)
-        self.membership = Membership(self)
-        self.recovery = Recovery(self)
+        self.replication: Replication = Replication(self)
+        self.snapshots: Snapshots = Snapshots(self)
+        self.membership: Membership = Membership(self)
+        self.recovery: Recovery = Recovery(self)
         self.handoff = Handoff(
             self.seat,
             self.peers,
@@ -248,14 +248,14 @@ class NodeCore:
             self.counters,
             self.snapshots,
         )
-        self.moves = Moves(self)
+        self.moves: Moves = Moves(self)
         above = self.settings.balance_above
         self.balancer = (
             Balancer(self.seat, lambda: self.utilization(), self.moves, BalanceConfig(above))
             if above is not None
             else None
         )
-        self.control = Control(self)
+        self.control: Control = Control(self)
         self.retirement = Retirement(
             self.seat, self.peers, clock, settings, lambda: self.store, self.moves
         )

@@ -33,20 +33,88 @@ copy holder. The protocol:
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Final
+from typing import Final, Protocol
 
-from smr.node.move_taking import Agreed
-from smr.ring.ids import NodeId, Slot, Token
+from smr.checkpoint.ids import CheckpointNumber
+from smr.node.giving import Giving
+from smr.node.load import LoadMeter
+from smr.node.membership import PeerLoad
+from smr.node.move_taking import Agreed, MoveTaking
+from smr.node.ports import Clock
+from smr.node.settings import NodeSettings
+from smr.ring.ids import Epoch, Incarnation, NodeId, Slot, Token
 from smr.ring.moves import MovePlan, MoveRefused, join_blocked_by, plan_join
-from smr.ring.placement import SlotRange, split_at_load_share
-from smr.ring.view import Status, joining_at, with_status
+from smr.ring.placement import Ring, SlotRange, split_at_load_share
+from smr.ring.view import Status, View, joining_at, with_status
 from smr.ring.zones import join_position
 from smr.wire.kinds import MoveNumber
-from smr.wire.peer import Gossip, MoveAnswer, MoveCopied, MovePropose
+from smr.wire.peer import Gossip, MoveAnswer, MoveCopied, MovePropose, PeerMessages
 
-if TYPE_CHECKING:
-    from smr.node.core import NodeCore
-    from smr.node.moves import Moves
+
+class JoiningMoves(Protocol):
+    """What the joins ask of the moves that hold them (``smr.node.moves``)."""
+
+    @property
+    def busy(self) -> bool: ...
+    @property
+    def committed(self) -> bool: ...
+    @property
+    def giving(self) -> Giving | None: ...
+    @property
+    def taking(self) -> MoveTaking: ...
+    def begin_giving(self, plan: MovePlan) -> Giving: ...
+    def call_off(self, reason: str, tell: bool = True, dropped: bool = False) -> None: ...
+
+
+class JoinerCopies(Protocol):
+    """What a joiner asks of the replication (``smr.node.replication``): how far its copies
+    of its predecessors are."""
+
+    def caught_up_with(self, owners: tuple[NodeId, ...]) -> bool: ...
+    def replica_checkpoint(self, owner: NodeId) -> CheckpointNumber | None: ...
+
+
+class JoinsMembership(Protocol):
+    """What the joins ask of the membership (``smr.node.membership``)."""
+
+    def gossip(self) -> None: ...
+    def view_body(self) -> bytes: ...
+    def load_of(self, peer: NodeId) -> PeerLoad | None: ...
+
+
+class FencedSince(Protocol):
+    """What a fenced node's rejoining asks of the recovery (``smr.node.recovery``)."""
+
+    def fenced_since(self) -> float | None: ...
+
+
+class JoinsNode(Protocol):
+    """What the joins use of the node (``smr.node.core.NodeCore``)."""
+
+    @property
+    def node_id(self) -> NodeId: ...
+    @property
+    def view(self) -> View: ...
+    @property
+    def ring(self) -> Ring: ...
+    @property
+    def predecessors(self) -> tuple[NodeId, ...]: ...
+    @property
+    def stamp(self) -> tuple[NodeId, Incarnation, Epoch]: ...
+    @property
+    def clock(self) -> Clock: ...
+    @property
+    def settings(self) -> NodeSettings: ...
+    @property
+    def load(self) -> LoadMeter: ...
+    @property
+    def membership(self) -> JoinsMembership: ...
+    @property
+    def replication(self) -> JoinerCopies: ...
+    @property
+    def recovery(self) -> FencedSince: ...
+    def peer_send(self, peer: NodeId, message: PeerMessages) -> bool: ...
+    def set_view(self, view: View) -> None: ...
 
 log = logging.getLogger("smr.node")
 
@@ -62,7 +130,7 @@ REJOIN_RETRY_S: Final = 5.0
 class Joins:
     """The joiner's side of joins, and the giver's answer to a request (the module doc)."""
 
-    def __init__(self, node: NodeCore, moves: Moves) -> None:
+    def __init__(self, node: JoinsNode, moves: JoiningMoves) -> None:
         self._node = node
         self._moves = moves
         # At a joiner: the owner asked (step 1), and when.

@@ -56,24 +56,110 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from collections.abc import Collection
-from typing import TYPE_CHECKING, Any, Final
+from collections.abc import Collection, Sequence
+from typing import Any, Final, Protocol
 
 from smr.checkpoint.ids import CheckpointNumber
+from smr.checkpoint.loss import LossLedger
+from smr.checkpoint.store import StateStore
+from smr.node.balance import Balancer
 from smr.node.giving import Giving, Step, describe, holds, still_planned
-from smr.node.joins import Joins
-from smr.node.move_taking import MoveTaking
-from smr.ring.ids import NodeId, Slot
+from smr.node.joins import FencedSince, JoinerCopies, Joins, JoinsMembership, JoinsNode
+from smr.node.load import LoadMeter
+from smr.node.move_taking import MoveTaking, MoveTakingNode, Promotion, TakenCopies, TakingIntake
+from smr.node.ports import Clock, ViewGossip
+from smr.node.settings import NodeCounters, NodeSettings
+from smr.ring.ids import Epoch, Incarnation, NodeId, Slot
 from smr.ring.moves import MovePlan, MoveRefused, move_done_in, plan_move
-from smr.ring.placement import SlotRange, split_at_load_share
-from smr.ring.view import OWNING_STATUSES, Status, with_status
+from smr.ring.placement import Ring, SlotRange, split_at_load_share
+from smr.ring.view import OWNING_STATUSES, Status, View, with_status
 from smr.wire.codec import encode, pack_body
-from smr.wire.kinds import FrameError, MoveNumber, RequestId, StreamId
+from smr.wire.kinds import ChannelNumber, FrameError, MoveNumber, RequestId, StreamId
 from smr.wire.messages import Nack, NotOwner, ViewReply
-from smr.wire.peer import MoveAnswer, MoveCommit, MoveCopied, MoveDone, MovePropose, MoveSwitched
+from smr.wire.peer import (
+    MoveAnswer,
+    MoveCommit,
+    MoveCopied,
+    MoveDone,
+    MovePropose,
+    MoveSwitched,
+    PeerMessages,
+)
 
-if TYPE_CHECKING:
-    from smr.node.core import NodeCore
+
+class GivingIntake(TakingIntake, Protocol):
+    """What the giver asks of the intake (``smr.node.ingest``): the moving slots' batches
+    queued, handed back, and the apply stalls the move's record reports."""
+
+    def expected(self, stream: StreamId) -> ChannelNumber: ...
+    def queued_for(self, slots: frozenset[Slot]) -> bool: ...
+    def hand_back(self, moving: frozenset[Slot]) -> list[tuple[bytes, StreamId]]: ...
+    def restart_stall_record(self) -> None: ...
+    def stall_record_s(self) -> float: ...
+
+
+class CopySnapshots(Protocol):
+    """What the giver asks of the snapshots (``smr.node.snapshots``): the copy holder's copy."""
+
+    def start_copy(self, holder: NodeId, moving: SlotRange) -> None: ...
+    def stop_copy(self, holder: NodeId) -> None: ...
+
+
+class MoveCopiesKept(TakenCopies, JoinerCopies, Protocol):
+    """What the moves, the taking side and the joins ask of the replication
+    (``smr.node.replication``): the final checkpoint (step 4) and the copies."""
+
+    def checkpoint(self) -> bool: ...
+    def last_checkpoint_number(self) -> CheckpointNumber: ...
+
+
+class MovesMembership(ViewGossip, JoinsMembership, Protocol):
+    """What the moves and the joins ask of the membership (``smr.node.membership``)."""
+
+
+class MovesRecovery(Promotion, FencedSince, Protocol):
+    """What the taking side and the joins ask of the recovery (``smr.node.recovery``)."""
+
+
+class MovesNode(JoinsNode, MoveTakingNode, Protocol):
+    """What the moves use of the node (``smr.node.core.NodeCore``), with what they hand on
+    to their joins (``JoinsNode``) and taking side (``MoveTakingNode``)."""
+
+    @property
+    def node_id(self) -> NodeId: ...
+    @property
+    def view(self) -> View: ...
+    @property
+    def ring(self) -> Ring: ...
+    @property
+    def stamp(self) -> tuple[NodeId, Incarnation, Epoch]: ...
+    @property
+    def clock(self) -> Clock: ...
+    @property
+    def settings(self) -> NodeSettings: ...
+    @property
+    def counters(self) -> NodeCounters: ...
+    @property
+    def store(self) -> StateStore: ...
+    @property
+    def ledger(self) -> LossLedger: ...
+    @property
+    def load(self) -> LoadMeter: ...
+    @property
+    def balancer(self) -> Balancer | None: ...
+    @property
+    def ingest(self) -> GivingIntake: ...
+    @property
+    def membership(self) -> MovesMembership: ...
+    @property
+    def snapshots(self) -> CopySnapshots: ...
+    @property
+    def replication(self) -> MoveCopiesKept: ...
+    @property
+    def recovery(self) -> MovesRecovery: ...
+    def peer_send(self, peer: NodeId, message: PeerMessages) -> bool: ...
+    def reply(self, identity: bytes, frames: Sequence[bytes]) -> None: ...
+    def set_view(self, view: View) -> None: ...
 
 log = logging.getLogger("smr.node")
 
@@ -101,7 +187,7 @@ class Moves:
     it; slots outside the moving range are never refused.
     """
 
-    def __init__(self, node: NodeCore) -> None:
+    def __init__(self, node: MovesNode) -> None:
         self._node = node
         self._numbers = 0
         self.giving: Giving | None = None
@@ -188,6 +274,10 @@ class Moves:
         self.giving.peer_bytes_at_start = self._node.counters.peer_bytes_sent
         self._node.ingest.restart_stall_record()  # the record's apply_stall_ms_max
         return self.giving
+
+    def note_record(self, record: dict[str, Any]) -> None:
+        """Keep ``record`` of a move given or received here (status shows the last ones)."""
+        self.records.append(record)
 
     @property
     def committed(self) -> bool:
@@ -453,7 +543,7 @@ class Moves:
                     self._finish()
                 elif giving.step is not Step.COMMITTED:
                     self.call_off(f"{plan.receiver} left the ring")
-                elif holds(node, plan.moving):
+                elif holds(node.ring, node.node_id, plan.moving):
                     self.call_off(f"{plan.receiver} is gone and never switched", tell=False)
                 else:
                     # Another node took over the slots (the receiver switched, then died).
@@ -463,12 +553,14 @@ class Moves:
                 own = node.ring.range_of(node.node_id)
                 if holder is None or holder.status not in OWNING_STATUSES:
                     self.call_off(f"{plan.copy_holder} left the ring")
-                elif not holds(node, plan.moving):
+                elif not holds(node.ring, node.node_id, plan.moving):
                     self.call_off("the ring changed under the move")
                 elif plan.leave and own != plan.moving:
                     # A takeover grew the range: the leave would hand over part of it only.
                     self.call_off("this node's range changed while it was leaving")
-                elif not plan.join and not still_planned(node, plan):
+                elif not plan.join and not still_planned(
+                    node.ring, node.settings.replication, plan
+                ):
                     # Deaths changed who would receive or hold a copy of the moving slots.
                     self.call_off("the ring changed under the move")
         self.taking.follow_view()

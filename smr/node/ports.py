@@ -13,7 +13,7 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
 
-from smr.checkpoint.ids import MapperId
+from smr.checkpoint.ids import CheckpointNumber, MapperId
 from smr.ring.ids import Epoch, Incarnation, NodeId
 from smr.ring.placement import Ring
 from smr.ring.view import View
@@ -161,4 +161,51 @@ class TupleBackup(Protocol):
         self, mapper: MapperId, body: bytes, tuple_count: int, last_seq_by_slot: dict[int, int]
     ) -> bool:
         """Keep a batch for its primary until a checkpoint covers it; True if kept."""
+        ...
+
+
+class ViewGossip(Protocol):
+    """What the roles ask of the membership (``smr.node.membership``): who sent a message,
+    and the view told to the peers."""
+
+    def from_live_peer(self, message: PeerMessage, repair: bool = True) -> NodeId | None:
+        """The sender of ``message`` if it is a live incarnation in the view, else None (and
+        the sender is sent the view)."""
+        ...
+
+    def gossip(self) -> None:
+        """Send this node's view to its ring neighbours."""
+        ...
+
+    def view_body(self) -> bytes:
+        """This node's view, packed for a message."""
+        ...
+
+
+class JoinProgress(Protocol):
+    """What a copy's progress asks of the joins (``smr.node.joins``, step 4)."""
+
+    def progress(self) -> None:
+        """Tell the giver how far the joiner's copy is, once it caught up."""
+        ...
+
+
+class MoveCopies(Protocol):
+    """What the snapshots and the replication tell the moves (``smr.node.moves``, step 3) of
+    a copy of moving slots."""
+
+    def copied(self, giver: NodeId, through: CheckpointNumber) -> None:
+        """This node's copy of ``giver``'s moving slots is complete through ``through``."""
+        ...
+
+    def joining(self) -> JoinProgress:
+        """The joins part of the moves."""
+        ...
+
+
+class SnapshotReceiving(Protocol):
+    """What the replication and the recovery ask of the snapshots (``smr.node.snapshots``)."""
+
+    def forget_receiving(self, primary: NodeId) -> None:
+        """Drop the snapshot being received from ``primary``, if any."""
         ...

@@ -9,24 +9,97 @@ import time
 from collections import deque
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final, Protocol
 
 from smr.checkpoint.backup import BackedUpBatch
-from smr.checkpoint.loss import uncovered_slots
+from smr.checkpoint.loss import LossLedger, uncovered_slots
 from smr.checkpoint.promote import Copy, PromoteOutcome, promote
 from smr.checkpoint.store import ReduceFn, StateStore
+from smr.node.disk import DiskState
+from smr.node.handoff import Handoff
+from smr.node.ports import Clock, SnapshotReceiving, ViewGossip
+from smr.node.reducer import Reducer
+from smr.node.replication import Orphan
+from smr.node.settings import NodeCounters, NodeSettings
 from smr.node.throttle import Throttle
 from smr.ring.failure import FailureDetector, Verdict
-from smr.ring.ids import Incarnation, NodeId, Slot
+from smr.ring.ids import Epoch, Incarnation, NodeId, Slot
 from smr.ring.invariants import InvariantViolation
 from smr.ring.placement import Ring
-from smr.ring.view import Status, successor_takes_over
+from smr.ring.view import Status, View, successor_takes_over
 from smr.wire.batch_body import BatchColumns, decode_batch_body
 from smr.wire.kinds import RequestId
-from smr.wire.peer import Probe, ProbeAck, Suspect, Vouch
+from smr.wire.peer import PeerMessages, Probe, ProbeAck, Suspect, Vouch
 
-if TYPE_CHECKING:
-    from smr.node.core import NodeCore
+
+class Resets(Protocol):
+    """A role that a fenced node resets (it forgets all it did)."""
+
+    def reset(self) -> None: ...
+
+
+class SurrenderedCopies(Resets, Protocol):
+    """What a takeover asks of the replication (``smr.node.replication``)."""
+
+    def surrender(self, dead: NodeId) -> list[Orphan]: ...
+
+
+class SnapshotsOnTakeover(SnapshotReceiving, Resets, Protocol):
+    """What a takeover and a fence ask of the snapshots (``smr.node.snapshots``)."""
+
+
+class MovesOnTakeover(Resets, Protocol):
+    """What a takeover and a fence ask of the moves (``smr.node.moves``)."""
+
+    @property
+    def leaving(self) -> bool: ...
+
+
+class RecoveryNode(Protocol):
+    """What the recovery uses of the node (``smr.node.core.NodeCore``)."""
+
+    store: StateStore
+
+    @property
+    def node_id(self) -> NodeId: ...
+    @property
+    def incarnation(self) -> Incarnation: ...
+    @incarnation.setter
+    def incarnation(self, incarnation: Incarnation) -> None: ...
+    @property
+    def view(self) -> View: ...
+    @property
+    def ring(self) -> Ring: ...
+    @property
+    def predecessors(self) -> tuple[NodeId, ...]: ...
+    @property
+    def stamp(self) -> tuple[NodeId, Incarnation, Epoch]: ...
+    @property
+    def clock(self) -> Clock: ...
+    @property
+    def settings(self) -> NodeSettings: ...
+    @property
+    def counters(self) -> NodeCounters: ...
+    @property
+    def ledger(self) -> LossLedger: ...
+    @property
+    def reducer(self) -> Reducer: ...
+    @property
+    def disk(self) -> DiskState | None: ...
+    @property
+    def handoff(self) -> Handoff: ...
+    @property
+    def ingest(self) -> Resets: ...
+    @property
+    def membership(self) -> ViewGossip: ...
+    @property
+    def replication(self) -> SurrenderedCopies: ...
+    @property
+    def snapshots(self) -> SnapshotsOnTakeover: ...
+    @property
+    def moves(self) -> MovesOnTakeover: ...
+    def peer_send(self, peer: NodeId, message: PeerMessages) -> bool: ...
+    def set_view(self, view: View) -> None: ...
 
 log = logging.getLogger("smr.node")
 
@@ -67,7 +140,7 @@ class Recovery:
     node serves nothing until it rejoins as a new incarnation.
     """
 
-    def __init__(self, node: NodeCore) -> None:
+    def __init__(self, node: RecoveryNode) -> None:
         self._node = node
         settings = node.settings
         self.detector = FailureDetector(

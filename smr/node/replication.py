@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final
+from typing import Final, Protocol
 
 from smr.checkpoint.backup import BackedUpBatch, HwmFn, TupleBackup
 from smr.checkpoint.delta import (
@@ -27,14 +27,60 @@ from smr.checkpoint.delta import (
 from smr.checkpoint.ids import CheckpointNumber, MapperId
 from smr.checkpoint.promote import PrimaryCopy
 from smr.checkpoint.replica import CheckpointGap, PeerReplica
-from smr.ring.ids import NodeId, Slot
+from smr.checkpoint.store import StateStore
+from smr.node.disk import DiskState
+from smr.node.ports import Clock, MoveCopies, SnapshotReceiving, ViewGossip
+from smr.node.settings import NodeCounters, NodeSettings
+from smr.output.files import OutputSink
+from smr.ring.ids import Epoch, Incarnation, NodeId, Slot
 from smr.ring.placement import Ring, SlotRange
 from smr.ring.view import Status, View
 from smr.wire.kinds import FrameError
-from smr.wire.peer import Checkpoint, CheckpointRequest, SnapshotRequest
+from smr.wire.peer import Checkpoint, CheckpointRequest, PeerMessages, SnapshotRequest
 
-if TYPE_CHECKING:
-    from smr.node.core import NodeCore
+
+class MoveCopyTargets(MoveCopies, Protocol):
+    """What the replication asks of the moves (``smr.node.moves``, step 3): where a copy of
+    moving slots goes, and how it went."""
+
+    def copy_failed(self, giver: NodeId, reason: str) -> None: ...
+    def copy_target(self) -> tuple[NodeId, ...]: ...
+
+
+class ReplicationNode(Protocol):
+    """What the replication uses of the node (``smr.node.core.NodeCore``)."""
+
+    @property
+    def node_id(self) -> NodeId: ...
+    @property
+    def view(self) -> View: ...
+    @property
+    def ring(self) -> Ring: ...
+    @property
+    def predecessors(self) -> tuple[NodeId, ...]: ...
+    @property
+    def secondaries(self) -> tuple[NodeId, ...]: ...
+    @property
+    def stamp(self) -> tuple[NodeId, Incarnation, Epoch]: ...
+    @property
+    def clock(self) -> Clock: ...
+    @property
+    def settings(self) -> NodeSettings: ...
+    @property
+    def counters(self) -> NodeCounters: ...
+    @property
+    def store(self) -> StateStore: ...
+    @property
+    def output(self) -> OutputSink: ...
+    @property
+    def disk(self) -> DiskState | None: ...
+    @property
+    def membership(self) -> ViewGossip: ...
+    @property
+    def snapshots(self) -> SnapshotReceiving: ...
+    @property
+    def moves(self) -> MoveCopyTargets: ...
+    def peer_send(self, peer: NodeId, message: PeerMessages) -> bool: ...
 
 # A secondary asks its primaries for an early checkpoint once its tuple backup holds this
 # share of backup_bytes_max: early enough that the checkpoint's eviction usually comes before
@@ -93,7 +139,7 @@ class Replication:
     instead of applying a later delta on a hole.
     """
 
-    def __init__(self, node: NodeCore) -> None:
+    def __init__(self, node: ReplicationNode) -> None:
         self._node = node
         # As a secondary: a replica of each predecessor's state and its backed-up batches.
         self.replicas: dict[NodeId, PeerReplica] = {}
