@@ -55,7 +55,6 @@ BIG_MODULES: set[str] = {
     "checkpoint/store.py",
     "ring/view.py",
     "smr/cluster/local.py",
-    "smr/node/core.py",
     "smr/node/moves.py",
     "smr/node/move_taking.py",
     "smr/node/replication.py",

@@ -105,6 +105,8 @@ class RecoveryReport(Protocol):
 class SnapshotsReport(Protocol):
     """What the status asks of the snapshots (``smr.node.snapshots``)."""
 
+    @property
+    def sending(self) -> int: ...
     def report(self) -> dict[str, float]: ...
 
 
@@ -168,7 +170,6 @@ class ControlNode(Protocol):
     def snapshots(self) -> SnapshotsReport: ...
     def reply(self, identity: bytes, frames: Sequence[bytes]) -> None: ...
     def utilization(self) -> float: ...
-    def under_replicated_slots(self) -> int: ...
 
 log = logging.getLogger("smr.node")
 
@@ -371,6 +372,17 @@ class Control:
                 break
         self._node.reply(identity, encode(Error(req, reason)))
 
+    def under_replicated_slots(self) -> int:
+        """Slots of this node's range with fewer than ``r`` complete copies elsewhere: all of
+        them while a snapshot to a secondary is in flight or a secondary is missing."""
+        node = self._node
+        own_range = node.ring.range_of(node.node_id)
+        replication = node.settings.replication
+        if own_range is None or replication == 0:
+            return 0
+        missing = replication - len(node.secondaries) + node.snapshots.sending
+        return own_range.length if missing > 0 else 0
+
     def status(self) -> dict[str, Any]:
         """A snapshot of the node for ``smr status``: ring position, load and counters."""
         node = self._node
@@ -421,7 +433,7 @@ class Control:
             # The output table, if the cluster writes to one (smr.output.table).
             "output_records": node.output.records_written,
             **(table.report() if (table := node.output.table) is not None else {}),
-            "under_replicated_slots": node.under_replicated_slots(),
+            "under_replicated_slots": self.under_replicated_slots(),
             **node.snapshots.report(),
             "checkpoint_age_s": node.replication.checkpoint_age_s(now),
             "apply_seconds": node.load.apply_seconds(),

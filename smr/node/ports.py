@@ -164,6 +164,48 @@ class TupleBackup(Protocol):
         ...
 
 
+class CoreSide(Protocol):
+    """What the core's ``Peers`` and ``ViewChanges`` are made of (``smr.node.core.NodeCore``)."""
+
+    @property
+    def membership(self) -> ViewGossip: ...
+    def peer_send(self, peer: NodeId, message: PeerMessages) -> bool: ...
+    def reply(self, identity: bytes, frames: Sequence[bytes]) -> None: ...
+    def bad_frame(self, identity: bytes, reason: str) -> None: ...
+    def set_view(self, view: View) -> None: ...
+
+
+class CorePeers:
+    """The core's :class:`smr.node.ports.Peers`: its links, counted, and the membership's
+    check of a sender."""
+
+    def __init__(self, core: CoreSide) -> None:
+        self._core = core
+
+    def send(self, peer: NodeId, message: PeerMessages) -> bool:
+        return self._core.peer_send(peer, message)
+
+    def reply(self, identity: bytes, frames: Sequence[bytes]) -> None:
+        self._core.reply(identity, frames)
+
+    def is_live(self, message: PeerMessage, repair: bool = True) -> NodeId | None:
+        return self._core.membership.from_live_peer(message, repair)
+
+    def bad_frame(self, identity: bytes, reason: str) -> None:
+        self._core.bad_frame(identity, reason)
+
+
+class CoreViewChanges:
+    """The core's :class:`smr.node.ports.ViewChanges`: set the view, then gossip it."""
+
+    def __init__(self, core: CoreSide) -> None:
+        self._core = core
+
+    def adopt(self, view: View) -> None:
+        self._core.set_view(view)
+        self._core.membership.gossip()
+
+
 class ViewGossip(Protocol):
     """What the roles ask of the membership (``smr.node.membership``): who sent a message,
     and the view told to the peers."""

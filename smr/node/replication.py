@@ -163,7 +163,7 @@ class Replication:
         self.checkpointed_at: float | None = None
         # The checkpoint being sent and merged, a step per turn (start_checkpoint).
         self._shipping: Iterator[None] | None = None
-        # As a secondary: checkpoint parts applied this turn (NodeCore.turn_is_full).
+        # As a secondary: checkpoint parts applied this turn (smr.node.turn.turn_is_full).
         self.parts_this_turn = 0
         # As a secondary: the primaries whose backup is being evicted a step per turn
         # (after their checkpoint's last part), in the order their checkpoints ended.
@@ -184,6 +184,15 @@ class Replication:
             if initial is not None:
                 self.covered[predecessor] = initial
                 self.replicas[predecessor] = PeerReplica.of_empty_start()
+
+    @property
+    def applied_this_turn(self) -> bool:
+        """True if a checkpoint part was applied this turn (the turn reads no more)."""
+        return self.parts_this_turn > 0
+
+    def end_turn(self) -> None:
+        """The turn ended: the next may read messages again."""
+        self.parts_this_turn = 0
 
     def reset(self) -> None:
         """Drop every replica, backup and orphan copy, and the checkpoint in flight

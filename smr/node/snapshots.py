@@ -103,7 +103,7 @@ class Snapshots:
         self._jobs: dict[NodeId, Iterator[None]] = {}
         # The snapshots waiting for batches accepted before them to be applied (step 0).
         self._awaiting_apply: set[NodeId] = set()
-        # Snapshot chunks applied since the receive loop last yielded (see NodeCore.turn_is_full).
+        # Snapshot chunks applied since the receive loop last yielded (smr.node.turn.turn_is_full).
         self.chunks_this_turn = 0
         # The number of the last snapshot this node began sending, and per primary the one
         # being received here with the index of the next chunk expected.
@@ -124,6 +124,15 @@ class Snapshots:
         # decoding and applying a received one. Wall time even under a simulated clock: it
         # measures the work itself (and is left out of the simulation's fingerprint).
         self.stall_ms_max = 0.0
+
+    @property
+    def applied_this_turn(self) -> bool:
+        """True if a snapshot chunk was applied this turn (the turn reads no more)."""
+        return self.chunks_this_turn > 0
+
+    def end_turn(self) -> None:
+        """The turn ended: the next may read messages again."""
+        self.chunks_this_turn = 0
 
     def reset(self) -> None:
         """Drop every snapshot being sent or received (fencing)."""

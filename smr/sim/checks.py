@@ -104,8 +104,9 @@ def not_converged(sim: CheckedRun) -> str | None:
             return f"{node.node_id} waits for the state of lost slots from {sorted(awaited)}"
         # With r or fewer owners left, r copies elsewhere cannot exist: then it is enough
         # that every other owner holds a complete replica (checked below).
-        if len(core.ring.owners) > sim.config.replication and (core.under_replicated_slots()):
-            return f"{node.node_id} has {core.under_replicated_slots()} under-replicated slots"
+        under_replicated = core.control.under_replicated_slots()
+        if len(core.ring.owners) > sim.config.replication and under_replicated:
+            return f"{node.node_id} has {under_replicated} under-replicated slots"
         for predecessor in core.predecessors:
             replica = core.replication.replicas.get(predecessor)
             if replica is None or not replica.is_complete:
