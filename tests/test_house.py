@@ -57,7 +57,6 @@ BIG_MODULES: set[str] = {
     "smr/cluster/local.py",
     "smr/node/moves.py",
     "smr/node/move_taking.py",
-    "smr/node/replication.py",
     "smr/sim/simulation.py",
 }
 

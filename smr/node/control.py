@@ -92,6 +92,11 @@ class ReplicationReport(Protocol):
     @property
     def backup_bytes(self) -> int: ...
     def hwm_entries(self) -> int: ...
+
+
+class CheckpointAge(Protocol):
+    """What the status asks of the checkpoint cycle (``smr.node.checkpoints``)."""
+
     def checkpoint_age_s(self, now: float) -> float | None: ...
 
 
@@ -164,6 +169,8 @@ class ControlNode(Protocol):
     def moves(self) -> OperatorMoves: ...
     @property
     def replication(self) -> ReplicationReport: ...
+    @property
+    def checkpoints(self) -> CheckpointAge: ...
     @property
     def recovery(self) -> RecoveryReport: ...
     @property
@@ -435,7 +442,7 @@ class Control:
             **(table.report() if (table := node.output.table) is not None else {}),
             "under_replicated_slots": self.under_replicated_slots(),
             **node.snapshots.report(),
-            "checkpoint_age_s": node.replication.checkpoint_age_s(now),
+            "checkpoint_age_s": node.checkpoints.checkpoint_age_s(now),
             "apply_seconds": node.load.apply_seconds(),
             **node.recovery.report(),
             "offline_slots": node.ledger.count(),

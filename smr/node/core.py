@@ -26,6 +26,7 @@ from smr.api import Job
 from smr.checkpoint.loss import LossLedger
 from smr.checkpoint.store import StateStore
 from smr.node.balance import BalanceConfig, Balancer
+from smr.node.checkpoints import CheckpointCycle
 from smr.node.control import Control
 from smr.node.disk import DiskState
 from smr.node.dispatch import dispatch
@@ -107,6 +108,7 @@ class NodeCore:
 
     # The roles built with the core itself (seen through each one's protocol): declared here,
     # since checking the core against a protocol needs their types before they are built.
+    checkpoints: CheckpointCycle
     replication: Replication
     snapshots: Snapshots
     membership: Membership
@@ -182,6 +184,7 @@ class NodeCore:
         """Build the roles, each handed what it uses (``smr.node.ports``); a role asks those
         built before it, so the order matters."""
         clock, settings = self.clock, self.settings
+        self.checkpoints = CheckpointCycle(self)
         self.replication = Replication(self)
         self.snapshots = Snapshots(self)
         self.membership = Membership(self)
@@ -415,7 +418,7 @@ class NodeCore:
         if timer is Timer.TICK:
             self.tick()
         else:
-            self.replication.start_checkpoint()
+            self.checkpoints.start_checkpoint()
 
     def tick(self) -> None:
         """Periodic work: heartbeats, failure detection, the applied-tuples rate, output.

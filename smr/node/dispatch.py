@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from smr.node.checkpoints import CheckpointCycle
 from smr.node.control import Control
 from smr.node.handoff import Handoff
 from smr.node.ingest import Ingest
@@ -77,6 +78,8 @@ class Serving(Protocol):
     @property
     def replication(self) -> Replication: ...
     @property
+    def checkpoints(self) -> CheckpointCycle: ...
+    @property
     def snapshots(self) -> Snapshots: ...
     def bad_frame(self, identity: bytes, reason: str) -> None: ...
 
@@ -147,7 +150,7 @@ def dispatch(node: Serving, identity: bytes, message: Message) -> None:
         case Checkpoint():
             node.replication.on_checkpoint(identity, message)
         case CheckpointRequest():
-            node.replication.on_checkpoint_request(identity, message)
+            node.checkpoints.on_checkpoint_request(identity, message)
         case SnapshotRequest():
             node.snapshots.on_request(identity, message)
         case SnapshotBegin():

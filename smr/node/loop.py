@@ -195,7 +195,7 @@ def serve(
             # Everything applied (and so acked) goes to disk before the node exits, once
             # its output is durable (a table that refuses gets a few more tries).
             for attempt in range(LAST_CHECKPOINT_ATTEMPTS):
-                saved = core.replication.checkpoint()
+                saved = core.checkpoints.checkpoint()
                 if saved or attempt == LAST_CHECKPOINT_ATTEMPTS - 1:
                     break
                 time.sleep(1.0)

@@ -107,7 +107,11 @@ class CopySnapshots(Protocol):
 
 class MoveCopiesKept(TakenCopies, JoinerCopies, Protocol):
     """What the moves, the taking side and the joins ask of the replication
-    (``smr.node.replication``): the final checkpoint (step 4) and the copies."""
+    (``smr.node.replication``): the copies."""
+
+
+class FinalCheckpoint(Protocol):
+    """What the giver asks of the checkpoint cycle (``smr.node.checkpoints``, step 4)."""
 
     def checkpoint(self) -> bool: ...
     def last_checkpoint_number(self) -> CheckpointNumber: ...
@@ -155,6 +159,8 @@ class MovesNode(JoinsNode, MoveTakingNode, Protocol):
     def snapshots(self) -> CopySnapshots: ...
     @property
     def replication(self) -> MoveCopiesKept: ...
+    @property
+    def checkpoints(self) -> FinalCheckpoint: ...
     @property
     def recovery(self) -> MovesRecovery: ...
     def peer_send(self, peer: NodeId, message: PeerMessages) -> bool: ...
@@ -464,9 +470,9 @@ class Moves:
             if node.ingest.queued_for(self.frozen):
                 return
             # 4. The final increment (once the output table takes the range's records).
-            if not node.replication.checkpoint():
+            if not node.checkpoints.checkpoint():
                 return
-            giving.final = node.replication.last_checkpoint_number()
+            giving.final = node.checkpoints.last_checkpoint_number()
             self._to(Step.FINAL)
         final = giving.final
         if giving.step is Step.FINAL and final is not None and giving.copied_through >= final:

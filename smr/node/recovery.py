@@ -17,9 +17,9 @@ from smr.checkpoint.promote import Copy, PromoteOutcome, promote
 from smr.checkpoint.store import ReduceFn, StateStore
 from smr.node.disk import DiskState
 from smr.node.handoff import Handoff
+from smr.node.orphans import Orphan
 from smr.node.ports import Clock, SnapshotReceiving, ViewGossip
 from smr.node.reducer import Reducer
-from smr.node.replication import Orphan
 from smr.node.settings import NodeCounters, NodeSettings
 from smr.node.throttle import Throttle
 from smr.ring.failure import FailureDetector, Verdict
@@ -94,6 +94,8 @@ class RecoveryNode(Protocol):
     def membership(self) -> ViewGossip: ...
     @property
     def replication(self) -> SurrenderedCopies: ...
+    @property
+    def checkpoints(self) -> Resets: ...
     @property
     def snapshots(self) -> SnapshotsOnTakeover: ...
     @property
@@ -516,6 +518,7 @@ class Recovery:
         node.store = StateStore()
         node.ledger.rebuild(node.store)
         node.replication.reset()
+        node.checkpoints.reset()
         node.snapshots.reset()
         node.ingest.reset()
         node.moves.reset()

@@ -41,6 +41,12 @@ class SnapshotReplicas(Protocol):
     def note_covered(self, sender: NodeId, copied: SlotRange) -> None: ...
     def forget_coverage(self, sender: NodeId) -> None: ...
     def copies(self) -> list[tuple[NodeId, PeerReplica]]: ...
+
+
+class SnapshotCut(Protocol):
+    """What a snapshot asks of the checkpoint cycle (``smr.node.checkpoints``): the one in
+    flight finished, and its number (the snapshot is cut at it)."""
+
     def last_checkpoint_number(self) -> CheckpointNumber: ...
     def finish_shipping(self) -> None: ...
 
@@ -82,6 +88,8 @@ class SnapshotsNode(Protocol):
     def membership(self) -> ViewGossip: ...
     @property
     def replication(self) -> SnapshotReplicas: ...
+    @property
+    def checkpoints(self) -> SnapshotCut: ...
     @property
     def moves(self) -> MoveCopies: ...
     def peer_send(self, peer: NodeId, message: PeerMessages) -> bool: ...
@@ -229,12 +237,12 @@ class Snapshots:
         chunks_sent = 0
         # 1. A checkpoint in flight is shipped whole first: the secondary then applies every
         #    part of checkpoint ``as_of`` before the snapshot begins.
-        node.replication.finish_shipping()
+        node.checkpoints.finish_shipping()
         while not node.peer_send(
             secondary,
             SnapshotBegin(
                 *node.stamp,
-                node.replication.last_checkpoint_number(),
+                node.checkpoints.last_checkpoint_number(),
                 snap,
                 *(self._own_range() if only is None else (only.start, only.length)),
             ),

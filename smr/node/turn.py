@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Final, Protocol
 
+from smr.node.checkpoints import CheckpointCycle
 from smr.node.ingest import Ingest
 from smr.node.moves import Moves
 from smr.node.ports import Clock
@@ -44,6 +45,8 @@ class TurnNode(Protocol):
     @property
     def replication(self) -> Replication: ...
     @property
+    def checkpoints(self) -> CheckpointCycle: ...
+    @property
     def snapshots(self) -> Snapshots: ...
     def on_frames(self, identity: bytes, frames: Sequence[bytes]) -> None: ...
 
@@ -73,7 +76,7 @@ def receive_turn(node: TurnNode, receive: Receive) -> bool:
     3. Send one cumulative ack per channel that advanced.
     4. End the turn: the next may read messages again.
     5. Send one chunk of each snapshot being sent.
-    6. Run one step of the checkpoint in flight (``Replication.step_shipping``) and one
+    6. Run one step of the checkpoint in flight (``CheckpointCycle.step_shipping``) and one
        of the backup evictions under way (``Replication.step_eviction``).
 
     Returns True if work is left (batches to apply, snapshot chunks or checkpoint parts
@@ -108,17 +111,16 @@ def receive_turn(node: TurnNode, receive: Receive) -> bool:
     if node.snapshots.has_work:
         node.snapshots.step()
     # 6.
-    replication = node.replication
-    if replication.shipping:
-        replication.step_shipping()
-    if replication.evicting:
-        replication.step_eviction()
+    if node.checkpoints.shipping:
+        node.checkpoints.step_shipping()
+    if node.replication.evicting:
+        node.replication.step_eviction()
     return has_work(node)
 
 
 def has_work(node: TurnNode) -> bool:
     """True while batches wait to be applied (and the rate cap, if any, lets them),
     snapshot chunks to be sent, a checkpoint to be shipped, or a backup to be evicted."""
-    replication = node.replication
     sending = node.snapshots.can_send_now
-    return node.ingest.can_apply_now or sending or replication.shipping or replication.evicting
+    shipping = node.checkpoints.shipping
+    return node.ingest.can_apply_now or sending or shipping or node.replication.evicting

@@ -94,7 +94,7 @@ def not_converged(sim: CheckedRun) -> str | None:
             return f"{node.node_id} has {len(core.ingest.inbox)} batches to apply"
         if core.snapshots.has_work:
             return f"{node.node_id} has snapshot work pending"
-        if core.replication.shipping:
+        if core.checkpoints.shipping:
             return f"{node.node_id} is shipping a checkpoint"
         if core.moves.giving is not None:
             return f"{node.node_id} is giving a move ({core.moves.giving.step.value})"
@@ -158,11 +158,7 @@ def promoted_copy(holder: NodeCore, owner: NodeId, slots: list[Slot]) -> StateSt
     copies of the nodes ``owner`` absorbed first, then its own."""
     store = StateStore()
     replication = holder.replication
-    orphans = [
-        replication.orphans[name]
-        for name in sorted(replication.orphans)
-        if replication.orphans[name].absorber == owner
-    ]
+    orphans = replication.orphans.absorbed_by(owner)
     copy = PrimaryCopy(
         replication.replicas.get(owner) or PeerReplica(), replication.backups.get(owner)
     )

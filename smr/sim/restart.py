@@ -102,7 +102,7 @@ class Restart:
         for node, core in live:
             if not (self.fault == "crash" and node.node_id == self.target):
                 with sim.acting_as(node.node_id):
-                    core.replication.checkpoint()
+                    core.checkpoints.checkpoint()
             if core.disk is not None:
                 core.disk.close()
         sim.network.drop_in_flight()

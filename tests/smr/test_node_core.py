@@ -331,9 +331,9 @@ def test_a_restored_store_brings_its_losses_into_the_ledger(tmp_path: Path) -> N
 def test_checkpoint_keeps_state_readable(node: Harness) -> None:
     k = node.own_keys[0]
     node.deliver(node.batch_frames(1, [(k, 1)]))
-    node.core.replication.checkpoint()
+    node.core.checkpoints.checkpoint()
     node.deliver(node.batch_frames(2, [(k, 1)]))
-    node.core.replication.checkpoint()
+    node.core.checkpoints.checkpoint()
     assert node.state(k) == {"count": 2}
     assert node.core.store.active == {} or all(not v for v in node.core.store.active.values())
 
