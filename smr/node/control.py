@@ -178,6 +178,7 @@ class ControlNode(Protocol):
     def reply(self, identity: bytes, frames: Sequence[bytes]) -> None: ...
     def utilization(self) -> float: ...
 
+
 log = logging.getLogger("smr.node")
 
 # A dump page holds at most this many keys, so one reply stays well under the frame cap.

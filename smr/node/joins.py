@@ -1,33 +1,10 @@
-"""Joins: a standby node takes the top of an owner's range (docs/design/architecture.md#moves,
-scale-out).
+"""Joins: a standby node J takes the top of an owner P's range (scale-out). A join is a move
+(``smr.node.moves``) whose receiver is J, which first catches up as an extra secondary, so
+the move needs no copy holder. The steps (told in full in
+docs/design/node-protocols.md#joins): 1. ask (J); 2. offer (P), or refuse; 3. join (J writes
+itself ``joining`` at the split); 4. catch up (J); 5. the move's steps 4-7; 6. call off.
 
-A join is a move (``smr.node.moves``) whose receiver is the joiner J and whose giver P is
-the owner it joins beside; J first catches up as an extra secondary, so the move needs no
-copy holder. The protocol:
-
-1. Ask (J, on standby): ``MovePropose`` to P naming J as receiver and copy holder, with no
-   range: "may I join beside you".
-2. Offer (P): if it can split its range (two slots or more, no other move, no joiner
-   within ``r - 1`` owners of it: ``ring.moves.join_blocked_by``), P
-   splits it at its load median ``t`` and offers ``[t, end)`` (``MovePropose`` with the
-   range); otherwise it refuses (``MoveAnswer``).
-3. Join (J): J writes its own entry ``joining`` at ``t`` (``ring.view.joining_at``) and
-   gossips it. From this view on, placement makes J an extra secondary of P and of the
-   ``r - 1`` owners before P (``ring.placement``): the feeders send it their tuples, and
-   those owners send it snapshots and checkpoints. Nothing else changes for anyone.
-4. Catch up (J): once J holds a complete replica of every owner it backs up, it tells P
-   (``MoveCopied``, through P's last checkpoint it applied), and again after each of P's
-   checkpoints.
-5. From here it is the move of ``[t, end)`` from P to J (steps 4-7 of ``smr.node.moves``):
-   P freezes those slots, checkpoints (``final``) and commits once J reports that
-   checkpoint; J promotes the slots from its replica of P and its backup, writes its entry
-   ``up`` (``ring.view.join_view``), settles with its secondaries, and answers; P drops the
-   slots. Every replica set J enters already holds J's copy, and every other member of it
-   held its copy before: ``r + 1`` copies throughout.
-6. Call off: before the commit, P calls the join off on a refusal, a timeout, a change of
-   the ring, or J's connection dropping (then P marks J dead, so that the feeders stop
-   waiting for its acks; a live J fences and is on standby again). J goes back to standby
-   (its own write) when P calls the join off or is gone, or no commit came in time.
+Guarantee: every replica set J enters already holds J's copy: ``r + 1`` copies throughout.
 """
 
 from __future__ import annotations
@@ -115,6 +92,7 @@ class JoinsNode(Protocol):
     def recovery(self) -> FencedSince: ...
     def peer_send(self, peer: NodeId, message: PeerMessages) -> bool: ...
     def set_view(self, view: View) -> None: ...
+
 
 log = logging.getLogger("smr.node")
 

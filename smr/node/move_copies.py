@@ -57,7 +57,6 @@ class IncomingCopy:
         return Orphan(receiver, replica, None, self.moving if complete else None)
 
 
-
 class _SlotsOf:
     """A slot range as a container (``slot in _SlotsOf(range)``)."""
 

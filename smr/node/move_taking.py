@@ -124,6 +124,7 @@ class MoveTakingNode(Protocol):
     def set_view(self, view: View) -> None: ...
     def utilization(self) -> float: ...
 
+
 log = logging.getLogger("smr.node")
 
 # Answers to commits kept for repeats (bounded).

@@ -1,54 +1,12 @@
 """Moves: the top of a range (or all of it: a leave) handed to the clockwise neighbour by
-promotion, not transfer (docs/design/architecture.md#moves).
+promotion, not transfer. Three nodes take part (``ring.moves.plan_move``): the giver G, the
+receiver R (its clockwise neighbour, which holds a replica of G's range) and the copy holder
+H. The steps (told in full in docs/design/node-protocols.md#moves): 1. propose (G); 2. answer
+(R, H); 3. copy (G to H); 4. freeze (G) and checkpoint ``final``; 5. commit (G); 6. promote
+and switch (R, ``smr.node.move_taking``); 7. switch (every node, on the view); 8. call off.
 
-Three nodes take part (``ring.moves.plan_move``): the giver G; the receiver R, G's clockwise
-neighbour, which already holds a replica of G's range and a backup of its tuples; and the
-copy holder H, the ``r + 1``-th owner clockwise of G, the one node of the moving slots'
-replica set after the move that holds no copy of them before it. The protocol:
-
-1. Propose (G): plan the move and send ``MovePropose`` to R and H.
-2. Answer (R, H): R accepts if the plan is the same in its view, G is its nearest
-   predecessor, its replica of G is complete and covers the moving slots, it takes part
-   in no other move, and (a balancing move) it is less busy than the proposal asks; H
-   accepts if the plan is the same in its view and it takes part in no other move. Either
-   refuses otherwise, saying why.
-3. Copy (G to H): a snapshot of the moving slots, then G's checkpoints while the move lasts
-   (H keeps their part about the moving slots). H answers ``MoveCopied(through)`` when its
-   copy completes and after each checkpoint it applies.
-4. Freeze (G): once H's copy is complete, G refuses batches with a moving slot (``NOT_OWNER``
-   with its view: the mappers keep them), hands back the batches with a moving slot still
-   queued in its inbox, unapplied and unacked (``Ingest.hand_back``: their mappers are
-   refused as if the freeze had come first, and send those slots' tuples to R once the
-   move ends), and checkpoints at once: that checkpoint, ``final``, holds the moving slots'
-   last changes; it goes to R and H like any other. So the freeze never waits for a queue
-   to drain.
-5. Commit (G): once H reports ``through >= final``, send ``MoveCommit(final)`` to R (and
-   to H, which notes ``final``); a leaver first writes its own entry *leaving*
-   (``ring.view.hand_over_all``). From here on only R decides; G resends the commit until
-   R answers.
-6. Promote and switch (R, ``smr.node.move_taking``): if its replica of G has applied
-   ``final`` and the plan still holds in its view, promote the moving slots from it,
-   replay the backed-up tuples past their hwm, move its token (``ring.moves.moved_view``),
-   route by that view and gossip it; keep the moved slots refused until each of R's
-   secondaries confirms it sees the new view (they alone watch R, so no view can then undo
-   the switch); then serve them and answer ``MoveDone(switched)``. If it cannot switch it
-   answers not switched. Every repeat of a commit gets the same answer.
-7. Switch (every node, on the view): G, once R answered switched (or R is gone with its
-   token at the split), drops the moved slots (a leaver all its state, and writes itself
-   on standby)
-   and sends the new view to every mapper it refused during the freeze; H's copy, and the
-   copies G's other secondaries hold, become orphan copies absorbed by R, kept until R's
-   own snapshot reaches them (``Replication.split_moved``): the moved slots keep ``r + 1``
-   copies throughout.
-8. Call off: before the commit, a refusal, a timeout or a change of the ring calls the move
-   off: G unfreezes, tells R and H (``MoveDone``, not switched), and sends a ``NACK`` to
-   every mapper it refused, which resends. After the commit, G waits for R's answer or for
-   a view that settles it: R gone with its token at the split (done), or elsewhere (called
-   off).
-
-Slots that do not move are never refused. Every tuple of a moving slot is applied exactly
-once: before ``final`` by G (and in R's replica, H's copy), after it by R (from its backup,
-or resent by the mappers by the new view); the hwm drops whatever comes twice.
+Guarantee: slots that do not move are never refused; every tuple of a moving slot is applied
+exactly once (before ``final`` by G, after it by R); the moved slots keep ``r + 1`` copies.
 """
 
 from __future__ import annotations
@@ -166,6 +124,7 @@ class MovesNode(JoinsNode, MoveTakingNode, Protocol):
     def peer_send(self, peer: NodeId, message: PeerMessages) -> bool: ...
     def reply(self, identity: bytes, frames: Sequence[bytes]) -> None: ...
     def set_view(self, view: View) -> None: ...
+
 
 log = logging.getLogger("smr.node")
 

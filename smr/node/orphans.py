@@ -35,7 +35,6 @@ class Orphan:
     superseded: bool = False
 
 
-
 class Orphans:
     """The orphan copies kept here, each by a name of its own (a dead node's id, or
     ``moved_name`` for a moved range)."""

@@ -103,6 +103,7 @@ class RecoveryNode(Protocol):
     def peer_send(self, peer: NodeId, message: PeerMessages) -> bool: ...
     def set_view(self, view: View) -> None: ...
 
+
 log = logging.getLogger("smr.node")
 
 # A loop that read no message for longer than this is itself late (see Recovery.judge):

@@ -77,6 +77,7 @@ class ReplicationNode(Protocol):
     def moves(self) -> MoveCopyTargets: ...
     def peer_send(self, peer: NodeId, message: PeerMessages) -> bool: ...
 
+
 # A secondary asks its primaries for an early checkpoint once its tuple backup holds this
 # share of backup_bytes_max: early enough that the checkpoint's eviction usually comes before
 # the bound, where batches are refused and the mappers slow down.
@@ -84,8 +85,6 @@ EARLY_CHECKPOINT_AT_FRACTION: Final = 0.75
 # Backed-up batches scanned per step of an eviction (a batch of 1000 tuples spans about as
 # many slots: some 50 us each, so a step stays near a millisecond).
 EVICT_SCANS_PER_STEP: Final = 20
-
-
 
 
 class Replication:

@@ -94,6 +94,7 @@ class SnapshotsNode(Protocol):
     def moves(self) -> MoveCopies: ...
     def peer_send(self, peer: NodeId, message: PeerMessages) -> bool: ...
 
+
 # A replica still incomplete after this long asks its primary for a snapshot again.
 SNAPSHOT_RETRY_S: Final = 2.0
 
