@@ -42,7 +42,6 @@ LONG_FUNCTIONS: set[str] = {
     "smr/cluster/local.py: up",
     "smr/feed/records.py: feed",
     "smr/feed/run.py: run",
-    "smr/node/loop.py: serve",
     "smr/sim/simulation.py: Simulation.__init__",
 }
 
