@@ -25,7 +25,7 @@ from smr.wire.messages import Message
 from smr.wire.peer import BeatAck, Heartbeat
 from smr.wire.reads import DumpReply, DumpRequest, QueryReply, QueryRequest
 from tests.smr.links import CallbackLinks
-from tests.smr.test_node_core import JOB, SLOT_BITS
+from tests.smr.node.test_core import JOB, SLOT_BITS
 
 FAILURE_TIMEOUT_S = 0.5
 VIEW = View(
