@@ -7,10 +7,12 @@ a node through these two and nothing else; they supply the messages, the clock a
 links (:class:`smr.transport.links.NodeLinks`) the node sends through.
 
 The roles, one module each: :mod:`~smr.node.ingest` (channels, inbox, apply, acks),
-:mod:`~smr.node.replication` (tuple backup, replicas, checkpoints),
-:mod:`~smr.node.snapshots`, :mod:`~smr.node.membership` (view, gossip, repair),
-:mod:`~smr.node.recovery` (detection, takeover, fencing), :mod:`~smr.node.control`
-(queries and status), :mod:`~smr.node.reducer` (the user's reduce, wrapped).
+:mod:`~smr.node.replication` (tuple backup, replicas), :mod:`~smr.node.checkpoints` (the
+checkpoint cycle), :mod:`~smr.node.snapshots`, :mod:`~smr.node.membership` (view, gossip,
+repair), :mod:`~smr.node.recovery` (detection; takeover and fencing in
+:mod:`~smr.node.takeover`), :mod:`~smr.node.control` (queries and status),
+:mod:`~smr.node.reducer` (the user's reduce, wrapped). Which role serves a message is
+:mod:`~smr.node.dispatch`'s; the order of a turn's work, :mod:`~smr.node.turn`'s.
 """
 
 from __future__ import annotations
