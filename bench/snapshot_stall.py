@@ -131,7 +131,7 @@ def run_once(keys: int, chunk_keys: int) -> dict[str, Any]:
         while primary.ingest.inbox:  # a turn applies at most APPLY_SECONDS_PER_TURN
             primary.ingest.apply_inbox(tuples_max=10**9)
     assert primary.store.key_count() == keys, primary.store.key_count()
-    primary.replication.checkpoint()
+    primary.checkpoints.checkpoint()
     queue.clear()
     # 2.
     secondary.peer_send(NodeId("n0"), SnapshotRequest(*secondary.stamp))

@@ -12,16 +12,27 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import TYPE_CHECKING, Any, Final
+from collections.abc import Callable, Sequence
+from typing import Any, Final, Protocol
 
 import psutil
 
-from smr.output.files import OutputGone, OutputMissing
+from smr.checkpoint.loss import LossLedger
+from smr.checkpoint.store import StateStore
+from smr.node.disk import DiskState
+from smr.node.handoff import Handoff
+from smr.node.ingest import Ingest
+from smr.node.load import LoadMeter
+from smr.node.ports import Clock
+from smr.node.restart import RestartExchange
+from smr.node.retirement import Retirement
+from smr.node.settings import NodeCounters, NodeSettings
+from smr.output.files import OutputGone, OutputMissing, OutputSink
 from smr.ring.hashing import slot_of
-from smr.ring.ids import NodeId, Slot
+from smr.ring.ids import Incarnation, NodeId, Slot
 from smr.ring.moves import MoveRefused
-from smr.ring.placement import Role, SlotRange
-from smr.ring.view import Status
+from smr.ring.placement import Ring, Role, SlotRange
+from smr.ring.view import Status, View
 from smr.ring.zones import one_zone_ranges
 from smr.wire.codec import encode, pack_body, unpack_body
 from smr.wire.kinds import FrameError, RequestId
@@ -50,8 +61,123 @@ from smr.wire.reads import (
     QueryRequest,
 )
 
-if TYPE_CHECKING:
-    from smr.node.core import NodeCore
+
+class ReadLeases(Protocol):
+    """What the control asks of the membership (``smr.node.membership``)."""
+
+    def holds_read_lease(self) -> bool: ...
+    def read_lease_ms(self) -> int | None: ...
+    def peer_loads(self, now: float) -> dict[NodeId, Any]: ...
+
+
+class JoinRequests(Protocol):
+    """What an operator's join request asks of the joins (``smr.node.joins``)."""
+
+    def request(self, beside: NodeId) -> str: ...
+
+
+class OperatorMoves(Protocol):
+    """What the control asks of the moves (``smr.node.moves``)."""
+
+    def start(
+        self, keep_share: float | None, accept_below: float | None = None, passed_on: bool = False
+    ) -> str: ...
+    def report(self) -> dict[str, Any]: ...
+    def joining(self) -> JoinRequests: ...
+
+
+class ReplicationReport(Protocol):
+    """What the status asks of the replication (``smr.node.replication``)."""
+
+    @property
+    def backup_bytes(self) -> int: ...
+    def hwm_entries(self) -> int: ...
+
+
+class CheckpointAge(Protocol):
+    """What the status asks of the checkpoint cycle (``smr.node.checkpoints``)."""
+
+    def checkpoint_age_s(self, now: float) -> float | None: ...
+
+
+class RecoveryReport(Protocol):
+    """What the status asks of the recovery (``smr.node.recovery``)."""
+
+    def report(self) -> dict[str, Any]: ...
+    def local_health(self) -> int: ...
+
+
+class SnapshotsReport(Protocol):
+    """What the status asks of the snapshots (``smr.node.snapshots``)."""
+
+    @property
+    def sending(self) -> int: ...
+    def report(self) -> dict[str, float]: ...
+
+
+class ControlNode(Protocol):
+    """What the control uses of the node (``smr.node.core.NodeCore``): nearly all of it, to
+    report it; it changes only the loss ledger (an operator's acceptance)."""
+
+    @property
+    def node_id(self) -> NodeId: ...
+    @property
+    def incarnation(self) -> Incarnation: ...
+    @property
+    def view(self) -> View: ...
+    @property
+    def ring(self) -> Ring: ...
+    @property
+    def roles(self) -> bytes: ...
+    @property
+    def secondaries(self) -> tuple[NodeId, ...]: ...
+    @property
+    def slot_bits(self) -> int: ...
+    @property
+    def clock(self) -> Clock: ...
+    @property
+    def settings(self) -> NodeSettings: ...
+    @property
+    def counters(self) -> NodeCounters: ...
+    @property
+    def cluster_info(self) -> dict[str, Any]: ...
+    @property
+    def transport_counters(self) -> Callable[[], dict[str, int]]: ...
+    @property
+    def tuples_per_s(self) -> float: ...
+    @property
+    def store(self) -> StateStore: ...
+    @property
+    def ledger(self) -> LossLedger: ...
+    @property
+    def output(self) -> OutputSink: ...
+    @property
+    def disk(self) -> DiskState | None: ...
+    @property
+    def load(self) -> LoadMeter: ...
+    @property
+    def ingest(self) -> Ingest: ...
+    @property
+    def handoff(self) -> Handoff: ...
+    @property
+    def retirement(self) -> Retirement: ...
+    @property
+    def restart(self) -> RestartExchange: ...
+    @property
+    def membership(self) -> ReadLeases: ...
+    @property
+    def moves(self) -> OperatorMoves: ...
+    @property
+    def replication(self) -> ReplicationReport: ...
+    @property
+    def checkpoints(self) -> CheckpointAge: ...
+    @property
+    def recovery(self) -> RecoveryReport: ...
+    @property
+    def snapshots(self) -> SnapshotsReport: ...
+    def reply(self, identity: bytes, frames: Sequence[bytes]) -> None: ...
+    def utilization(self) -> float: ...
+
 
 log = logging.getLogger("smr.node")
 
@@ -64,7 +190,7 @@ QUERY_KEYS_MAX: Final = 10_000
 class Control:
     """The answers to control requests, and the node's status report."""
 
-    def __init__(self, node: NodeCore) -> None:
+    def __init__(self, node: ControlNode) -> None:
         self._node = node
         self.reads_unleased = 0
         """Reads answered as a non-owner because the read lease had run out."""
@@ -254,6 +380,17 @@ class Control:
                 break
         self._node.reply(identity, encode(Error(req, reason)))
 
+    def under_replicated_slots(self) -> int:
+        """Slots of this node's range with fewer than ``r`` complete copies elsewhere: all of
+        them while a snapshot to a secondary is in flight or a secondary is missing."""
+        node = self._node
+        own_range = node.ring.range_of(node.node_id)
+        replication = node.settings.replication
+        if own_range is None or replication == 0:
+            return 0
+        missing = replication - len(node.secondaries) + node.snapshots.sending
+        return own_range.length if missing > 0 else 0
+
     def status(self) -> dict[str, Any]:
         """A snapshot of the node for ``smr status``: ring position, load and counters."""
         node = self._node
@@ -304,9 +441,9 @@ class Control:
             # The output table, if the cluster writes to one (smr.output.table).
             "output_records": node.output.records_written,
             **(table.report() if (table := node.output.table) is not None else {}),
-            "under_replicated_slots": node.under_replicated_slots(),
+            "under_replicated_slots": self.under_replicated_slots(),
             **node.snapshots.report(),
-            "checkpoint_age_s": node.replication.checkpoint_age_s(now),
+            "checkpoint_age_s": node.checkpoints.checkpoint_age_s(now),
             "apply_seconds": node.load.apply_seconds(),
             **node.recovery.report(),
             "offline_slots": node.ledger.count(),

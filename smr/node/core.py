@@ -7,10 +7,12 @@ a node through these two and nothing else; they supply the messages, the clock a
 links (:class:`smr.transport.links.NodeLinks`) the node sends through.
 
 The roles, one module each: :mod:`~smr.node.ingest` (channels, inbox, apply, acks),
-:mod:`~smr.node.replication` (tuple backup, replicas, checkpoints),
-:mod:`~smr.node.snapshots`, :mod:`~smr.node.membership` (view, gossip, repair),
-:mod:`~smr.node.recovery` (detection, takeover, fencing), :mod:`~smr.node.control`
-(queries and status), :mod:`~smr.node.reducer` (the user's reduce, wrapped).
+:mod:`~smr.node.replication` (tuple backup, replicas), :mod:`~smr.node.checkpoints` (the
+checkpoint cycle), :mod:`~smr.node.snapshots`, :mod:`~smr.node.membership` (view, gossip,
+repair), :mod:`~smr.node.recovery` (detection; takeover and fencing in
+:mod:`~smr.node.takeover`), :mod:`~smr.node.control` (queries and status),
+:mod:`~smr.node.reducer` (the user's reduce, wrapped). Which role serves a message is
+:mod:`~smr.node.dispatch`'s; the order of a turn's work, :mod:`~smr.node.turn`'s.
 """
 
 from __future__ import annotations
@@ -26,14 +28,16 @@ from smr.api import Job
 from smr.checkpoint.loss import LossLedger
 from smr.checkpoint.store import StateStore
 from smr.node.balance import BalanceConfig, Balancer
+from smr.node.checkpoints import CheckpointCycle
 from smr.node.control import Control
 from smr.node.disk import DiskState
+from smr.node.dispatch import dispatch
 from smr.node.handoff import Handoff
 from smr.node.ingest import Ingest
 from smr.node.load import LoadMeter
 from smr.node.membership import Membership
 from smr.node.moves import Moves
-from smr.node.ports import Peers, Seat, ViewChanges
+from smr.node.ports import CorePeers, CoreViewChanges, Peers, Seat, ViewChanges
 from smr.node.recovery import Recovery
 from smr.node.reducer import Reducer
 from smr.node.replication import Replication
@@ -42,6 +46,7 @@ from smr.node.retirement import Retirement
 from smr.node.settings import NodeCounters, NodeSettings
 from smr.node.snapshots import Snapshots
 from smr.node.throttle import Throttle
+from smr.node.turn import Receive, has_work, receive_turn
 from smr.output.files import OutputSink
 from smr.ring.ids import Epoch, Incarnation, NodeId
 from smr.ring.invariants import InvariantViolation
@@ -54,47 +59,17 @@ from smr.wire.messages import (
     Batch,
     JoinRequest,
     MapperDone,
-    Message,
     MoveRequest,
     Ping,
     RecoverRequest,
-    StatusRequest,
-    ViewReply,
-    ViewRequest,
 )
 from smr.wire.peer import (
-    BeatAck,
-    Checkpoint,
-    CheckpointRequest,
     Gossip,
-    Heartbeat,
-    MoveAnswer,
-    MoveCommit,
-    MoveCopied,
-    MoveDone,
-    MovePropose,
-    MoveSwitched,
-    PeerMessage,
     PeerMessages,
-    Probe,
-    ProbeAck,
-    SnapshotBegin,
-    SnapshotChunk,
-    SnapshotEnd,
-    SnapshotRequest,
-    StateReply,
-    StateRequest,
-    Suspect,
-    Vouch,
 )
-from smr.wire.reads import DumpRequest, HistoryRequest, OutputRequest, QueryRequest
+from smr.wire.reads import DumpRequest, HistoryRequest, QueryRequest
 
 log = logging.getLogger("smr.node")
-# Messages one turn reads at most. A turn also ends when the inbox fills, but messages that
-# add nothing to it (bad frames, pings, status requests) would never fill it: a sender of
-# those at full speed would hold the turn open, and with it the applies, the acks, the
-# heartbeats and the probes, for as long as it kept sending.
-MESSAGES_PER_TURN_MAX: Final = 1000
 # What a node restored from disk leaves unanswered until its view settles
 # (smr.node.restart, step 3): everything a stale view would answer wrongly. Status and view
 # requests are answered (an operator sees the node settling).
@@ -113,8 +88,6 @@ HELD_WHILE_SETTLING: Final = (
 # How often the tick timer runs: heartbeats, failure detection, rates, output flush.
 TICK_MS = 100
 
-Receive = Callable[[], tuple[bytes, Sequence[bytes]] | None]
-
 
 class Timer(Enum):
     """The node's timers (docs/design/architecture.md#state and #failures)."""
@@ -125,37 +98,6 @@ class Timer(Enum):
     CHECKPOINT = "checkpoint"
 
 
-class CorePeers:
-    """The core's :class:`smr.node.ports.Peers`: its links, counted, and the membership's
-    check of a sender."""
-
-    def __init__(self, core: NodeCore) -> None:
-        self._core = core
-
-    def send(self, peer: NodeId, message: PeerMessages) -> bool:
-        return self._core.peer_send(peer, message)
-
-    def reply(self, identity: bytes, frames: Sequence[bytes]) -> None:
-        self._core.reply(identity, frames)
-
-    def is_live(self, message: PeerMessage, repair: bool = True) -> NodeId | None:
-        return self._core.membership.from_live_peer(message, repair)
-
-    def bad_frame(self, identity: bytes, reason: str) -> None:
-        self._core.bad_frame(identity, reason)
-
-
-class CoreViewChanges:
-    """The core's :class:`smr.node.ports.ViewChanges`: set the view, then gossip it."""
-
-    def __init__(self, core: NodeCore) -> None:
-        self._core = core
-
-    def adopt(self, view: View) -> None:
-        self._core.set_view(view)
-        self._core.membership.gossip()
-
-
 class NodeCore:
     """One reducer node: its view and ring position, its state, and its roles.
 
@@ -163,8 +105,19 @@ class NodeCore:
     duplicates, or failed in the reducer and were logged); a tuple is applied at most once
     per slot state (hwm); a malformed message never changes state or stops the node.
     ``store``, when given, is the node's state restored from disk (``smr.node.disk``): the
-    cluster is then not new, and no copy counts as covered until its snapshot arrives.
+    cluster is then not new, and no copy counts as covered until its snapshot arrives
+    (``restored_from_crash``: that disk held no clean stop, ``smr.node.restart``).
     """
+
+    # The roles built with the core itself (seen through each one's protocol): declared here,
+    # since checking the core against a protocol needs their types before they are built.
+    checkpoints: CheckpointCycle
+    replication: Replication
+    snapshots: Snapshots
+    membership: Membership
+    recovery: Recovery
+    moves: Moves
+    control: Control
 
     def __init__(
         self,
@@ -180,8 +133,6 @@ class NodeCore:
         store: StateStore | None = None,
         restored_from_crash: bool = False,
     ) -> None:
-        """``store``: the state restored from disk (None: the node starts empty);
-        ``restored_from_crash``: its disk holds no clean stop after it (``smr.node.restart``)."""
         self.job = job
         self.slot_bits = slot_bits
         self.settings = settings
@@ -222,11 +173,7 @@ class NodeCore:
         self.reducer = Reducer(job, output, clock)
         # A node restored from disk exchanges views with its peers before it serves.
         self.restart = RestartExchange(
-            node_id,
-            settings.restart_settle_ms,
-            restored=store is not None,
-            crashed=restored_from_crash,
-            left_out=frozenset(NodeId(name) for name in settings.restart_left_out),
+            node_id, settings, restored=store is not None, crashed=restored_from_crash
         )
         self._wire_roles()
         self.disk: DiskState | None = None
@@ -241,6 +188,7 @@ class NodeCore:
         """Build the roles, each handed what it uses (``smr.node.ports``); a role asks those
         built before it, so the order matters."""
         clock, settings = self.clock, self.settings
+        self.checkpoints = CheckpointCycle(self)
         self.replication = Replication(self)
         self.snapshots = Snapshots(self)
         self.membership = Membership(self)
@@ -431,7 +379,7 @@ class NodeCore:
             self.counters.held_while_settling += 1
             return
         try:
-            self._handle(identity, message)
+            dispatch(self, identity, message)
         except FrameError as error:
             self.bad_frame(identity, str(error))
         except InvariantViolation:
@@ -446,83 +394,6 @@ class NodeCore:
                     self.counters.handler_errors,
                 )
 
-    def _handle(self, identity: bytes, message: Message) -> None:
-        """Pass ``message`` to the role that serves its kind."""
-        match message:
-            case Batch():
-                self.ingest.receive(identity, message)
-            case Ping():
-                self.control.on_ping(identity, message)
-            case MapperDone():
-                # The mapper's tuples were all acked before its notice: their output goes to
-                # the file before the answer, so it is there when the mapper's feed ends.
-                self.output.flush()
-                self.retirement.on_mapper_done(identity, message)
-            case ViewRequest():
-                self.control.on_view_request(identity, message)
-            case StatusRequest():
-                self.control.on_status_request(identity, message)
-            case DumpRequest():
-                self.control.on_dump_request(identity, message)
-            case QueryRequest():
-                self.control.on_query_request(identity, message)
-            case HistoryRequest():
-                self.control.on_history_request(identity, message)
-            case OutputRequest():
-                self.control.on_output_request(identity, message)
-            case RecoverRequest():
-                self.control.on_recover_request(identity, message)
-            case MoveRequest():
-                self.control.on_move_request(identity, message)
-            case JoinRequest():
-                self.control.on_join_request(identity, message)
-            case Heartbeat():
-                self.membership.on_heartbeat(identity, message)
-            case BeatAck():
-                self.membership.on_beat_ack(identity, message)
-            case Gossip():
-                self.membership.on_gossip(identity, message)
-            case ViewReply():
-                self.membership.on_view_push(identity, message)
-            case Probe():
-                self.recovery.on_probe(identity, message)
-            case ProbeAck():
-                self.recovery.on_probe_ack(identity, message)
-            case Suspect():
-                self.recovery.on_suspect(identity, message)
-            case Vouch():
-                self.recovery.on_vouch(identity, message)
-            case StateRequest():
-                self.handoff.on_request(identity, message)
-            case StateReply():
-                self.handoff.on_reply(identity, message)
-            case MovePropose():
-                self.moves.on_propose(identity, message)
-            case MoveAnswer():
-                self.moves.on_answer(identity, message)
-            case MoveCopied():
-                self.moves.on_copied(identity, message)
-            case MoveCommit():
-                self.moves.on_commit(identity, message)
-            case MoveDone():
-                self.moves.on_done(identity, message)
-            case MoveSwitched():
-                self.moves.on_switched(identity, message)
-            case Checkpoint():
-                self.replication.on_checkpoint(identity, message)
-            case CheckpointRequest():
-                self.replication.on_checkpoint_request(identity, message)
-            case SnapshotRequest():
-                self.snapshots.on_request(identity, message)
-            case SnapshotBegin():
-                self.snapshots.on_begin(identity, message)
-            case SnapshotChunk():
-                self.snapshots.on_chunk(identity, message)
-            case SnapshotEnd():
-                self.snapshots.on_end(identity, message)
-            case _:
-                self.bad_frame(identity, f"{message.kind.name} is not a request a node serves")
-
     def bad_frame(self, identity: bytes, reason: str) -> None:
         """Count a malformed message; log it at most once a second per sender."""
         self.counters.bad_frames += 1
@@ -534,83 +405,15 @@ class NodeCore:
             if len(self._bad_frame_logged_at) > 10_000:
                 self._bad_frame_logged_at.clear()
 
-    @property
-    def turn_is_full(self) -> bool:
-        """True when this turn must stop reading messages: the inbox is full and so is the
-        queue of batches read meanwhile (``Ingest.reading_paused``), or a snapshot chunk was
-        applied (tens of ms each; chunks that arrive back to back, read in one turn, would
-        hold off heartbeats and probes for seconds), or a checkpoint part (a few ms each:
-        the batches behind it are applied and acked before the next part)."""
-        return (
-            self.ingest.reading_paused
-            or self.snapshots.chunks_this_turn > 0
-            or self.replication.parts_this_turn > 0
-        )
-
     def receive_turn(self, receive: Receive) -> bool:
-        """One turn of the receive loop; ``receive()`` returns the next waiting message as
-        ``(sender identity, frames)``, or None when none waits.
-
-        1. Read and handle messages until none waits, the turn is full, or it has read
-           ``MESSAGES_PER_TURN_MAX`` of them.
-        2. Apply accepted batches (a bounded number of tuples), then take the batches read
-           while the inbox was full as it has room; a move being given takes its next step
-           if that waited for them (``Moves.advance``).
-        3. Send one cumulative ack per channel that advanced.
-        4. End the turn: the next may read messages again.
-        5. Send one chunk of each snapshot being sent.
-        6. Run one step of the checkpoint in flight (``Replication.step_shipping``) and one
-           of the backup evictions under way (``Replication.step_eviction``).
-
-        Returns True if work is left (batches to apply, snapshot chunks or checkpoint parts
-        to send, backups to evict): the caller runs another turn soon (after letting its
-        timers run) without waiting for a message.
-        """
-        # 1.
-        self.recovery.note_turn_start(self.clock() - self.read_at)
-        on_frames = self.on_frames
-        drained = False
-        for _ in range(MESSAGES_PER_TURN_MAX):
-            if self.turn_is_full:
-                break
-            received = receive()
-            if received is None:
-                drained = True
-                break
-            on_frames(*received)
-        self.read_at = self.clock()
-        if drained:
-            self.recovery.note_drained()
-        # 2.
-        self.ingest.apply_inbox()
-        self.ingest.take_deferred()
-        if self.moves.giving is not None:
-            self.moves.advance()
-        # 3.
-        self.ingest.send_acks()
-        # 4.
-        self.snapshots.chunks_this_turn = 0
-        self.replication.parts_this_turn = 0
-        # 5.
-        if self.snapshots.has_work:
-            self.snapshots.step()
-        # 6.
-        replication = self.replication
-        if replication.shipping:
-            replication.step_shipping()
-        if replication.evicting:
-            replication.step_eviction()
-        return self.has_work
+        """One turn of the receive loop (``smr.node.turn.receive_turn``): read and handle
+        messages, apply, ack, send; True if work is left."""
+        return receive_turn(self, receive)
 
     @property
     def has_work(self) -> bool:
-        """True while batches wait to be applied (and the rate cap, if any, lets them),
-        snapshot chunks to be sent, a checkpoint to be shipped, or a backup to be evicted."""
-        ingest = self.ingest
-        waiting = bool(ingest.inbox) and not ingest.capped_wait_s
-        replication = self.replication
-        sending = self.snapshots.can_send_now
-        return waiting or sending or replication.shipping or replication.evicting
+        """True while work waits that needs no message (``smr.node.turn.has_work``)."""
+        return has_work(self)
 
     # -- a timer fired -----------------------------------------------------------------------
 
@@ -619,7 +422,7 @@ class NodeCore:
         if timer is Timer.TICK:
             self.tick()
         else:
-            self.replication.start_checkpoint()
+            self.checkpoints.start_checkpoint()
 
     def tick(self) -> None:
         """Periodic work: heartbeats, failure detection, the applied-tuples rate, output.
@@ -644,9 +447,7 @@ class NodeCore:
             self.peer_send(peer, Gossip(*self.stamp, self.membership.view_body()))
         self.restart.settle_if_done(now, self.view)
         if self.restart.take_settled():
-            doubted_by = self.restart.left_out_takers(self.secondaries)
-            if doubted_by:
-                self.recovery.doubt_restored_state(doubted_by)
+            self.recovery.doubt_restored_state(self.restart.left_out_takers(self.secondaries))
             for peer in self.restart.left_out & set(self.predecessors):
                 self.recovery.suspect(peer)  # it will not answer: probe it now
         # 1.
@@ -693,16 +494,6 @@ class NodeCore:
         if cap is not None:
             return min(1.0, self.tuples_per_s / cap)
         return min(1.0, self.load.cpu_percent / 100)
-
-    def under_replicated_slots(self) -> int:
-        """Slots of this node's range with fewer than ``r`` complete copies elsewhere: all of
-        them while a snapshot to a secondary is in flight or a secondary is missing."""
-        own_range = self.ring.range_of(self.node_id)
-        replication = self.settings.replication
-        if own_range is None or replication == 0:
-            return 0
-        missing = replication - len(self.secondaries) + self.snapshots.sending
-        return own_range.length if missing > 0 else 0
 
     def status(self) -> dict[str, Any]:
         """A snapshot of the node for ``smr status`` (see ``Control.status``)."""

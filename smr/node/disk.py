@@ -1,56 +1,12 @@
-"""A node's state on its local disk, for restarting the whole cluster (``--data-dir``).
+"""A node's state on its local disk, for restarting the whole cluster (``--data-dir``): in
+``DATA_DIR/NODE_ID/``, generation ``G`` as ``snapshot-G.smr`` (the full state),
+``log-G.smr`` (every checkpoint since) and ``manifest-G.smr`` (what the other two must hold,
+written last). The files, the protocol in the checkpoint cycle (``smr.node.checkpoints``),
+fenced generations and restore are told in docs/design/node-protocols.md#disk.
 
-A node writes, in ``DATA_DIR/NODE_ID/``, generation ``G`` of its state as three files:
-
-- ``snapshot-G.smr``: its full state, three checksummed records (``checkpoint.records``): a
-  header (JSON: format, generation, incarnation, keys, the number of the last checkpoint it
-  holds), the view it served by (the ranges), and the state itself as a snapshot delta
-  (fields, hwms, retired mappers; ``checkpoint.delta``);
-- ``log-G.smr``: every checkpoint taken since that snapshot, one record each: its number and
-  its parts, the same bytes a checkpoint ships to the secondaries
-  (``checkpoint.manifest.encode_log_entry``);
-- ``manifest-G.smr``: what the other two must hold (``checkpoint.manifest``): how many
-  checkpoints the log holds and the number of the last, each file's length and CRC-32; and
-  the view the node held at its last checkpoint, which a restore returns (merged with the
-  snapshot's) for the exchange of views at a restart (``smr.node.restart``). Written last,
-  whole (a temporary file, fsync, rename, fsync the directory), after the files it describes.
-
-Protocol, in the node's checkpoint cycle (``smr.node.replication``), after the merge:
-
-1. If this node's range changed since the snapshot (a takeover, a move, a join, a fence:
-   those bring or take whole slots, which no checkpoint carries), or the log has grown past
-   the snapshot's size and ``LOG_BYTES_MIN``, write generation ``G + 1``: the snapshot to a
-   temporary file, fsync, rename; ``log-(G+1)`` empty, fsync; fsync the directory; then its
-   manifest; then remove generation ``G``'s files. A crash at any point leaves one whole
-   generation to restore (a generation without its manifest was never finished).
-2. Otherwise append the checkpoint to ``log-G`` and fsync; then write the manifest anew.
-
-So every checkpoint (once per checkpoint interval, 1 s by default) is on disk before the
-next is taken, and ``smr cluster down`` (SIGTERM) makes each node take a last one: every tuple
-acked is on disk. A node that crashes loses what it applied since its last checkpoint, which a
-mapper that resends delivers again: the hwms on disk are those of the state on disk.
-
-A node fenced (declared dead; also one restored from disk that finds the ring took its
-range over) keeps the generation it served: ``DiskState.keep_fenced`` links its files into
-``fenced-I/`` (``I`` the incarnation fenced) before the next checkpoint writes a new
-generation, and nothing ever deletes them. Its slots may be lost in the ring (more adjacent
-failures than ``r``): that generation may be the only copy of their state, and only an
-operator decides what becomes of it (``smr recover``).
-
-Restore (``DiskState.restore``):
-
-1. Take the newest generation that has a manifest (a newer one without was never finished).
-2. Check its snapshot against the manifest (length, checksum) and its log too (it may be
-   longer: a checkpoint appended before a crash kept its manifest from being written).
-3. Read the snapshot, replay the log, checking the checkpoints' numbers follow one another.
-
-A file that is damaged (cut inside a record, or a checksum that does not match), missing,
-or holding less than its manifest says (a log cut at a record boundary, emptied, removed; a
-snapshot removed) stops the node with one line naming the node, the file and what is
-missing: a state is never loaded in part. A data directory written before manifests existed
-(format 1) restores as it did, with a warning (``unverified`` in status): it cannot be
-checked, and refusing it would strand the state of every cluster that upgrades; its node
-writes a new generation, with a manifest, at its first checkpoint.
+Guarantees: every checkpoint is on disk before the next is taken; a crash at any point
+leaves one whole generation to restore; a file damaged, missing or holding less than its
+manifest says stops the node with one line naming it: a state is never loaded in part.
 """
 
 from __future__ import annotations
@@ -111,8 +67,7 @@ class Restored:
     keys: int
     seconds: float
     stopped: bool
-    """The node stopped cleanly after the checkpoint restored; False: it crashed (or its
-    manifest predates the mark), and may have been taken over while down."""
+    """The node stopped cleanly after the checkpoint restored (else it crashed, or no mark)."""
 
 
 @dataclass(frozen=True)
@@ -170,9 +125,8 @@ class DiskState:
         return bool(self._generations())
 
     def check(self) -> None:
-        """Steps 1 and 2 of restore alone: DiskError (naming the file and why) if the newest
-        generation is not whole, nothing decoded or loaded. ``smr cluster up`` asks every
-        node's directory before it starts any node, so a refused restart changes no disk."""
+        """Steps 1 and 2 of restore alone (DiskError naming the file and why), nothing loaded:
+        ``smr cluster up`` asks it of every node before it starts any (no disk changes)."""
         self._whole_generation()
 
     def restore(self) -> Restored | None:
@@ -498,9 +452,8 @@ class DiskState:
         self.files.replace(temporary, path)
 
     def mark_stopped(self) -> None:
-        """The node stops cleanly after its last checkpoint: its manifest says so
-        (``Manifest.stopped``; the next checkpoint's clears it), so that a restart knows
-        no other node can have taken it over and served past it (``smr.node.restart``)."""
+        """The node stops cleanly after its last checkpoint: its manifest says so (the next
+        checkpoint's clears it): no taker served past it (``smr.node.restart``)."""
         if self.manifest is not None:
             self._write_manifest(replace(self.manifest, stopped=True))
 

@@ -5,16 +5,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import TYPE_CHECKING
 
 from smr.checkpoint.ids import CheckpointNumber
 from smr.ring.ids import NodeId
 from smr.ring.moves import MovePlan, MoveRefused, plan_move
-from smr.ring.placement import SlotRange
+from smr.ring.placement import Ring, SlotRange
 from smr.wire.kinds import MoveNumber, StreamId
-
-if TYPE_CHECKING:
-    from smr.node.core import NodeCore
 
 
 class Step(StrEnum):
@@ -57,18 +53,16 @@ def describe(plan: MovePlan) -> str:
     )
 
 
-def still_planned(node: NodeCore, plan: MovePlan) -> bool:
-    """Whether this node's ring still plans ``plan`` (same receiver, copy holder, slots)."""
+def still_planned(ring: Ring, replication: int, plan: MovePlan) -> bool:
+    """Whether this node's ``ring`` still plans ``plan`` (same receiver, copy holder, slots)."""
     try:
-        again = plan_move(
-            node.ring, plan.giver, node.settings.replication, None if plan.leave else plan.split
-        )
+        again = plan_move(ring, plan.giver, replication, None if plan.leave else plan.split)
     except MoveRefused:
         return False
     return again == plan
 
 
-def holds(node: NodeCore, moving: SlotRange) -> bool:
-    """Whether this node's own range still covers ``moving``."""
-    own = node.ring.range_of(node.node_id)
+def holds(ring: Ring, me: NodeId, moving: SlotRange) -> bool:
+    """Whether this node's (``me``) own range in ``ring`` still covers ``moving``."""
+    own = ring.range_of(me)
     return own is not None and own.covers(moving)

@@ -185,6 +185,11 @@ class Ingest:
         return self.rate_cap.wait_s()
 
     @property
+    def can_apply_now(self) -> bool:
+        """True while batches wait to be applied and the rate cap, if any, lets them."""
+        return bool(self.inbox) and not self.capped_wait_s
+
+    @property
     def inbox_full(self) -> bool:
         """True when the node must stop reading its socket (backpressure): the inbox holds
         ``INBOX_BATCHES_MAX`` batches, or ``admit_ms`` of work at the node's apply rate."""

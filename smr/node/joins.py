@@ -1,52 +1,98 @@
-"""Joins: a standby node takes the top of an owner's range (docs/design/architecture.md#moves,
-scale-out).
+"""Joins: a standby node J takes the top of an owner P's range (scale-out). A join is a move
+(``smr.node.moves``) whose receiver is J, which first catches up as an extra secondary, so
+the move needs no copy holder. The steps (told in full in
+docs/design/node-protocols.md#joins): 1. ask (J); 2. offer (P), or refuse; 3. join (J writes
+itself ``joining`` at the split); 4. catch up (J); 5. the move's steps 4-7; 6. call off.
 
-A join is a move (``smr.node.moves``) whose receiver is the joiner J and whose giver P is
-the owner it joins beside; J first catches up as an extra secondary, so the move needs no
-copy holder. The protocol:
-
-1. Ask (J, on standby): ``MovePropose`` to P naming J as receiver and copy holder, with no
-   range: "may I join beside you".
-2. Offer (P): if it can split its range (two slots or more, no other move, no joiner
-   within ``r - 1`` owners of it: ``ring.moves.join_blocked_by``), P
-   splits it at its load median ``t`` and offers ``[t, end)`` (``MovePropose`` with the
-   range); otherwise it refuses (``MoveAnswer``).
-3. Join (J): J writes its own entry ``joining`` at ``t`` (``ring.view.joining_at``) and
-   gossips it. From this view on, placement makes J an extra secondary of P and of the
-   ``r - 1`` owners before P (``ring.placement``): the feeders send it their tuples, and
-   those owners send it snapshots and checkpoints. Nothing else changes for anyone.
-4. Catch up (J): once J holds a complete replica of every owner it backs up, it tells P
-   (``MoveCopied``, through P's last checkpoint it applied), and again after each of P's
-   checkpoints.
-5. From here it is the move of ``[t, end)`` from P to J (steps 4-7 of ``smr.node.moves``):
-   P freezes those slots, checkpoints (``final``) and commits once J reports that
-   checkpoint; J promotes the slots from its replica of P and its backup, writes its entry
-   ``up`` (``ring.view.join_view``), settles with its secondaries, and answers; P drops the
-   slots. Every replica set J enters already holds J's copy, and every other member of it
-   held its copy before: ``r + 1`` copies throughout.
-6. Call off: before the commit, P calls the join off on a refusal, a timeout, a change of
-   the ring, or J's connection dropping (then P marks J dead, so that the feeders stop
-   waiting for its acks; a live J fences and is on standby again). J goes back to standby
-   (its own write) when P calls the join off or is gone, or no commit came in time.
+Guarantee: every replica set J enters already holds J's copy: ``r + 1`` copies throughout.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Final
+from typing import Final, Protocol
 
-from smr.node.move_taking import Agreed
-from smr.ring.ids import NodeId, Slot, Token
+from smr.checkpoint.ids import CheckpointNumber
+from smr.node.giving import Giving
+from smr.node.load import LoadMeter
+from smr.node.membership import PeerLoad
+from smr.node.move_taking import Agreed, MoveTaking
+from smr.node.ports import Clock
+from smr.node.settings import NodeSettings
+from smr.ring.ids import Epoch, Incarnation, NodeId, Slot, Token
 from smr.ring.moves import MovePlan, MoveRefused, join_blocked_by, plan_join
-from smr.ring.placement import SlotRange, split_at_load_share
-from smr.ring.view import Status, joining_at, with_status
+from smr.ring.placement import Ring, SlotRange, split_at_load_share
+from smr.ring.view import Status, View, joining_at, with_status
 from smr.ring.zones import join_position
 from smr.wire.kinds import MoveNumber
-from smr.wire.peer import Gossip, MoveAnswer, MoveCopied, MovePropose
+from smr.wire.peer import Gossip, MoveAnswer, MoveCopied, MovePropose, PeerMessages
 
-if TYPE_CHECKING:
-    from smr.node.core import NodeCore
-    from smr.node.moves import Moves
+
+class JoiningMoves(Protocol):
+    """What the joins ask of the moves that hold them (``smr.node.moves``)."""
+
+    @property
+    def busy(self) -> bool: ...
+    @property
+    def committed(self) -> bool: ...
+    @property
+    def giving(self) -> Giving | None: ...
+    @property
+    def taking(self) -> MoveTaking: ...
+    def begin_giving(self, plan: MovePlan) -> Giving: ...
+    def call_off(self, reason: str, tell: bool = True, dropped: bool = False) -> None: ...
+
+
+class JoinerCopies(Protocol):
+    """What a joiner asks of the replication (``smr.node.replication``): how far its copies
+    of its predecessors are."""
+
+    def caught_up_with(self, owners: tuple[NodeId, ...]) -> bool: ...
+    def replica_checkpoint(self, owner: NodeId) -> CheckpointNumber | None: ...
+
+
+class JoinsMembership(Protocol):
+    """What the joins ask of the membership (``smr.node.membership``)."""
+
+    def gossip(self) -> None: ...
+    def view_body(self) -> bytes: ...
+    def load_of(self, peer: NodeId) -> PeerLoad | None: ...
+
+
+class FencedSince(Protocol):
+    """What a fenced node's rejoining asks of the recovery (``smr.node.recovery``)."""
+
+    def fenced_since(self) -> float | None: ...
+
+
+class JoinsNode(Protocol):
+    """What the joins use of the node (``smr.node.core.NodeCore``)."""
+
+    @property
+    def node_id(self) -> NodeId: ...
+    @property
+    def view(self) -> View: ...
+    @property
+    def ring(self) -> Ring: ...
+    @property
+    def predecessors(self) -> tuple[NodeId, ...]: ...
+    @property
+    def stamp(self) -> tuple[NodeId, Incarnation, Epoch]: ...
+    @property
+    def clock(self) -> Clock: ...
+    @property
+    def settings(self) -> NodeSettings: ...
+    @property
+    def load(self) -> LoadMeter: ...
+    @property
+    def membership(self) -> JoinsMembership: ...
+    @property
+    def replication(self) -> JoinerCopies: ...
+    @property
+    def recovery(self) -> FencedSince: ...
+    def peer_send(self, peer: NodeId, message: PeerMessages) -> bool: ...
+    def set_view(self, view: View) -> None: ...
+
 
 log = logging.getLogger("smr.node")
 
@@ -62,7 +108,7 @@ REJOIN_RETRY_S: Final = 5.0
 class Joins:
     """The joiner's side of joins, and the giver's answer to a request (the module doc)."""
 
-    def __init__(self, node: NodeCore, moves: Moves) -> None:
+    def __init__(self, node: JoinsNode, moves: JoiningMoves) -> None:
         self._node = node
         self._moves = moves
         # At a joiner: the owner asked (step 1), and when.

@@ -21,18 +21,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, NoReturn, TypeVar
 
-from smr.api import load_job
-from smr.native import keep_slots_compact
 from smr.node.core import TICK_MS, NodeCore, Timer
-from smr.node.disk import DiskError, DiskState, Restored
-from smr.node.settings import NodeSettings
-from smr.output.files import OutputSink, output_path
-from smr.output.table import TableSink
-from smr.ring.ids import NodeId
+from smr.node.disk import DiskState
+from smr.node.start import Opened, build_core, open_node
 from smr.ring.invariants import InvariantViolation
-from smr.spec import NodeSpec, read_spec, spec_to_json, split_host_port
+from smr.spec import NodeSpec, spec_to_json, split_host_port
 from smr.transport.netfilter import FilteredLinks, parse_rule
-from smr.windows import refuse_in_cluster
 from smr.wire.codec import decode, encode
 from smr.wire.kinds import FrameError, Kind
 from smr.wire.messages import Error, Message, NetRuleReply, NetRuleRequest
@@ -76,92 +70,38 @@ def serve(
     join_after_start_ms: int | None = None,
 ) -> int:
     """Run node ``node_id`` of the cluster in ``cluster_dir`` until SIGTERM; returns the exit
-    code (0 after a clean stop, 2 if it could not start).
+    code (0 after a clean stop, 1 if the output table refused the last records, 2 if it could
+    not start).
 
     A node the spec does not name starts as ``newcomer``: on standby, known to the ring
     once its gossip reaches the spec's nodes (its seeds); with ``join_after_start_ms`` it
-    then asks to join by itself (``NodeSettings.join_after_start_ms``)."""
-    from smr.transport.zeromq import (
-        Inbox,
-        Publisher,
-        ZmqNodeLinks,
-        handshakes_refused,
-        stop_security,
-        use_keys_of,
-    )
+    then asks to join by itself (``NodeSettings.join_after_start_ms``).
+
+    1. Read the spec and the job, open the output and the sockets
+       (``smr.node.start.open_node``).
+    2. Restore the state from the data directory, if any, and build the core
+       (``smr.node.start.build_core``).
+    3. Serve the metrics, if asked, and say what the node serves.
+    4. Run until SIGTERM, then take a last checkpoint and close everything (``_run_to_end``).
+    """
+    from smr.transport.zeromq import handshakes_refused
 
     logging.basicConfig(
         level=logging.INFO, format=f"%(asctime)s {node_id} %(levelname)s %(message)s"
     )
-    try:
-        spec = read_spec(cluster_dir)
-        if newcomer is not None and node_id not in {node.id for node in spec.nodes}:
-            spec.nodes.append(newcomer)
-        me = spec.node(node_id)
-        job = refuse_in_cluster(load_job(spec.job))
-        # A lone count or sum keeps master's keys in compiled tables (before a restore
-        # makes the first store).
-        keep_slots_compact(None if job.aggregation is None else job.aggregation.compact_field)
-        table = spec.output_table()
-        # A cluster with keys (DIR/keys, or $SMR_KEYS): the inbox and the output accept only
-        # its clients, and this node reaches its peers as one.
-        keys = use_keys_of(cluster_dir)
-        output_file = output_path(cluster_dir / "output", node_id)
-        inbox = Inbox(me.bind_addr)
-        publisher = Publisher(me.pub_bind_addr)
-    except Exception as error:  # every start-up failure is a one-line, actionable error
-        log.error("cannot start: %s", error)
+    # 1.
+    opened = open_node(cluster_dir, node_id, newcomer)
+    if opened is None:
         return 2
-    output = OutputSink(
-        node_id,
-        output_file,
-        publisher.publish,
-        None if table is None else TableSink(table),
-    )
-    zmq_links = ZmqNodeLinks(inbox)
-    links = FilteredLinks(zmq_links)
-    disk, restored = None, None
-    data_dir = spec.data_dir()
-    if data_dir is not None:
-        disk = DiskState(data_dir / node_id, spec.incarnation)
-        try:
-            restored = disk.restore()
-        except DiskError as error:
-            log.error("cannot start: %s", error)
-            inbox.close()
-            publisher.close()
-            zmq_links.close()
-            stop_security()
-            return 2
-    settings = NodeSettings(
-        replication=spec.replication,
-        checkpoint_interval_ms=spec.checkpoint_interval_ms,
-        rejoin_after_fence_ms=spec.rejoin_after_fence_ms(),
-        apply_rate_cap_per_s=spec.apply_rate_cap_per_s(),
-        balance_above=spec.balance_above(),
-        join_after_start_ms=join_after_start_ms,
-        mapper_lease_ms=spec.mapper_lease_ms(),
-        restart_left_out=spec.restart_left_out(),
-    )
-    core = NodeCore(
-        NodeId(node_id),
-        job,
-        spec.initial_view() if restored is None else restored.view,
-        spec.slot_bits,
-        links,
-        output,
-        settings=settings,
-        store=None if restored is None else restored.store,
-        restored_from_crash=restored is not None and not restored.stopped,
-    )
-    core.disk = disk
-    if disk is not None and not _start_disk(core, disk, restored):
-        inbox.close()
-        publisher.close()
-        zmq_links.close()
-        stop_security()
+    # 2.
+    built = build_core(opened, node_id, join_after_start_ms)
+    if built is None:
+        opened.close_sockets()
         return 2
+    core, links, disk = built
+    # 3.
     loop = new_event_loop()
+    spec, me = opened.spec, opened.me
     metrics_addr = ""
     if me.metrics_addr:
         try:
@@ -169,10 +109,7 @@ def serve(
         except OSError as error:
             log.error("cannot start: metrics on %s: %s", me.metrics_addr, error)
             loop.close()
-            inbox.close()
-            publisher.close()
-            zmq_links.close()
-            stop_security()
+            opened.close_sockets()
             return 2
     core.transport_counters = lambda: {"handshakes_refused": handshakes_refused()}
     core.cluster_info = {
@@ -180,24 +117,38 @@ def serve(
         "pub_addr": me.pub_addr,
         "metrics_addr": metrics_addr,
     }
+    keys = opened.keys
     log.info(
         "serving on %s (output %s), slot_bits=%d, %s",
-        inbox.addr,
-        publisher.addr,
+        opened.inbox.addr,
+        opened.publisher.addr,
         spec.slot_bits,
         f"keys of {keys.directory}" if keys else "without keys",
     )
+    # 4.
+    return _run_to_end(core, loop, links, disk, opened)
+
+
+def _run_to_end(
+    core: NodeCore,
+    loop: asyncio.AbstractEventLoop,
+    links: FilteredLinks,
+    disk: DiskState | None,
+    opened: Opened,
+) -> int:
+    """Step 4 of ``serve``: run until SIGTERM; then everything applied (and so acked) goes
+    to disk, once the output is durable, and everything closes. The exit code."""
     beats = StalledLoopBeats(core, links)
     beats.start()
     saved = True
     try:
         with asyncio.Runner(loop_factory=lambda: loop) as runner:
-            runner.run(_run(core, inbox, links))
+            runner.run(_run(core, opened.inbox, links))
         if disk is not None:
             # Everything applied (and so acked) goes to disk before the node exits, once
             # its output is durable (a table that refuses gets a few more tries).
             for attempt in range(LAST_CHECKPOINT_ATTEMPTS):
-                saved = core.replication.checkpoint()
+                saved = core.checkpoints.checkpoint()
                 if saved or attempt == LAST_CHECKPOINT_ATTEMPTS - 1:
                     break
                 time.sleep(1.0)
@@ -208,11 +159,8 @@ def serve(
         if disk is not None:
             disk.close()
         beats.stop()
-        saved = output.close() and saved
-        inbox.close()
-        publisher.close()
-        zmq_links.close()
-        stop_security()
+        saved = opened.output.close() and saved
+        opened.close_sockets()
     if not saved:
         # The output table refused the last records (logged): the state changes they came
         # from were not written to disk either. Say so in the exit code too.
@@ -220,37 +168,6 @@ def serve(
         return 1
     log.info("stopped cleanly")
     return 0
-
-
-def _start_disk(core: NodeCore, disk: DiskState, restored: Restored | None) -> bool:
-    """Serve the restored state on (its checkpoints go on in its log), saying what was
-    restored; or, with nothing restored, write a first generation at once, so that a node
-    without one lost it (``smr.cluster.local.state_missing``). False (logged) if it cannot."""
-    own_range = core.ring.range_of(core.node_id)
-    if restored is None:
-        try:
-            disk.write_snapshot(core.store, core.view, own_range)
-        except OSError as error:
-            log.error("cannot start: cannot write the state to %s: %s", disk.directory, error)
-            return False
-        return True
-    disk.serving(own_range)
-    log.info(
-        "restored %d keys from %s (generation %d and %d checkpoint records) in %.2f s",
-        restored.keys,
-        disk.directory,
-        restored.generation,
-        restored.checkpoints,
-        restored.seconds,
-    )
-    if disk.unverified:
-        log.warning(
-            "%s was written before state files had manifests: restored unchecked (a file "
-            "cut or removed there cannot be seen); its first checkpoint writes a "
-            "generation with a manifest",
-            disk.directory,
-        )
-    return True
 
 
 def _serve_metrics(addr: str, core: NodeCore, loop: asyncio.AbstractEventLoop) -> str:

@@ -9,20 +9,70 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final, Protocol
 
+from smr.node.load import LoadMeter
+from smr.node.ports import Backlog, Clock
+from smr.node.restart import RestartExchange
+from smr.node.settings import NodeCounters, NodeSettings
 from smr.node.throttle import Throttle
-from smr.ring.ids import Epoch, NodeId
+from smr.ring.ids import Epoch, Incarnation, NodeId
 from smr.ring.lease import ReadLease
 from smr.ring.placement import Ring, grown_clockwise, taken_over_in
 from smr.ring.view import Status, View
 from smr.wire.codec import encode, pack_body, unpack_body
 from smr.wire.kinds import FrameError
 from smr.wire.messages import ViewReply
-from smr.wire.peer import BeatAck, Gossip, Heartbeat, PeerMessage
+from smr.wire.peer import BeatAck, Gossip, Heartbeat, PeerMessage, PeerMessages
 
-if TYPE_CHECKING:
-    from smr.node.core import NodeCore
+
+class InboxBacklog(Protocol):
+    """What a heartbeat asks of the intake (``smr.node.ingest``)."""
+
+    def backlog(self) -> Backlog: ...
+
+
+class SignsOfLife(Protocol):
+    """What the membership tells the recovery (``smr.node.recovery``): a peer was heard."""
+
+    def sign_of_life(self, peer: NodeId, busy: bool | None = None) -> None: ...
+
+
+class MembershipNode(Protocol):
+    """What the membership uses of the node (``smr.node.core.NodeCore``)."""
+
+    @property
+    def node_id(self) -> NodeId: ...
+    @property
+    def incarnation(self) -> Incarnation: ...
+    @property
+    def view(self) -> View: ...
+    @property
+    def ring(self) -> Ring: ...
+    @property
+    def secondaries(self) -> tuple[NodeId, ...]: ...
+    @property
+    def stamp(self) -> tuple[NodeId, Incarnation, Epoch]: ...
+    @property
+    def slot_bits(self) -> int: ...
+    @property
+    def clock(self) -> Clock: ...
+    @property
+    def settings(self) -> NodeSettings: ...
+    @property
+    def counters(self) -> NodeCounters: ...
+    @property
+    def tuples_per_s(self) -> float: ...
+    @property
+    def load(self) -> LoadMeter: ...
+    @property
+    def ingest(self) -> InboxBacklog: ...
+    @property
+    def restart(self) -> RestartExchange: ...
+    @property
+    def recovery(self) -> SignsOfLife: ...
+    def peer_send(self, peer: NodeId, message: PeerMessages) -> bool: ...
+    def set_view(self, view: View) -> None: ...
 
 
 log = logging.getLogger("smr.node")
@@ -62,7 +112,7 @@ class Membership:
     heartbeat interval of any message between them, in either direction.
     """
 
-    def __init__(self, node: NodeCore) -> None:
+    def __init__(self, node: MembershipNode) -> None:
         self._node = node
         # View repair: the last (epoch, time) this node's view was sent to each peer.
         self._view_sent_at: dict[NodeId, tuple[Epoch, float]] = {}

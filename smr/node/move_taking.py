@@ -29,22 +29,101 @@ from __future__ import annotations
 import logging
 import time
 from collections import OrderedDict
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Final
+from typing import Any, Final, Protocol
 
 from smr.checkpoint.ids import CheckpointNumber
-from smr.ring.ids import Incarnation, NodeId
+from smr.checkpoint.promote import Copy, PrimaryCopy
+from smr.node.ports import Clock, ViewGossip
+from smr.node.settings import NodeCounters, NodeSettings
+from smr.ring.ids import Epoch, Incarnation, NodeId, Slot
 from smr.ring.moves import MovePlan, MoveRefused, move_done_in, moved_view, plan_join, plan_move
-from smr.ring.placement import SlotRange
-from smr.ring.view import Status
+from smr.ring.placement import Ring, SlotRange
+from smr.ring.view import Status, View
 from smr.wire.codec import encode
-from smr.wire.kinds import MoveNumber, StreamId
+from smr.wire.kinds import ChannelNumber, MoveNumber, StreamId
 from smr.wire.messages import Nack
-from smr.wire.peer import MoveCommit, MoveDone, MovePropose, MoveSwitched
+from smr.wire.peer import MoveCommit, MoveDone, MovePropose, MoveSwitched, PeerMessages
 
-if TYPE_CHECKING:
-    from smr.node.core import NodeCore
-    from smr.node.moves import Moves
+
+class StandbyReturn(Protocol):
+    """What the taking side asks of the joins (``smr.node.joins``)."""
+
+    def go_back_to_standby(self, reason: str) -> None: ...
+
+
+class TakingMoves(Protocol):
+    """What the taking side asks of the moves that hold it (``smr.node.moves``)."""
+
+    @property
+    def joins(self) -> StandbyReturn: ...
+    def freeze(self, slots: SlotRange | None) -> None: ...
+    def note_record(self, record: dict[str, Any]) -> None: ...
+
+
+class TakenCopies(Protocol):
+    """What the taking side asks of the replication (``smr.node.replication``): the copy
+    of the moving slots, and the replica they are split off."""
+
+    def has_complete_replica(self, owner: NodeId, slots: SlotRange | None = None) -> bool: ...
+    def expect_copy(self, giver: NodeId, moving: SlotRange) -> None: ...
+    def note_final(self, giver: NodeId, final: CheckpointNumber) -> None: ...
+    def drop_copy(self, giver: NodeId) -> None: ...
+    def copy_to_orphan(self, giver: NodeId, receiver: NodeId) -> None: ...
+    def last_checkpoint_of(self, owner: NodeId) -> CheckpointNumber | None: ...
+    def split_off(self, giver: NodeId, slots: set[Slot]) -> PrimaryCopy: ...
+
+
+class Promotion(Protocol):
+    """What the receiver asks of the recovery (``smr.node.recovery``)."""
+
+    def promote_slots(self, copies: Sequence[Copy], slots: Collection[Slot]) -> int: ...
+    def crashed(self, peer: NodeId) -> bool: ...
+
+
+class TakingIntake(Protocol):
+    """What the receiver asks of the intake (``smr.node.ingest``)."""
+
+    @property
+    def reading_paused(self) -> bool: ...
+    def expected(self, stream: StreamId) -> ChannelNumber: ...
+
+
+class MoveTakingNode(Protocol):
+    """What the taking side uses of the node (``smr.node.core.NodeCore``)."""
+
+    @property
+    def node_id(self) -> NodeId: ...
+    @property
+    def view(self) -> View: ...
+    @property
+    def ring(self) -> Ring: ...
+    @property
+    def predecessors(self) -> tuple[NodeId, ...]: ...
+    @property
+    def secondaries(self) -> tuple[NodeId, ...]: ...
+    @property
+    def stamp(self) -> tuple[NodeId, Incarnation, Epoch]: ...
+    @property
+    def clock(self) -> Clock: ...
+    @property
+    def settings(self) -> NodeSettings: ...
+    @property
+    def counters(self) -> NodeCounters: ...
+    @property
+    def ingest(self) -> TakingIntake: ...
+    @property
+    def membership(self) -> ViewGossip: ...
+    @property
+    def replication(self) -> TakenCopies: ...
+    @property
+    def recovery(self) -> Promotion: ...
+    def peer_send(self, peer: NodeId, message: PeerMessages) -> bool: ...
+    def reply(self, identity: bytes, frames: Sequence[bytes]) -> None: ...
+    def set_view(self, view: View) -> None: ...
+    def utilization(self) -> float: ...
+
 
 log = logging.getLogger("smr.node")
 
@@ -84,7 +163,7 @@ class Settling:
 class MoveTaking:
     """The receiver's and the copy holder's part of moves (the module doc)."""
 
-    def __init__(self, node: NodeCore, moves: Moves) -> None:
+    def __init__(self, node: MoveTakingNode, moves: TakingMoves) -> None:
         self._node = node
         self._moves = moves
         self.receiving: Agreed | None = None
@@ -316,7 +395,7 @@ class MoveTaking:
         self._answer(agreed.giver, agreed.number, answer)
         node.counters.moves_received += 1
         took_ms = (node.clock() - settling.switched_at) * 1000
-        self._moves.records.append(
+        self._moves.note_record(
             {
                 "role": "receiver",
                 "giver": agreed.giver,

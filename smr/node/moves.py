@@ -1,54 +1,12 @@
 """Moves: the top of a range (or all of it: a leave) handed to the clockwise neighbour by
-promotion, not transfer (docs/design/architecture.md#moves).
+promotion, not transfer. Three nodes take part (``ring.moves.plan_move``): the giver G, the
+receiver R (its clockwise neighbour, which holds a replica of G's range) and the copy holder
+H. The steps (told in full in docs/design/node-protocols.md#moves): 1. propose (G); 2. answer
+(R, H); 3. copy (G to H); 4. freeze (G) and checkpoint ``final``; 5. commit (G); 6. promote
+and switch (R, ``smr.node.move_taking``); 7. switch (every node, on the view); 8. call off.
 
-Three nodes take part (``ring.moves.plan_move``): the giver G; the receiver R, G's clockwise
-neighbour, which already holds a replica of G's range and a backup of its tuples; and the
-copy holder H, the ``r + 1``-th owner clockwise of G, the one node of the moving slots'
-replica set after the move that holds no copy of them before it. The protocol:
-
-1. Propose (G): plan the move and send ``MovePropose`` to R and H.
-2. Answer (R, H): R accepts if the plan is the same in its view, G is its nearest
-   predecessor, its replica of G is complete and covers the moving slots, it takes part
-   in no other move, and (a balancing move) it is less busy than the proposal asks; H
-   accepts if the plan is the same in its view and it takes part in no other move. Either
-   refuses otherwise, saying why.
-3. Copy (G to H): a snapshot of the moving slots, then G's checkpoints while the move lasts
-   (H keeps their part about the moving slots). H answers ``MoveCopied(through)`` when its
-   copy completes and after each checkpoint it applies.
-4. Freeze (G): once H's copy is complete, G refuses batches with a moving slot (``NOT_OWNER``
-   with its view: the mappers keep them), hands back the batches with a moving slot still
-   queued in its inbox, unapplied and unacked (``Ingest.hand_back``: their mappers are
-   refused as if the freeze had come first, and send those slots' tuples to R once the
-   move ends), and checkpoints at once: that checkpoint, ``final``, holds the moving slots'
-   last changes; it goes to R and H like any other. So the freeze never waits for a queue
-   to drain.
-5. Commit (G): once H reports ``through >= final``, send ``MoveCommit(final)`` to R (and
-   to H, which notes ``final``); a leaver first writes its own entry *leaving*
-   (``ring.view.hand_over_all``). From here on only R decides; G resends the commit until
-   R answers.
-6. Promote and switch (R, ``smr.node.move_taking``): if its replica of G has applied
-   ``final`` and the plan still holds in its view, promote the moving slots from it,
-   replay the backed-up tuples past their hwm, move its token (``ring.moves.moved_view``),
-   route by that view and gossip it; keep the moved slots refused until each of R's
-   secondaries confirms it sees the new view (they alone watch R, so no view can then undo
-   the switch); then serve them and answer ``MoveDone(switched)``. If it cannot switch it
-   answers not switched. Every repeat of a commit gets the same answer.
-7. Switch (every node, on the view): G, once R answered switched (or R is gone with its
-   token at the split), drops the moved slots (a leaver all its state, and writes itself
-   on standby)
-   and sends the new view to every mapper it refused during the freeze; H's copy, and the
-   copies G's other secondaries hold, become orphan copies absorbed by R, kept until R's
-   own snapshot reaches them (``Replication.split_moved``): the moved slots keep ``r + 1``
-   copies throughout.
-8. Call off: before the commit, a refusal, a timeout or a change of the ring calls the move
-   off: G unfreezes, tells R and H (``MoveDone``, not switched), and sends a ``NACK`` to
-   every mapper it refused, which resends. After the commit, G waits for R's answer or for
-   a view that settles it: R gone with its token at the split (done), or elsewhere (called
-   off).
-
-Slots that do not move are never refused. Every tuple of a moving slot is applied exactly
-once: before ``final`` by G (and in R's replica, H's copy), after it by R (from its backup,
-or resent by the mappers by the new view); the hwm drops whatever comes twice.
+Guarantee: slots that do not move are never refused; every tuple of a moving slot is applied
+exactly once (before ``final`` by G, after it by R); the moved slots keep ``r + 1`` copies.
 """
 
 from __future__ import annotations
@@ -56,24 +14,117 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from collections.abc import Collection
-from typing import TYPE_CHECKING, Any, Final
+from collections.abc import Collection, Sequence
+from typing import Any, Final, Protocol
 
 from smr.checkpoint.ids import CheckpointNumber
+from smr.checkpoint.loss import LossLedger
+from smr.checkpoint.store import StateStore
+from smr.node.balance import Balancer
 from smr.node.giving import Giving, Step, describe, holds, still_planned
-from smr.node.joins import Joins
-from smr.node.move_taking import MoveTaking
-from smr.ring.ids import NodeId, Slot
+from smr.node.joins import FencedSince, JoinerCopies, Joins, JoinsMembership, JoinsNode
+from smr.node.load import LoadMeter
+from smr.node.move_taking import MoveTaking, MoveTakingNode, Promotion, TakenCopies, TakingIntake
+from smr.node.ports import Clock, ViewGossip
+from smr.node.settings import NodeCounters, NodeSettings
+from smr.ring.ids import Epoch, Incarnation, NodeId, Slot
 from smr.ring.moves import MovePlan, MoveRefused, move_done_in, plan_move
-from smr.ring.placement import SlotRange, split_at_load_share
-from smr.ring.view import OWNING_STATUSES, Status, with_status
+from smr.ring.placement import Ring, SlotRange, split_at_load_share
+from smr.ring.view import OWNING_STATUSES, Status, View, with_status
 from smr.wire.codec import encode, pack_body
-from smr.wire.kinds import FrameError, MoveNumber, RequestId, StreamId
+from smr.wire.kinds import ChannelNumber, FrameError, MoveNumber, RequestId, StreamId
 from smr.wire.messages import Nack, NotOwner, ViewReply
-from smr.wire.peer import MoveAnswer, MoveCommit, MoveCopied, MoveDone, MovePropose, MoveSwitched
+from smr.wire.peer import (
+    MoveAnswer,
+    MoveCommit,
+    MoveCopied,
+    MoveDone,
+    MovePropose,
+    MoveSwitched,
+    PeerMessages,
+)
 
-if TYPE_CHECKING:
-    from smr.node.core import NodeCore
+
+class GivingIntake(TakingIntake, Protocol):
+    """What the giver asks of the intake (``smr.node.ingest``): the moving slots' batches
+    queued, handed back, and the apply stalls the move's record reports."""
+
+    def expected(self, stream: StreamId) -> ChannelNumber: ...
+    def queued_for(self, slots: frozenset[Slot]) -> bool: ...
+    def hand_back(self, moving: frozenset[Slot]) -> list[tuple[bytes, StreamId]]: ...
+    def restart_stall_record(self) -> None: ...
+    def stall_record_s(self) -> float: ...
+
+
+class CopySnapshots(Protocol):
+    """What the giver asks of the snapshots (``smr.node.snapshots``): the copy holder's copy."""
+
+    def start_copy(self, holder: NodeId, moving: SlotRange) -> None: ...
+    def stop_copy(self, holder: NodeId) -> None: ...
+
+
+class MoveCopiesKept(TakenCopies, JoinerCopies, Protocol):
+    """What the moves, the taking side and the joins ask of the replication
+    (``smr.node.replication``): the copies."""
+
+
+class FinalCheckpoint(Protocol):
+    """What the giver asks of the checkpoint cycle (``smr.node.checkpoints``, step 4)."""
+
+    def checkpoint(self) -> bool: ...
+    def last_checkpoint_number(self) -> CheckpointNumber: ...
+
+
+class MovesMembership(ViewGossip, JoinsMembership, Protocol):
+    """What the moves and the joins ask of the membership (``smr.node.membership``)."""
+
+
+class MovesRecovery(Promotion, FencedSince, Protocol):
+    """What the taking side and the joins ask of the recovery (``smr.node.recovery``)."""
+
+
+class MovesNode(JoinsNode, MoveTakingNode, Protocol):
+    """What the moves use of the node (``smr.node.core.NodeCore``), with what they hand on
+    to their joins (``JoinsNode``) and taking side (``MoveTakingNode``)."""
+
+    @property
+    def node_id(self) -> NodeId: ...
+    @property
+    def view(self) -> View: ...
+    @property
+    def ring(self) -> Ring: ...
+    @property
+    def stamp(self) -> tuple[NodeId, Incarnation, Epoch]: ...
+    @property
+    def clock(self) -> Clock: ...
+    @property
+    def settings(self) -> NodeSettings: ...
+    @property
+    def counters(self) -> NodeCounters: ...
+    @property
+    def store(self) -> StateStore: ...
+    @property
+    def ledger(self) -> LossLedger: ...
+    @property
+    def load(self) -> LoadMeter: ...
+    @property
+    def balancer(self) -> Balancer | None: ...
+    @property
+    def ingest(self) -> GivingIntake: ...
+    @property
+    def membership(self) -> MovesMembership: ...
+    @property
+    def snapshots(self) -> CopySnapshots: ...
+    @property
+    def replication(self) -> MoveCopiesKept: ...
+    @property
+    def checkpoints(self) -> FinalCheckpoint: ...
+    @property
+    def recovery(self) -> MovesRecovery: ...
+    def peer_send(self, peer: NodeId, message: PeerMessages) -> bool: ...
+    def reply(self, identity: bytes, frames: Sequence[bytes]) -> None: ...
+    def set_view(self, view: View) -> None: ...
+
 
 log = logging.getLogger("smr.node")
 
@@ -101,7 +152,7 @@ class Moves:
     it; slots outside the moving range are never refused.
     """
 
-    def __init__(self, node: NodeCore) -> None:
+    def __init__(self, node: MovesNode) -> None:
         self._node = node
         self._numbers = 0
         self.giving: Giving | None = None
@@ -188,6 +239,10 @@ class Moves:
         self.giving.peer_bytes_at_start = self._node.counters.peer_bytes_sent
         self._node.ingest.restart_stall_record()  # the record's apply_stall_ms_max
         return self.giving
+
+    def note_record(self, record: dict[str, Any]) -> None:
+        """Keep ``record`` of a move given or received here (status shows the last ones)."""
+        self.records.append(record)
 
     @property
     def committed(self) -> bool:
@@ -374,9 +429,9 @@ class Moves:
             if node.ingest.queued_for(self.frozen):
                 return
             # 4. The final increment (once the output table takes the range's records).
-            if not node.replication.checkpoint():
+            if not node.checkpoints.checkpoint():
                 return
-            giving.final = node.replication.last_checkpoint_number()
+            giving.final = node.checkpoints.last_checkpoint_number()
             self._to(Step.FINAL)
         final = giving.final
         if giving.step is Step.FINAL and final is not None and giving.copied_through >= final:
@@ -453,7 +508,7 @@ class Moves:
                     self._finish()
                 elif giving.step is not Step.COMMITTED:
                     self.call_off(f"{plan.receiver} left the ring")
-                elif holds(node, plan.moving):
+                elif holds(node.ring, node.node_id, plan.moving):
                     self.call_off(f"{plan.receiver} is gone and never switched", tell=False)
                 else:
                     # Another node took over the slots (the receiver switched, then died).
@@ -463,12 +518,14 @@ class Moves:
                 own = node.ring.range_of(node.node_id)
                 if holder is None or holder.status not in OWNING_STATUSES:
                     self.call_off(f"{plan.copy_holder} left the ring")
-                elif not holds(node, plan.moving):
+                elif not holds(node.ring, node.node_id, plan.moving):
                     self.call_off("the ring changed under the move")
                 elif plan.leave and own != plan.moving:
                     # A takeover grew the range: the leave would hand over part of it only.
                     self.call_off("this node's range changed while it was leaving")
-                elif not plan.join and not still_planned(node, plan):
+                elif not plan.join and not still_planned(
+                    node.ring, node.settings.replication, plan
+                ):
                     # Deaths changed who would receive or hold a copy of the moving slots.
                     self.call_off("the ring changed under the move")
         self.taking.follow_view()

@@ -13,7 +13,7 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
 
-from smr.checkpoint.ids import MapperId
+from smr.checkpoint.ids import CheckpointNumber, MapperId
 from smr.ring.ids import Epoch, Incarnation, NodeId
 from smr.ring.placement import Ring
 from smr.ring.view import View
@@ -161,4 +161,93 @@ class TupleBackup(Protocol):
         self, mapper: MapperId, body: bytes, tuple_count: int, last_seq_by_slot: dict[int, int]
     ) -> bool:
         """Keep a batch for its primary until a checkpoint covers it; True if kept."""
+        ...
+
+
+class CoreSide(Protocol):
+    """What the core's ``Peers`` and ``ViewChanges`` are made of (``smr.node.core.NodeCore``)."""
+
+    @property
+    def membership(self) -> ViewGossip: ...
+    def peer_send(self, peer: NodeId, message: PeerMessages) -> bool: ...
+    def reply(self, identity: bytes, frames: Sequence[bytes]) -> None: ...
+    def bad_frame(self, identity: bytes, reason: str) -> None: ...
+    def set_view(self, view: View) -> None: ...
+
+
+class CorePeers:
+    """The core's :class:`smr.node.ports.Peers`: its links, counted, and the membership's
+    check of a sender."""
+
+    def __init__(self, core: CoreSide) -> None:
+        self._core = core
+
+    def send(self, peer: NodeId, message: PeerMessages) -> bool:
+        return self._core.peer_send(peer, message)
+
+    def reply(self, identity: bytes, frames: Sequence[bytes]) -> None:
+        self._core.reply(identity, frames)
+
+    def is_live(self, message: PeerMessage, repair: bool = True) -> NodeId | None:
+        return self._core.membership.from_live_peer(message, repair)
+
+    def bad_frame(self, identity: bytes, reason: str) -> None:
+        self._core.bad_frame(identity, reason)
+
+
+class CoreViewChanges:
+    """The core's :class:`smr.node.ports.ViewChanges`: set the view, then gossip it."""
+
+    def __init__(self, core: CoreSide) -> None:
+        self._core = core
+
+    def adopt(self, view: View) -> None:
+        self._core.set_view(view)
+        self._core.membership.gossip()
+
+
+class ViewGossip(Protocol):
+    """What the roles ask of the membership (``smr.node.membership``): who sent a message,
+    and the view told to the peers."""
+
+    def from_live_peer(self, message: PeerMessage, repair: bool = True) -> NodeId | None:
+        """The sender of ``message`` if it is a live incarnation in the view, else None (and
+        the sender is sent the view)."""
+        ...
+
+    def gossip(self) -> None:
+        """Send this node's view to its ring neighbours."""
+        ...
+
+    def view_body(self) -> bytes:
+        """This node's view, packed for a message."""
+        ...
+
+
+class JoinProgress(Protocol):
+    """What a copy's progress asks of the joins (``smr.node.joins``, step 4)."""
+
+    def progress(self) -> None:
+        """Tell the giver how far the joiner's copy is, once it caught up."""
+        ...
+
+
+class MoveCopies(Protocol):
+    """What the snapshots and the replication tell the moves (``smr.node.moves``, step 3) of
+    a copy of moving slots."""
+
+    def copied(self, giver: NodeId, through: CheckpointNumber) -> None:
+        """This node's copy of ``giver``'s moving slots is complete through ``through``."""
+        ...
+
+    def joining(self) -> JoinProgress:
+        """The joins part of the moves."""
+        ...
+
+
+class SnapshotReceiving(Protocol):
+    """What the replication and the recovery ask of the snapshots (``smr.node.snapshots``)."""
+
+    def forget_receiving(self, primary: NodeId) -> None:
+        """Drop the snapshot being received from ``primary``, if any."""
         ...

@@ -1,32 +1,22 @@
-"""Recovery: failure detection of the predecessors, takeover of a dead one's range, and
-fencing of this node when the view says it is dead (docs/design/architecture.md#failures).
+"""Recovery: failure detection of the predecessors (probes, suspicion, refutation, vouches)
+and the verdicts that start a takeover (docs/design/architecture.md#failures). The takeover
+of a dead one's range and the fencing of this node are :mod:`smr.node.takeover`'s.
 """
 
 from __future__ import annotations
 
 import logging
-import time
-from collections import deque
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Final
+from dataclasses import dataclass
+from typing import Any, Final
 
-from smr.checkpoint.backup import BackedUpBatch
-from smr.checkpoint.loss import uncovered_slots
-from smr.checkpoint.promote import Copy, PromoteOutcome, promote
-from smr.checkpoint.store import ReduceFn, StateStore
+from smr.checkpoint.promote import Copy
+from smr.node.takeover import Takeover, TakeoverNode
 from smr.node.throttle import Throttle
 from smr.ring.failure import FailureDetector, Verdict
-from smr.ring.ids import Incarnation, NodeId, Slot
-from smr.ring.invariants import InvariantViolation
-from smr.ring.placement import Ring
-from smr.ring.view import Status, successor_takes_over
-from smr.wire.batch_body import BatchColumns, decode_batch_body
+from smr.ring.ids import NodeId, Slot
 from smr.wire.kinds import RequestId
 from smr.wire.peer import Probe, ProbeAck, Suspect, Vouch
-
-if TYPE_CHECKING:
-    from smr.node.core import NodeCore
 
 log = logging.getLogger("smr.node")
 
@@ -67,7 +57,7 @@ class Recovery:
     node serves nothing until it rejoins as a new incarnation.
     """
 
-    def __init__(self, node: NodeCore) -> None:
+    def __init__(self, node: TakeoverNode) -> None:
         self._node = node
         settings = node.settings
         self.detector = FailureDetector(
@@ -90,12 +80,8 @@ class Recovery:
         self._no_quorum_log = Throttle()
         # Per peer whose connection dropped: the id of the probe sent then (see suspect).
         self._drop_probe_req: dict[NodeId, RequestId] = {}
-        # One record per takeover, for `status` and the recovery benchmark (bounded).
-        self.takeover_records: deque[dict[str, Any]] = deque(maxlen=64)
-        # Every takeover's duration summed (the records keep only the last 64).
-        self.takeover_seconds_total = 0.0
-        # When this node was last fenced (its clock), None if never.
-        self.fenced_at: float | None = None
+        # Takeovers and fencing (smr.node.takeover).
+        self.takeover = Takeover(node)
 
     # -- detection ---------------------------------------------------------------------------
 
@@ -314,7 +300,7 @@ class Recovery:
         action, suspect = verdict
         if action is Verdict.DEAD:
             self._suspicion_req.pop(suspect, None)
-            self.take_over(suspect)
+            self.takeover.take_over(suspect)
             return
         if action is Verdict.SUSPECT:
             self._suspect_round(suspect, others)
@@ -322,166 +308,6 @@ class Recovery:
         if action is Verdict.NO_QUORUM:
             self._no_quorum(suspect, others, now)
         self._probe(suspect, others)
-
-    # -- takeover and fencing -----------------------------------------------------------------
-
-    def take_over(self, dead: NodeId) -> None:
-        """Take over the range of ``dead``, this node's nearest counter-clockwise neighbour.
-
-        1. The new view: ``dead`` marked dead, this node's token moved down to its token.
-        2. Gather, for the slots of ``dead``'s range only, the copies to promote: the replicas
-           and backups of the nodes it had absorbed and was still re-replicating to us
-           (older), then its own (newer).
-        3. Slots of the range that no complete copy here covers (more adjacent failures than
-           ``r``) are lost: they are marked so (``checkpoint.loss``) and promote nothing, and
-           their tuples are refused until an operator accepts the loss (then they start
-           empty). Never served empty, or half full, in silence.
-        4. Promote the other slots (``checkpoint.promote``): replicas become primary state
-           (field values and hwm vectors, by reference), then their backed-up batches are
-           replayed; every tuple at or below the promoted hwm is skipped, so each tuple's
-           effect is in the state exactly once.
-        5. Route by the new view (re-replicating to the secondaries) and gossip it.
-        """
-        node = self._node
-        started = node.clock()
-        # 1.
-        dead_range = node.ring.range_of(dead)
-        slots = set(dead_range.slots()) if dead_range is not None else set()
-        view = successor_takes_over(node.view, dead)
-        # 2.
-        copies = node.replication.surrender(dead)
-        node.snapshots.forget_receiving(dead)
-        # 3.
-        lost = uncovered_slots(
-            slots, [copy.covered.slots() for copy in copies if copy.covered is not None]
-        )
-        if lost:
-            node.ledger.mark(node.store, lost)
-            node.counters.slots_lost += len(lost)
-            dead_member = node.view.get(dead)
-            if dead_member is not None:
-                node.handoff.note_lost(dead, dead_member.incarnation, lost)
-            log.error(
-                "taking over %s: no copy of %d of its %d slots survived (more adjacent "
-                "failures than the replication factor %d); they stay offline, refusing "
-                "tuples, until %s comes back with their state (if it was alive) or an "
-                "operator runs 'smr recover --accept-loss'",
-                dead,
-                len(lost),
-                len(slots),
-                node.settings.replication,
-                dead,
-            )
-        # 4.
-        replayed = self.promote_slots(copies, slots - lost)
-        node.counters.takeovers += 1
-        # 5.
-        owners_before = [owner for owner in node.ring.owners if owner != dead]
-        node.set_view(view)
-        _check_takeover(node.ring, owners_before, node.node_id, slots)
-        node.membership.gossip()
-        took_ms = (node.clock() - started) * 1000
-        self.takeover_seconds_total += took_ms / 1000
-        self.takeover_records.append(
-            {
-                "dead": dead,
-                "declared_at_unix_s": time.time() - took_ms / 1000,
-                "takeover_ms": took_ms,
-                "tuples_replayed": replayed,
-                "keys_after": node.store.key_count(),
-            }
-        )
-        log.warning(
-            "took over %s: %d tuples replayed in %.1f ms; now at token %s",
-            dead,
-            replayed,
-            took_ms,
-            node.view.members[node.node_id].token,
-        )
-
-    def promote_slots(self, copies: Sequence[Copy], slots: Collection[Slot]) -> int:
-        """Make ``slots`` primary state here from ``copies`` (oldest first), replaying their
-        backed-up tuples past the hwm (``checkpoint.promote``): the one promotion of a
-        takeover and of a move. Returns the tuples replayed."""
-        node = self._node
-        reducer = node.reducer
-        outcome = promote_range(
-            node.store, copies, slots, node.ring.slot_count, reducer.replay_fn()
-        )
-        reducer.note_failures(outcome.failed, outcome.failures)
-        reducer.flush_emits()
-        # Promoted copies bring their loss marks: a lost slot stays lost where it moves.
-        node.ledger.rebuild(node.store)
-        node.counters.tuples_replayed += outcome.replayed
-        return outcome.replayed
-
-    def fence(self) -> None:
-        """This incarnation was marked dead: stop serving and rejoin empty.
-
-        1. Keep the state served as a fenced copy (``smr.node.handoff``: a taker that found
-           slots of this range lost asks for it), and with a data directory the generation
-           on disk that holds it (``DiskState.keep_fenced``: it may be the only copy of
-           slots the ring lost); drop replicas, backups, channels and pending work.
-        2. Rejoin as the next incarnation on standby (owning nothing) and gossip it.
-        """
-        node = self._node
-        log.error("marked dead in the view: fencing incarnation %d", node.incarnation)
-        node.counters.fenced += 1
-        self.fenced_at = node.clock()
-        # 1.
-        node.handoff.keep(node.store, node.incarnation)
-        if node.disk is not None and node.store.slots():
-            kept = node.disk.keep_fenced(node.incarnation)
-            if kept is not None:
-                log.error(
-                    "kept the state this node served on disk in %s (%d keys): it may be the "
-                    "only copy of slots the ring lost; remove it once 'smr status' shows "
-                    "no slot lost",
-                    kept,
-                    node.store.key_count(),
-                )
-        node.store = StateStore()
-        node.ledger.rebuild(node.store)
-        node.replication.reset()
-        node.snapshots.reset()
-        node.ingest.reset()
-        node.moves.reset()
-        # 2.
-        old = node.view.members[node.node_id]
-        node.incarnation = Incarnation(old.incarnation + 1)
-        rejoined = replace(old, incarnation=node.incarnation, status=Status.STANDBY, version=1)
-        node.set_view(node.view.with_member(rejoined))
-        node.membership.gossip()
-
-    def doubt_restored_state(self, left_out: Sequence[NodeId]) -> None:
-        """Restored from a crash, with owners that would have taken it over left out of the
-        restart (``smr.node.restart``, step 4): whether they did, and served past this
-        node's disk, cannot be known. Every slot held here goes to the loss ledger (kept,
-        not served: reads and tuples refused, ``status`` and ``recover`` say it, and the
-        left-out node back or an operator's ``--accept-loss`` decides), and every copy of
-        another node's range is dropped (a takeover from it finds none: lost, loudly)."""
-        node = self._node
-        # Its whole range, not only the slots its disk holds state for: a slot empty here
-        # may hold state at the node that took it over.
-        own_range = node.ring.range_of(node.node_id)
-        slots = node.store.slots() | (set(own_range.slots()) if own_range is not None else set())
-        copies = sorted({owner for owner, _ in node.replication.copies()})
-        if not slots and not copies:
-            return  # fenced: it owns and holds nothing to doubt
-        node.counters.slots_lost += len(slots - node.ledger.lost_among(slots))
-        node.ledger.mark(node.store, slots)
-        node.replication.reset()
-        node.snapshots.reset()
-        log.error(
-            "restart: this node crashed before the stop and %s, which would have taken it "
-            "over, was left out: what it restored may have been superseded, so the %d slots "
-            "of its range and state are counted lost (kept, not served) until %s comes back or an "
-            "operator runs 'smr recover --accept-loss', and its copies of %s are dropped",
-            ", ".join(left_out),
-            len(slots),
-            ", ".join(left_out),
-            ", ".join(copies) or "no node",
-        )
 
     # -- what other roles ask ----------------------------------------------------------------
 
@@ -496,61 +322,40 @@ class Recovery:
 
     def fenced_since(self) -> float | None:
         """When this node was last fenced (clock time; None: never)."""
-        return self.fenced_at
+        return self.takeover.fenced_at
+
+    def take_over(self, dead: NodeId) -> None:
+        """Take over the range of ``dead`` (``Takeover.take_over``)."""
+        self.takeover.take_over(dead)
+
+    def promote_slots(self, copies: Sequence[Copy], slots: Collection[Slot]) -> int:
+        """Make ``slots`` primary state here from ``copies`` (``Takeover.promote_slots``);
+        the tuples replayed."""
+        return self.takeover.promote_slots(copies, slots)
+
+    def fence(self) -> None:
+        """This incarnation was marked dead: stop serving and rejoin empty
+        (``Takeover.fence``)."""
+        self.takeover.fence()
+
+    def doubt_restored_state(self, left_out: Sequence[NodeId]) -> None:
+        """Restored from a crash with a possible taker left out: what it holds counts lost
+        (``Takeover.doubt_restored_state``)."""
+        self.takeover.doubt_restored_state(left_out)
+
+    @property
+    def takeover_records(self) -> list[dict[str, Any]]:
+        """One record per takeover (the last 64), for status and the recovery benchmark."""
+        return list(self.takeover.records)
 
     def report(self) -> dict[str, Any]:
         """What ``smr status`` shows of takeovers and of this node's own health."""
         return {
-            "takeover_records": list(self.takeover_records),
-            "takeover_seconds": self.takeover_seconds_total,
+            "takeover_records": list(self.takeover.records),
+            "takeover_seconds": self.takeover.seconds_total,
         }
 
     def local_health(self) -> int:
         """How unsure this node's failure detector is of its own timeliness (``smr
         status``): each step lengthens its suspicions by one timeout."""
         return self.detector.local_health
-
-
-def _check_takeover(
-    ring: Ring, owners_before: Sequence[NodeId], taker: NodeId, dead_slots: set[Slot]
-) -> None:
-    """After a takeover the other owners keep their cyclic order (a token moved past a
-    neighbour would hand slots to a node holding none of their state), and the taker is
-    primary of every slot the dead node owned."""
-    owners = list(ring.owners)
-    if sorted(owners) != sorted(owners_before) or (
-        owners and owners != _rotate(owners_before, owners[0])
-    ):
-        raise InvariantViolation(
-            f"takeover by {taker} reordered the ring: {owners_before} became {owners}"
-        )
-    if dead_slots:
-        strays = [slot for slot in dead_slots if ring.primary(slot) != taker]
-        if strays:
-            raise InvariantViolation(
-                f"{taker} took over a range but is not primary of slots {sorted(strays)[:8]}"
-            )
-
-
-def _rotate(owners: Sequence[NodeId], first: NodeId) -> list[NodeId]:
-    start = list(owners).index(first)
-    return [*owners[start:], *owners[:start]]
-
-
-def promote_range(
-    into: StateStore,
-    copies: Sequence[Copy],
-    slots: Collection[Slot],
-    slot_count: int,
-    reduce_fn: ReduceFn,
-    *,
-    by_reference: bool = True,
-) -> PromoteOutcome:
-    """``checkpoint.promote.promote`` with the wire protocol's batch decoder: the one place
-    where backed-up batches are decoded and applied (a takeover, and the simulation's check
-    of what a takeover would give)."""
-
-    def decode(held: BackedUpBatch) -> BatchColumns:
-        return decode_batch_body(held.body, held.tuple_count, slot_count)
-
-    return promote(into, copies, slots, decode, reduce_fn, by_reference=by_reference)

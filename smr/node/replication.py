@@ -1,91 +1,95 @@
-"""Replication of tuples and state: the tuple backup and replicas a secondary keeps of each
-primary, and the checkpoint cycle a primary runs (docs/design/architecture.md#state).
+"""Replication of tuples and state at a secondary (docs/design/architecture.md#state).
 
-As a secondary, a node keeps, per primary whose slots it backs up, a :class:`PeerReplica`
-(the primary's state as of its last checkpoint applied here) and a :class:`TupleBackup`
-(the raw batches since). A checkpoint applied evicts every backed-up batch it covers (exact
-eviction: by hwm, no clock). As a primary, it ships numbered deltas to its secondaries.
-Snapshots (full copies after a range change or a gap) are in :mod:`smr.node.snapshots`.
+A node keeps, per primary whose slots it backs up, a :class:`PeerReplica` (the primary's
+state as of its last checkpoint applied here) and a :class:`TupleBackup` (the raw batches
+since). A checkpoint applied evicts every backed-up batch it covers (exact eviction: by hwm,
+no clock). The primary's side, its numbered deltas, is :mod:`smr.node.checkpoints`; the
+copies of dead or moved ranges, :mod:`smr.node.orphans` and :mod:`smr.node.move_copies`;
+snapshots (full copies after a range change or a gap), :mod:`smr.node.snapshots`.
 """
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final
+from typing import Final, Protocol
 
-from smr.checkpoint.backup import BackedUpBatch, HwmFn, TupleBackup
+from smr.checkpoint.backup import BackedUpBatch, TupleBackup
 from smr.checkpoint.delta import (
-    Delta,
     DeltaError,
     decode_delta,
-    encode_delta,
-    restrict_delta,
-    split_delta,
 )
 from smr.checkpoint.ids import CheckpointNumber, MapperId
 from smr.checkpoint.promote import PrimaryCopy
 from smr.checkpoint.replica import CheckpointGap, PeerReplica
-from smr.ring.ids import NodeId, Slot
+from smr.checkpoint.store import StateStore
+from smr.node.disk import DiskState
+from smr.node.move_copies import IncomingCopy
+from smr.node.orphans import Orphan, Orphans, moved_name
+from smr.node.ports import Clock, MoveCopies, SnapshotReceiving, ViewGossip
+from smr.node.settings import NodeCounters, NodeSettings
+from smr.output.files import OutputSink
+from smr.ring.ids import Epoch, Incarnation, NodeId, Slot
 from smr.ring.placement import Ring, SlotRange
 from smr.ring.view import Status, View
 from smr.wire.kinds import FrameError
-from smr.wire.peer import Checkpoint, CheckpointRequest, SnapshotRequest
+from smr.wire.peer import Checkpoint, CheckpointRequest, PeerMessages, SnapshotRequest
 
-if TYPE_CHECKING:
-    from smr.node.core import NodeCore
+
+class MoveCopyTargets(MoveCopies, Protocol):
+    """What the replication asks of the moves (``smr.node.moves``, step 3): where a copy of
+    moving slots goes, and how it went."""
+
+    def copy_failed(self, giver: NodeId, reason: str) -> None: ...
+    def copy_target(self) -> tuple[NodeId, ...]: ...
+
+
+class ReplicationNode(Protocol):
+    """What the replication uses of the node (``smr.node.core.NodeCore``)."""
+
+    @property
+    def node_id(self) -> NodeId: ...
+    @property
+    def view(self) -> View: ...
+    @property
+    def ring(self) -> Ring: ...
+    @property
+    def predecessors(self) -> tuple[NodeId, ...]: ...
+    @property
+    def secondaries(self) -> tuple[NodeId, ...]: ...
+    @property
+    def stamp(self) -> tuple[NodeId, Incarnation, Epoch]: ...
+    @property
+    def clock(self) -> Clock: ...
+    @property
+    def settings(self) -> NodeSettings: ...
+    @property
+    def counters(self) -> NodeCounters: ...
+    @property
+    def store(self) -> StateStore: ...
+    @property
+    def output(self) -> OutputSink: ...
+    @property
+    def disk(self) -> DiskState | None: ...
+    @property
+    def membership(self) -> ViewGossip: ...
+    @property
+    def snapshots(self) -> SnapshotReceiving: ...
+    @property
+    def moves(self) -> MoveCopyTargets: ...
+    def peer_send(self, peer: NodeId, message: PeerMessages) -> bool: ...
+
 
 # A secondary asks its primaries for an early checkpoint once its tuple backup holds this
 # share of backup_bytes_max: early enough that the checkpoint's eviction usually comes before
 # the bound, where batches are refused and the mappers slow down.
 EARLY_CHECKPOINT_AT_FRACTION: Final = 0.75
-# A primary takes at most one early checkpoint per this many seconds (several secondaries
-# may ask at once; one checkpoint answers them all).
-EARLY_CHECKPOINT_GAP_S: Final = 0.01
-# Keys merged into master per step of a checkpoint in flight (whole slots: about this many).
-MERGE_KEYS_PER_STEP: Final = 500
 # Backed-up batches scanned per step of an eviction (a batch of 1000 tuples spans about as
 # many slots: some 50 us each, so a step stays near a millisecond).
 EVICT_SCANS_PER_STEP: Final = 20
 
 
-log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Orphan:
-    """A copy of a dead node's state and tuples: kept until ``absorber``, which took over its
-    range, has re-replicated that range to us, and promoted if ``absorber`` dies first.
-
-    Once ``absorber``'s snapshot to us has ended, the copy is *superseded*: its replica is
-    dropped, but its backed-up batches stay until ``absorber``'s checkpoints cover them
-    (``Replication.evict_covered``). Until this node learned of the takeover, it filed the
-    batches the mappers sent for ``absorber`` under the dead node; the snapshot may have
-    been read before their tuples were applied, and then only this backup holds them."""
-
-    absorber: NodeId
-    replica: PeerReplica
-    backup: TupleBackup | None
-    covered: SlotRange | None
-    """The range the replica's last complete snapshot copied (None: none completed)."""
-    superseded: bool = False
-
-
-@dataclass
-class IncomingCopy:
-    """A copy of the moving slots of ``giver``'s range, held for a move (``smr.node.moves``,
-    step 3): a snapshot of them, then the giver's checkpoints cut to them. It counts as a
-    copy of the moved slots only if it applied the move's final checkpoint (``final``,
-    known from the commit)."""
-
-    moving: SlotRange
-    replica: PeerReplica
-    final: CheckpointNumber | None = None
-
-
 class Replication:
-    """A node's replicas and tuple backups of its predecessors, and its checkpoint cycle.
+    """A node's replicas and tuple backups of its predecessors (its own checkpoint cycle is
+    :mod:`smr.node.checkpoints`'s).
 
     Guarantees: a backed-up batch is held until a checkpoint applied here covers it; the
     backup never grows past ``backup_bytes_max`` (batches past it are not accepted, so the
@@ -93,7 +97,7 @@ class Replication:
     instead of applying a later delta on a hole.
     """
 
-    def __init__(self, node: NodeCore) -> None:
+    def __init__(self, node: ReplicationNode) -> None:
         self._node = node
         # As a secondary: a replica of each predecessor's state and its backed-up batches.
         self.replicas: dict[NodeId, PeerReplica] = {}
@@ -104,20 +108,12 @@ class Replication:
         # Copies of dead predecessors whose ranges a live predecessor absorbed and is still
         # re-replicating to us (see forget_former_predecessors), and of ranges that moved to
         # a predecessor (split_moved, copy_to_orphan), by a name of their own.
-        self.orphans: dict[NodeId, Orphan] = {}
+        self.orphans = Orphans()
         # As a move's copy holder: the copy of the moving slots, by giver.
         self.incoming: dict[NodeId, IncomingCopy] = {}
-        # As a primary: the checkpoint counter.
-        self.checkpoint_number = CheckpointNumber(0)
-        # Early checkpoints: when each primary was last asked for one, and (as a primary)
-        # when the last one was taken.
+        # Early checkpoints: when each primary was last asked for one.
         self._checkpoint_asked_at: dict[NodeId, float] = {}
-        self._early_checkpoint_at = -1e9
-        # When the last checkpoint was taken (None: none yet); status reports its age.
-        self.checkpointed_at: float | None = None
-        # The checkpoint being sent and merged, a step per turn (start_checkpoint).
-        self._shipping: Iterator[None] | None = None
-        # As a secondary: checkpoint parts applied this turn (NodeCore.turn_is_full).
+        # As a secondary: checkpoint parts applied this turn (smr.node.turn.turn_is_full).
         self.parts_this_turn = 0
         # As a secondary: the primaries whose backup is being evicted a step per turn
         # (after their checkpoint's last part), in the order their checkpoints ended.
@@ -139,11 +135,17 @@ class Replication:
                 self.covered[predecessor] = initial
                 self.replicas[predecessor] = PeerReplica.of_empty_start()
 
+    @property
+    def applied_this_turn(self) -> bool:
+        """True if a checkpoint part was applied this turn (the turn reads no more)."""
+        return self.parts_this_turn > 0
+
+    def end_turn(self) -> None:
+        """The turn ended: the next may read messages again."""
+        self.parts_this_turn = 0
+
     def reset(self) -> None:
-        """Drop every replica, backup and orphan copy, and the checkpoint in flight
-        (fencing: the store it came from is kept whole as the fenced copy, whose reads see
-        its unmerged part, and the next incarnation numbers and ships its own)."""
-        self._shipping = None
+        """Drop every replica, backup and orphan copy (fencing)."""
         self._evicting.clear()
         self.replicas.clear()
         self.backups.clear()
@@ -157,8 +159,7 @@ class Replication:
         """Give up every copy of ``dead`` kept here, for its takeover: the orphan copies of
         the nodes it had absorbed (older, by name), then its own replica, backup and
         covered range (newer); none of them is kept here any more."""
-        absorbed = sorted(name for name, orphan in self.orphans.items() if orphan.absorber == dead)
-        copies = [self.orphans.pop(name) for name in absorbed]
+        copies = self.orphans.surrender(dead)
         replica = self.replicas.pop(dead, None)
         covered = self.covered.pop(dead, None)
         backup = self.backups.pop(dead, None)
@@ -211,10 +212,6 @@ class Replication:
         backup = self.backups.get(giver)
         return PrimaryCopy(replica.split_off(slots), backup.split_off(slots) if backup else None)
 
-    def last_checkpoint_number(self) -> CheckpointNumber:
-        """The number of the last checkpoint this node took as a primary."""
-        return self.checkpoint_number
-
     def incoming_copy(self, giver: NodeId) -> IncomingCopy | None:
         """The copy held here for a move of ``giver``'s, if any."""
         return self.incoming.get(giver)
@@ -247,10 +244,6 @@ class Replication:
             *((giver, copy.replica) for giver, copy in self.incoming.items()),
         ]
 
-    def checkpoint_age_s(self, now: float) -> float | None:
-        """Seconds since this node last took a checkpoint (None: none yet)."""
-        return None if self.checkpointed_at is None else now - self.checkpointed_at
-
     @property
     def backup_bytes(self) -> int:
         """Raw batch bytes held for all primaries together."""
@@ -261,7 +254,7 @@ class Replication:
         orphans, incoming move copies)."""
         replicas = [
             *self.replicas.values(),
-            *(orphan.replica for orphan in self.orphans.values()),
+            *self.orphans.replicas(),
             *(copy.replica for copy in self.incoming.values()),
         ]
         return sum(replica.store.hwm_entries() for replica in replicas)
@@ -368,21 +361,11 @@ class Replication:
         node = self._node
         incoming = self.incoming[giver]
         try:
-            delta = decode_delta(message.body)
-        except DeltaError as error:
-            raise FrameError(f"checkpoint from {giver}: {error}") from None
-        moving = incoming.moving
-        try:
-            applied = incoming.replica.apply_checkpoint(
-                message.number,
-                restrict_delta(delta, _SlotsOf(moving)),
-                message.part,
-                message.last,
-            )
+            complete = incoming.apply_checkpoint(message)
         except CheckpointGap as gap:
             node.moves.copy_failed(giver, f"the copy missed a checkpoint ({gap})")
             return
-        if applied and message.last and incoming.replica.is_complete:
+        if complete:
             node.moves.copied(giver, incoming.replica.last_checkpoint)
 
     def expect_copy(self, giver: NodeId, moving: SlotRange) -> None:
@@ -408,17 +391,8 @@ class Replication:
         if incoming is None:
             return
         self._node.snapshots.forget_receiving(giver)
-        replica = incoming.replica
-        final = incoming.final
-        complete = (
-            final is not None
-            and replica.is_complete
-            and not replica.needs_snapshot
-            and replica.last_checkpoint >= final
-        )
-        covered = incoming.moving if complete else None
-        name = _moved_name(giver, receiver, incoming.moving)
-        self.orphans[name] = Orphan(receiver, replica, None, covered)
+        name = moved_name(giver, receiver, incoming.moving)
+        self.orphans.keep(name, incoming.as_orphan(receiver))
 
     def split_moved(self, old_ring: Ring, view: View) -> None:
         """After a view change: of each live predecessor whose range shrank (a move, a leave),
@@ -454,29 +428,17 @@ class Replication:
                 continue
             covered_before = self.covered.get(name)
             covered = moved if covered_before is not None and covered_before.covers(moved) else None
-            self.orphans[_moved_name(name, absorber, moved)] = Orphan(
-                absorber, replica, moved_backup, covered
-            )
+            orphan = Orphan(absorber, replica, moved_backup, covered)
+            self.orphans.keep(moved_name(name, absorber, moved), orphan)
 
     def evict_covered(self, primary: NodeId) -> None:
         """Drop the batches backed up for ``primary`` that its replica's hwm covers, in its
-        own backup and in the superseded orphan copies it absorbed (``_evict_orphans``)."""
+        own backup and in the superseded orphan copies it absorbed (``Orphans.evict``)."""
         hwm = self.replicas[primary].hwm
         backup = self.backups.get(primary)
         if backup is not None:
             backup.evict_covered(hwm)
-        self._evict_orphans(primary, hwm)
-
-    def _evict_orphans(self, primary: NodeId, hwm: HwmFn) -> None:
-        """Evict against ``hwm`` the superseded orphan copies ``primary`` absorbed; an orphan
-        left with no batch is forgotten."""
-        for name, orphan in list(self.orphans.items()):
-            if orphan.absorber != primary or not orphan.superseded:
-                continue
-            if orphan.backup is not None:
-                orphan.backup.evict_covered(hwm)
-            if orphan.backup is None or not orphan.backup.batches():
-                del self.orphans[name]
+        self.orphans.evict(primary, hwm)
 
     @property
     def evicting(self) -> bool:
@@ -495,7 +457,7 @@ class Replication:
                 continue
             backup = self.backups.get(primary)
             if backup is None or backup.evict_some(replica.hwm, EVICT_SCANS_PER_STEP):
-                self._evict_orphans(primary, replica.hwm)
+                self.orphans.evict(primary, replica.hwm)
                 del self._evicting[primary]
             return
 
@@ -515,158 +477,10 @@ class Replication:
                 if member is not None and member.status is Status.DEAD and node.ring.owners:
                     absorber = node.ring.primary(Slot(member.token))
                     if absorber in node.predecessors:
-                        self.orphans[name] = Orphan(absorber, replica, backup, covered)
-        for name in list(self.orphans):
-            if self.orphans[name].absorber not in node.predecessors:
-                del self.orphans[name]
+                        self.orphans.keep(name, Orphan(absorber, replica, backup, covered))
+        self.orphans.keep_only_absorbed_by(node.predecessors)
 
     def forget_orphans_of(self, absorber: NodeId) -> None:
-        """``absorber``'s snapshot to us is complete: the state of the orphan copies it
-        re-replicated is no longer the only copy we hold. Their replicas go; their backups
-        stay, superseded, until ``absorber``'s checkpoints cover them (see ``Orphan``)."""
-        for name, orphan in list(self.orphans.items()):
-            if orphan.absorber != absorber:
-                continue
-            if orphan.backup is None or not orphan.backup.batches():
-                del self.orphans[name]
-            else:
-                self.orphans[name] = Orphan(absorber, PeerReplica(), orphan.backup, None, True)
-
-    # -- primary: the checkpoint cycle -------------------------------------------------------
-
-    def on_checkpoint_request(self, identity: bytes, message: CheckpointRequest) -> None:
-        """A secondary's backup nears its bound: checkpoint now (at most once per
-        ``EARLY_CHECKPOINT_GAP_S``), so that its eviction makes room."""
-        node = self._node
-        sender = node.membership.from_live_peer(message)
-        if sender is None or sender not in node.secondaries:
-            return
-        now = node.clock()
-        if now - self._early_checkpoint_at < EARLY_CHECKPOINT_GAP_S:
-            return
-        self._early_checkpoint_at = now
-        node.counters.checkpoints_early += 1
-        self.checkpoint()
-
-    @property
-    def shipping(self) -> bool:
-        """True while a checkpoint begun by ``start_checkpoint`` is still being sent or
-        merged (``step_shipping`` runs it on, a step per turn)."""
-        return self._shipping is not None
-
-    def checkpoint(self) -> bool:
-        """The whole checkpoint cycle before returning (a move's final checkpoint, an early
-        one, the last one on the way out): ``start_checkpoint``, then ``finish_shipping``.
-        False if it did not run (step 0)."""
-        if not self.start_checkpoint():
-            return False
-        self.finish_shipping()
-        return True
-
-    def start_checkpoint(self) -> bool:
-        """The checkpoint cycle (docs/design/architecture.md#state); never waits for the network,
-        except for the output table's commit. Steps 0 and 1 run now, the rest a step per turn
-        (``step_shipping``), so a big checkpoint does not stall the loop: tuples are applied
-        between its parts. A cycle still in flight is finished first. False if it did not
-        run (step 0).
-
-        0. Make the output durable (``OutputSink.make_durable``): the file written and the
-           output table committed, so no record of a state change this checkpoint carries
-           exists only in this process. If the table cannot commit, stop here: the node
-           applies on (to ``BACKLOG_RECORDS_MAX`` records) and the next cycle tries again.
-        1. Swap the active fragment out with the hwm vectors of its slots (atomic: the event
-           loop runs one thing at a time, so this falls between two tuples), and number it.
-        2. Cut it into parts of whole slots (``split_delta``); encode each and send it to
-           every secondary (optimistic: no ack awaited; a secondary that misses a part asks
-           for a snapshot), one part a step.
-        3. Merge it into master, about ``MERGE_KEYS_PER_STEP`` keys a step (reads see the
-           same state throughout).
-        4. With a data directory, write its parts there (``smr.node.disk``); a write that
-           fails is counted (``disk_errors``) and logged, and the node serves on.
-        """
-        node = self._node
-        self.finish_shipping()
-        # 0.
-        if not node.output.make_durable():
-            node.counters.checkpoints_held += 1
-            return False
-        # 1.
-        delta = node.store.swap()
-        self.checkpoint_number = CheckpointNumber(self.checkpoint_number + 1)
-        self._shipping = self._ship(delta, self.checkpoint_number)
-        return True
-
-    def step_shipping(self) -> None:
-        """Run one step of the checkpoint in flight (a part sent, or a merge step): a turn
-        runs one, so its parts and merge steps interleave with the turns that apply tuples
-        and none of those waits behind the whole checkpoint. Counted in steps, not time, so
-        that a simulated run replays the same."""
-        shipping = self._shipping
-        if shipping is None:
-            return
-        try:
-            next(shipping)
-        except StopIteration:
-            self._shipping = None
-        except BaseException:
-            self._shipping = None
-            raise
-
-    def finish_shipping(self) -> None:
-        """Run the checkpoint in flight to its end: before anything that must follow it
-        whole (the next cycle, a snapshot, a move's final checkpoint)."""
-        shipping, self._shipping = self._shipping, None
-        if shipping is not None:
-            for _ in shipping:
-                pass
-
-    def _ship(self, delta: Delta, number: CheckpointNumber) -> Iterator[None]:
-        """Steps 2 to 4 of ``start_checkpoint``, yielding between steps."""
-        node = self._node
-        # 2. (A move's copy holder gets them too: smr.node.moves, step 3.)
-        targets = (*node.secondaries, *node.moves.copy_target())
-        # The parts' bodies, for the data directory only (written after the merge).
-        bodies: list[bytes] = []
-        keep_bodies = node.disk is not None
-        if targets or keep_bodies:
-            parts = split_delta(delta, node.settings.checkpoint_part_keys)
-            for index, (part, last) in enumerate(parts):
-                body = encode_delta(part)
-                if keep_bodies:
-                    bodies.append(body)
-                node.counters.checkpoint_bytes_sent += len(body) * len(targets)
-                for target in targets:
-                    node.peer_send(target, Checkpoint(*node.stamp, number, index, last, body))
-                if not last:
-                    yield
-        # 3.
-        while not node.store.merge_inactive(MERGE_KEYS_PER_STEP):
-            yield
-        node.counters.checkpoints += 1
-        self.checkpointed_at = node.clock()
-        # 4. On local disk too, with --data-dir (smr.node.disk).
-        if node.disk is not None:
-            try:
-                node.disk.on_checkpoint(
-                    node.store, node.view, node.ring.range_of(node.node_id), bodies
-                )
-            except OSError as error:
-                node.counters.disk_errors += 1
-                log.error("cannot write the state to %s: %s", node.disk.directory, error)
-
-
-def _moved_name(giver: NodeId, receiver: NodeId, moved: SlotRange) -> NodeId:
-    """The name an orphan copy of a moved range is kept under (never a node's own id)."""
-    return NodeId(f"{giver}>{receiver}@{moved.start}+{moved.length}")
-
-
-class _SlotsOf:
-    """A slot range as a container (``slot in _SlotsOf(range)``)."""
-
-    __slots__ = ("_range",)
-
-    def __init__(self, slot_range: SlotRange) -> None:
-        self._range = slot_range
-
-    def __contains__(self, slot: object) -> bool:
-        return isinstance(slot, int) and self._range.contains(slot)
+        """``absorber``'s snapshot to us is complete: the orphan copies it re-replicated are
+        superseded (``Orphans.supersede``)."""
+        self.orphans.supersede(absorber)

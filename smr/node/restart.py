@@ -40,6 +40,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
+from smr.node.settings import NodeSettings
 from smr.ring.ids import NodeId
 from smr.ring.view import Status, View
 
@@ -53,18 +54,13 @@ class RestartExchange:
     """
 
     def __init__(
-        self,
-        node_id: NodeId,
-        settle_ms: int,
-        restored: bool,
-        crashed: bool = False,
-        left_out: frozenset[NodeId] = frozenset(),
+        self, node_id: NodeId, settings: NodeSettings, restored: bool, crashed: bool = False
     ) -> None:
         self._node_id = node_id
-        self._settle_s = settle_ms / 1000
+        self._settle_s = settings.restart_settle_ms / 1000
         self._settled = not restored
         self._crashed = restored and crashed
-        self._left_out = left_out
+        self._left_out = frozenset(NodeId(name) for name in settings.restart_left_out)
         self._until: float | None = None
         self._heard: set[NodeId] = set()
         self._restored = restored

@@ -1,44 +1,16 @@
-"""Retiring finished mappers, so that dedup memory does not grow with every feed ever run.
+"""Retiring finished mappers, so that dedup memory does not grow with every feed ever run
+(why, and why a lease: docs/design/node-protocols.md#retirement). A finished mapper sends
+``MapperDone(mapper, last)``: no tuple of it will ever have a seq above ``last``. On a node:
 
-A node keeps a high-water mark per ``(mapper, slot)`` (docs/design/architecture.md#state): a short
-feed that touched 250 slots leaves 250 of them in the primary's store and as many in each replica,
-and nothing removed them. A mapper that has finished says so: once its emitter has drained (every
-tuple acked by all the nodes of its set), it sends ``MapperDone(mapper, last)`` to every node
-of its view (``smr.mapper.emitter.Emitter.finish``): no tuple of it will ever have a seq above
-``last``, and every one up to ``last`` is applied at its primary. On a node:
+1. On ``MapperDone``: remember ``last``, start the lease, answer.
+2. When the lease has run out and no move is under way, retire the mapper in the own store
+   (its hwms go, its last seq stays); checkpoints and snapshots carry the retirement.
+3. Every tick, no move under way, hwms of retired mappers that came back are dropped again.
+4. Intake: a batch of a finished mapper with every seq at or below ``last`` is acked as
+   duplicates; one with a seq above it is refused with ERROR.
 
-1. On ``MapperDone``: remember ``last``, start the lease, answer. From then on intake answers
-   the mapper's batches (step 4), whatever the stores hold.
-2. When the lease has run out, and no move is under way here, the node retires the mapper in
-   its own store (``StateStore.retire``), if it wrote there: its hwms go, one entry (its
-   last seq) stays. The
-   next checkpoint carries the retirement to the secondaries, whose replicas drop its hwms
-   and count its backed-up batches as covered (``checkpoint.backup``); every snapshot
-   carries all retirements, so a new copy or a joining node knows them too.
-3. Every tick, no move being under way, hwms of retired mappers that came back into the own
-   store are dropped again (a takeover promotes a copy that had not retired them, and keeps
-   their hwms while it replays: ``checkpoint.promote``).
-4. Intake (``smr.node.ingest``): a batch of a finished or retired mapper whose seqs are all at
-   or below ``last`` holds tuples already applied (a resend, or a rerun of the same feed): it
-   is acked and counted as duplicates, applied and stored nowhere. A batch with a seq above
-   ``last`` breaks the mapper's word (an id used again for other tuples): it is refused with
-   ERROR, so the emitter stops and says why. Nothing of it is applied in silence.
-
-Why a lease: retiring drops the hwms that would have recognised a late copy of the mapper's
-tuples anywhere but at intake. The lease leaves time for all the mapper's tuples set in motion
-to settle first: the checkpoints that carry its state to every secondary (one interval), and
-the moves and takeovers under way when it finished. A node that never hears ``MapperDone``
-(it was down, or the message was lost) only keeps the hwms longer, until its primary's
-retirement reaches it, or forever on its own store: more memory, never a wrong count.
-
-Mapper ids are never used again for other tuples: a client's id is random
-(``client-<uuid4>``), a feed of standard input too, and a feed of files is named by a digest of
-the cluster's incarnation, the job and the files' paths, sizes and modification times, so the
-same id means the same tuples with the same seqs (step 4 answers a rerun). A stream named by
-its writer that starts without resuming is refused before it sends, if its id was used
-(``smr.client.history``, which reads ``last_of``). Memory after
-retirement: one entry per finished mapper in each store that knew it, instead of one per slot
-it wrote to.
+Guarantee: a node that never hears ``MapperDone`` only keeps the hwms longer: more memory,
+never a wrong count.
 """
 
 from __future__ import annotations

@@ -10,17 +10,90 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Final
+from typing import Final, Protocol
 
 from smr.checkpoint.delta import DeltaError, decode_delta, encode_delta
+from smr.checkpoint.ids import CheckpointNumber
 from smr.checkpoint.replica import PeerReplica
-from smr.ring.ids import NodeId, Slot
-from smr.ring.placement import Role, SlotRange
+from smr.checkpoint.store import StateStore
+from smr.node.ports import Clock, MoveCopies, ViewGossip
+from smr.node.settings import NodeCounters, NodeSettings
+from smr.output.files import OutputSink
+from smr.ring.ids import Epoch, Incarnation, NodeId, Slot
+from smr.ring.placement import Ring, Role, SlotRange
 from smr.wire.kinds import FrameError, SnapshotNumber
-from smr.wire.peer import SnapshotBegin, SnapshotChunk, SnapshotEnd, SnapshotRequest
+from smr.wire.peer import (
+    PeerMessages,
+    SnapshotBegin,
+    SnapshotChunk,
+    SnapshotEnd,
+    SnapshotRequest,
+)
 
-if TYPE_CHECKING:
-    from smr.node.core import NodeCore
+
+class SnapshotReplicas(Protocol):
+    """What the snapshots ask of the replication (``smr.node.replication``): the replicas a
+    snapshot fills, their coverage, and the checkpoint a snapshot is cut at."""
+
+    def incoming_copy(self, giver: NodeId) -> object | None: ...
+    def snapshot_target(self, sender: NodeId, predecessor: bool) -> PeerReplica | None: ...
+    def replica_of(self, sender: NodeId) -> PeerReplica | None: ...
+    def note_covered(self, sender: NodeId, copied: SlotRange) -> None: ...
+    def forget_coverage(self, sender: NodeId) -> None: ...
+    def copies(self) -> list[tuple[NodeId, PeerReplica]]: ...
+
+
+class SnapshotCut(Protocol):
+    """What a snapshot asks of the checkpoint cycle (``smr.node.checkpoints``): the one in
+    flight finished, and its number (the snapshot is cut at it)."""
+
+    def last_checkpoint_number(self) -> CheckpointNumber: ...
+    def finish_shipping(self) -> None: ...
+
+
+class IntakePosition(Protocol):
+    """What a snapshot asks of the intake (``smr.node.ingest``)."""
+
+    def position(self) -> tuple[int, int]: ...
+
+
+class SnapshotsNode(Protocol):
+    """What the snapshots use of the node (``smr.node.core.NodeCore``)."""
+
+    @property
+    def node_id(self) -> NodeId: ...
+    @property
+    def ring(self) -> Ring: ...
+    @property
+    def roles(self) -> bytes: ...
+    @property
+    def predecessors(self) -> tuple[NodeId, ...]: ...
+    @property
+    def secondaries(self) -> tuple[NodeId, ...]: ...
+    @property
+    def stamp(self) -> tuple[NodeId, Incarnation, Epoch]: ...
+    @property
+    def clock(self) -> Clock: ...
+    @property
+    def settings(self) -> NodeSettings: ...
+    @property
+    def counters(self) -> NodeCounters: ...
+    @property
+    def store(self) -> StateStore: ...
+    @property
+    def output(self) -> OutputSink: ...
+    @property
+    def ingest(self) -> IntakePosition: ...
+    @property
+    def membership(self) -> ViewGossip: ...
+    @property
+    def replication(self) -> SnapshotReplicas: ...
+    @property
+    def checkpoints(self) -> SnapshotCut: ...
+    @property
+    def moves(self) -> MoveCopies: ...
+    def peer_send(self, peer: NodeId, message: PeerMessages) -> bool: ...
+
 
 # A replica still incomplete after this long asks its primary for a snapshot again.
 SNAPSHOT_RETRY_S: Final = 2.0
@@ -34,12 +107,12 @@ class Snapshots:
     incomplete asks again every ``SNAPSHOT_RETRY_S``.
     """
 
-    def __init__(self, node: NodeCore) -> None:
+    def __init__(self, node: SnapshotsNode) -> None:
         self._node = node
         self._jobs: dict[NodeId, Iterator[None]] = {}
         # The snapshots waiting for batches accepted before them to be applied (step 0).
         self._awaiting_apply: set[NodeId] = set()
-        # Snapshot chunks applied since the receive loop last yielded (see NodeCore.turn_is_full).
+        # Snapshot chunks applied since the receive loop last yielded (smr.node.turn.turn_is_full).
         self.chunks_this_turn = 0
         # The number of the last snapshot this node began sending, and per primary the one
         # being received here with the index of the next chunk expected.
@@ -60,6 +133,15 @@ class Snapshots:
         # decoding and applying a received one. Wall time even under a simulated clock: it
         # measures the work itself (and is left out of the simulation's fingerprint).
         self.stall_ms_max = 0.0
+
+    @property
+    def applied_this_turn(self) -> bool:
+        """True if a snapshot chunk was applied this turn (the turn reads no more)."""
+        return self.chunks_this_turn > 0
+
+    def end_turn(self) -> None:
+        """The turn ended: the next may read messages again."""
+        self.chunks_this_turn = 0
 
     def reset(self) -> None:
         """Drop every snapshot being sent or received (fencing)."""
@@ -156,12 +238,12 @@ class Snapshots:
         chunks_sent = 0
         # 1. A checkpoint in flight is shipped whole first: the secondary then applies every
         #    part of checkpoint ``as_of`` before the snapshot begins.
-        node.replication.finish_shipping()
+        node.checkpoints.finish_shipping()
         while not node.peer_send(
             secondary,
             SnapshotBegin(
                 *node.stamp,
-                node.replication.last_checkpoint_number(),
+                node.checkpoints.last_checkpoint_number(),
                 snap,
                 *(self._own_range() if only is None else (only.start, only.length)),
             ),

@@ -16,7 +16,7 @@ from smr.faults.model import FaultSchedule
 from smr.faults.tolerance import Tolerance, lost_nodes
 from smr.mapper.emitter import Emitter
 from smr.node import NodeCore, Timer
-from smr.node.recovery import promote_range
+from smr.node.takeover import promote_range
 from smr.ring.hashing import slot_of
 from smr.ring.ids import NodeId, Slot
 from smr.ring.placement import Ring, Role
@@ -95,7 +95,7 @@ def not_converged(sim: CheckedRun) -> str | None:
             return f"{node.node_id} has {len(core.ingest.inbox)} batches to apply"
         if core.snapshots.has_work:
             return f"{node.node_id} has snapshot work pending"
-        if core.replication.shipping:
+        if core.checkpoints.shipping:
             return f"{node.node_id} is shipping a checkpoint"
         if core.moves.giving is not None:
             return f"{node.node_id} is giving a move ({core.moves.giving.step.value})"
@@ -105,8 +105,9 @@ def not_converged(sim: CheckedRun) -> str | None:
             return f"{node.node_id} waits for the state of lost slots from {sorted(awaited)}"
         # With r or fewer owners left, r copies elsewhere cannot exist: then it is enough
         # that every other owner holds a complete replica (checked below).
-        if len(core.ring.owners) > sim.config.replication and (core.under_replicated_slots()):
-            return f"{node.node_id} has {core.under_replicated_slots()} under-replicated slots"
+        under_replicated = core.control.under_replicated_slots()
+        if len(core.ring.owners) > sim.config.replication and under_replicated:
+            return f"{node.node_id} has {under_replicated} under-replicated slots"
         for predecessor in core.predecessors:
             replica = core.replication.replicas.get(predecessor)
             if replica is None or not replica.is_complete:
@@ -158,11 +159,7 @@ def promoted_copy(holder: NodeCore, owner: NodeId, slots: list[Slot]) -> StateSt
     copies of the nodes ``owner`` absorbed first, then its own."""
     store = StateStore()
     replication = holder.replication
-    orphans = [
-        replication.orphans[name]
-        for name in sorted(replication.orphans)
-        if replication.orphans[name].absorber == owner
-    ]
+    orphans = replication.orphans.absorbed_by(owner)
     copy = PrimaryCopy(
         replication.replicas.get(owner) or PeerReplica(), replication.backups.get(owner)
     )

@@ -112,7 +112,7 @@ class Restart:
             stops = not (self.fault == "crash" and node.node_id == self.target)
             if stops:
                 with sim.acting_as(node.node_id):
-                    core.replication.checkpoint()
+                    core.checkpoints.checkpoint()
             if core.disk is not None:
                 if stops:
                     core.disk.mark_stopped()  # a clean stop, as smr.node.loop's

@@ -4,9 +4,11 @@ tested alone, through the narrow interface it receives."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from smr.node.ports import Seat
-from smr.ring.ids import Incarnation, NodeId, Token
+from smr.node.settings import NodeCounters, NodeSettings
+from smr.ring.ids import Epoch, Incarnation, NodeId, Token
 from smr.ring.moves import MoveRefused
 from smr.ring.placement import Ring
 from smr.ring.view import Member, Status, View
@@ -69,3 +71,61 @@ class FakeMoves:
             raise MoveRefused(self.refusal)
         self.started.append((keep_share, accept_below, passed_on))
         return f"keeping {keep_share}"
+
+
+def three_node_view() -> View:
+    """Three up nodes: a at token 0, b at 85, c at 170."""
+    return View(
+        [
+            Member(NodeId("a"), 1, "tcp://a", Token(0), "", Status.UP, 1),
+            Member(NodeId("b"), 1, "tcp://b", Token(85), "", Status.UP, 1),
+            Member(NodeId("c"), 1, "tcp://c", Token(170), "", Status.UP, 1),
+        ]
+    )
+
+
+class FakeNode:
+    """The node core as a role sees it through its protocol (``MembershipNode``,
+    ``ControlNode``, ``MovesNode``, ...), in a few lines: its view (``set_view`` derives the
+    ring, roles, predecessors and secondaries as the core does), a clock the test moves
+    (``now``), settings, counters, and the peer messages sent and the answers given. The
+    roles it asks (``membership``, ``replication``, ...) each test sets as small fakes."""
+
+    def __init__(self, view: View, me: str = "a", replication: int = 1, **settings: Any) -> None:
+        self.node_id = NodeId(me)
+        self.incarnation = Incarnation(1)
+        self.slot_bits = SLOT_BITS
+        self.now = 0.0
+        self.settings = NodeSettings(replication=replication, **settings)
+        self.counters = NodeCounters()
+        self.tuples_per_s = 0.0
+        self.sent: list[tuple[NodeId, PeerMessages]] = []
+        self.replies: list[tuple[bytes, Message]] = []
+        self.set_view(view)
+
+    def clock(self) -> float:
+        return self.now
+
+    def set_view(self, view: View) -> None:
+        self.view = view
+        self.ring = Ring(view, SLOT_BITS)
+        r = self.settings.replication
+        owner = self.node_id in self.ring.owners
+        self.roles = bytes(self.ring.roles_of(self.node_id, r)) if owner else bytes(1 << SLOT_BITS)
+        self.predecessors = self.ring.predecessors(self.node_id, r) if owner else ()
+        self.secondaries = self.ring.replica_set_of(self.node_id, r)[1:] if owner else ()
+
+    @property
+    def stamp(self) -> tuple[NodeId, Incarnation, Epoch]:
+        return self.node_id, self.incarnation, self.view.epoch
+
+    def peer_send(self, peer: NodeId, message: PeerMessages) -> bool:
+        self.sent.append((peer, message))
+        return True
+
+    def reply(self, identity: bytes, frames: Sequence[bytes]) -> None:
+        self.replies.append((identity, decode(frames)))
+
+    def sent_of(self, kind: type) -> list[tuple[NodeId, Any]]:
+        """The peer messages of ``kind`` sent, with their receivers."""
+        return [(peer, message) for peer, message in self.sent if isinstance(message, kind)]

@@ -1,5 +1,5 @@
 """A NodeCore in process for the roles' tests that need the core around them: node a of
-the two-node view of ``tests.smr.test_node_core.Harness``, with r = 1 (it backs up b, whose
+the two-node view of ``tests.smr.node.test_core.Harness``, with r = 1 (it backs up b, whose
 range it covers from the start) and the peer messages it sends kept in ``sent``."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from smr.ring.placement import SlotRange
 from smr.wire.codec import decode
 from smr.wire.messages import Message
 from tests.smr.links import CallbackLinks
-from tests.smr.test_node_core import JOB, SLOT_BITS, Harness
+from tests.smr.node.test_core import JOB, SLOT_BITS, Harness
 
 A, B = NodeId("a"), NodeId("b")
 

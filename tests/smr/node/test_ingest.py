@@ -26,7 +26,7 @@ from smr.wire.codec import decode
 from smr.wire.kinds import StreamId
 from smr.wire.messages import Ack, Batch, Error, NotOwner
 from tests.smr.node.fakes import FakePeers, two_node_seat
-from tests.smr.test_node_core import JOB, SLOT_BITS, Harness
+from tests.smr.node.test_core import JOB, SLOT_BITS, Harness
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ from smr.wire.messages import Pong
 from smr.wire.peer import Gossip, Probe
 from tests.smr.node.fakes import two_node_seat
 from tests.smr.node.secondary import Secondary
-from tests.smr.test_node_core import Harness
+from tests.smr.node.test_core import Harness
 
 
 def test_a_seat_is_frozen_and_knows_its_stamp_and_whether_it_owns() -> None:

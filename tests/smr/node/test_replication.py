@@ -64,4 +64,4 @@ def test_coverage_is_forgotten_and_noted_by_the_snapshots_calls(node: Secondary)
     assert replication.snapshot_target(B, predecessor=True) is replication.copies()[0][1]
     assert replication.snapshot_target(A, predecessor=False) is None
     assert replication.incoming_copy(B) is None
-    assert replication.last_checkpoint_number() == CheckpointNumber(0)
+    assert node.core.checkpoints.last_checkpoint_number() == CheckpointNumber(0)

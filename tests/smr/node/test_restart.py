@@ -24,6 +24,8 @@ from tests.smr.links import CallbackLinks
 
 SLOT_BITS = 8
 N0, N1, N2 = NodeId("n0"), NodeId("n1"), NodeId("n2")
+SETTLE_3_S = NodeSettings(restart_settle_ms=3000)
+LEFT_OUT_N2 = NodeSettings(restart_settle_ms=3000, restart_left_out=frozenset({"n2"}))
 
 
 def _count(key: Any, value: Any, state: dict[str, Any], emit: Any) -> None:
@@ -38,7 +40,7 @@ VIEW = View(
 
 
 def test_the_exchange_tells_every_member_once_and_settles_on_hearing_the_owners() -> None:
-    exchange = RestartExchange(N0, settle_ms=3000, restored=True)
+    exchange = RestartExchange(N0, SETTLE_3_S, restored=True)
     assert exchange.settling
     view = successor_takes_over(VIEW, N1)  # n1 dead: n2 took it over
     assert exchange.peers_to_tell(0.0, view) == [N1, N2]  # the dead one too
@@ -50,7 +52,7 @@ def test_the_exchange_tells_every_member_once_and_settles_on_hearing_the_owners(
 
 
 def test_the_exchange_settles_at_its_bound_without_an_owner_that_never_answers() -> None:
-    exchange = RestartExchange(N0, settle_ms=3000, restored=True)
+    exchange = RestartExchange(N0, SETTLE_3_S, restored=True)
     exchange.peers_to_tell(10.0, VIEW)
     exchange.heard(N1, 10.5, VIEW)
     exchange.settle_if_done(12.9, VIEW)
@@ -61,7 +63,7 @@ def test_the_exchange_settles_at_its_bound_without_an_owner_that_never_answers()
 
 def test_a_crashed_node_waits_for_every_owner_but_those_left_out() -> None:
     # Crashed (no clean stop): an owner not heard may have taken it over; no bound.
-    exchange = RestartExchange(N0, settle_ms=3000, restored=True, crashed=True)
+    exchange = RestartExchange(N0, SETTLE_3_S, restored=True, crashed=True)
     exchange.peers_to_tell(10.0, VIEW)
     exchange.heard(N1, 10.5, VIEW)
     exchange.settle_if_done(60.0, VIEW)
@@ -70,25 +72,23 @@ def test_a_crashed_node_waits_for_every_owner_but_those_left_out() -> None:
     assert not exchange.settling and exchange.take_settled() and not exchange.take_settled()
     assert exchange.left_out_takers([N1]) == []  # nobody left out: nothing to doubt
     # n2 left out of the restart: settled without it, and doubting, if it was a taker.
-    left = RestartExchange(
-        N0, settle_ms=3000, restored=True, crashed=True, left_out=frozenset({N2})
-    )
+    left = RestartExchange(N0, LEFT_OUT_N2, restored=True, crashed=True)
     left.peers_to_tell(10.0, VIEW)
     assert not left.take_settled()  # not settled yet
     left.heard(N1, 10.5, VIEW)
     assert not left.settling and left.take_settled()
     assert left.left_out == {N2} and left.left_out_takers([N1, N2]) == [N2]
     # A clean stop: no taker served past it, nothing to doubt; the bound applies.
-    clean = RestartExchange(N0, settle_ms=3000, restored=True, left_out=frozenset({N2}))
+    clean = RestartExchange(N0, LEFT_OUT_N2, restored=True)
     clean.peers_to_tell(10.0, VIEW)
     clean.heard(N1, 10.5, VIEW)
     assert not clean.settling and clean.left_out_takers([N2]) == []
     # A node that started empty has nothing to settle.
-    assert not RestartExchange(N0, settle_ms=3000, restored=False).take_settled()
+    assert not RestartExchange(N0, SETTLE_3_S, restored=False).take_settled()
 
 
 def test_a_node_that_started_empty_never_settles() -> None:
-    exchange = RestartExchange(N0, settle_ms=3000, restored=False)
+    exchange = RestartExchange(N0, SETTLE_3_S, restored=False)
     assert not exchange.settling and exchange.peers_to_tell(0.0, VIEW) == []
 
 

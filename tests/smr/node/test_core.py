@@ -16,7 +16,7 @@ from smr.checkpoint.ids import MapperId
 from smr.checkpoint.loss import mark_lost
 from smr.checkpoint.store import StateStore
 from smr.node import NodeCore
-from smr.node.core import MESSAGES_PER_TURN_MAX
+from smr.node.turn import MESSAGES_PER_TURN_MAX
 from smr.output.files import OutputSink
 from smr.ring.hashing import slot_of
 from smr.ring.ids import Epoch, NodeId, Slot, Token
@@ -331,9 +331,9 @@ def test_a_restored_store_brings_its_losses_into_the_ledger(tmp_path: Path) -> N
 def test_checkpoint_keeps_state_readable(node: Harness) -> None:
     k = node.own_keys[0]
     node.deliver(node.batch_frames(1, [(k, 1)]))
-    node.core.replication.checkpoint()
+    node.core.checkpoints.checkpoint()
     node.deliver(node.batch_frames(2, [(k, 1)]))
-    node.core.replication.checkpoint()
+    node.core.checkpoints.checkpoint()
     assert node.state(k) == {"count": 2}
     assert node.core.store.active == {} or all(not v for v in node.core.store.active.values())
 

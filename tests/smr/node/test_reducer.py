@@ -21,7 +21,7 @@ from smr.wire.kinds import RequestId
 from smr.wire.messages import Ack, Error, Ping, Pong, StatusRequest
 from smr.wire.reads import DumpRequest, OutputReply, OutputRequest, QueryReply, QueryRequest
 from tests.smr.links import CallbackLinks
-from tests.smr.test_node_core import PEER, SLOT_BITS, Harness
+from tests.smr.node.test_core import PEER, SLOT_BITS, Harness
 
 
 def _count_or_store_a_set(key: Any, value: Any, state: dict[str, Any], emit: Any) -> None:

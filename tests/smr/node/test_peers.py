@@ -123,7 +123,7 @@ class Cluster:
 
     def checkpoint_all(self) -> None:
         for core in self.cores.values():
-            core.replication.checkpoint()
+            core.checkpoints.checkpoint()
         self.deliver()
 
     def feed(self, words: list[str], mapper: str = "m") -> None:
@@ -398,24 +398,24 @@ def test_a_checkpoint_ships_a_part_per_turn_and_a_lost_part_is_repaired_by_a_sna
     assert n1.replication.replicas[NodeId("n0")].is_complete
     cluster.feed(words)
     # The timer's cycle: swapped now, shipped a step per turn.
-    assert n0.replication.start_checkpoint()
+    assert n0.checkpoints.start_checkpoint()
     steps = 0
     between: list[str] = []
-    while n0.replication.shipping:
+    while n0.checkpoints.shipping:
         assert n0.has_work
-        n0.replication.step_shipping()
+        n0.checkpoints.step_shipping()
         steps += 1
         between.append(words[steps % len(words)])
         cluster.feed(between[-1:])
     parts = [m for src, _, m in cluster.delivered if src == "n0" and isinstance(m, Checkpoint)]
     assert len(parts) >= 5
-    assert {m.number for m in parts} == {n0.replication.checkpoint_number}
+    assert {m.number for m in parts} == {n0.checkpoints.checkpoint_number}
     assert [m.part for m in parts] == list(range(len(parts)))
     assert [m.last for m in parts] == [False] * (len(parts) - 1) + [True]
     assert steps >= len(parts)
     assert n0.store.inactive == {}
     assert n1.counters.checkpoints_applied == 1
-    n0.replication.checkpoint()
+    n0.checkpoints.checkpoint()
     cluster.deliver()
     assert replica_state(n1, n0) == owned_state(n0)
 
@@ -424,7 +424,7 @@ def test_a_checkpoint_ships_a_part_per_turn_and_a_lost_part_is_repaired_by_a_sna
         isinstance(message, Checkpoint) and (message.part == 1 and not cluster.lost)
     )
     cluster.feed(words)
-    n0.replication.checkpoint()
+    n0.checkpoints.checkpoint()
     cluster.deliver()
     assert [(type(m), m.part) for _, _, m in cluster.lost] == [(Checkpoint, 1)]  # type: ignore[attr-defined]
     begun = [m for src, _, m in cluster.delivered if src == "n0" and isinstance(m, SnapshotBegin)]
@@ -445,7 +445,7 @@ def test_a_secondary_evicts_what_a_checkpoint_covers_a_step_per_turn() -> None:
     backup = n1.replication.backups[NodeId("n0")]
     batches = backup.batch_count
     assert batches > 3 * EVICT_SCANS_PER_STEP
-    n0.replication.checkpoint()
+    n0.checkpoints.checkpoint()
     cluster.deliver()
     assert n1.counters.checkpoints_applied == 1
     assert backup.batch_count == batches and n1.replication.evicting and n1.has_work
@@ -467,15 +467,15 @@ def test_a_node_fenced_mid_checkpoint_stops_shipping_and_its_fenced_copy_keeps_e
     cluster.feed(words)
     expected = owned_state(n1)
     assert len(expected) == len(words)
-    assert n1.replication.start_checkpoint()
-    n1.replication.step_shipping()
-    assert n1.replication.shipping and n1.store.inactive
+    assert n1.checkpoints.start_checkpoint()
+    n1.checkpoints.step_shipping()
+    assert n1.checkpoints.shipping and n1.store.inactive
     fenced = n1.store
     n1.membership.merge_view(successor_takes_over(n1.view, NodeId("n1")))
     assert n1.counters.fenced == 1
     # The next incarnation ships nothing of the old one's store; the fenced copy, with its
     # checkpoint half merged, still reads every key.
-    assert not n1.replication.shipping and not n1.has_work
+    assert not n1.checkpoints.shipping and not n1.has_work
     assert n1.handoff.holds_copy
     assert {key: state for _, key, state in fenced.items()} == expected
 

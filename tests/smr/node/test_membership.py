@@ -1,18 +1,21 @@
-"""A primary's read lease on one node driven in-process (``ring.lease``, ``smr.node.control``):
-a node whose secondary has not echoed a heartbeat sent within the failure timeout answers
-reads as a non-owner (a paused or cut-off primary may have been taken over), counts it,
-and serves again once an echo renews the lease; a secondary echoes the beats of a live
-primary only."""
+"""The membership (``smr.node.membership``): alone, through what it receives, it merges a
+newer view and refuses a forged one. Then a primary's read lease on one node driven
+in-process (``ring.lease``, ``smr.node.control``): a node whose secondary has not echoed a
+heartbeat sent within the failure timeout answers reads as a non-owner (a paused or cut-off
+primary may have been taken over), counts it, and serves again once an echo renews the
+lease; a secondary echoes the beats of a live primary only."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from smr.node import NodeCore
+from smr.node.membership import Membership
 from smr.node.settings import NodeSettings
 from smr.output.files import OutputSink
 from smr.ring.hashing import slot_of
@@ -22,10 +25,11 @@ from smr.ring.view import Member, Status, View
 from smr.wire.codec import decode, encode, pack_body, unpack_body
 from smr.wire.kinds import RequestId
 from smr.wire.messages import Message
-from smr.wire.peer import BeatAck, Heartbeat
+from smr.wire.peer import BeatAck, Gossip, Heartbeat
 from smr.wire.reads import DumpReply, DumpRequest, QueryReply, QueryRequest
 from tests.smr.links import CallbackLinks
-from tests.smr.test_node_core import JOB, SLOT_BITS
+from tests.smr.node.fakes import FakeNode, three_node_view
+from tests.smr.node.test_core import JOB, SLOT_BITS
 
 FAILURE_TIMEOUT_S = 0.5
 VIEW = View(
@@ -144,3 +148,36 @@ def test_a_secondary_echoes_a_live_primarys_beats_but_not_a_stalled_beat(
     ((_, _, frames),) = [s for s in primary.core.membership.stalled_beats(900, False)]
     secondary.core.on_frames(b"peer", frames)
     assert not [m for m in secondary.sent if isinstance(m, BeatAck)]
+
+
+# -- the membership alone, through what it receives (``MembershipNode``) --
+
+
+def _membership_alone() -> tuple[FakeNode, Membership]:
+    node = FakeNode(three_node_view())
+    node.restart = SimpleNamespace(settling=False)  # type: ignore[attr-defined]
+    return node, Membership(node)  # type: ignore[arg-type]
+
+
+def test_the_membership_merges_a_newer_view_and_gossips_it() -> None:
+    node, membership = _membership_alone()
+    standby = Member(NodeId("d"), 1, "tcp://d", Token(40), "", Status.STANDBY, 1)
+    newer = node.view.with_member(standby)
+    assert membership.merge_view(newer)
+    assert node.view.get(NodeId("d")) == standby
+    assert node.sent_of(Gossip), "a view that brought news is gossiped"
+    # The same view again brings nothing: not set, not gossiped again.
+    sent = len(node.sent)
+    assert not membership.merge_view(newer) and len(node.sent) == sent
+
+
+def test_the_membership_refuses_a_forged_view_that_grows_a_neighbour_with_no_takeover() -> None:
+    node, membership = _membership_alone()
+    before = node.view
+    # c marked dead with nobody on its token: b's range would reach over c's slots, whose
+    # state b does not hold.
+    forged = before.mark_dead(NodeId("c"))
+    assert not membership.merge_view(forged)
+    assert node.view is before
+    assert node.counters.views_refused == 1
+    assert not node.sent
