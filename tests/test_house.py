@@ -48,8 +48,6 @@ PRIVATE_REACHES: dict[str, int] = {}
 ROLE_REACHES: dict[str, int] = {}
 
 LONG_FUNCTIONS: set[str] = {
-    "checkpoint/apply.py: apply_tuples",
-    "checkpoint/bulk.py: apply_folds",
     "smr/cli/spark.py: spark_feed_command",
     "smr/cli/cluster.py: cluster_up",
     "smr/cluster/local.py: up",
