@@ -48,11 +48,6 @@ PRIVATE_REACHES: dict[str, int] = {}
 ROLE_REACHES: dict[str, int] = {}
 
 LONG_FUNCTIONS: set[str] = {
-    "smr/cli/spark.py: spark_feed_command",
-    "smr/cli/cluster.py: cluster_up",
-    "smr/cluster/local.py: up",
-    "smr/feed/records.py: feed",
-    "smr/feed/run.py: run",
     "smr/node/loop.py: serve",
     "smr/sim/simulation.py: Simulation.__init__",
 }
@@ -65,7 +60,6 @@ BIG_MODULES: set[str] = {
     "smr/sim/readers.py",
     "checkpoint/store.py",
     "ring/view.py",
-    "smr/cluster/local.py",
     "smr/node/core.py",
     "smr/node/moves.py",
     "smr/node/replication.py",

@@ -282,7 +282,8 @@ def _note_start_refusals(cluster_arg: str, rows: list[dict[str, Any]]) -> None:
     cluster_dir = Path(cluster_arg)
     if not (cluster_dir / CLUSTER_FILE).is_file():
         return
-    from smr.cluster.local import start_refusal, state_missing
+    from smr.cluster.local import state_missing
+    from smr.cluster.processes import start_refusal
 
     spec = read_spec(cluster_dir)
     missing = state_missing(spec)
