@@ -4,10 +4,11 @@
 evenly spaced tokens), writes the plan as ``DIR/cluster.json`` (the cluster spec, see
 ``smr.spec``), starts one ``smr node`` process per node and records their PIDs in the same
 file. ``down`` and ``signal_node`` act on those PIDs, checking first that each is really
-that node's process. Node processes run in their own session, so they outlive the command
-that started them, log to ``DIR/logs/ID.log`` and write reducer output to
-``DIR/output/ID.jsonl``. Each node serves Prometheus metrics on a loopback port of its own
-(the spec's ``metrics_addr``; ``smr status --json`` shows it too).
+that node's process (the processes are ``smr.cluster.processes``'s). Node processes run in
+their own session, so they outlive the command that started them, log to
+``DIR/logs/ID.log`` and write reducer output to ``DIR/output/ID.jsonl``. Each node serves
+Prometheus metrics on a loopback port of its own (the spec's ``metrics_addr``; ``smr status
+--json`` shows it too).
 
 Everything about the spec itself (``ClusterSpec``, ``read_spec``, ``ClusterError``, ...)
 lives in ``smr.spec``; it is re-exported here for scripts that import it with the launcher.
