@@ -11,7 +11,7 @@ from types import MappingProxyType
 from typing import Any, Final, Protocol, TypeAlias, cast
 
 from smr.checkpoint.delta import PLAIN_TYPES, TOMBSTONE
-from smr.checkpoint.hwm import cut
+from smr.checkpoint.hwm import cut, fresh_rows
 from smr.checkpoint.ids import Fragment, Key, MapperId, Seq, Slot
 from smr.checkpoint.kernels import IN_FORCE
 
@@ -26,6 +26,12 @@ MUTABLE_TYPES: Final = (list, dict, set, bytearray)
 """Values of these types may be mutated in place by a reducer: they are deep-copied on read,
 and always count as changed on commit, since a caller's "before" may share them with "after"
 (and comparing big containers would cost more than shipping them)."""
+
+_Fragment: TypeAlias = dict[int, dict[Key, dict[str, Any]]]
+"""A fragment as the loop reads it (slots are ints)."""
+
+Rows: TypeAlias = tuple[Sequence[int], Sequence[int], Sequence[Key], Sequence[Any]]
+"""A batch's fresh rows as columns: ``(slots, seqs, keys, values)``."""
 
 NO_FIELDS: Final[MappingProxyType[str, Any]] = MappingProxyType({})
 """The "before" of a key with no state: an empty mapping that nobody can mutate."""
@@ -49,6 +55,13 @@ class BatchOutcome:
     duplicates: int = 0
     failed: int = 0
     failures: list[tuple[Key, BaseException]] = field(default_factory=list)
+
+    def count_failure(self, key: Key, error: BaseException) -> None:
+        """One more failed tuple; its ``(key, error)`` kept while fewer than
+        ``FAILURE_EXAMPLES_MAX`` are."""
+        self.failed += 1
+        if len(self.failures) < FAILURE_EXAMPLES_MAX:
+            self.failures.append((key, error))
 
 
 class AppliedTo(Protocol):
@@ -89,8 +102,8 @@ def apply_tuples(
     reduce_fn: ReduceFn,
 ) -> BatchOutcome:
     """``store.apply_batch(mapper, slots, seqs, keys, values, reduce_fn)``: the steps are in
-    its docstring. Everything the loop touches is bound to locals first."""
-
+    its docstring. Three named steps per batch, none per tuple: the duplicate cut, the rows
+    reduced (compiled, :func:`_drive_rows`, or in Python, :func:`_reduce_rows`), the marks."""
     batch_size = len(slots)
     if not len(seqs) == len(keys) == len(values) == batch_size:
         raise ValueError(
@@ -98,169 +111,160 @@ def apply_tuples(
             f"{len(keys)} keys, {len(values)} values"
         )
     # 1. The duplicate cut, for the whole batch (the rule of checkpoint.hwm); the store takes
-    # the new marks once the loop is done (or those reached: _marks_through).
+    # the new marks once the rows are reduced (or those reached: _marks_through).
     marks = store.hwm_marks(mapper)
     batch_cut = IN_FORCE.cut(marks, slots, seqs)
-    if batch_cut.fresh is not None:
-        fresh = batch_cut.fresh
-        slots = [slots[row] for row in fresh]
-        seqs = [seqs[row] for row in fresh]
-        keys = [keys[row] for row in fresh]
-        values = [values[row] for row in fresh]
-    active = cast(dict[int, dict[Key, dict[str, Any]]], store.active)
-    active_get = active.get
+    slots, seqs, keys, values = fresh_rows(batch_cut.fresh, slots, seqs, keys, values)
+    APPLYING[0] = mapper
+    APPLYING[1] = APPLYING[2] = None
+    reduce_rows = _reduce_rows if IN_FORCE.drive_reduce is None else _drive_rows
+    try:
+        outcome = reduce_rows(store, (slots, seqs, keys, values), reduce_fn)
+    except BaseException:
+        # Not an Exception (the process is ending): the tuples through the one being
+        # reduced are consumed, as tuple by tuple, the rest are not.
+        store.take_marks(mapper, _marks_through(marks, slots, seqs, APPLYING[1], APPLYING[2]))
+        raise
+    store.take_marks(mapper, batch_cut.marks)
+    outcome.duplicates = batch_cut.duplicates
+    outcome.applied = batch_size - outcome.duplicates - outcome.failed
+    return outcome
+
+
+def _drive_rows(store: AppliedTo, rows: Rows, reduce_fn: ReduceFn) -> BatchOutcome:
+    """Steps 3-5 of ``apply_batch`` for the fresh rows in compiled code, calling
+    ``reduce_fn`` straight (``checkpoint.kernels``), failures counted. The store is told
+    what was written when the driver returns."""
+    drive_reduce = IN_FORCE.drive_reduce
+    assert drive_reduce is not None
+    failed, failures, wrote_tombstone, holds_mutables = drive_reduce(
+        (store.active, store.inactive if store.inactive else None, store.master),
+        (store.has_tombstones, store.holds_mutables),
+        rows,
+        reduce_fn,
+        APPLYING,
+        (PLAIN_TYPES, MUTABLE_TYPES),
+        (copy.deepcopy, NO_FIELDS, TOMBSTONE),
+        FAILURE_EXAMPLES_MAX,
+    )
+    store.note_writes(wrote_tombstone, holds_mutables)
+    return BatchOutcome(failed=failed, failures=failures)
+
+
+def _reduce_rows(store: AppliedTo, rows: Rows, reduce_fn: ReduceFn) -> BatchOutcome:
+    """Steps 3-5 of ``apply_batch`` for the fresh ``rows`` in Python, failures counted; the
+    store is told what was written once, when the loop ends or is interrupted. The loop touches
+    only locals and calls only ``reduce_fn`` on its common paths."""
+    active = cast(_Fragment, store.active)
+    active_get, master_get = active.get, cast(_Fragment, store.master).get
     # The inactive fragment lives only between swap and merge_inactive, so it is usually
     # empty: then one test per batch saves a lookup per tuple.
-    inactive_get = cast(dict[int, dict[Key, dict[str, Any]]], store.inactive).get
-    has_inactive = bool(store.inactive)
-    master_get = cast(dict[int, dict[Key, dict[str, Any]]], store.master).get
-    tombstones_possible = store.has_tombstones
-    holds_mutables = store.holds_mutables
-    # What the loop writes, told to the store once the batch is done (or interrupted).
-    wrote_tombstone = False
-    wrote_mutable = False
-    plain_types = PLAIN_TYPES
-    mutable_types = MUTABLE_TYPES
-    deepcopy = copy.deepcopy
-    no_fields = NO_FIELDS
-    tombstone = TOMBSTONE
+    inactive_get, has_inactive = cast(_Fragment, store.inactive).get, bool(store.inactive)
+    tombstones_possible, holds_mutables = store.has_tombstones, store.holds_mutables
+    wrote_tombstone = wrote_mutable = False
+    plain_types, mutable_types, no_fields = PLAIN_TYPES, MUTABLE_TYPES, NO_FIELDS
     applying = APPLYING
-    applying[0] = mapper
-    applying[1] = applying[2] = None
-    failed = 0
-    failures: list[tuple[Key, BaseException]] = []
-    before: dict[str, Any] | MappingProxyType[str, Any] | None
-
-    drive_reduce = IN_FORCE.drive_reduce
-    if drive_reduce is not None:
-        # Steps 3-5 in compiled code, calling reduce_fn straight (checkpoint.kernels).
-        try:
-            failed, failures, wrote_tombstone, holds_mutables = drive_reduce(
-                (active, store.inactive if has_inactive else None, store.master),
-                (tombstones_possible, holds_mutables),
-                (slots, seqs, keys, values),
-                reduce_fn,
-                applying,
-                (plain_types, mutable_types),
-                (deepcopy, no_fields, tombstone),
-                FAILURE_EXAMPLES_MAX,
-            )
-        except BaseException:
-            store.take_marks(mapper, _marks_through(marks, slots, seqs, applying[1], applying[2]))
-            raise
-        store.note_writes(wrote_tombstone, holds_mutables)
-        store.take_marks(mapper, batch_cut.marks)
-        return BatchOutcome(
-            batch_size - batch_cut.duplicates - failed, batch_cut.duplicates, failed, failures
-        )
+    outcome = BatchOutcome()
+    before: Mapping[str, Any]
     try:
-        # Lengths were checked above, so zip cannot silently drop a tail.
-        for slot, seq, key, value in zip(slots, seqs, keys, values, strict=False):
-            # 3. Read (active, then inactive, then master) and snapshot. The snapshot may be
-            # a fragment's own dict, never the dict handed to the reducer.
+        for slot, seq, key, value in zip(*rows, strict=False):  # Lengths checked: no tail lost.
+            # 3. Read and snapshot: ``before`` may be a fragment's own dict, never the reducer's.
             active_keys = active_get(slot)
             active_fields = None if active_keys is None else active_keys.get(key)
-            if has_inactive:
-                inactive_keys = inactive_get(slot)
-                inactive_fields = None if inactive_keys is None else inactive_keys.get(key)
-            else:
-                inactive_fields = None
             master_keys = master_get(slot)
             master_fields = None if master_keys is None else master_keys.get(key)
-            if inactive_fields is None:
-                if active_fields is None:
-                    # Only master has the key, if anything: master is the snapshot itself,
-                    # since the reducer gets a copy and commit writes only to active.
-                    before = no_fields if master_fields is None else master_fields
-                elif not tombstones_possible and (
-                    master_fields is None or master_fields.keys() <= active_fields.keys()
-                ):
-                    # Active shadows every field master has: it alone is the merged state,
-                    # and is the snapshot too. Commit writes into this same dict only fields
-                    # it has already compared (see step 5).
-                    before = active_fields
-                else:
-                    before = None
+            if has_inactive and (inactive_keys := inactive_get(slot)) and key in inactive_keys:
+                before = _merged(master_fields, inactive_keys[key], active_fields)
+            elif active_fields is None:
+                # Only master has the key, if anything: master is the snapshot itself,
+                # since the reducer gets a copy and commit writes only to active.
+                before = no_fields if master_fields is None else master_fields
+            elif not tombstones_possible and (
+                master_fields is None or master_fields.keys() <= active_fields.keys()
+            ):
+                # Active shadows every field master has: it alone is the merged state and
+                # the snapshot; commit writes into it only fields it compared (step 5).
+                before = active_fields
             else:
-                before = None
-            if before is None:
-                merged = {} if master_fields is None else master_fields.copy()
-                if inactive_fields is not None:
-                    merged.update(inactive_fields)
-                if active_fields is not None:
-                    merged.update(active_fields)
-                if tombstones_possible:
-                    for name in [name for name, v in merged.items() if v is tombstone]:
-                        del merged[name]
-                before = merged
+                before = _merged(master_fields, None, active_fields)
+            before_count = len(before)
             state = before.copy()
             if holds_mutables:
-                for name, field_value in state.items():
-                    if field_value.__class__ not in plain_types and isinstance(
-                        field_value, mutable_types
-                    ):
-                        state[name] = deepcopy(field_value)
+                _copy_mutables(state)
             applying[1] = slot
             applying[2] = seq
             try:
                 reduce_fn(key, value, state)
             except Exception as error:
-                # 4. The reducer failed: drop its private state, keep an example.
-                failed += 1
-                if len(failures) < FAILURE_EXAMPLES_MAX:
-                    failures.append((key, error))
+                outcome.count_failure(key, error)  # 4. Its private state is dropped.
                 continue
             # 5. Commit: write the changed fields into active, then tombstone the fields of
             # before that state lacks, found by counting the fields the two share.
-            before_count = len(before)
             kept_count = 0
             for name, field_value in state.items():
+                mutable = field_value.__class__ not in plain_types and isinstance(
+                    field_value, mutable_types
+                )
                 if name in before:
                     kept_count += 1
-                    if field_value.__class__ in plain_types:
-                        # Plain values compare without raising.
-                        old = before[name]
-                        if field_value is old or field_value == old:
+                    try:
+                        if not mutable and (
+                            field_value is (old := before[name]) or field_value == old
+                        ):
                             continue
-                    elif not isinstance(field_value, mutable_types):
-                        try:
-                            old = before[name]
-                            if field_value is old or field_value == old:
-                                continue
-                        except Exception:
-                            pass  # An __eq__ that raises or an ambiguous truth: a change.
+                    except Exception:
+                        pass  # An __eq__ that raises or an ambiguous truth: a change.
                 if active_fields is None:
                     if active_keys is None:
                         active_keys = active[slot] = {}
                     active_fields = active_keys[key] = {}
                 active_fields[name] = field_value
-                if (
-                    not holds_mutables
-                    and field_value.__class__ not in plain_types
-                    and isinstance(field_value, mutable_types)
-                ):
+                if mutable and not holds_mutables:
                     holds_mutables = wrote_mutable = True
             if kept_count != before_count:
-                for name in [name for name in before if name not in state]:
-                    if active_fields is None:
-                        if active_keys is None:
-                            active_keys = active[slot] = {}
-                        active_fields = active_keys[key] = {}
-                    active_fields[name] = tombstone
-                    tombstones_possible = wrote_tombstone = True
-
-    except BaseException:
-        # Not an Exception (the process is ending): the tuples through the one being
-        # reduced are consumed, as tuple by tuple, the rest are not.
+                _tombstone_dropped(active, slot, key, before, state)
+                tombstones_possible = wrote_tombstone = True
+    finally:
         store.note_writes(wrote_tombstone, wrote_mutable)
-        store.take_marks(mapper, _marks_through(marks, slots, seqs, applying[1], applying[2]))
-        raise
-    store.note_writes(wrote_tombstone, wrote_mutable)
-    store.take_marks(mapper, batch_cut.marks)
+    return outcome
 
-    duplicates = batch_cut.duplicates
-    applied = batch_size - duplicates - failed
-    return BatchOutcome(applied, duplicates, failed, failures)
+
+def _merged(
+    master_fields: dict[str, Any] | None,
+    inactive_fields: dict[str, Any] | None,
+    active_fields: dict[str, Any] | None,
+) -> dict[str, Any]:
+    """A key's state merged from its fragments, field by field the newest (active, then
+    inactive, then master), tombstoned fields left out: a new dict."""
+    merged = {} if master_fields is None else master_fields.copy()
+    if inactive_fields is not None:
+        merged.update(inactive_fields)
+    if active_fields is not None:
+        merged.update(active_fields)
+    for name in [name for name, value in merged.items() if value is TOMBSTONE]:
+        del merged[name]
+    return merged
+
+
+def _copy_mutables(state: dict[str, Any]) -> None:
+    """Deep-copy ``state``'s values of a mutable type in place: a reducer may mutate them,
+    and they may be a fragment's own."""
+    for name, field_value in state.items():
+        if field_value.__class__ not in PLAIN_TYPES and isinstance(field_value, MUTABLE_TYPES):
+            state[name] = copy.deepcopy(field_value)
+
+
+def _tombstone_dropped(
+    active: _Fragment,
+    slot: int,
+    key: Key,
+    before: Mapping[str, Any],
+    state: Mapping[str, Any],
+) -> None:
+    """Write a tombstone into ``active`` for each field of ``before`` that ``state`` lacks."""
+    fields = active.setdefault(slot, {}).setdefault(key, {})
+    for name in [name for name in before if name not in state]:
+        fields[name] = TOMBSTONE
 
 
 def _marks_through(

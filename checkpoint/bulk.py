@@ -19,10 +19,12 @@ into the ``active`` fragment, like the per-tuple path, so checkpoints are unchan
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeAlias, cast
 
 from smr.checkpoint.apply import FAILURE_EXAMPLES_MAX, MUTABLE_TYPES, AppliedTo, BatchOutcome
 from smr.checkpoint.delta import PLAIN_TYPES
+from smr.checkpoint.hwm import fresh_rows
 from smr.checkpoint.ids import Key, MapperId, Slot
 from smr.checkpoint.kernels import IN_FORCE
 
@@ -90,14 +92,21 @@ def _fresh_columns(
     """``(duplicates, slots, keys, values)`` of the batch's fresh tuples (see ``consume``)."""
     mapper, slots, seqs, keys, values = columns
     duplicates, fresh = consume(store, mapper, slots, seqs)
-    if fresh is None:
-        return 0, slots, keys, values
-    return (
-        duplicates,
-        [slots[row] for row in fresh],
-        [keys[row] for row in fresh],
-        [values[row] for row in fresh],
-    )
+    slots, keys, values = fresh_rows(fresh, slots, keys, values)
+    return duplicates, slots, keys, values
+
+
+@dataclass(slots=True)
+class _Partials:
+    """The fresh tuples of many batches merged per key (step 2 of :func:`apply_folds`): each
+    key's partial and slot, the fresh keys batch by batch (to count a failed key's tuples),
+    and the tuples seen and cut."""
+
+    by_key: dict[Key, Any] = field(default_factory=dict)
+    slot_of: dict[Key, int] = field(default_factory=dict)
+    fresh_keys: list[Sequence[Key]] = field(default_factory=list)
+    total: int = 0
+    duplicates: int = 0
 
 
 def apply_folds(store: BulkAppliedTo, batches: Iterable[Columns], fold: KeyFold) -> BatchOutcome:
@@ -106,27 +115,37 @@ def apply_folds(store: BulkAppliedTo, batches: Iterable[Columns], fold: KeyFold)
     1. Per batch, the duplicate cut (:func:`consume`).
     2. The fresh tuples of all the batches are merged per key, in arrival order (``+``
        when the fold is ``additive``, else ``fold.merge``; a first batch whose keys are
-       distinct costs one ``dict`` call).
+       distinct costs one ``dict`` call): :func:`_merge_partials`.
     3. Per key: its current fields (``active`` alone when it holds every owned field, else
        the merged fragments), ``fold.fold_key``, and the new fields written into
-       ``active``. A key whose fold raises keeps its state; its tuples count as failed.
+       ``active``. A key whose fold raises keeps its state; its tuples count as failed:
+       :func:`_fold_partials`.
 
     The caller must not let a checkpoint swap run between the batches it passes.
     """
-    outcome = BatchOutcome()
-    grouped: dict[Key, Any] = {}
-    slot_of: dict[Key, int] = {}
-    fresh_keys: list[Sequence[Key]] = []
+    partials = _merge_partials(store, batches, fold)
+    failed_keys = _fold_partials(store, partials, fold)
+    outcome = BatchOutcome(duplicates=partials.duplicates)
+    if failed_keys:
+        failed = {key for key, _ in failed_keys}
+        outcome.failed = sum(1 for keys in partials.fresh_keys for key in keys if key in failed)
+        outcome.failures = failed_keys[:FAILURE_EXAMPLES_MAX]
+    outcome.applied = partials.total - outcome.duplicates - outcome.failed
+    return outcome
+
+
+def _merge_partials(store: AppliedTo, batches: Iterable[Columns], fold: KeyFold) -> _Partials:
+    """Steps 1 and 2 of :func:`apply_folds`: each batch cut, its fresh tuples merged per key."""
+    partials = _Partials()
+    grouped = partials.by_key
     merge = fold.merge
     additive = fold.additive
-    total = 0
-    # 1. and 2.
     for columns in batches:
-        total += len(columns[3])
+        partials.total += len(columns[3])
         duplicates, slots, keys, values = _fresh_columns(store, columns)
-        outcome.duplicates += duplicates
-        fresh_keys.append(keys)
-        slot_of.update(zip(keys, slots, strict=True))
+        partials.duplicates += duplicates
+        partials.fresh_keys.append(keys)
+        partials.slot_of.update(zip(keys, slots, strict=True))
         if not grouped:
             grouped = dict(zip(keys, values, strict=True))
             if len(grouped) == len(keys):
@@ -139,7 +158,16 @@ def apply_folds(store: BulkAppliedTo, batches: Iterable[Columns], fold: KeyFold)
             for key, value in zip(keys, values, strict=True):
                 old = get(key, _ABSENT)
                 grouped[key] = value if old is _ABSENT else merge(old, value)
-    # 3.
+    partials.by_key = grouped
+    return partials
+
+
+def _fold_partials(
+    store: BulkAppliedTo, partials: _Partials, fold: KeyFold
+) -> list[tuple[Key, BaseException]]:
+    """Step 3 of :func:`apply_folds`: each key's partial folded into its state in
+    ``active``; the keys whose fold raised, with the exception, in order."""
+    grouped, slot_of = partials.by_key, partials.slot_of
     active = cast(dict[int, dict[Key, dict[str, Any]]], store.active)
     active_get = active.get
     owned = fold.owned
@@ -148,7 +176,7 @@ def apply_folds(store: BulkAppliedTo, batches: Iterable[Columns], fold: KeyFold)
     failed_keys: list[tuple[Key, BaseException]] = []
     mutables = fold.mutable_values
     holds_mutables = store.holds_mutables
-    if additive and len(owned) == 1 and not tombstones_possible:
+    if fold.additive and len(owned) == 1 and not tombstones_possible:
         # The common case inline: a key that holds the one owned field takes the sum, in
         # place when active holds it, else into a new active entry (the field read from
         # inactive, then master: a read takes the newest fragment field by field); new
@@ -156,10 +184,9 @@ def apply_folds(store: BulkAppliedTo, batches: Iterable[Columns], fold: KeyFold)
         (name,) = owned
         older = [fragment for fragment in (store.inactive, store.master) if fragment]
         new_keys_take_partial = bool(getattr(fold, "new_keys_take_partial", False))
-        general = IN_FORCE.fold_additive(
+        grouped = IN_FORCE.fold_additive(
             grouped, slot_of, active, older, name, new_keys_take_partial
         )
-        grouped = general
     for key, partial in grouped.items():
         slot = slot_of[key]
         active_keys = active_get(slot)
@@ -185,12 +212,7 @@ def apply_folds(store: BulkAppliedTo, batches: Iterable[Columns], fold: KeyFold)
             active_keys[key] = written
         else:
             active[slot] = {key: written}
-    if failed_keys:
-        failed = {key for key, _ in failed_keys}
-        outcome.failed = sum(1 for keys in fresh_keys for key in keys if key in failed)
-        outcome.failures = failed_keys[:FAILURE_EXAMPLES_MAX]
-    outcome.applied = total - outcome.duplicates - outcome.failed
-    return outcome
+    return failed_keys
 
 
 def apply_reduce_batch(

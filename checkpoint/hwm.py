@@ -15,7 +15,7 @@ from collections.abc import Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from itertools import repeat
 from operator import gt
-from typing import Final, TypeVar
+from typing import Any, Final, TypeVar
 
 S = TypeVar("S", bound=int)
 Q = TypeVar("Q", bound=int)
@@ -73,6 +73,14 @@ def cut(marks: Mapping[S, Q], slots: Sequence[S], seqs: Sequence[Q]) -> Cut:
     if len(fresh) == count:
         return Cut(None, raised, 0)
     return Cut(fresh, raised, count - len(fresh))
+
+
+def fresh_rows(fresh: list[int] | None, *columns: Sequence[Any]) -> tuple[Sequence[Any], ...]:
+    """The rows ``fresh`` (a :class:`Cut`'s) of each of a batch's ``columns``: the columns
+    themselves when ``fresh`` is None (every row new)."""
+    if fresh is None:
+        return columns
+    return tuple([column[row] for row in fresh] for column in columns)
 
 
 def raise_marks(marks: MutableMapping[S, Q], learned: Mapping[S, Q]) -> list[S]:

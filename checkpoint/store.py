@@ -26,8 +26,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from types import MappingProxyType
-from typing import Any, Final, cast
+from typing import Any, Final
 
 from smr.checkpoint.apply import (
     FAILURE_EXAMPLES_MAX,
@@ -38,11 +37,9 @@ from smr.checkpoint.apply import (
     apply_tuples,
 )
 from smr.checkpoint.delta import PLAIN_TYPES, TOMBSTONE, Delta, SlotTableFactory, merge_into
-from smr.checkpoint.hwm import is_repeat, raise_marks, raise_vectors
 from smr.checkpoint.ids import Fragment, Key, MapperId, Seq, Slot
 from smr.checkpoint.kernels import IN_FORCE
-
-_NO_MARKS: Final[Mapping[Slot, Seq]] = MappingProxyType({})
+from smr.checkpoint.marks import Marks
 
 
 class _InForce:
@@ -84,14 +81,8 @@ class StateStore:
         """The fragment being shipped: the last ``swap``'s delta until ``merge_inactive``."""
         self.active: Fragment = {}
         """Writes since the last ``swap``; deleted fields are ``TOMBSTONE``."""
-        # Mapper-major, since apply_batch checks one mapper's hwms for a whole batch.
-        self._hwm: dict[MapperId, dict[Slot, Seq]] = {}
-        # Slots whose hwm rose since the last swap: their vectors go into the next delta.
-        self._hwm_dirty_slots: set[Slot] = set()
-        # Finished mappers whose hwms this store has let go of (see ``retire``), and those
-        # retired since the last swap, which go into the next delta.
-        self._retired: dict[MapperId, Seq] = {}
-        self._retired_dirty: dict[MapperId, Seq] = {}
+        # The dedup memory: hwms, the slots whose hwm rose since the last swap, retirements.
+        self._marks = Marks()
         # Whether a fragment may hold a tombstone: when neither does, reads skip the scan.
         self._active_has_tombstones = False
         self._inactive_has_tombstones = False
@@ -148,10 +139,7 @@ class StateStore:
 
     def slots(self) -> set[Slot]:
         """Slots with an entry in any fragment or any hwm."""
-        result = self._fragment_slots()
-        for hwm_of_slot in self._hwm.values():
-            result.update(hwm_of_slot)
-        return result
+        return self._fragment_slots() | self._marks.slots()
 
     @property
     def has_tombstones(self) -> bool:
@@ -168,17 +156,17 @@ class StateStore:
     def hwm_entries(self) -> int:
         """How many ``(mapper, slot)`` high-water marks the store holds: its dedup memory,
         one per slot each mapper wrote to, until the mapper is retired."""
-        return sum(len(hwm_of_slot) for hwm_of_slot in self._hwm.values())
+        return self._marks.entries()
 
     @property
     def retired(self) -> Mapping[MapperId, Seq]:
         """``{mapper: last seq}`` of the finished mappers this store retired (read-only)."""
-        return MappingProxyType(self._retired)
+        return self._marks.retired
 
     def retired_last(self, mapper: MapperId) -> Seq | None:
         """The last seq of ``mapper`` if this store retired it, else None (one dict lookup:
         for intake and eviction, once per batch)."""
-        return self._retired.get(mapper)
+        return self._marks.retired_last(mapper)
 
     def retire(self, mapper: MapperId, last: Seq, *, forget_hwms: bool = True) -> int:
         """Record that ``mapper`` finished at seq ``last`` and, with ``forget_hwms``, drop
@@ -191,62 +179,35 @@ class StateStore:
         a promotion keeps the hwms it needs (``checkpoint.promote``). The retirement goes
         out with the next delta, and with every snapshot.
         """
-        if last > self._retired.get(mapper, -1):
-            self._retired[mapper] = last
-            self._retired_dirty[mapper] = last
-        if not forget_hwms:
-            return 0
-        hwm_of_slot = self._hwm.pop(mapper, None)
-        if not hwm_of_slot:
-            return 0
-        # A seq past ``last`` breaks the mapper's word: keep it rather than guess.
-        kept = {slot: seq for slot, seq in hwm_of_slot.items() if seq > last}
-        if kept:
-            self._hwm[mapper] = kept
-        # The replicas may hold these hwms (a promotion brought them back and a checkpoint
-        # shipped them): the next delta tells them to drop them again.
-        self._retired_dirty[mapper] = self._retired[mapper]
-        return len(hwm_of_slot) - len(kept)
+        return self._marks.retire(mapper, last, forget_hwms=forget_hwms)
 
     def forget_retired_hwms(self) -> int:
         """Drop the hwms that retired mappers still have here (a promotion brought them back
         from a copy that had not retired them); return how many went. Safe once no
         promotion or move is replaying into this store."""
-        retired = self._retired
-        return sum(
-            self.retire(mapper, retired[mapper])
-            for mapper in [m for m in self._hwm if m in retired]
-        )
+        return self._marks.forget_retired()
 
     def hwm(self, mapper: MapperId, slot: Slot) -> Seq:
         """The highest seq of ``mapper`` applied to ``slot``; 0 if none."""
-        hwm_of_slot = self._hwm.get(mapper)
-        return Seq(0) if hwm_of_slot is None else hwm_of_slot.get(slot, Seq(0))
+        return self._marks.hwm(mapper, slot)
 
     def hwm_vector(self, slot: Slot) -> dict[MapperId, Seq]:
         """``{mapper: hwm}`` of ``slot`` for every mapper with a tuple applied there."""
-        return {
-            mapper: hwm_of_slot[slot]
-            for mapper, hwm_of_slot in self._hwm.items()
-            if slot in hwm_of_slot
-        }
+        return self._marks.vector(slot)
 
     def hwms_of(self, mapper: MapperId) -> Mapping[Slot, Seq]:
         """``{slot: hwm}`` of ``mapper`` for every slot it has a tuple applied in (read-only)."""
-        return MappingProxyType(self._hwm.get(mapper, {}))
+        return self._marks.of_mapper(mapper)
 
     def hwm_marks(self, mapper: MapperId) -> Mapping[Slot, Seq]:
         """``{slot: hwm}`` of ``mapper``, the store's own dict (no copy, no proxy: the duplicate
         cut reads it per tuple); a caller must not keep it past its next write."""
-        return self._hwm.get(mapper, _NO_MARKS)
+        return self._marks.marks(mapper)
 
     def take_marks(self, mapper: MapperId, marks: Mapping[int, int]) -> None:
         """Set ``mapper``'s hwms of ``marks``' slots to ``marks`` (a :class:`~checkpoint.hwm.Cut`'s,
         which only raise them) and mark those slots dirty: consumed tuples."""
-        if marks:
-            hwm_of_slot = cast(dict[int, int], self._hwm.setdefault(mapper, {}))
-            hwm_of_slot.update(marks)
-            self._hwm_dirty_slots.update(cast(Mapping[Slot, Seq], marks))
+        self._marks.take(mapper, marks)
 
     def note_writes(self, wrote_tombstone: bool, holds_mutables: bool) -> None:
         """Record what a writer into ``active`` other than the store's own methods wrote (the
@@ -257,11 +218,11 @@ class StateStore:
     def raise_hwm(self, mapper: MapperId, slot: Slot, seq: Seq) -> None:
         """Raise ``mapper``'s hwm in ``slot`` to ``seq`` (never lowers it); the slot's vector
         goes out with the next delta, as after applying a tuple."""
-        self._hwm_dirty_slots.update(raise_marks(self._hwm.setdefault(mapper, {}), {slot: seq}))
+        self._marks.raise_one(mapper, slot, seq)
 
     def is_duplicate(self, mapper: MapperId, slot: Slot, seq: Seq) -> bool:
         """True when the tuple ``(mapper, slot, seq)`` was already applied (or consumed)."""
-        return is_repeat(seq, self.hwm(mapper, slot))
+        return self._marks.is_duplicate(mapper, slot, seq)
 
     # ---------------------------------------------------------------------------- writes
 
@@ -362,9 +323,7 @@ class StateStore:
                 "not merged yet; call merge_inactive() once its delta is shipped"
             )
         # 2.
-        hwms = self._hwm_vectors(self._hwm_dirty_slots)
-        self._hwm_dirty_slots = set()
-        retired, self._retired_dirty = self._retired_dirty, {}
+        hwms, retired = self._marks.take_dirty()
         # 3.
         self.inactive, self.active = self.active, {}
         self._inactive_shared = True
@@ -421,7 +380,7 @@ class StateStore:
                 for fields in keys.values()
                 for value in fields.values()
             )
-        raise_vectors(self._hwm, delta.hwms)
+        self._marks.raise_vectors(delta.hwms)
         for mapper, last in delta.retired.items():
             self.retire(mapper, last, forget_hwms=forget_retired)
 
@@ -440,8 +399,8 @@ class StateStore:
             live = {key: state for key, state in slot_states.items() if state}
             if live:
                 states[slot] = live
-        hwms = self._hwm_vectors(wanted)
-        return Delta(states=states, hwms=hwms, retired=dict(self._retired))
+        hwms = self._marks.vectors(wanted)
+        return Delta(states=states, hwms=hwms, retired=dict(self._marks.retired))
 
     def adopt(self, other: StateStore, slots: Iterable[Slot]) -> None:
         """Move ``slots`` of ``other`` (a replica being promoted) into this store: afterwards
@@ -471,12 +430,7 @@ class StateStore:
             if keys:
                 self.master[slot] = keys
         self._holds_mutables = self._holds_mutables or other._holds_mutables
-        for mapper, last in other._retired.items():
-            self.retire(mapper, last, forget_hwms=False)
-        for mapper, hwm_of_slot in other._hwm.items():
-            moved = {slot: hwm_of_slot[slot] for slot in movable.intersection(hwm_of_slot)}
-            if moved:
-                raise_marks(self._hwm.setdefault(mapper, {}), moved)
+        self._marks.adopt(other._marks, movable)
         other.drop_slots(wanted)
 
     def drop_slots(self, slots: Iterable[Slot]) -> None:
@@ -489,13 +443,7 @@ class StateStore:
             # Rebuild rather than edit: the delta returned by swap shares this fragment.
             self.inactive = {s: k for s, k in self.inactive.items() if s not in dropped}
             self._inactive_shared = False
-        for mapper in list(self._hwm):
-            hwm_of_slot = self._hwm[mapper]
-            for slot in dropped:
-                hwm_of_slot.pop(slot, None)
-            if not hwm_of_slot:
-                del self._hwm[mapper]
-        self._hwm_dirty_slots -= dropped
+        self._marks.drop_slots(dropped)
 
     # --------------------------------------------------------------------------- helpers
 
@@ -531,20 +479,3 @@ class StateStore:
 
     def _fragment_slots(self) -> set[Slot]:
         return set(self.master).union(self.inactive, self.active)
-
-    def _hwm_vectors(self, slots: set[Slot]) -> dict[Slot, dict[MapperId, Seq]]:
-        """``{slot: hwm_vector(slot)}`` for ``slots``, in time proportional to the output."""
-        vectors: dict[Slot, dict[MapperId, Seq]] = {}
-        for mapper, hwm_of_slot in self._hwm.items():
-            # Walk the smaller side: a mapper may have touched few slots, or many.
-            if len(hwm_of_slot) <= len(slots):
-                found = [(slot, seq) for slot, seq in hwm_of_slot.items() if slot in slots]
-            else:
-                found = [(slot, hwm_of_slot[slot]) for slot in slots if slot in hwm_of_slot]
-            for slot, seq in found:
-                vector = vectors.get(slot)
-                if vector is None:
-                    vectors[slot] = {mapper: seq}
-                else:
-                    vector[mapper] = seq
-        return vectors

@@ -2,7 +2,8 @@
 
 - `ring.ids`: `NodeId`, `Slot`, `Token`.
 - `ring.hashing`: keys to slots (`slot_of`), slot counts, evenly spaced tokens.
-- `ring.view`: the membership `View` and its `Member` entries, merge by precedence, ring
+- `ring.member`: a node's `Member` entry and its `Status`, checked field by field.
+- `ring.view`: the membership `View` of `Member` entries, merge by precedence, ring
   order, and the range changes nodes compute: `successor_takes_over`, `grant_range`,
   `hand_over_all` (a leave), `joining_at` and `join_view` (a join), `with_status`.
 - `ring.placement`: `Ring`, the per-view routing tables (primary, replicas, ranges, roles;

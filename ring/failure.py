@@ -1,81 +1,10 @@
-"""Failure detection as a pure decision procedure (docs/design/architecture.md#failures).
+"""Failure detection as a pure decision procedure (docs/design/architecture.md#detection).
 
-A node watches the owners it backs up (its counter-clockwise neighbours, nearest first). Any
-message from a watched node counts as a sign of life. The procedure, per watched node, in
-order of nearness:
-
-1. Silence of at least ``failure_timeout_s`` (or an explicit suspicion, such as a dropped
-   connection) starts a probe: the caller sends a direct probe, answered at once by a live node.
-   With the probe, the caller also probes every other owner of its view (a contact check), and
-   reports the probe's request id (:meth:`FailureDetector.probe_sent`) and every answer to it
-   (:meth:`FailureDetector.answered`).
-2. No sign of life within ``probe_timeout_s`` of the probe:
-
-   a. if its connection dropped, the node is declared dead (a crash; below); the probe
-      sent after a dropped connection waits less than one sent on silence:
-      ``DROP_PROBE_RTT_FACTOR`` times the longest recent probe round trip, between
-      ``DROP_PROBE_MIN_S`` and ``probe_timeout_s`` (a live node answers in a round trip, a
-      crashed one never: the drop is already the evidence);
-   b. otherwise, if :func:`may_declare_dead` does not allow a declaration (below), the round
-      starts over (the caller probes again): the judging node may be the one cut off;
-   c. otherwise the node becomes *suspected* (SWIM's suspicion, with Lifeguard's
-      refinements): the caller tells the suspect, which refutes at once if it is alive,
-      and asks every other owner to probe it on the judge's behalf (an indirect probe: a
-      helper that hears from the suspect vouches for it). The suspicion lasts
-      ``suspicion_timeout_s``, longer when the judge itself is unhealthy (its own loop was
-      late: :meth:`FailureDetector.note_late`) and twice as long when the suspect's last
-      heartbeat said it was busy. The message to the other owners is this round's new
-      contact probe (the caller reports it with :meth:`FailureDetector.probe_sent`): the
-      verdict counts only owners that answered since the suspicion began, not answers that
-      may predate a cut.
-
-3. A suspicion that times out with no sign of life and no vouch: the node is declared dead
-   if :func:`may_declare_dead` still allows it, else the round starts over.
-
-Silence from a node never heard from since this detector started counts only after an extra
-``first_contact_grace_s``: a cluster's processes start one after the other, and a node still
-importing its code is not dead. A dropped connection (``suspect``) is judged without grace.
-
-4. Only the nearest watched node that is not yet declared dead is judged at a time: a node
-   farther away is somebody else's to take over unless every node between is dead, which the
-   caller learns by taking over the nearer one first (the walk of up to ``r`` hops).
-
-Why a quorum (:func:`may_declare_dead`). Silence does not tell a dead node from a cut
-network. A node cut off from the rest by a partition hears nobody: if silence alone sufficed,
-it would declare its healthy predecessor dead and take its range over, while the rest of the
-ring, hearing nothing from it, declares it dead and gives its range to its successor. On heal
-both dead marks win the merge: the healthy predecessor is fenced and its range falls back on
-a node that holds no copy of it, and acked tuples are lost. So a declaration on silence needs
-the judging node to be in contact with a strict majority of the owners of its view, itself
-included and the suspect excluded from the contacts. A contact is an owner that *answered a
-probe of this round* (the caller probes them all with the suspect and reports each answer
-with :meth:`FailureDetector.answered`): any other message proves nothing about now, since a
-message sent before a cut may arrive long after it began (buffered, then released when
-another cut between the same nodes heals), and counting it would let both sides of a cut
-find a majority. Two sides of a partition cannot both hold a strict majority, so at most one side
-declares nodes of the other dead; a node cut off alone (or with too few others) declares
-nobody dead and waits: it keeps serving until it hears it was marked dead, and is then fenced
-(fencing itself instead would hand its range to its counter-clockwise neighbour, which holds
-no copy of it; only a takeover by its successor, which does, may end its ownership).
-One confirming helper would not do: two nodes cut off together confirm each other.
-
-A dropped connection is different evidence: the peer's host answered that nothing listens
-any more (a crashed process), which a partition does not produce. A suspect whose connection
-dropped and that does not answer the probe is declared dead without a quorum, so that the
-last survivors of a ring (fewer than a majority) still take over crashed neighbours.
-The price of the quorum: a ring whose majority is silent but not crashed (hung, or cut off)
-takes over nobody until it hears from a majority again; it stalls, and loses nothing.
-
-Why a suspicion on top of the quorum. The quorum tells a cut-off judge from a dead suspect,
-but not a suspect cut off from the judge alone (one bad link) or one that reads late: both
-are alive and reachable by others. Before a silent node is declared dead, the others are
-asked to reach it (SWIM's indirect probe) and it is told, so that it can refute. SWIM refutes
-by raising the suspect's incarnation, which orders gossiped suspicions; here one judge holds
-the suspicion and the refutation answers its request, which cannot be a stale message, and the
-incarnation stays what fences a node once a verdict was reached.
-
-The detector holds no clock and does no I/O: the caller passes ``now`` (seconds) and carries
-out the returned actions, so the same code runs under a simulated clock.
+A node watches the owners it backs up, nearest first; silence or a dropped connection starts a
+probe, then a suspicion the suspect may refute and other owners may vouch against, and a
+verdict of dead only with a quorum of the owners heard this round (a crash, seen as a dropped
+connection, needs none). Holds no clock and does no I/O: the caller passes ``now`` and carries
+out the returned actions. The steps and why: docs/design/failure-detector.md#procedure.
 """
 
 from __future__ import annotations

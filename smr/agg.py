@@ -5,10 +5,9 @@
     job = Job("sales", map=parse, reduce=agg.fields(n=agg.count(), total=agg.sum(of="price")))
 
 A key's state then holds ``{"n": ..., "total": ...}``. Such a job needs no ``combine``: the
-mapper side lifts each emitted value into a *partial* (``Aggregation.lift``; a count's is 1,
-a sum's the number) and folds partials of one key within a batch (``Aggregation.merge``);
-the node merges the partials of all the batches it applies in one turn, then reads and
-writes each key's state once (``checkpoint.bulk.apply_folds``). Partials are what travel.
+mapper lifts each value into a *partial* (``Aggregation.lift``; a count's is 1) and folds
+those of one key within a batch (``Aggregation.merge``); a node merges the partials of a
+turn's batches and writes each key once (``checkpoint.bulk.apply_folds``).
 
 Each aggregator reads the emitted value, or a part of it with ``of``: a str takes
 ``value[of]`` (a mapping's field), an int ``value[of]`` (a sequence's item), a callable

@@ -1,39 +1,14 @@
-"""The user API: a :class:`Job` is a ``map``, a ``reduce`` and an optional ``combine``.
+"""The user API: a :class:`Job` is a ``map``, a ``reduce`` and an optional ``combine``, or their
+forms in bulk (``reduce`` made of aggregators, ``smr.agg``; ``reduce_batch``; ``map_batch``),
+and a windowed job adds ``event_time`` and a ``window`` (run by :func:`smr.testing.run_job`
+only; a cluster refuses it). :func:`load_job` finds a job by ``module:attribute`` or
+``path/to/file.py:attribute``.
 
-- ``map(record, emit)`` turns one input record (a line of text for ``smr feed``) into tuples
-  by calling ``emit(key, value)``; keys are ``str`` or ``int``, values anything msgpack
-  encodes (numbers, strings, bytes, lists, maps).
-- ``reduce(key, value, state, emit)`` folds one tuple into its key's ``state``, a plain
-  ``dict`` of fields the reducer reads and writes (``state["count"] = ...``). It may call
-  ``emit(key, value)`` to publish output. If it raises, neither its state changes nor its
-  emits take effect (the node logs and counts the error and goes on). Keep field values
-  scalars or tuples where possible: they are cheapest to checkpoint.
-- ``combine(a, b)`` merges two values of the same key on the mapper side within a batch; it
-  must be associative and agree with ``reduce`` (``reduce`` of the combined value has the same
-  effect as ``reduce`` of each).
-
-Faster forms of each, for work in bulk:
-
-- ``reduce`` may be built from aggregators (``smr.agg``: ``reduce=agg.fields(n=agg.count())``,
-  or one aggregator alone): no ``combine`` is needed, and nodes apply whole batches at once.
-- ``reduce_batch(keys, values, states)`` instead of ``reduce``: ``keys`` are distinct,
-  ``values[i]`` lists the values of ``keys[i]`` in arrival order, ``states[i]`` is its state
-  to mutate. Exactly-once as ``reduce``; if it raises, none of the batch's states change and
-  the batch's tuples are counted as failed and logged. It cannot ``emit``.
-- ``map_batch(records) -> (keys, values)`` beside or instead of ``map``: two equal-length
-  sequences (lists, or anything iterable such as numpy or Arrow arrays) for a list of records.
-  If it raises, every record of the list fails.
-
-Reducers must not depend on the order of tuples from different mappers
-(docs/design/architecture.md#data-path); the order of one mapper's tuples for one key is kept.
-
-A windowed job (``smr.windows``) adds ``event_time(record) -> int`` (milliseconds) and a
-``window`` spec: ``reduce`` (or its aggregators) then folds each tuple into its key's state
-*per window*, and a window's result leaves when the watermark passes its end. In this version
-windowed jobs run in :func:`smr.testing.run_job` only; a cluster refuses them.
-
-A job is found by its import path ``module:attribute`` (``examples.wordcount:job``) or a file
-path ``path/to/file.py:attribute``.
+What a job may count on: each tuple is reduced once; a ``reduce`` (or ``reduce_batch``) that
+raises changes no state and emits nothing, and is counted and logged; one mapper's tuples for
+one key keep their order, and reducers must not depend on the order of tuples from different
+mappers (docs/design/architecture.md#data-path). What each function takes and returns, with
+examples: the jobs guide (docs/guide/jobs.md).
 """
 
 from __future__ import annotations

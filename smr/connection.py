@@ -27,13 +27,11 @@ programs guide (``docs/guide/programs.md``) and on each method.
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import logging
 import os
 import time
 import uuid
-import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -44,15 +42,14 @@ from smr.checkpoint.ids import MapperId
 from smr.client import seeds
 from smr.client import status as status_view
 from smr.client.control import (
-    QUERY_KEYS_MAX,
     Client,
     LostSlotsSkipped,
     NodeUnreachable,
     SlotsLost,
     cluster_view,
-    describe_slots,
 )
 from smr.client.history import HistoryUnknown, MapperIdReused, mapper_history
+from smr.client.reads import StateReader, Unreachable, checked_key
 from smr.client.seeds import ClusterRef
 from smr.client.subscription import OutputRecord, Subscription
 from smr.mapper.channels import DeliveryError
@@ -94,12 +91,6 @@ TIMEOUT_S_DEFAULT: Final = 5.0
 REQUEST_TIMEOUT_MS: Final = 1000
 # Pairs of an iterator checked and emitted together by emit_many.
 EMIT_CHUNK_PAIRS: Final = 10_000
-SCAN_PAGE_KEYS: Final = 10_000
-
-
-class Unreachable(NodeUnreachable):
-    """A call could not reach the nodes it needed within its timeout (the message names
-    them, or the slot or key it could not read)."""
 
 
 def connect(
@@ -207,8 +198,7 @@ class Cluster:
         self._view: View | None = None
         self._view_at = 0.0
         self._closed = False
-        self.skipped_lost_slots: frozenset[int] = frozenset()
-        """The lost slots the last read with ``allow_lost=True`` left out (empty if none)."""
+        self._reads = StateReader(self._client, self.view, self.spec.slot_bits, timeout_s)
 
     # -- the ring ------------------------------------------------------------------------------
 
@@ -232,7 +222,7 @@ class Cluster:
 
     def owner_of(self, key: str | int) -> tuple[str, int]:
         """The node that is primary of ``key`` by the current view, and the key's slot."""
-        slot = slot_of(_checked_key(key), self.spec.slot_bits)
+        slot = slot_of(checked_key(key), self.spec.slot_bits)
         return str(Ring(self.view(), self.spec.slot_bits).primary(Slot(slot))), slot
 
     def status(self) -> list[dict[str, Any]]:
@@ -340,54 +330,7 @@ class Cluster:
         A key whose slot is lost raises :class:`SlotsLost` naming every such slot and key;
         with ``allow_lost``, it reads as None, and the call warns
         (:class:`LostSlotsSkipped`) and names its slots in :attr:`skipped_lost_slots`."""
-        wanted = list(dict.fromkeys(_checked_key(key) for key in keys))
-        self.skipped_lost_slots = frozenset()
-        states: dict[str | int, dict[str, Any] | None] = {}
-        lost: dict[str | int, int] = {}
-        deadline = time.monotonic() + self.timeout_s
-        pending = wanted
-        while pending:
-            ring = Ring(self.view(), self.spec.slot_bits)
-            by_addr: dict[str, list[str | int]] = {}
-            for key in pending:
-                primary = ring.primary(Slot(slot_of(key, self.spec.slot_bits)))
-                by_addr.setdefault(ring.view.members[primary].addr, []).append(key)
-            retry: list[str | int] = []
-            failures: list[str] = []
-            for round_keys in _rounds(by_addr, QUERY_KEYS_MAX):
-                for addr, answer in self._client.query_each(round_keys).items():
-                    if isinstance(answer, Exception):
-                        failures.append(str(answer))
-                        retry.extend(round_keys[addr])
-                        continue
-                    for key, entry in zip(round_keys[addr], answer, strict=True):
-                        if not entry["owner"]:
-                            retry.append(key)
-                            continue
-                        states[key] = _state(entry["state"])
-                        if entry.get("lost"):
-                            lost[key] = entry["slot"]
-            pending = retry
-            if pending:
-                self._wait_for_view(deadline, f"{len(pending)} keys", failures)
-        if lost:
-            self._lost_read(lost.values(), allow_lost, keys=lost)
-        return {key: states[key] for key in wanted}
-
-    def _lost_read(
-        self, slots: Iterable[int], allow_lost: bool, keys: Iterable[str | int] = ()
-    ) -> None:
-        """A read met lost ``slots``: raise :class:`SlotsLost`, or with ``allow_lost``
-        record them as skipped and warn."""
-        if not allow_lost:
-            raise SlotsLost(slots, keys)
-        self.skipped_lost_slots = frozenset(slots)
-        warnings.warn(
-            f"the read left out {len(self.skipped_lost_slots):,} lost slots "
-            f"({describe_slots(self.skipped_lost_slots)}): their state is gone",
-            LostSlotsSkipped,
-            stacklevel=3,
-        )
+        return self._reads.get_many(keys, allow_lost=allow_lost)
 
     def scan(
         self, prefix: str | None = None, *, allow_lost: bool = False
@@ -402,51 +345,12 @@ class Cluster:
         (keys of earlier pages may have been yielded); with ``allow_lost``, the scan goes
         on past them, and at its end warns (:class:`LostSlotsSkipped`) and names every lost
         slot it left out in :attr:`skipped_lost_slots`."""
-        slot_count = 1 << self.spec.slot_bits
-        slot = 0
-        deadline = time.monotonic() + self.timeout_s
-        self.skipped_lost_slots = frozenset()
-        skipped: set[int] = set()
-        while slot < slot_count:
-            ring = Ring(self.view(), self.spec.slot_bits)
-            primary = ring.primary(Slot(slot))
-            end = slot + 1
-            while end < slot_count and ring.primary(Slot(end)) == primary:
-                end += 1
-            addr = ring.view.members[primary].addr
-            try:
-                entries, next_start, lost_until = self._client.dump_page(
-                    addr, Slot(slot), Slot(end), SCAN_PAGE_KEYS
-                )
-            except NodeUnreachable as error:
-                self._wait_for_view(deadline, f"slot {slot}", [str(error)])
-                continue
-            if lost_until is not None and next_start is not None and not allow_lost:
-                raise SlotsLost(range(next_start, lost_until))
-            for key, state in entries:
-                if prefix is None or (isinstance(key, str) and key.startswith(prefix)):
-                    yield key, state
-            if lost_until is not None and next_start is not None:
-                skipped.update(range(next_start, lost_until))
-                slot = lost_until
-            elif next_start == slot:
-                # The node is not this slot's primary any more: a newer view says who is.
-                self._wait_for_view(deadline, f"slot {slot}", [f"{primary} moved it"])
-                continue
-            else:
-                slot = end if next_start is None else next_start
-            deadline = time.monotonic() + self.timeout_s
-        if skipped:
-            self._lost_read(skipped, allow_lost)
+        return self._reads.scan(prefix, allow_lost=allow_lost)
 
-    def _wait_for_view(self, deadline: float, what: str, failures: list[str]) -> None:
-        """Pause briefly and ask for a newer view, or raise Unreachable past ``deadline``."""
-        if time.monotonic() >= deadline:
-            reasons = "; ".join(dict.fromkeys(failures)) or "no answer"
-            raise Unreachable(f"could not read {what} within {self.timeout_s} s: {reasons}")
-        time.sleep(0.05)
-        with contextlib.suppress(Unreachable):
-            self.view(refresh=True)
+    @property
+    def skipped_lost_slots(self) -> frozenset[int]:
+        """The lost slots the last read with ``allow_lost=True`` left out (empty if none)."""
+        return self._reads.skipped_lost_slots
 
     # -- output --------------------------------------------------------------------------------
 
@@ -499,36 +403,7 @@ class Cluster:
             self.abort()
 
 
-def _checked_key(key: Any) -> str | int:
-    """``key`` if it can be a key (a str, or an int that is not a bool); TypeError if not."""
-    if key.__class__ is str or key.__class__ is int:
-        return key
-    raise TypeError(f"a key is a str or an int, not {type(key).__name__}: {key!r}")
-
-
-def _state(raw: Any) -> dict[str, Any] | None:
-    return None if raw is None else dict(raw)
-
-
 def _chunks(pairs: Iterable[tuple[Any, Any]], size: int) -> Iterator[list[tuple[Any, Any]]]:
     iterator = iter(pairs)
     while chunk := list(itertools.islice(iterator, size)):
         yield chunk
-
-
-def _rounds(
-    keys_by_addr: dict[str, list[str | int]], per_request: int
-) -> Iterator[dict[str, list[str | int]]]:
-    """The keys of each address split into requests of at most ``per_request`` keys, one
-    request per address per round."""
-    offset = 0
-    while True:
-        round_keys = {
-            addr: keys[offset : offset + per_request]
-            for addr, keys in keys_by_addr.items()
-            if len(keys) > offset
-        }
-        if not round_keys:
-            return
-        yield round_keys
-        offset += per_request

@@ -35,22 +35,9 @@ PRIVATE_REACHES: dict[str, int] = {}
 ROLE_REACHES: dict[str, int] = {}
 
 LONG_FUNCTIONS: set[str] = {
-    "checkpoint/apply.py: apply_tuples",
-    "checkpoint/bulk.py: apply_folds",
-    "smr/cli/spark.py: spark_feed_command",
-    "smr/cli/cluster.py: cluster_up",
-    "smr/cluster/local.py: up",
-    "smr/feed/records.py: feed",
-    "smr/feed/run.py: run",
 }
 
 BIG_MODULES: set[str] = {
-    # connection.py passed 500 lines with the loss ledger's reads; it splits with the
-    # packages by concern (docs/design/layout.md).
-    "smr/connection.py",
-    "checkpoint/store.py",
-    "ring/view.py",
-    "smr/cluster/local.py",
     # moves.py and move_taking.py: next, the giver's steps go to giving.py (a Giver owning
     # the record and the freeze) and the taking side's protocols shrink with the seat.
     "smr/node/moves.py",
@@ -86,6 +73,12 @@ def test_no_new_function_over_80_lines() -> None:
 
 def test_no_new_module_over_500_lines() -> None:
     print(house.ratchet("big modules", house.big_modules(ROOT), Counter(BIG_MODULES)))
+
+
+def test_no_module_docstring_over_30_lines() -> None:
+    # A module's docstring says what it owns and its guarantee; essays go to docs/design/.
+    long = house.long_docstrings(ROOT)
+    assert not long, f"module docstrings over {house.DOCSTRING_LINES_MAX} lines: {long}"
 
 
 def test_no_new_module_directly_under_smr() -> None:

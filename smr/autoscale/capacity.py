@@ -1,41 +1,7 @@
 """The ``capacity`` policy, after Daedalus: estimate what each node can apply, forecast the
-workload, run the fewest nodes whose capacity covers it, plus two rules of our own (ring
-headroom, billing-period-aware release).
-
-Per step (``capacity(config, memory, observation)``):
-
-1. Learn: each node's throughput against its utilisation feeds an online least-squares
-   line (:class:`Regression`, older points fading); the workload feeds the forecast
-   (:mod:`smr.autoscale.forecast`).
-2. Refuse to decide on incomplete figures (``observe.incomplete``).
-3. Estimate capacity (:func:`capacities`): a node's full capacity is its line at
-   utilisation 1; the ring's now is what each node applies when the hottest one reaches
-   1 (skew caps the others at their share of it); ``k`` nodes are ``k`` times the mean
-   full capacity times that skew factor. A ring with a growing backlog is saturated: what
-   it applies is its capacity, whatever the lines say.
-4. Shortly after an action, keep the count while capacity covers the demand: the
-   highest of the latest sample and the forecast's peak over the next ``join_s +
-   scale_in_margin_s`` (and, while the forecast follows no period, the recent average:
-   decisions are meant to last), or while the ring is saturated (it is catching up what
-   waited).
-5. Choose the smallest ``k`` in ``[nodes_min, nodes_max]`` whose capacity (at
-   ``utilization_max``) covers the demand and whose **ring headroom** holds: if the
-   hottest node fails at the forecast's peak, its clockwise neighbour takes its load
-   and, with the nodes a scale-out adds beside it, catches up the backlog within
-   ``recovery_target_s`` (:func:`recovery_s`). The demand includes draining the
-   backlog within ``drain_s`` (the source's lag too, when it reports), so a ring still
-   draining one is not scaled in. Without the source's figures, a ring whose hottest node
-   is saturated holds the mappers back, so what it sees is only a floor of the workload:
-   outside the cooldown it plans for ``saturated_growth`` times its capacity now. More
-   nodes than now: scale out at once, by as many nodes as the demand needs (they join
-   side by side).
-6. Fewer: the demand is the forecast's peak over a join's time plus a margin, so the load
-   is forecast to stay low that long. While the forecast follows a period, scale in at
-   once; otherwise once the choices of the last ``scale_in_settle_s`` stopped falling, to
-   the highest of them (one decision, not a staircase down a falling average). Only by
-   nodes whose paid period ends within ``release_window_s`` (**billing-period-aware
-   release**, after VISP, with ``billing_period_s``): a node already paid for until the end
-   of its period serves until then, as spare capacity.
+workload, run the fewest nodes whose capacity covers it, plus two rules of this project (ring
+headroom, billing-period-aware release). Pure: ``capacity(config, memory, observation)`` is
+one step; its six steps and why: docs/design/architecture.md#capacity-policy.
 """
 
 from __future__ import annotations

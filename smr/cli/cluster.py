@@ -165,15 +165,8 @@ def cluster_up(
 ) -> None:
     """Start NODES node processes on 127.0.0.1 in the background (and, with --autoscale, a
     controller that adds and removes nodes as the load goes)."""
-    if policy is None and (nodes_min is not None or nodes_max is not None):
-        raise ClusterError("--min and --max go with --autoscale")
-    nodes_min = nodes if nodes_min is None else nodes_min
-    nodes_max = min(NODES_MAX, 2 * nodes) if nodes_max is None else nodes_max
-    if nodes_min > nodes_max:
-        raise ClusterError(f"--min {nodes_min} is above --max {nodes_max}")
-    zone_names = [zone.strip() for zone in zones.split(",")] if zones else []
-    if any(not zone for zone in zone_names):
-        raise ClusterError(f"--zones {zones!r} names an empty zone")
+    nodes_min, nodes_max = _autoscale_bounds(policy, nodes, nodes_min, nodes_max)
+    zone_names = _zone_names(zones)
     if replication is None:
         # One node's failure loses nothing by default; a lone node has nobody to copy to.
         replication = 1 if nodes >= 2 else 0
@@ -217,11 +210,38 @@ def cluster_up(
             f"  autoscale: {policy}, {nodes_min}-{nodes_max} nodes, pid {pid} "
             f"(log {cluster_dir / 'logs' / 'autoscale.log'}; 'smr autoscale status')"
         )
+    _warn_one_zone(spec, replication)
+
+
+def _autoscale_bounds(
+    policy: str | None, nodes: int, nodes_min: int | None, nodes_max: int | None
+) -> tuple[int, int]:
+    """``--min`` and ``--max``, checked (they go with ``--autoscale``) and defaulted: NODES,
+    and twice NODES up to the most a local cluster holds."""
+    if policy is None and (nodes_min is not None or nodes_max is not None):
+        raise ClusterError("--min and --max go with --autoscale")
+    nodes_min = nodes if nodes_min is None else nodes_min
+    nodes_max = min(NODES_MAX, 2 * nodes) if nodes_max is None else nodes_max
+    if nodes_min > nodes_max:
+        raise ClusterError(f"--min {nodes_min} is above --max {nodes_max}")
+    return nodes_min, nodes_max
+
+
+def _zone_names(zones: str) -> list[str]:
+    """The zones ``--zones`` names, in order (none when it is empty)."""
+    zone_names = [zone.strip() for zone in zones.split(",")] if zones else []
+    if any(not zone for zone in zone_names):
+        raise ClusterError(f"--zones {zones!r} names an empty zone")
+    return zone_names
+
+
+def _warn_one_zone(spec: ClusterSpec, replication: int) -> None:
+    """Warn of the ranges whose every copy sits in one zone (losing it loses them)."""
     in_ring_order = sorted(spec.nodes, key=lambda node: node.token)
     alone = one_zone_windows([node.zone for node in in_ring_order], replication)
     if alone:
         click.echo(
-            f"warning: {len(alone)} of {nodes} ranges keep every copy in one zone "
+            f"warning: {len(alone)} of {len(in_ring_order)} ranges keep every copy in one zone "
             f"({', '.join(in_ring_order[i].id for i in alone)}): too few nodes outside the "
             f"largest zone for r={replication}; losing that zone loses those ranges"
         )

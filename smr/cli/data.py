@@ -283,7 +283,8 @@ def _note_start_refusals(cluster_arg: str, rows: list[dict[str, Any]]) -> None:
     cluster_dir = Path(cluster_arg)
     if not (cluster_dir / CLUSTER_FILE).is_file():
         return
-    from smr.cluster.local import start_refusal, state_damaged, state_missing
+    from smr.cluster.local import state_damaged, state_missing
+    from smr.cluster.processes import start_refusal
 
     spec = read_spec(cluster_dir)
     # What `up` refuses before it starts any node: a folder without state, a damaged one.

@@ -7,7 +7,9 @@ import contextlib
 import signal
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -27,6 +29,9 @@ from smr.spark.setup import (
 from smr.spec import feeder_job, read_spec
 from smr.windows import refuse_in_cluster
 from smr.wording import counted
+
+if TYPE_CHECKING:
+    from smr.spark.query import BatchReport
 
 
 @click.command("spark-feed")
@@ -101,34 +106,12 @@ def spark_feed_command(
     view = fetch_view(spec.seeds)
     name = query_name or f"smr-{load_job(job_ref).name}"
     checkpoint = checkpoint_dir or cluster_dir / "spark-checkpoints" / name
-    # Without an incarnation to compare, an empty ring is what tells a restarted one.
-    ring_keys = _ring_keys(view) if spec.incarnation is None else None
-    moved = spark_checkpoint.claim(checkpoint, spec.incarnation, cluster_dir, from_start, ring_keys)
-    if moved is not None:
-        click.echo(moved, err=True)
+    _claim_checkpoint(checkpoint, spec.incarnation, cluster_dir, from_start, view)
     started = time.monotonic()
-    # The JVM's own warnings go to the cluster's logs, not the terminal.
-    jvm_log = cluster_dir / "logs" / "spark-feed.log"
-    session = smr_spark.session(f"smr spark-feed {job_ref}", master, jvm_log=jvm_log)
-    click.echo(
-        f"Spark {session.version} started in {time.monotonic() - started:.1f} s "
-        f"(its log: {jvm_log})",
-        err=True,
-    )
-    totals = {"records": 0, "tuples": 0, "batches": 0}
+    session = _start_session(cluster_dir, job_ref, master, started)
+    totals = _Totals()
     failure: str | None = None
     running = False
-
-    def report(batch: smr_spark.BatchReport) -> None:
-        totals["records"] += batch.records
-        totals["tuples"] += batch.tuples
-        totals["batches"] += 1
-        rate = batch.tuples / batch.elapsed_s if batch.elapsed_s > 0 else 0.0
-        click.echo(
-            f"batch {batch.batch_id}: {batch.records:,} records, {batch.tuples:,} tuples acked "
-            f"in {batch.elapsed_s:.2f} s ({rate:,.0f}/s); total {totals['tuples']:,} tuples"
-        )
-
     try:
         if socket_addr is None:
             df = smr_spark.text_files(session, Path(input_ref), max_files_per_trigger)
@@ -145,34 +128,92 @@ def spark_feed_command(
             combine=not no_combine,
             batch_size=batch_size,
             window_batches=window,
-            on_batch=report,
+            on_batch=totals.report,
         )
         running = True
         spark_checkpoint.record(checkpoint, spec.incarnation)
         click.echo(f"query {name} running, checkpoint {checkpoint}", err=True)
-        signal.signal(signal.SIGTERM, interrupt)
-        try:
-            smr_spark.await_query(query)
-        except KeyboardInterrupt:
-            # A signal to the whole process group may have stopped the JVM already.
-            with contextlib.suppress(Exception):
-                query.stop()
-            click.echo("stopped", err=True)
-        except smr_spark.SparkQueryError as error:
-            failure = str(error)
+        failure = _await_query(query)
     finally:
         with contextlib.suppress(Exception):
             session.stop()
     if running:
         # One line however the query ended, so a failed or stopped feed says what it delivered.
-        click.echo(
-            f"fed {counted(totals['tuples'], 'tuple')} from {counted(totals['records'], 'record')} "
-            f"read in {counted(totals['batches'], 'batch')} (every tuple acked), "
-            f"{time.monotonic() - started:.1f} s in all"
-        )
+        click.echo(totals.summary(time.monotonic() - started))
     if failure is not None:
         click.echo(f"smr: error: {failure}", err=True)
         sys.exit(1)
+
+
+def _claim_checkpoint(
+    checkpoint: Path, incarnation: str | None, cluster_dir: Path, from_start: bool, view: View
+) -> None:
+    """Refuse a checkpoint that fed an earlier life of the cluster, or with ``from_start``
+    move it aside, saying so (``smr.spark.checkpoint.claim``)."""
+    # Without an incarnation to compare, an empty ring is what tells a restarted one.
+    ring_keys = _ring_keys(view) if incarnation is None else None
+    moved = spark_checkpoint.claim(checkpoint, incarnation, cluster_dir, from_start, ring_keys)
+    if moved is not None:
+        click.echo(moved, err=True)
+
+
+def _start_session(cluster_dir: Path, job_ref: str, master: str, started: float) -> Any:
+    """The Spark session of the feed, its start-up time said; the JVM's own warnings go to
+    the cluster's logs, not the terminal."""
+    from smr.spark import query as smr_spark
+
+    jvm_log = cluster_dir / "logs" / "spark-feed.log"
+    session = smr_spark.session(f"smr spark-feed {job_ref}", master, jvm_log=jvm_log)
+    click.echo(
+        f"Spark {session.version} started in {time.monotonic() - started:.1f} s "
+        f"(its log: {jvm_log})",
+        err=True,
+    )
+    return session
+
+
+def _await_query(query: Any) -> str | None:
+    """Wait for the query to end (SIGTERM and Ctrl-C stop it); what failed it, if anything."""
+    from smr.spark import query as smr_spark
+
+    signal.signal(signal.SIGTERM, interrupt)
+    try:
+        smr_spark.await_query(query)
+    except KeyboardInterrupt:
+        # A signal to the whole process group may have stopped the JVM already.
+        with contextlib.suppress(Exception):
+            query.stop()
+        click.echo("stopped", err=True)
+    except smr_spark.SparkQueryError as error:
+        return str(error)
+    return None
+
+
+@dataclass
+class _Totals:
+    """What the query delivered so far: each batch said as it commits, and the sums."""
+
+    records: int = 0
+    tuples: int = 0
+    batches: int = 0
+
+    def report(self, batch: BatchReport) -> None:
+        self.records += batch.records
+        self.tuples += batch.tuples
+        self.batches += 1
+        rate = batch.tuples / batch.elapsed_s if batch.elapsed_s > 0 else 0.0
+        click.echo(
+            f"batch {batch.batch_id}: {batch.records:,} records, {batch.tuples:,} tuples acked "
+            f"in {batch.elapsed_s:.2f} s ({rate:,.0f}/s); total {self.tuples:,} tuples"
+        )
+
+    def summary(self, elapsed_s: float) -> str:
+        return (
+            f"fed {counted(self.tuples, 'tuple')} from {counted(self.records, 'record')} "
+            f"read in {counted(self.batches, 'batch')} (every tuple acked), "
+            f"{elapsed_s:.1f} s in all"
+        )
+
 
 def _ring_keys(view: View) -> int | None:
     """The keys the ring's owners hold, all told; None if an owner does not answer."""

@@ -4,10 +4,11 @@
 evenly spaced tokens), writes the plan as ``DIR/cluster.json`` (the cluster spec, see
 ``smr.spec``), starts one ``smr node`` process per node and records their PIDs in the same
 file. ``down`` and ``signal_node`` act on those PIDs, checking first that each is really
-that node's process. Node processes run in their own session, so they outlive the command
-that started them, log to ``DIR/logs/ID.log`` and write reducer output to
-``DIR/output/ID.jsonl``. Each node serves Prometheus metrics on a loopback port of its own
-(the spec's ``metrics_addr``; ``smr status --json`` shows it too).
+that node's process (the processes are ``smr.cluster.processes``'s). Node processes run in
+their own session, so they outlive the command that started them, log to
+``DIR/logs/ID.log`` and write reducer output to ``DIR/output/ID.jsonl``. Each node serves
+Prometheus metrics on a loopback port of its own (the spec's ``metrics_addr``; ``smr status
+--json`` shows it too).
 
 Everything about the spec itself (``ClusterSpec``, ``read_spec``, ``ClusterError``, ...)
 lives in ``smr.spec``; it is re-exported here for scripts that import it with the launcher.
@@ -18,8 +19,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Sequence
@@ -27,11 +26,18 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Final
 
-import psutil
-
 from smr.api import absolute_job_ref
-from smr.client.control import Client, NodeUnreachable
 from smr.cluster.ports import LOOPBACK_HOST, NODES_MAX, free_port, plan_cluster, ports_of
+from smr.cluster.processes import (
+    command_of,
+    is_our_node,
+    signal_node,
+    spawn,
+    spawn_node,
+    start_refusal,
+    stop_nodes,
+    wait_answering,
+)
 from smr.output.table import TableError, TableTarget
 from smr.ring.hashing import SLOT_BITS_DEFAULT
 from smr.ring.ids import NodeId, Token
@@ -68,6 +74,7 @@ __all__ = [
     "read_spec",
     "signal_node",
     "spawn_node",
+    "start_refusal",
     "stop_nodes",
     "up",
     "write_spec",
@@ -79,109 +86,6 @@ AUTOSCALE_PID_KEY: Final = "autoscale_pid"
 NEXT_NODE_INDEX_KEY: Final = "next_node_index"
 """Every local node binds and advertises this host: the cluster is reachable from this
 machine only."""
-
-
-def spawn_node(cluster_dir: Path, node_id: str) -> int:
-    """Start one node process in its own session; returns its PID."""
-    return _spawn(
-        cluster_dir, f"{node_id}.log", ["node", "--cluster", str(cluster_dir), "--id", node_id]
-    )
-
-
-def _spawn(cluster_dir: Path, log_name: str, args: Sequence[str]) -> int:
-    """Start ``python -m smr ARGS`` in its own session, its output appended to
-    ``logs/LOG_NAME``; returns its PID."""
-    logs = cluster_dir / "logs"
-    logs.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ)
-    # The job module is imported by path relative to where the user runs smr.
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.getcwd(), env.get("PYTHONPATH")]))
-    with open(logs / log_name, "ab") as log:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "smr", *args],
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            env=env,
-        )
-    return process.pid
-
-
-def _command_of(pid: int) -> list[str] | None:
-    """The command line of live process ``pid`` (None if it is gone, a zombie, or not ours
-    to read)."""
-    try:
-        process = psutil.Process(pid)
-        if process.status() == psutil.STATUS_ZOMBIE:
-            return None
-        command: list[str] = process.cmdline()
-    except (psutil.NoSuchProcess, psutil.AccessDenied):
-        return None
-    return command
-
-
-def is_our_node(pid: int, node_id: str) -> bool:
-    """True if ``pid`` is a live smr node process for ``node_id`` (guards against PID reuse)."""
-    command = _command_of(pid)
-    return command is not None and "smr" in command and "node" in command and node_id in command
-
-
-def stop_nodes(spec: ClusterSpec, grace_s: float = 5.0) -> list[str]:
-    """Stop every node of ``spec``: SIGTERM, then SIGKILL after ``grace_s``.
-
-    Returns the ids of nodes that were running. Only processes that are really this
-    cluster's nodes are signalled.
-    """
-    running = [n for n in spec.nodes if n.pid is not None and is_our_node(n.pid, n.id)]
-    for node in running:
-        _signal(node, signal.SIGTERM)
-    deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline:
-        if not any(is_our_node(n.pid, n.id) for n in running if n.pid is not None):
-            break
-        time.sleep(0.05)
-    for node in running:
-        if node.pid is not None and is_our_node(node.pid, node.id):
-            _signal(node, signal.SIGKILL)
-    for node in running:
-        _wait_gone(node)
-    return [n.id for n in running]
-
-
-def signal_node(spec: ClusterSpec, node_id: str, signum: signal.Signals) -> int:
-    """Send ``signum`` to node ``node_id``; returns its PID. ClusterError if not running."""
-    node = spec.node(node_id)
-    if node.pid is None or not is_our_node(node.pid, node.id):
-        raise ClusterError(f"node {node_id} is not running (pid {node.pid})")
-    _signal(node, signum)
-    if signum == signal.SIGKILL:
-        _wait_gone(node)
-    return node.pid
-
-
-def _signal(node: NodeSpec, signum: signal.Signals) -> None:
-    assert node.pid is not None
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(node.pid, signum)
-
-
-def _wait_gone(node: NodeSpec, timeout_s: float = 5.0) -> None:
-    """Wait until the node's process is gone, reaping it if it is our child (as in tests and
-    the demo, where the same process ran `cluster up`), so no zombie lingers."""
-    if node.pid is None:
-        return
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            reaped, _ = os.waitpid(node.pid, os.WNOHANG)
-            if reaped:
-                return
-        except ChildProcessError:
-            if not is_our_node(node.pid, node.id):
-                return
-        time.sleep(0.01)
-    raise ClusterError(f"node {node.id} (pid {node.pid}) did not exit within {timeout_s} s")
 
 
 def up(
@@ -228,17 +132,10 @@ def up(
     # A job file is stored by its absolute path: feeds and nodes find it from anywhere.
     job = absolute_job_ref(job, Path.cwd())
     # 1.
-    if (cluster_dir / CLUSTER_FILE).exists():
-        old = read_spec(cluster_dir)
-        alive = [n.id for n in old.nodes if n.pid is not None and is_our_node(n.pid, n.id)]
-        if alive:
-            raise ClusterError(
-                f"a cluster is already running in {cluster_dir} (nodes {', '.join(alive)}); "
-                "stop it with 'smr cluster down' first"
-            )
-        if state_on_disk(old):
-            _restart(cluster_dir, old, job, ready_timeout_s, without)
-            return old
+    old = _stopped_cluster(cluster_dir)
+    if old is not None and state_on_disk(old):
+        _restart(cluster_dir, old, job, ready_timeout_s, without)
+        return old
     if without:
         raise ClusterError(
             f"--without leaves nodes out of a restart from disk, and {cluster_dir} holds no "
@@ -249,12 +146,45 @@ def up(
     spec.incarnation = uuid.uuid4().hex[:16]
     spec.extra[REJOIN_AFTER_FENCE_KEY] = rejoin_after_fence_ms
     spec.extra[NEXT_NODE_INDEX_KEY] = nodes
-    if apply_rate_cap_per_s is not None:
-        spec.extra[APPLY_RATE_CAP_KEY] = apply_rate_cap_per_s
-    if balance_above is not None:
-        spec.extra[BALANCE_ABOVE_KEY] = balance_above
-    if mapper_lease_ms is not None:
-        spec.extra[MAPPER_LEASE_KEY] = mapper_lease_ms
+    for key, value in [
+        (APPLY_RATE_CAP_KEY, apply_rate_cap_per_s),
+        (BALANCE_ABOVE_KEY, balance_above),
+        (MAPPER_LEASE_KEY, mapper_lease_ms),
+    ]:
+        if value is not None:
+            spec.extra[key] = value
+    _place_state(spec, data_dir, output_table)
+    spec.mapper_lease_ms()
+    spec.apply_rate_cap_per_s()  # refuse a bad cap or threshold before any node starts
+    spec.balance_above()
+    # Only now, every argument checked: a refused cluster leaves no directory behind.
+    cluster_dir.mkdir(parents=True, exist_ok=True)
+    _prepare_keys(cluster_dir, secure)
+    write_spec(cluster_dir, spec)
+    _start_and_wait(cluster_dir, spec, ready_timeout_s)
+    return spec
+
+
+def _stopped_cluster(cluster_dir: Path) -> ClusterSpec | None:
+    """Step 1 of ``up``: the spec of the cluster ``cluster_dir`` already holds (None when it
+    holds none); ClusterError if any of its nodes still runs."""
+    if not (cluster_dir / CLUSTER_FILE).exists():
+        return None
+    old = read_spec(cluster_dir)
+    alive = [n.id for n in old.nodes if n.pid is not None and is_our_node(n.pid, n.id)]
+    if alive:
+        raise ClusterError(
+            f"a cluster is already running in {cluster_dir} (nodes {', '.join(alive)}); "
+            "stop it with 'smr cluster down' first"
+        )
+    return old
+
+
+def _place_state(
+    spec: ClusterSpec, data_dir: Path | None, output_table: TableTarget | None
+) -> None:
+    """Step 2 of ``up``: where the new cluster keeps its state (``data_dir``, refused unless
+    empty) and writes its output (``output_table``, once reached and its tables made)."""
     if data_dir is not None:
         if data_dir.is_dir() and any(data_dir.iterdir()):
             raise ClusterError(
@@ -269,11 +199,12 @@ def up(
         except TableError as error:
             raise ClusterError(str(error)) from None
         spec.extra[OUTPUT_TABLE_KEY] = output_table.to_json()
-    spec.mapper_lease_ms()
-    spec.apply_rate_cap_per_s()  # refuse a bad cap or threshold before any node starts
-    spec.balance_above()
-    # Only now, every argument checked: a refused cluster leaves no directory behind.
-    cluster_dir.mkdir(parents=True, exist_ok=True)
+
+
+def _prepare_keys(cluster_dir: Path, secure: bool) -> None:
+    """Step 2 of ``up``: with ``secure``, the cluster's keys (made unless it has them: clients
+    given them keep working); without, refuse a directory that has keys (its nodes would use
+    them). This process then uses them, as any client of the cluster."""
     keys_dir = cluster_dir / KEYS_DIR_NAME
     if secure and not keys_dir.exists():
         init_keys(cluster_dir)
@@ -282,10 +213,7 @@ def up(
             f"{keys_dir} exists, so the nodes would require keys: remove it to run without "
             "security, or leave out --insecure"
         )
-    use_keys_of(cluster_dir)  # the pings below, as any client of this cluster
-    write_spec(cluster_dir, spec)
-    _start_and_wait(cluster_dir, spec, ready_timeout_s)
-    return spec
+    use_keys_of(cluster_dir)  # the pings of step 4, as any client of this cluster
 
 
 def state_on_disk(spec: ClusterSpec) -> bool:
@@ -384,30 +312,11 @@ def _start_and_wait(
         node.pid = None if node.id in without else spawn_node(cluster_dir, node.id)
     write_spec(cluster_dir, spec)
     # 4.
-    client = Client(timeout_ms=250)
-    deadline = time.monotonic() + ready_timeout_s
     try:
-        for node in spec.nodes:
-            while node.pid is not None:
-                try:
-                    client.ping(node.addr)
-                    break
-                except NodeUnreachable:
-                    if node.pid is None or not is_our_node(node.pid, node.id):
-                        raise ClusterError(
-                            f"node {node.id} exited during start-up: "
-                            f"{_last_log_line(cluster_dir, node.id)}"
-                        ) from None
-                    if time.monotonic() > deadline:
-                        raise ClusterError(
-                            f"node {node.id} did not answer within {ready_timeout_s} s: "
-                            f"{_last_log_line(cluster_dir, node.id)}"
-                        ) from None
+        wait_answering(cluster_dir, spec.nodes, ready_timeout_s)
     except BaseException:
         stop_nodes(spec, grace_s=1.0)
         raise
-    finally:
-        client.close()
 
 
 def down(cluster_dir: Path, grace_s: float = 5.0) -> list[str]:
@@ -424,7 +333,7 @@ def spawn_autoscaler(cluster_dir: Path, args: Sequence[str]) -> int:
     """Start ``smr autoscale run`` on the cluster (with ``args``) in its own session, its
     output in ``logs/autoscale.log``; record its PID in the spec (``down`` stops it)."""
     cluster_dir = cluster_dir.resolve()
-    pid = _spawn(
+    pid = spawn(
         cluster_dir, "autoscale.log", ["autoscale", "run", "--cluster", str(cluster_dir), *args]
     )
     spec = read_spec(cluster_dir)
@@ -456,7 +365,7 @@ def stop_autoscaler(cluster_dir: Path, grace_s: float = 5.0) -> bool:
 
 def _is_our_autoscaler(pid: int, cluster_dir: Path) -> bool:
     """True if ``pid`` is a live ``smr autoscale run`` on this cluster (not a reused PID)."""
-    command = _command_of(pid)
+    command = command_of(pid)
     return command is not None and "autoscale" in command and str(cluster_dir.resolve()) in command
 
 
@@ -496,26 +405,10 @@ def add_nodes(
         spec.seeds.append(node.addr)
         nodes.append(node)
     write_spec(cluster_dir, spec)
-    pids = {node.id: spawn_node(cluster_dir, node.id) for node in nodes}
     for node in nodes:
-        node.pid = pids[node.id]
+        node.pid = spawn_node(cluster_dir, node.id)
     write_spec(cluster_dir, spec)
-    client = Client(timeout_ms=250)
-    deadline = time.monotonic() + ready_timeout_s
-    try:
-        for node in nodes:
-            while True:
-                try:
-                    client.ping(node.addr)
-                    break
-                except NodeUnreachable:
-                    if not is_our_node(pids[node.id], node.id) or time.monotonic() > deadline:
-                        raise ClusterError(
-                            f"the new node {node.id} did not start: "
-                            f"{_last_log_line(cluster_dir, node.id)}"
-                        ) from None
-    finally:
-        client.close()
+    wait_answering(cluster_dir, nodes, ready_timeout_s, what="the new node")
     return nodes
 
 
@@ -538,19 +431,3 @@ def _next_node_index(spec: ClusterSpec) -> int:
     return max(
         [len(spec.nodes), int(spec.extra.get(NEXT_NODE_INDEX_KEY, 0))] + [i + 1 for i in indexes]
     )
-
-
-def start_refusal(cluster_dir: Path, node_id: str) -> str | None:
-    """Why node ``node_id`` of the local cluster in ``cluster_dir`` refused to start (its
-    state on disk not whole, say): a node that cannot start logs one line, "cannot start:
-    WHY", and exits. None when its log does not end with such a line."""
-    _, said, why = _last_log_line(cluster_dir, node_id).partition("cannot start: ")
-    return why if said else None
-
-
-def _last_log_line(cluster_dir: Path, node_id: str) -> str:
-    try:
-        lines = (cluster_dir / "logs" / f"{node_id}.log").read_text(errors="replace").splitlines()
-    except OSError:
-        return "(no log)"
-    return lines[-1] if lines else "(empty log)"

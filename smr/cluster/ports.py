@@ -33,6 +33,7 @@ EPHEMERAL_LOW_DEFAULT: Final = 32_768
 
 PORT_ATTEMPTS: Final = 100
 
+
 def free_port(taken: set[int]) -> int:
     """A loopback port that is free now, chosen below the kernel's ephemeral range, and not
     one of ``taken`` (to which it is added).
@@ -63,6 +64,7 @@ def free_port(taken: set[int]) -> int:
         return chosen
     raise ClusterError(f"no free loopback port found in {PORT_ATTEMPTS} attempts")
 
+
 def ports_of(spec: ClusterSpec) -> set[int]:
     """The ports a spec's nodes listen on."""
     return {
@@ -72,12 +74,14 @@ def ports_of(spec: ClusterSpec) -> set[int]:
         if address
     }
 
+
 def _ephemeral_low() -> int:
     """The first port of the kernel's ephemeral range (Linux's default when unknown)."""
     try:
         return int(EPHEMERAL_RANGE_FILE.read_text().split()[0])
     except (OSError, ValueError, IndexError):
         return EPHEMERAL_LOW_DEFAULT
+
 
 def plan_cluster(
     nodes: int,

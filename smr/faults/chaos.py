@@ -1,34 +1,9 @@
 """Chaos schedules: faults as data in a TOML file, played by ``smr fault run`` against any
-backend (:mod:`smr.faults.backends`).
+backend (:mod:`smr.faults.backends`); the file's form: docs/design/faults.md#chaos.
 
-A schedule is a list of steps; each says at what time from the start (``at``) to do which
-fault (``do``: kill, pause, partition, delay, loss, heal) to which nodes, for how long::
-
-    seed = 7                      # for the random picks: a schedule plays the same way again
-
-    [[fault]]
-    at = "5s"
-    do = "kill"
-    pick = "random-live"          # or nodes = ["n1"]; count = 1 by default
-
-    [[fault]]
-    at = "8s"
-    do = "partition"
-    nodes = ["n2"]                # one side; the other is `others`, or every other node
-    duration = "6s"
-
-    [[fault]]
-    at = "16s"
-    do = "delay"
-    nodes = ["n3"]
-    delay = "100ms"               # jitter = "10ms" optional; loss takes share = "5%"
-    duration = "5s"
-
-Targets are chosen by a rule (:func:`resolve`, pure): the ``nodes`` named, or ``count``
-nodes drawn with the schedule's seed from every node (``pick = "random"``) or from those no
-earlier step killed (``"random-live"``). The player (:func:`play`) does each step at its
-time, resumes a paused node after its duration, waits until the last fault has healed, and
-logs every action; interrupted, it resumes what it paused and heals what it set.
+Targets are chosen by a rule (:func:`resolve`, pure, seeded); the player (:func:`play`) does
+each step at its time, waits until the last fault has healed and logs every action;
+interrupted, it resumes what it paused and heals what it set.
 """
 
 from __future__ import annotations

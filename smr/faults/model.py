@@ -1,73 +1,10 @@
-"""Faults as data: typed faults with targets, start times and durations
-(docs/design/architecture.md#faults-as-data).
+"""Faults as data: typed faults with targets, start times and durations, and the operator's
+commands a schedule also holds (``Move``, ``Join``); a :class:`FaultSchedule` is a sorted
+list of them (docs/design/faults.md#faults).
 
-A :class:`FaultSchedule` is a sorted list of faults. The simulator (``smr.sim``) plays one
-against many nodes in one process; the local process backend and the Docker backend can
-play the same values against real processes, since nothing here does I/O or knows how a
-fault is carried out: node ids are strings and times are milliseconds from the start of a
-run.
-
-The faults:
-
-- :class:`Kill` ``node`` at ``at_ms``: the process stops for good (SIGKILL); its sockets
-  close, so peers see the connection drop.
-- :class:`Pause` ``node`` from ``at_ms`` for ``duration_ms`` (SIGSTOP, then SIGCONT): it runs
-  nothing and sends nothing; what is sent to it waits in buffers and is read on resume.
-- :class:`Stall` ``node`` from ``at_ms`` for ``duration_ms``: one slow reduce call; its loop
-  reads nothing and runs no timer, but its heartbeats go on from their own thread, so it is
-  never a reason to declare the node dead (it is no silence window below).
-- :class:`Starve` ``node`` of CPU from ``at_ms`` for ``duration_ms``: the whole process runs
-  in turns, ``gap_ms`` without the CPU, then a tick with it; slow, not dead.
-- :class:`Forge` a view at ``node`` that marks ``victim`` dead with no takeover: refused,
-  so it loses nobody (it is no silence window either).
-- :class:`Partition` between ``group_a`` and ``group_b`` from ``at_ms`` for
-  ``duration_ms``: messages between the groups do not arrive until it ends (a cut that does
-  not reset connections, so TCP delivers them late, in order); traffic inside each group and
-  to or from anyone outside both groups (mappers, other nodes) is unaffected.
-- :class:`Delay` of every message to or from ``node`` by ``extra_ms`` more, from ``at_ms``
-  for ``duration_ms`` (order on each connection is kept).
-- :class:`Move`: not a fault but an operator's command played at ``at_ms``: ``node`` moves
-  the top ``fraction_ppm`` millionths of its range's load to its clockwise neighbour, or
-  leaves the ring (``leave``); a leaver counts as lost below (the ring closes over it).
-- :class:`Join`: the command that makes the standby ``node`` (not one of the ring's nodes)
-  join beside ``beside``. A joiner between two nodes only makes them less adjacent, so the
-  rules below, which look at the initial ring, stay conservative.
-
-Tolerance (docs/design/architecture.md#failures, made precise for schedules):
-:func:`within_tolerance` accepts a schedule only if
-
-1. no more than ``r`` ring-adjacent nodes are ever *lost* (the ring order is the initial
-   one, circular, and a lost node never owns slots again, so the rule looks at the whole
-   run, not at one moment; it ignores the recoveries between failures, which makes it
-   conservative), and
-2. at least one node is never lost.
-
-A node counts as *lost* when it is killed, or when it may be declared dead: its watchers
-(its clockwise neighbours) may hear nothing from it for as long as the failure detector
-needs, so it is fenced and rejoins empty, owning nothing. :class:`Tolerance` says how long a
-*silence window* of a node may last without that: a pause of the node, the onset of a delay
-of the node (``2 * extra_ms``, and as much added to any other window the delay overlaps;
-a starved CPU counts as a delay of its gaps),
-and a partition with the node on an *exposed* side are silence windows; windows closer
-together than a heartbeat gap count as one.
-
-Partitions and the quorum (``ring.failure.may_declare_dead``): on silence alone, a node
-declares a neighbour dead only when it heard from a strict majority of the owners of its
-view since its probe. Across a partition between groups A and B, the nodes of B hear at
-best B and the nodes in neither group (the rest, less those killed before the partition);
-so A's side of the cut is *exposed* (B's nodes may declare A's dead) only if
-``2 * |B + rest| > owners``. With no rest, at most one side of a cut is exposed; nodes in
-neither group count for both sides, so with them both sides may be. ``owners`` is counted
-low (every node minus those the other faults may lose, to a fixpoint), which errs towards
-exposing. So a long partition that cuts off a minority
-loses that minority only (it is taken over by the majority and fenced on heal; it declares
-nobody dead meanwhile), and is within tolerance when rule 1 holds for it; a partition into
-two halves exposes neither side (nobody is declared dead; the ring stalls until it heals).
-With ``r = 0`` (no failure detection) nothing may be lost at all.
-
-:func:`smr.faults.draws.random_schedule` draws schedules from a seeded ``random.Random`` and
-keeps only faults that leave the schedule within tolerance, so every schedule it returns is one
-the ring must survive with no acked tuple lost.
+Nothing here does I/O or knows how a fault is carried out (node ids are strings, times are
+milliseconds from the start of a run), so the simulation and the process and Docker backends
+play the same values. Which schedules the ring must survive: docs/design/faults.md#tolerance.
 """
 
 from __future__ import annotations

@@ -1,43 +1,10 @@
-"""The hand-picked fault scenarios, written once as data
-(docs/design/architecture.md#faults-as-data).
+"""The hand-picked fault scenarios, written once as data (docs/design/faults.md#scenarios).
 
-Each :class:`Scenario` is a ring, a fault schedule and the outcome it must end with. The
-simulation (``tests/sim``) and the end-to-end tests over real node processes
-(``tests/e2e``) both run :data:`SCENARIOS` and check the same :class:`Expectation`; nothing
-here knows how a fault is carried out.
-
-The ring: ``nodes`` nodes named ``n0``, ``n1``, ... in ring order (evenly spaced tokens, as
-both ``smr.sim`` and ``smr cluster up`` place them), replication ``replication``.
-
-Times: a fault's ``at_ms`` counts from the start of the feed (the simulation starts its
-mappers at virtual time 0; a real run counts from the first tuple a node applies). The feed
-of a scenario lasts at least ``feed_ms_min`` without faults, and every fault starts before
-then, so every fault hits a running feed.
-
-What every run of every scenario must end with (the schedules are within tolerance,
-``smr.faults.tolerance.within_tolerance``):
-
-- the final state equals plain Python's word counts of everything fed, key by key: no
-  acked tuple lost, none counted twice;
-- the live owners' ranges cover the ring exactly once, and the owners are the ring's nodes
-  less those killed and those fenced (:attr:`Scenario.owners_at_end`);
-- a killed node is gone for good.
-
-What :class:`Expectation` adds, per scenario:
-
-- ``takeovers``: every takeover of the run, exactly: :class:`Takeover` ``absorber`` took
-  over ``dead``, each absorber's in the order given. No other node takes over anything; an
-  empty tuple means no takeover may happen at all. The dead nodes are exactly the killed
-  ones and the fenced ones.
-- ``fenced``: the nodes declared dead while alive (paused or cut off past the failure
-  timeout). Each is fenced exactly once and rejoins as a new incarnation (2), in standby,
-  owning no slots and holding no keys. No other node is fenced.
-- ``quorum_missed``: nodes that must suspect a live neighbour they cannot hear and, lacking
-  a majority of the owners since their probe, not declare it dead (their ``quorum_missed``
-  counter is at least 1): the cut-off side of a partition declares nobody dead.
-- ``vouched``: nodes that must suspect a live neighbour they cannot hear, and drop the
-  suspicion because another owner reached it for them (their ``suspicions_vouched`` counter
-  is at least 1): a cut link is not a dead node.
+Each :class:`Scenario` is a ring, a fault schedule within tolerance and the outcome it must
+end with (:class:`Expectation`: who takes over whom, who is fenced, who misses a quorum, who
+is vouched for); the simulation and the end-to-end tests over real processes both run
+:data:`SCENARIOS` and check the same expectation. Nothing here knows how a fault is carried
+out.
 """
 
 from __future__ import annotations

@@ -180,118 +180,153 @@ def feed(
     and 3 together: they all contribute, or, if ``map_batch`` raises or one of their
     tuples cannot travel, none does and each counts as failed."""
     started = time.monotonic()
-    position = position if position is not None else FeedPosition()
-    records = 0
-    counts = {"map": 0, "emit": 0, "long": 0}
-    reported = 0
-    pairs: list[tuple[Any, Any]] = []
-    collect = pairs.append
-    emit_record = emitter.emit_record
-    emit_many = emitter.emit_many
-    user_map = job.mapper()
-    batch_map = job.batch_mapper()
-    # With map_batch: records waiting to be mapped together, with the line the first came from.
-    chunk: list[str] = []
-    chunk_start = FeedPosition()
-    # Tuples map_batch produced that its aggregators folded before they reached the emitter.
-    folded_away = 0
-
-    def collect_pair(key: Any, value: Any) -> None:
-        collect((key, value))
-
-    def failed(kind: str, message: str, records_failed: int = 1) -> None:
-        nonlocal reported
-        counts[kind] += records_failed
-        reported += 1
-        if reported <= MAP_FAILURES_REPORTED_MAX:
-            report(message)
-        pairs.clear()
-
-    def map_chunk() -> None:
-        """Map the waiting records with ``map_batch`` and emit all their tuples, or none."""
-        if not chunk:
-            return
-        assert batch_map is not None
-        where = f"{chunk_start.path}:{chunk_start.line}-{position.line}"
-        nonlocal folded_away
-        try:
-            keys, values, produced = batch_map(chunk)
-        except Exception as error:
-            failed(
-                "map", f"map_batch failed at {where}: {type(error).__name__}: {error}", len(chunk)
-            )
-        else:
-            try:
-                emit_many(keys, values)
-                folded_away += produced - len(keys)
-            except EmitError as error:
-                failed("emit", f"bad emit in the records at {where}: {error}", len(chunk))
-        chunk.clear()
-
-    def on_idle() -> None:
-        map_chunk()
-        emitter.flush()
-
+    feeding = _Feeding(job, emitter, report, position or FeedPosition(), max_record_bytes)
     done_bytes = 0
     for path in paths:
         raw: IO[bytes] | None = None
         if path == "-":
-            lines = _stdin_records(on_idle, max_record_bytes)
+            lines = _stdin_records(feeding.on_idle, max_record_bytes)
         else:
             lines, raw = _open_records(path, max_record_bytes)
-        position.path = path
+        feeding.position.path = path
         try:
-            for number, line in enumerate(lines, 1):
-                records += 1
-                position.line = number
-                position.records = records
-                if line is None:
-                    failed(
-                        "long",
-                        f"record at {path}:{number} is longer than {max_record_bytes} bytes "
-                        "(--max-record-bytes): skipped",
-                    )
-                    continue
-                if batch_map is not None:
-                    if not chunk:
-                        chunk_start.path, chunk_start.line = path, number
-                    chunk.append(line.rstrip("\r\n"))
-                    if len(chunk) >= MAP_BATCH_RECORDS:
-                        map_chunk()
-                    continue
-                try:
-                    user_map(line.rstrip("\r\n"), collect_pair)
-                except Exception as error:
-                    failed("map", f"map failed at {path}:{number}: {type(error).__name__}: {error}")
-                    continue
-                try:
-                    emit_record(pairs)
-                except EmitError as error:
-                    failed("emit", f"bad emit at {path}:{number}: {error}")
-                    continue
-                pairs.clear()
-                if progress is not None and raw is not None and number % 4096 == 0:
-                    progress(done_bytes + raw.tell())
-            map_chunk()
+            feeding.feed_lines(path, lines, raw, done_bytes, progress)
         finally:
             if raw is not None:
                 done_bytes += raw.tell()
                 raw.close()
         if progress is not None:
             progress(done_bytes)
-    unreported = reported - MAP_FAILURES_REPORTED_MAX
+    unreported = feeding.reported - MAP_FAILURES_REPORTED_MAX
     if unreported > 0:
         report(f"... {unreported} more failures")
     emitter.close(finished=finished)
     return FeedResult(
-        records,
-        emitter.tuples_emitted + folded_away,
+        feeding.records,
+        emitter.tuples_emitted + feeding.folded_away,
         emitter.tuples_sent,
-        counts["map"],
+        feeding.counts["map"],
         time.monotonic() - started,
-        emit_failures=counts["emit"],
-        records_too_long=counts["long"],
+        emit_failures=feeding.counts["emit"],
+        records_too_long=feeding.counts["long"],
     )
+
+
+class _Feeding:
+    """One feed's records through the job's map into the emitter: the failed records counted
+    by kind (``map``, ``emit``, ``long``) and the first ones reported, the pairs of the
+    record being mapped, and with ``map_batch`` the records waiting to be mapped together."""
+
+    def __init__(
+        self,
+        job: Job,
+        emitter: Emitter,
+        report: Callable[[str], None],
+        position: FeedPosition,
+        max_record_bytes: int,
+    ) -> None:
+        self.emitter = emitter
+        self.report = report
+        self.position = position
+        self.max_record_bytes = max_record_bytes
+        self.user_map = job.mapper()
+        self.batch_map = job.batch_mapper()
+        self.records = 0
+        self.counts = {"map": 0, "emit": 0, "long": 0}
+        self.reported = 0
+        self.pairs: list[tuple[Any, Any]] = []
+        # With map_batch: records waiting to be mapped together, with the line the first
+        # came from; tuples map_batch produced that its aggregators folded before they
+        # reached the emitter.
+        self.chunk: list[str] = []
+        self.chunk_start = FeedPosition()
+        self.folded_away = 0
+
+    def failed(self, kind: str, message: str, records_failed: int = 1) -> None:
+        """Count ``records_failed`` records of ``kind``; report the first few; drop the pairs
+        of the record being mapped."""
+        self.counts[kind] += records_failed
+        self.reported += 1
+        if self.reported <= MAP_FAILURES_REPORTED_MAX:
+            self.report(message)
+        self.pairs.clear()
+
+    def map_chunk(self) -> None:
+        """Map the waiting records with ``map_batch`` and emit all their tuples, or none."""
+        chunk = self.chunk
+        if not chunk:
+            return
+        assert self.batch_map is not None
+        where = f"{self.chunk_start.path}:{self.chunk_start.line}-{self.position.line}"
+        try:
+            keys, values, produced = self.batch_map(chunk)
+        except Exception as error:
+            message = f"map_batch failed at {where}: {type(error).__name__}: {error}"
+            self.failed("map", message, len(chunk))
+        else:
+            try:
+                self.emitter.emit_many(keys, values)
+                self.folded_away += produced - len(keys)
+            except EmitError as error:
+                self.failed("emit", f"bad emit in the records at {where}: {error}", len(chunk))
+        chunk.clear()
+
+    def on_idle(self) -> None:
+        """Input paused: map the waiting records and send the open batches."""
+        self.map_chunk()
+        self.emitter.flush()
+
+    def feed_lines(
+        self,
+        path: str,
+        lines: Iterator[str | None],
+        raw: IO[bytes] | None,
+        done_bytes: int,
+        progress: Callable[[int], None] | None,
+    ) -> None:
+        """Steps 1-3 for each record of one input, ``raw`` its file (None for standard
+        input) after ``done_bytes`` of the inputs before it; the records waiting for
+        ``map_batch`` mapped at its end."""
+        position, pairs, chunk, batch_map = self.position, self.pairs, self.chunk, self.batch_map
+        collect, user_map, emit_record = pairs.append, self.user_map, self.emitter.emit_record
+
+        def collect_pair(key: Any, value: Any) -> None:
+            collect((key, value))
+
+        for number, line in enumerate(lines, 1):
+            self.records += 1
+            position.line = number
+            position.records = self.records
+            if line is None:
+                self.failed(
+                    "long",
+                    f"record at {path}:{number} is longer than {self.max_record_bytes} bytes "
+                    "(--max-record-bytes): skipped",
+                )
+                continue
+            if batch_map is not None:
+                if not chunk:
+                    self.chunk_start.path, self.chunk_start.line = path, number
+                chunk.append(line.rstrip("\r\n"))
+                if len(chunk) >= MAP_BATCH_RECORDS:
+                    self.map_chunk()
+                continue
+            try:
+                user_map(line.rstrip("\r\n"), collect_pair)
+            except Exception as error:
+                self.failed(
+                    "map", f"map failed at {path}:{number}: {type(error).__name__}: {error}"
+                )
+                continue
+            try:
+                emit_record(pairs)
+            except EmitError as error:
+                self.failed("emit", f"bad emit at {path}:{number}: {error}")
+                continue
+            pairs.clear()
+            if progress is not None and raw is not None and number % 4096 == 0:
+                progress(done_bytes + raw.tell())
+        self.map_chunk()
 
 
 def total_bytes(paths: Sequence[str]) -> int | None:

@@ -236,23 +236,13 @@ def run(
             result = _feed_with_progress(job, emitter, paths, report, options, position)
         except (KeyboardInterrupt, DeliveryError) as error:
             # 3.
-            reason = "interrupted" if isinstance(error, KeyboardInterrupt) else str(error)
             connection.abort()
             if combine:
                 _record_run(record_path, owners_at_start, emitter)
-            where = f"{position.path}:{position.line}" if position.path else "the start"
-            report(
-                f"smr: error: feed stopped ({reason}) after reading through {where} "
-                f"({position.records:,} records); {emitter.tuples_acked:,} of "
-                f"{emitter.tuples_sent:,} tuples sent were acked"
+            resume = (
+                None if "-" in paths else resume_command(cluster.arg, job_ref, options.flags, paths)
             )
-            if "-" in paths:
-                report("standard input cannot be resumed: feed the rest again by other means")
-            else:
-                report(
-                    "to resume (the nodes drop what they already have), run the same command: "
-                    + resume_command(cluster.arg, job_ref, options.flags, paths)
-                )
+            _report_stopped(report, error, position, emitter, resume)
             return 2
         if combine:
             _record_run(record_path, owners_at_start, emitter)
@@ -262,19 +252,52 @@ def run(
         client.close()
         connection.abort()  # every tuple was acked, or the feed stops here anyway
     # 4.
+    return _say_fed(say, report, result, duplicates_line(before, after), options.max_record_bytes)
+
+
+def _report_stopped(
+    report: Callable[[str], None],
+    error: BaseException,
+    position: FeedPosition,
+    emitter: Emitter,
+    resume: str | None,
+) -> None:
+    """Step 3 of :func:`run`: how far a stopped feed got, and the command that resumes it
+    (``resume``; None for standard input, which cannot be resumed)."""
+    reason = "interrupted" if isinstance(error, KeyboardInterrupt) else str(error)
+    where = f"{position.path}:{position.line}" if position.path else "the start"
+    report(
+        f"smr: error: feed stopped ({reason}) after reading through {where} "
+        f"({position.records:,} records); {emitter.tuples_acked:,} of "
+        f"{emitter.tuples_sent:,} tuples sent were acked"
+    )
+    if resume is None:
+        report("standard input cannot be resumed: feed the rest again by other means")
+    else:
+        report("to resume (the nodes drop what they already have), run the same command: " + resume)
+
+
+def _say_fed(
+    say: Callable[[str], None],
+    report: Callable[[str], None],
+    result: FeedResult,
+    duplicates: str | None,
+    max_record_bytes: int,
+) -> int:
+    """Step 4 of :func:`run`: what was fed (and ``duplicates``, the line saying what the
+    nodes already had, if any); the exit code, 1 when a record failed."""
     say(
         f"fed {counted(result.tuples_emitted, 'tuple')} from {counted(result.records, 'record')} "
         f"({result.tuples_sent:,} sent after combine) in {result.elapsed_s:.2f} s: "
         f"{result.tuples_per_s:,.0f} tuples/s"
     )
-    line = duplicates_line(before, after)
-    if line is not None:
-        say(line)
+    if duplicates is not None:
+        say(duplicates)
     if result.failed_records:
         report(
             f"smr: {counted(result.failed_records, 'record')} failed and were skipped: "
             f"{result.map_failures:,} in map, {result.emit_failures:,} with a bad emit, "
-            f"{result.records_too_long:,} longer than {options.max_record_bytes:,} bytes"
+            f"{result.records_too_long:,} longer than {max_record_bytes:,} bytes"
         )
         return 1
     return 0

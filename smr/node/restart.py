@@ -1,38 +1,16 @@
 """The exchange of restored views at a restart from disk (docs/design/architecture.md#restart).
 
-Each node restored from its disk (``smr.node.disk``) starts with the view its manifest
-recorded at its last checkpoint; a node that was dead when the cluster stopped holds an older
-one than the nodes that took it over. Before it serves, it learns the ring's newest view from
-the nodes that came back with it:
+A node restored from its disk starts with the view its manifest recorded at its last
+checkpoint, older than the ring's if it was down when the cluster stopped. Before it serves
+it (1) tells every member of that view its view, (2) merges every view it hears, (3) holds
+pings, reads and batches until it heard every other owner (or ``restart_settle_ms``
+passed; with no bound if it *crashed*, its disk holding no clean stop, but for the nodes
+``up --without`` left out), and (4) fences if the merged view marks it dead, or, crashed
+with a possible taker left out, counts what it holds lost (``Takeover.doubt_restored_state``).
 
-1. On its first tick it sends its restored view to every member of it but itself, dead ones
-   included (a node that took it over, or that it took over, may be among them); each peer
-   merges it and, if its own view is newer, answers with it (``Membership.on_gossip``).
-2. It merges every view it hears; until it has settled, a merge it would refuse as forged in
-   a running ring (a range grown past a live neighbour's with no takeover) is taken: a view
-   restored from another disk is a descendant of its own, which may have missed a join or a
-   move of the last checkpoint interval.
-3. It holds every ping, read and batch (unanswered: clients retry, emitters resend) until it
-   has heard the view of every other owner of its view, or ``restart_settle_ms`` passed (an
-   owner that did not come back never answers). ``smr cluster up`` waits for every node's
-   ping, so it returns once the nodes agree. A node that *crashed* (its disk holds no clean
-   stop, ``Manifest.stopped``) may have been taken over while it was down, by an owner that
-   alone knows it: it waits for every owner without a bound, but for those the operator
-   left out of the restart (``up --without``, ``restart_left_out``).
-4. A node the merged view marks dead at its restored incarnation was taken over while it was
-   down: it fences (its generation kept in ``fenced-I/``, ``DiskState.keep_fenced``) and
-   serves nothing of its older state; an owner that did not come back is taken over by its
-   successor as a dead node, and the slots no copy on disk covers go to the loss ledger
-   (``checkpoint.loss``), loudly. A crashed node whose possible takers (the owners that
-   hold its copies) include one left out cannot know whether its state was superseded: it
-   marks every slot it holds lost and drops its copies (kept, not served: the left-out node
-   back, or ``smr recover --accept-loss``, decides), never serving it as current.
-
-Guarantee: a node restored from disk serves no read and applies no batch by a view older
-than the newest view of the owners of its view that came back (within ``restart_settle_ms``);
-so a range's state is served only by the owner the newest view names, never from an older
-copy. A node that crashed serves nothing it restored until every owner that could have
-taken it over was heard, and counts it lost if one of them was left out.
+Guarantee: a range's state is served after a restart only by the owner the newest view
+restored names, never from an older copy; what a crashed node restored is served only once
+every owner that could have taken it over was heard, or counted lost if one was left out.
 """
 
 from __future__ import annotations

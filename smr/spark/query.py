@@ -1,36 +1,10 @@
 """Spark as the mapper tier (docs/design/architecture.md#spark): a Structured Streaming query runs
 the job's ``map`` and emits into the ring. The only module that imports pyspark.
 
-The life of a micro-batch ``b`` of query ``Q``:
-
-1. Spark plans ``b`` from a replayable source (the file source writes the batch's files to
-   the query's checkpoint before running it) and calls the ``foreachBatch`` sink on the
-   driver.
-2. Every partition ``p`` of the batch runs as one task on a Python worker. The worker's
-   emitter (cached per worker process and cluster, so its sockets outlive the task) begins
-   mapper ``"Q/p"`` with seqs (stream positions) from ``b << 32``.
-3. The task runs ``map`` over its records in order. With the job's ``combine``, emits are
-   folded per key over chunks of :data:`COMBINE_RECORDS` records, and each chunk is emitted
-   in first-seen order: chunk boundaries depend on the records only, so a re-run folds the
-   same way and gives the same tuples the same seqs. A job with ``map_batch`` gets each
-   chunk in one call (with aggregators, its tuples folded per key), and its tasks read
-   the records as Arrow batches (``mapInArrow``) instead of Spark rows.
-4. Before the task returns it drains its emitter: every tuple is acked by all ``r + 1``
-   nodes of its replica set. A task that raises aborts its emitter (the retry starts clean).
-5. When every task has returned, the sink returns and Spark commits ``b``: a committed batch
-   is on ``r + 1`` nodes.
-
-Exactly-once state: a retried task, or a batch run again after a driver restart from the
-query's checkpoint, reads the same records in the same order, so it emits the same
-``(mapper, slot, seq)`` identities and the nodes drop those already applied. That needs a
-re-run to plan the same partitions (Spark's file source does, with the same configuration;
-restart a query with the master and options it had), at most ``2**32`` tuples per
-partition and batch, and no speculative execution (two live attempts of one task could
-interleave; :func:`session` turns it off).
-
-A ``map`` that raises fails its task, as in any Spark job: Spark retries it (the master
-``local[N,F]`` allows ``F`` attempts) and fails the query with the error after the last one.
-(``smr feed`` instead skips and reports a record whose ``map`` raises.)
+A committed micro-batch is on ``r + 1`` nodes, and a retried task or a batch run again from
+the query's checkpoint emits the same ``(mapper, slot, seq)`` identities, which the nodes drop
+(exactly-once state from a replayable source); the steps and what they need:
+docs/design/architecture.md#spark-batch.
 """
 
 from __future__ import annotations

@@ -1,48 +1,9 @@
-"""A cluster's description: its nodes, where each one listens and where others reach it.
+"""A cluster's description (:class:`ClusterSpec`, ``cluster.json``): its nodes, where each one
+binds and where others reach it (advertised), its seeds and incarnation.
 
-A :class:`ClusterSpec` is what a node process reads to start (its own addresses, the job, the
-initial view) and what a client reads to find the cluster. It says nothing about how the
-processes were started: the local launcher (``smr.cluster``) writes one as ``cluster.json``,
-and other launchers may write one too. The node never imports a launcher; it reads a spec.
-
-``DIR/cluster.json`` (format 1)::
-
-    {"format": 1, "slot_bits": 14, "replication": 1, "job": "examples.wordcount:job",
-     "checkpoint_interval_ms": 1000, "incarnation": "5f0c2a9e41d7b3c8", "extra": {},
-     "nodes": [{"id": "n0", "token": 0, "pid": 1234,
-                "addr": "tcp://n0.smr:7000", "pub_addr": "tcp://n0.smr:7001",
-                "bind_addr": "tcp://0.0.0.0:7000", "pub_bind_addr": "tcp://0.0.0.0:7001",
-                "zone": "rack-a", "metrics_addr": "0.0.0.0:9100"}, ...],
-     "seeds": ["tcp://n0.smr:7000"]}
-
-Bind and advertised addresses:
-
-- ``bind_addr`` is where the node's inbox socket binds, on its own host: in a container or on
-  a multi-homed host typically the wildcard ``tcp://0.0.0.0:7000``.
-- ``addr`` is where everyone else reaches that inbox (peers, mappers, clients): the address
-  the node advertises in the view, so it must be reachable from other hosts and is never a
-  wildcard.
-- ``pub_bind_addr`` and ``pub_addr`` are the same pair for the node's output publisher.
-
-On one host the two are the same, and a file may give only the advertised ones: a missing
-``bind_addr`` (``pub_bind_addr``) means "bind the advertised address". A missing ``zone`` is
-the empty zone, and missing ``seeds`` are the nodes' advertised addresses. So a file written
-before these fields existed (``id``, ``addr``, ``pub_addr``, ``token``, ``pid`` only) reads
-as it always did. :func:`write_spec` writes the optional fields only where they differ from
-these defaults, so a local cluster's file keeps exactly its old shape.
-
-``metrics_addr`` (``host:port``) is where the node serves its Prometheus metrics over HTTP
-(``/metrics``, ``smr.node.metrics``); missing or empty, it serves none.
-
-``incarnation`` names one life of the cluster: ``smr cluster up`` writes a new one every time
-it starts nodes with empty state, so whatever was fed to an earlier life (a Spark checkpoint, a
-feed's mapper id) can tell it is not this one. A file without it (written before it existed)
-has none (``None``).
-
-``seeds`` are the addresses a client (``smr feed``, ``smr status``) or a joining node contacts
-first to learn the live view; after that, the view's addresses are used. ``pid`` is the
-process id the local launcher recorded (null elsewhere). The file holds the nodes as started;
-the live view (after takeovers and moves) is asked of the nodes themselves.
+What a node process reads to start and a client reads to find the cluster; it says nothing
+about how the processes were started (the node never imports a launcher). The file's format
+and what each field means: docs/design/architecture.md#cluster-spec.
 """
 
 from __future__ import annotations

@@ -6,7 +6,14 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from smr.checkpoint.hwm import cut, first_uncovered, is_repeat, raise_marks, raise_vectors
+from smr.checkpoint.hwm import (
+    cut,
+    first_uncovered,
+    fresh_rows,
+    is_repeat,
+    raise_marks,
+    raise_vectors,
+)
 
 SLOTS = st.integers(min_value=0, max_value=7)
 MARKS = st.dictionaries(SLOTS, st.integers(min_value=1, max_value=30), max_size=8)
@@ -70,6 +77,14 @@ def test_cut_of_a_whole_batch_reports_no_rows() -> None:
     assert outcome.fresh is None
     assert outcome.marks == {3: 6, 1: 1}
     assert outcome.duplicates == 0
+
+
+def test_fresh_rows_takes_the_cut_rows_of_every_column() -> None:
+    slots, seqs, keys = [1, 1, 2, 1], [5, 5, 1, 6], ["a", "b", "c", "d"]
+    batch_cut = cut({2: 1}, slots, seqs)
+    assert fresh_rows(batch_cut.fresh, slots, seqs, keys) == ([1, 1], [5, 6], ["a", "d"])
+    whole = cut({}, [1, 2], [1, 1])
+    assert fresh_rows(whole.fresh, [1, 2], ["x", "y"]) == ([1, 2], ["x", "y"])
 
 
 def test_cut_rejects_columns_of_different_lengths() -> None:

@@ -21,7 +21,8 @@ import pytest
 
 import smr
 from smr import aio
-from smr import connection as connection_module
+from smr.client import reads as reads_module
+from smr.client.reads import StateReader
 from smr.cluster.local import signal_node
 from smr.connection import Unreachable
 from smr.ring.ids import Slot
@@ -121,15 +122,15 @@ def test_a_range_moved_mid_scan_is_read_from_its_new_primary_once(
     paths = feed_books()
     cluster.feed(*paths)
     expected = word_counts(paths)
-    monkeypatch.setattr(connection_module, "SCAN_PAGE_KEYS", 200)  # many pages per node
+    monkeypatch.setattr(reads_module, "SCAN_PAGE_KEYS", 200)  # many pages per node
     waits: list[str] = []
-    wait_for_view = smr.Cluster._wait_for_view
+    wait_for_view = StateReader.wait_for_view
 
-    def counted(self: smr.Cluster, deadline: float, what: str, failures: list[str]) -> None:
+    def counted(self: StateReader, deadline: float, what: str, failures: list[str]) -> None:
         waits.append(what)
         wait_for_view(self, deadline, what, failures)
 
-    monkeypatch.setattr(smr.Cluster, "_wait_for_view", counted)
+    monkeypatch.setattr(StateReader, "wait_for_view", counted)
     with smr.connect(cluster.dir, timeout_s=10) as connection:
         slot_bits = connection.spec.slot_bits
         last_slot = Slot((1 << slot_bits) - 1)

@@ -1,4 +1,4 @@
-"""How a read names lost slots (``smr.connection``): ranges that cover exactly the slots, and
+"""How a read names lost slots (``smr.client.control``): ranges that cover exactly the slots, and
 an error that says what is lost and how to read the rest."""
 
 from __future__ import annotations
@@ -7,8 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import smr
-from smr.client.control import NodeUnreachable
-from smr.connection import describe_slots
+from smr.client.control import NodeUnreachable, describe_slots
 
 
 def slots_named(text: str) -> set[int]:
