@@ -51,10 +51,6 @@ BIG_MODULES: set[str] = {
     "checkpoint/store.py",
     "ring/view.py",
     "smr/cluster/local.py",
-    # moves.py and move_taking.py: next, the giver's steps go to giving.py (a Giver owning
-    # the record and the freeze) and the taking side's protocols shrink with the seat.
-    "smr/node/moves.py",
-    "smr/node/move_taking.py",
 }
 
 FLAT_MODULES: set[str] = set()
