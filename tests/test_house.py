@@ -38,10 +38,6 @@ LONG_FUNCTIONS: set[str] = {
 }
 
 BIG_MODULES: set[str] = {
-    # moves.py and move_taking.py: next, the giver's steps go to giving.py (a Giver owning
-    # the record and the freeze) and the taking side's protocols shrink with the seat.
-    "smr/node/moves.py",
-    "smr/node/move_taking.py",
 }
 
 FLAT_MODULES: set[str] = set()

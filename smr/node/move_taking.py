@@ -29,20 +29,20 @@ from __future__ import annotations
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Collection, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
 from smr.checkpoint.ids import CheckpointNumber
-from smr.checkpoint.promote import Copy, PrimaryCopy
-from smr.node.ports import Clock, ViewGossip
+from smr.node.giving import still_planned
+from smr.node.ports import Clock, Promotion, TakenCopies, TakingIntake, ViewGossip
 from smr.node.settings import NodeCounters, NodeSettings
-from smr.ring.ids import Epoch, Incarnation, NodeId, Slot
+from smr.ring.ids import Epoch, Incarnation, NodeId
 from smr.ring.moves import MovePlan, MoveRefused, move_done_in, moved_view, plan_join, plan_move
 from smr.ring.placement import Ring, SlotRange
 from smr.ring.view import Status, View
 from smr.wire.codec import encode
-from smr.wire.kinds import ChannelNumber, MoveNumber, StreamId
+from smr.wire.kinds import MoveNumber, StreamId
 from smr.wire.messages import Nack
 from smr.wire.peer import MoveCommit, MoveDone, MovePropose, MoveSwitched, PeerMessages
 
@@ -60,34 +60,6 @@ class TakingMoves(Protocol):
     def joins(self) -> StandbyReturn: ...
     def freeze(self, slots: SlotRange | None) -> None: ...
     def note_record(self, record: dict[str, Any]) -> None: ...
-
-
-class TakenCopies(Protocol):
-    """What the taking side asks of the replication (``smr.node.replication``): the copy
-    of the moving slots, and the replica they are split off."""
-
-    def has_complete_replica(self, owner: NodeId, slots: SlotRange | None = None) -> bool: ...
-    def expect_copy(self, giver: NodeId, moving: SlotRange) -> None: ...
-    def note_final(self, giver: NodeId, final: CheckpointNumber) -> None: ...
-    def drop_copy(self, giver: NodeId) -> None: ...
-    def copy_to_orphan(self, giver: NodeId, receiver: NodeId) -> None: ...
-    def last_checkpoint_of(self, owner: NodeId) -> CheckpointNumber | None: ...
-    def split_off(self, giver: NodeId, slots: set[Slot]) -> PrimaryCopy: ...
-
-
-class Promotion(Protocol):
-    """What the receiver asks of the recovery (``smr.node.recovery``)."""
-
-    def promote_slots(self, copies: Sequence[Copy], slots: Collection[Slot]) -> int: ...
-    def crashed(self, peer: NodeId) -> bool: ...
-
-
-class TakingIntake(Protocol):
-    """What the receiver asks of the intake (``smr.node.ingest``)."""
-
-    @property
-    def reading_paused(self) -> bool: ...
-    def expected(self, stream: StreamId) -> ChannelNumber: ...
 
 
 class MoveTakingNode(Protocol):
@@ -459,7 +431,9 @@ class MoveTaking:
                     self._drop_holding(f"{agreed.plan.receiver} switched and is gone")
             elif agreed.plan.join:
                 continue  # smr.node.joins follows the join
-            elif agreed is self.holding and not self._still_planned(agreed):
+            elif agreed is self.holding and not still_planned(
+                node.ring, node.settings.replication, agreed.plan
+            ):
                 self._drop_holding("the ring changed under the move")
             elif (
                 giver is None
@@ -472,16 +446,6 @@ class MoveTaking:
                     self._drop_holding(f"{agreed.giver} or {agreed.plan.receiver} is gone")
                 else:
                     self.receiving = None
-
-    def _still_planned(self, agreed: Agreed) -> bool:
-        """Whether this node's ring still plans the move it agreed to."""
-        node = self._node
-        plan = agreed.plan
-        split = None if plan.leave else plan.split
-        try:
-            return plan_move(node.ring, agreed.giver, node.settings.replication, split) == plan
-        except MoveRefused:
-            return False
 
     def _drop_holding(self, reason: str) -> None:
         holding = self.holding

@@ -14,10 +14,11 @@ from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
 
 from smr.checkpoint.ids import CheckpointNumber, MapperId
-from smr.ring.ids import Epoch, Incarnation, NodeId
-from smr.ring.placement import Ring
+from smr.checkpoint.promote import Copy, PrimaryCopy
+from smr.ring.ids import Epoch, Incarnation, NodeId, Slot
+from smr.ring.placement import Ring, SlotRange
 from smr.ring.view import View
-from smr.wire.kinds import StreamId
+from smr.wire.kinds import ChannelNumber, StreamId
 from smr.wire.peer import PeerMessage, PeerMessages
 
 
@@ -243,6 +244,37 @@ class MoveCopies(Protocol):
     def joining(self) -> JoinProgress:
         """The joins part of the moves."""
         ...
+
+
+class TakenCopies(Protocol):
+    """What the taking side (``smr.node.move_taking``) and the moves ask of the replication
+    (``smr.node.replication``): the copy of the moving slots, and the replica they are split
+    off."""
+
+    def has_complete_replica(self, owner: NodeId, slots: SlotRange | None = None) -> bool: ...
+    def expect_copy(self, giver: NodeId, moving: SlotRange) -> None: ...
+    def note_final(self, giver: NodeId, final: CheckpointNumber) -> None: ...
+    def drop_copy(self, giver: NodeId) -> None: ...
+    def copy_to_orphan(self, giver: NodeId, receiver: NodeId) -> None: ...
+    def last_checkpoint_of(self, owner: NodeId) -> CheckpointNumber | None: ...
+    def split_off(self, giver: NodeId, slots: set[Slot]) -> PrimaryCopy: ...
+
+
+class Promotion(Protocol):
+    """What the receiver (``smr.node.move_taking``) asks of the recovery
+    (``smr.node.recovery``)."""
+
+    def promote_slots(self, copies: Sequence[Copy], slots: Collection[Slot]) -> int: ...
+    def crashed(self, peer: NodeId) -> bool: ...
+
+
+class TakingIntake(Protocol):
+    """What the receiver (``smr.node.move_taking``) asks of the intake (``smr.node.ingest``);
+    the giver asks more (``smr.node.giving.GivingIntake``)."""
+
+    @property
+    def reading_paused(self) -> bool: ...
+    def expected(self, stream: StreamId) -> ChannelNumber: ...
 
 
 class SnapshotReceiving(Protocol):
