@@ -17,12 +17,9 @@ from smr.checkpoint.delta import Delta, encode_delta, split_delta
 from smr.checkpoint.ids import CheckpointNumber
 from smr.checkpoint.store import StateStore
 from smr.node.disk import DiskState
-from smr.node.ports import Clock, ViewGossip
-from smr.node.settings import NodeCounters, NodeSettings
+from smr.node.ports import NodeBasics, ViewGossip
 from smr.output.files import OutputSink
-from smr.ring.ids import Epoch, Incarnation, NodeId
-from smr.ring.placement import Ring
-from smr.ring.view import View
+from smr.ring.ids import NodeId
 from smr.wire.peer import Checkpoint, CheckpointRequest, PeerMessages
 
 # A primary takes at most one early checkpoint per this many seconds (several secondaries
@@ -40,25 +37,11 @@ class CopyTarget(Protocol):
     def copy_target(self) -> tuple[NodeId, ...]: ...
 
 
-class CycleNode(Protocol):
+class CycleNode(NodeBasics, Protocol):
     """What the checkpoint cycle uses of the node (``smr.node.core.NodeCore``)."""
 
     @property
-    def node_id(self) -> NodeId: ...
-    @property
-    def view(self) -> View: ...
-    @property
-    def ring(self) -> Ring: ...
-    @property
     def secondaries(self) -> tuple[NodeId, ...]: ...
-    @property
-    def stamp(self) -> tuple[NodeId, Incarnation, Epoch]: ...
-    @property
-    def clock(self) -> Clock: ...
-    @property
-    def settings(self) -> NodeSettings: ...
-    @property
-    def counters(self) -> NodeCounters: ...
     @property
     def store(self) -> StateStore: ...
     @property

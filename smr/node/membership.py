@@ -12,9 +12,8 @@ from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
 from smr.node.load import LoadMeter
-from smr.node.ports import Backlog, Clock
+from smr.node.ports import Backlog, NodeBasics
 from smr.node.restart import RestartExchange
-from smr.node.settings import NodeCounters, NodeSettings
 from smr.node.throttle import Throttle
 from smr.ring.ids import Epoch, Incarnation, NodeId
 from smr.ring.lease import ReadLease
@@ -38,29 +37,15 @@ class SignsOfLife(Protocol):
     def sign_of_life(self, peer: NodeId, busy: bool | None = None) -> None: ...
 
 
-class MembershipNode(Protocol):
+class MembershipNode(NodeBasics, Protocol):
     """What the membership uses of the node (``smr.node.core.NodeCore``)."""
 
     @property
-    def node_id(self) -> NodeId: ...
-    @property
     def incarnation(self) -> Incarnation: ...
-    @property
-    def view(self) -> View: ...
-    @property
-    def ring(self) -> Ring: ...
     @property
     def secondaries(self) -> tuple[NodeId, ...]: ...
     @property
-    def stamp(self) -> tuple[NodeId, Incarnation, Epoch]: ...
-    @property
     def slot_bits(self) -> int: ...
-    @property
-    def clock(self) -> Clock: ...
-    @property
-    def settings(self) -> NodeSettings: ...
-    @property
-    def counters(self) -> NodeCounters: ...
     @property
     def tuples_per_s(self) -> float: ...
     @property

@@ -35,11 +35,10 @@ from typing import Any, Final, Protocol
 
 from smr.checkpoint.ids import CheckpointNumber
 from smr.node.giving import still_planned
-from smr.node.ports import Clock, Promotion, TakenCopies, TakingIntake, ViewGossip
-from smr.node.settings import NodeCounters, NodeSettings
-from smr.ring.ids import Epoch, Incarnation, NodeId
+from smr.node.ports import NodeBasics, Promotion, TakenCopies, TakingIntake, ViewGossip
+from smr.ring.ids import Incarnation, NodeId
 from smr.ring.moves import MovePlan, MoveRefused, move_done_in, moved_view, plan_join, plan_move
-from smr.ring.placement import Ring, SlotRange
+from smr.ring.placement import SlotRange
 from smr.ring.view import Status, View
 from smr.wire.codec import encode
 from smr.wire.kinds import MoveNumber, StreamId
@@ -62,27 +61,13 @@ class TakingMoves(Protocol):
     def note_record(self, record: dict[str, Any]) -> None: ...
 
 
-class MoveTakingNode(Protocol):
+class MoveTakingNode(NodeBasics, Protocol):
     """What the taking side uses of the node (``smr.node.core.NodeCore``)."""
 
-    @property
-    def node_id(self) -> NodeId: ...
-    @property
-    def view(self) -> View: ...
-    @property
-    def ring(self) -> Ring: ...
     @property
     def predecessors(self) -> tuple[NodeId, ...]: ...
     @property
     def secondaries(self) -> tuple[NodeId, ...]: ...
-    @property
-    def stamp(self) -> tuple[NodeId, Incarnation, Epoch]: ...
-    @property
-    def clock(self) -> Clock: ...
-    @property
-    def settings(self) -> NodeSettings: ...
-    @property
-    def counters(self) -> NodeCounters: ...
     @property
     def ingest(self) -> TakingIntake: ...
     @property

@@ -15,6 +15,7 @@ from typing import NamedTuple, Protocol
 
 from smr.checkpoint.ids import CheckpointNumber, MapperId
 from smr.checkpoint.promote import Copy, PrimaryCopy
+from smr.node.settings import NodeCounters, NodeSettings
 from smr.ring.ids import Epoch, Incarnation, NodeId, Slot
 from smr.ring.placement import Ring, SlotRange
 from smr.ring.view import View
@@ -283,3 +284,23 @@ class SnapshotReceiving(Protocol):
     def forget_receiving(self, primary: NodeId) -> None:
         """Drop the snapshot being received from ``primary``, if any."""
         ...
+
+
+class NodeBasics(Protocol):
+    """What most roles see of the node (each role's protocol adds what else it uses): its
+    id, view and ring, the stamp of its peer messages, its clock, settings and counters."""
+
+    @property
+    def node_id(self) -> NodeId: ...
+    @property
+    def view(self) -> View: ...
+    @property
+    def ring(self) -> Ring: ...
+    @property
+    def stamp(self) -> tuple[NodeId, Incarnation, Epoch]: ...
+    @property
+    def clock(self) -> Clock: ...
+    @property
+    def settings(self) -> NodeSettings: ...
+    @property
+    def counters(self) -> NodeCounters: ...

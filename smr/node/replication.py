@@ -24,10 +24,9 @@ from smr.checkpoint.store import StateStore
 from smr.node.disk import DiskState
 from smr.node.move_copies import IncomingCopy
 from smr.node.orphans import Orphan, Orphans, moved_name
-from smr.node.ports import Clock, MoveCopies, SnapshotReceiving, ViewGossip
-from smr.node.settings import NodeCounters, NodeSettings
+from smr.node.ports import MoveCopies, NodeBasics, SnapshotReceiving, ViewGossip
 from smr.output.files import OutputSink
-from smr.ring.ids import Epoch, Incarnation, NodeId, Slot
+from smr.ring.ids import NodeId, Slot
 from smr.ring.placement import Ring, SlotRange
 from smr.ring.view import Status, View
 from smr.wire.kinds import FrameError
@@ -42,27 +41,13 @@ class MoveCopyTargets(MoveCopies, Protocol):
     def copy_target(self) -> tuple[NodeId, ...]: ...
 
 
-class ReplicationNode(Protocol):
+class ReplicationNode(NodeBasics, Protocol):
     """What the replication uses of the node (``smr.node.core.NodeCore``)."""
 
-    @property
-    def node_id(self) -> NodeId: ...
-    @property
-    def view(self) -> View: ...
-    @property
-    def ring(self) -> Ring: ...
     @property
     def predecessors(self) -> tuple[NodeId, ...]: ...
     @property
     def secondaries(self) -> tuple[NodeId, ...]: ...
-    @property
-    def stamp(self) -> tuple[NodeId, Incarnation, Epoch]: ...
-    @property
-    def clock(self) -> Clock: ...
-    @property
-    def settings(self) -> NodeSettings: ...
-    @property
-    def counters(self) -> NodeCounters: ...
     @property
     def store(self) -> StateStore: ...
     @property

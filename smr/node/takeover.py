@@ -23,10 +23,9 @@ from smr.checkpoint.store import ReduceFn, StateStore
 from smr.node.disk import DiskState
 from smr.node.handoff import Handoff
 from smr.node.orphans import Orphan
-from smr.node.ports import Clock, SnapshotReceiving, ViewGossip
+from smr.node.ports import NodeBasics, SnapshotReceiving, ViewGossip
 from smr.node.reducer import Reducer
-from smr.node.settings import NodeCounters, NodeSettings
-from smr.ring.ids import Epoch, Incarnation, NodeId, Slot
+from smr.ring.ids import Incarnation, NodeId, Slot
 from smr.ring.invariants import InvariantViolation
 from smr.ring.placement import Ring
 from smr.ring.view import Status, View, successor_takes_over
@@ -59,32 +58,18 @@ class MovesOnTakeover(Resets, Protocol):
     def leaving(self) -> bool: ...
 
 
-class TakeoverNode(Protocol):
+class TakeoverNode(NodeBasics, Protocol):
     """What the takeover uses of the node (``smr.node.core.NodeCore``); the recovery, which
     holds it, uses a part of it."""
 
     store: StateStore
 
     @property
-    def node_id(self) -> NodeId: ...
-    @property
     def incarnation(self) -> Incarnation: ...
     @incarnation.setter
     def incarnation(self, incarnation: Incarnation) -> None: ...
     @property
-    def view(self) -> View: ...
-    @property
-    def ring(self) -> Ring: ...
-    @property
     def predecessors(self) -> tuple[NodeId, ...]: ...
-    @property
-    def stamp(self) -> tuple[NodeId, Incarnation, Epoch]: ...
-    @property
-    def clock(self) -> Clock: ...
-    @property
-    def settings(self) -> NodeSettings: ...
-    @property
-    def counters(self) -> NodeCounters: ...
     @property
     def ledger(self) -> LossLedger: ...
     @property
