@@ -18,6 +18,10 @@ __all__ = ["CheckpointGap", "PeerReplica"]
 _SEQ_NONE: Final = Seq(0)
 
 
+# The checkpoint a replica is at before any: the empty state of a new cluster.
+BEFORE_FIRST_CHECKPOINT: Final = CheckpointNumber(0)
+
+
 class CheckpointGap(Exception):
     """A checkpoint number was skipped: the replica needs a full snapshot."""
 
@@ -81,18 +85,26 @@ class PeerReplica:
     promotes a replica takes only the slots of the dead primary's range.
     """
 
-    def __init__(self) -> None:
+    def __init__(
+        self,
+        *,
+        needs_snapshot: bool = True,
+        complete: bool = False,
+        last_checkpoint: CheckpointNumber = BEFORE_FIRST_CHECKPOINT,
+    ) -> None:
+        """A new replica needs a snapshot; :meth:`of_empty_start` and :meth:`split_off`
+        make others."""
         self.store = StateStore()
         """The replica's state, in ``master`` only. ``begin_snapshot`` replaces it with a
         fresh store: reach it through the replica, do not keep it."""
-        self.needs_snapshot = True
+        self.needs_snapshot = needs_snapshot
         """True until a snapshot ends, and again after a gap: checkpoints are ignored then."""
-        self.last_checkpoint = CheckpointNumber(0)
+        self.last_checkpoint = last_checkpoint
         """Number of the last applied checkpoint (``as_of`` right after ``begin_snapshot``)."""
         self._next_part = 0
         """The part of checkpoint ``last_checkpoint + 1`` expected next."""
         self._snapshot_in_progress = False
-        self._is_complete = False
+        self._is_complete = complete
 
     @classmethod
     def of_empty_start(cls) -> PeerReplica:
@@ -100,10 +112,7 @@ class PeerReplica:
         checkpoint 0 (the empty state), so that it applies checkpoints from 1 on. A fresh
         replica ignores checkpoints until a snapshot begins, and a snapshot that then
         begins past checkpoint 1 leaves it covering nothing until it ends."""
-        replica = cls()
-        replica.needs_snapshot = False
-        replica._is_complete = True
-        return replica
+        return cls(needs_snapshot=False, complete=True)
 
     @property
     def snapshot_in_progress(self) -> bool:
@@ -230,9 +239,8 @@ class PeerReplica:
         exactly when this one is. It takes no checkpoints: it is a copy kept as it is, until
         the new primary re-replicates the range (``smr.node.replication.Orphan``)."""
         wanted = set(slots) & self.store.slots()
-        copy = PeerReplica()
+        copy = PeerReplica(
+            needs_snapshot=False, complete=self._is_complete, last_checkpoint=self.last_checkpoint
+        )
         copy.store.adopt(self.store, wanted)
-        copy.last_checkpoint = self.last_checkpoint
-        copy.needs_snapshot = False
-        copy._is_complete = self._is_complete
         return copy

@@ -20,9 +20,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 import zmq
 from zmq.auth.thread import ThreadAuthenticator
@@ -272,6 +272,14 @@ class Outbox:
                 return dropped
             dropped = dropped or event["event"] == zmq.EVENT_DISCONNECTED
 
+    def watch_replies(self, poller: zmq.Poller) -> None:
+        """Have ``poller`` watch this outbox for replies (:func:`wait_any`)."""
+        poller.register(self._socket, zmq.POLLIN)
+
+    def has_replies(self, ready: Mapping[Any, int]) -> bool:
+        """Whether ``ready`` (what ``poller.poll`` returned, as a dict) holds a reply for it."""
+        return self._socket in ready
+
     def close(self) -> None:
         """Close the socket at once."""
         if self._monitor is not None:
@@ -284,9 +292,9 @@ def wait_any(outboxes: Sequence[Outbox], timeout_ms: int) -> list[Outbox]:
     """Block up to ``timeout_ms`` until some outboxes have replies; returns those."""
     poller = zmq.Poller()
     for outbox in outboxes:
-        poller.register(outbox._socket, zmq.POLLIN)
+        outbox.watch_replies(poller)
     ready = dict(poller.poll(timeout_ms))
-    return [outbox for outbox in outboxes if outbox._socket in ready]
+    return [outbox for outbox in outboxes if outbox.has_replies(ready)]
 
 
 class Publisher:
