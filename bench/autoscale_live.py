@@ -209,7 +209,7 @@ def run(
             if controller is not None:
                 controller.close()
         expected = dict(stream_counts(words, fed["emitted"]))
-        from smr.spec import read_spec
+        from smr.spec.parse import read_spec
 
         addrs = [node.addr for node in read_spec(cluster_dir).nodes]
         exact = check_counts(dump_counts(addrs), expected)
@@ -318,7 +318,7 @@ def _kill_busiest(cluster_dir: Path, elapsed_s: float) -> dict[str, Any]:
 
     from smr.client.control import Client
     from smr.cluster.ring_ops import serving_in_ring_order
-    from smr.spec import read_spec
+    from smr.spec.parse import read_spec
 
     spec = read_spec(cluster_dir)
     client = Client(timeout_ms=500)

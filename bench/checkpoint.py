@@ -213,7 +213,7 @@ def measure_deltas(
 
 def _feeder(cluster_dir: str, words: list[str], results: Any) -> None:
     """Emit every word once as fast as the cluster takes them; tuples/s until all acked."""
-    from smr.spec import read_spec
+    from smr.spec.parse import read_spec
 
     spec = read_spec(Path(cluster_dir))
     emitter = cluster_emitter(spec, f"bench-checkpoint-{spec.replication}", batch_size=BATCH_SIZE)

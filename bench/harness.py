@@ -121,7 +121,7 @@ def cluster_emitter(cluster: Path | str | Any, mapper_id: str, **options: Any) -
     from smr.checkpoint.ids import MapperId
     from smr.client.control import fetch_view
     from smr.mapper.emitter import Emitter
-    from smr.spec import read_spec
+    from smr.spec.parse import read_spec
 
     spec = read_spec(Path(cluster)) if isinstance(cluster, str | Path) else cluster
     options.setdefault("replication", spec.replication)

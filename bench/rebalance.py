@@ -267,7 +267,7 @@ def _timed_feeder(cluster_dir: str, words: list[str], rate: float, stop: Any, re
 
 def wait_replicated(cluster_dir: Path) -> None:
     """Wait until no node reports under-replicated slots."""
-    from smr.spec import read_spec
+    from smr.spec.parse import read_spec
 
     deadline = time.monotonic() + OPERATION_TIMEOUT_S
     while time.monotonic() < deadline:

@@ -51,7 +51,7 @@ def measure(keys: int) -> dict[str, Any]:
     """One size: the restart from disk, and the baseline, in this order."""
     import smr
     from smr.cluster.local import down, up
-    from smr.spec import read_spec
+    from smr.spec.parse import read_spec
 
     with tempfile.TemporaryDirectory(prefix="smr-restore-") as work:
         data_dir = Path(work) / "data"

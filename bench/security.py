@@ -40,7 +40,7 @@ from bench.common import (
     write_words_text,
 )
 from bench.harness import dump_counts, pyplot, smr_command, timed_run, write_report
-from smr.spec import read_spec
+from smr.spec.parse import read_spec
 from smr.transport.security import load_keys
 
 NODES = 3

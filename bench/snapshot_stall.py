@@ -43,7 +43,7 @@ from smr.ring.hashing import even_tokens, slot_of  # noqa: E402
 from smr.ring.ids import NodeId  # noqa: E402
 from smr.ring.placement import Ring  # noqa: E402
 from smr.ring.view import Member, Status, View  # noqa: E402
-from smr.sim import MemoryOutput  # noqa: E402
+from smr.sim.nodes import MemoryOutput  # noqa: E402
 from smr.wire.batch_body import encode_batch_body  # noqa: E402
 from smr.wire.codec import decode, encode  # noqa: E402
 from smr.wire.kinds import ChannelNumber, StreamId  # noqa: E402

@@ -243,7 +243,7 @@ def _sample(
     """One RSS sample of every node process alive, the ones a join added included."""
     import psutil
 
-    from smr.spec import read_spec
+    from smr.spec.parse import read_spec
 
     for node in read_spec(cluster_dir).nodes:
         if node.id not in processes and node.pid is not None:

@@ -12,59 +12,7 @@
   the view it ends in (`moved_view`, `move_done_in`).
 - `ring.zones`: fault zones: `spread_order` (where owners sit), `join_position`,
   `one_zone_ranges`.
+
+Each name is imported from its module (``from smr.ring.view import ...``): the package itself
+imports nothing, so importing one of its modules loads no other.
 """
-
-from smr.ring.hashing import (
-    HASH_SEED,
-    SLOT_BITS_DEFAULT,
-    SLOT_BITS_MAX,
-    SLOT_BITS_MIN,
-    check_slot_bits,
-    even_tokens,
-    hash64,
-    key_bytes,
-    slot_count,
-    slot_of,
-)
-from smr.ring.ids import NodeId, Slot, Token
-from smr.ring.placement import Ring, Role, SlotRange, split_at_load_median
-from smr.ring.view import (
-    INCARNATION_LIMIT,
-    OWNING_STATUSES,
-    TOKEN_LIMIT,
-    VERSION_LIMIT,
-    Member,
-    Status,
-    View,
-    grant_range,
-    successor_takes_over,
-)
-
-__all__ = [
-    "HASH_SEED",
-    "INCARNATION_LIMIT",
-    "OWNING_STATUSES",
-    "SLOT_BITS_DEFAULT",
-    "SLOT_BITS_MAX",
-    "SLOT_BITS_MIN",
-    "TOKEN_LIMIT",
-    "VERSION_LIMIT",
-    "Member",
-    "NodeId",
-    "Ring",
-    "Role",
-    "Slot",
-    "SlotRange",
-    "Status",
-    "Token",
-    "View",
-    "check_slot_bits",
-    "even_tokens",
-    "grant_range",
-    "hash64",
-    "key_bytes",
-    "slot_count",
-    "slot_of",
-    "split_at_load_median",
-    "successor_takes_over",
-]

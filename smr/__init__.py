@@ -39,7 +39,7 @@ if TYPE_CHECKING:
         Unreachable,
         connect,
     )
-    from smr.spec import ClusterError
+    from smr.spec.model import ClusterError
     from smr.transport.security import KeysError
 
 # The installed distribution whose version ``__version__`` is.
@@ -59,7 +59,7 @@ _HOMES: Final = {
     "LostSlotsSkipped": "smr.connection",
     "SlotsLost": "smr.connection",
     "Unreachable": "smr.connection",
-    "ClusterError": "smr.spec",
+    "ClusterError": "smr.spec.model",
     "KeysError": "smr.transport.security",
 }
 

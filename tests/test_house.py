@@ -34,11 +34,9 @@ PRIVATE_REACHES: dict[str, int] = {}
 
 ROLE_REACHES: dict[str, int] = {}
 
-LONG_FUNCTIONS: set[str] = {
-}
+LONG_FUNCTIONS: set[str] = {}
 
-BIG_MODULES: set[str] = {
-}
+BIG_MODULES: set[str] = {}
 
 FLAT_MODULES: set[str] = set()
 
@@ -277,3 +275,24 @@ def test_more_than_12_modules_directly_under_smr_are_found(tmp_path: Path) -> No
     found = house.flat_modules(root)
     assert len(found) == 13 and "smr/m12.py" in found
     assert "new" in fails(lambda: house.ratchet("flat modules", found, Counter()))
+
+
+def test_a_circle_through_a_package_init_is_found(tmp_path: Path) -> None:
+    # The core imports smr.node.disk, which runs smr/node/__init__.py first, which imports
+    # the core: a circle, though no module names the package.
+    lazy = (
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    from smr.node.core import Core\n"
+        "def __getattr__(name):\n    from smr.node import core\n    return core.Core\n"
+    )
+    files = {
+        "smr/node/__init__.py": "from smr.node.core import Core\n",
+        "smr/node/core.py": "from smr.node.disk import Disk\nclass Core: ...\n",
+        "smr/node/disk.py": "class Disk: ...\n",
+        "smr/cli.py": "from smr.node.disk import Disk\n",
+    }
+    assert house.import_circles(plant(tmp_path / "eager", files)) == Counter(
+        {"smr.node, smr.node.core": 1}
+    )
+    files["smr/node/__init__.py"] = lazy
+    assert house.import_circles(plant(tmp_path / "lazy", files)) == Counter()

@@ -51,7 +51,7 @@ from smr.client.control import Client, NodeUnreachable
 from smr.cluster import ring_ops
 from smr.cluster.provision import LocalProcesses, Provisioner, StandbyPool
 from smr.ring.ids import NodeId
-from smr.spec import read_spec
+from smr.spec.parse import read_spec
 
 log = logging.getLogger("smr.autoscale")
 

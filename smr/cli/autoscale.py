@@ -18,7 +18,8 @@ from smr.autoscale.controller import Controller, read_status
 from smr.autoscale.policies import POLICIES, PolicyRunner
 from smr.cli.options import cluster_dir_option, docker_project_option
 from smr.cluster.provision import StandbyPool, provisioner_for
-from smr.spec import ClusterError, read_spec
+from smr.spec.model import ClusterError
+from smr.spec.parse import read_spec
 
 
 @click.group("autoscale")

@@ -16,7 +16,8 @@ from smr.cluster import local as local_cluster
 from smr.cluster.ports import NODES_MAX
 from smr.output.table import MERGES, TableError, TableTarget
 from smr.ring.zones import one_zone_windows
-from smr.spec import CLUSTER_FILE, ClusterError, ClusterSpec, read_spec
+from smr.spec.model import CLUSTER_FILE, ClusterError, ClusterSpec
+from smr.spec.parse import read_spec
 from smr.windows import refuse_in_cluster
 
 # `cluster up` makes the directory, so it need not exist; --dir is its older name.

@@ -36,7 +36,8 @@ from smr.mapper.emitter import (
     BATCH_SIZE_DEFAULT,
     WINDOW_BATCHES_DEFAULT,
 )
-from smr.spec import CLUSTER_FILE, feeder_job, read_spec
+from smr.spec.model import CLUSTER_FILE
+from smr.spec.parse import feeder_job, read_spec
 from smr.transport.zeromq import Subscriber
 from smr.values import state_json
 from smr.windows import refuse_in_cluster

@@ -15,7 +15,7 @@ from smr.spark.setup import (
     SparkFeedError,
     SparkMissing,
 )
-from smr.spec import ClusterError
+from smr.spec.model import ClusterError
 from smr.transport.links import TransportError
 from smr.transport.security import KeysError
 

@@ -24,7 +24,7 @@ from smr.faults.backends import (
     parse_percent_ppm,
 )
 from smr.faults.chaos import load_schedule, play
-from smr.spec import ClusterError
+from smr.spec.model import ClusterError
 
 F = TypeVar("F", bound=Callable[..., Any])
 

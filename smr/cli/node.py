@@ -11,7 +11,7 @@ from typing import Final
 import click
 
 from smr.cli.options import cluster_dir_option
-from smr.spec import NEWCOMER_PORT_DEFAULT
+from smr.spec.model import NEWCOMER_PORT_DEFAULT
 
 # How long after it started a node run with --join asks to join (its gossip reaches the
 # ring first).
@@ -60,7 +60,7 @@ def node_command(
     starts on standby, binds every interface and finds the ring through the spec's
     nodes (the seeds)."""
     from smr.node import serve
-    from smr.spec import newcomer
+    from smr.spec.model import newcomer
 
     node_id = node_id or socket.gethostname()
     joining = newcomer(node_id, advertise_host or node_id, port, zone, metrics_port)

@@ -12,7 +12,7 @@ import click
 from smr.cli.options import cluster_dir_option
 from smr.output.files import OutputFiles
 from smr.output.records import record_line
-from smr.spec import ClusterError
+from smr.spec.model import ClusterError
 
 
 @click.command("output")

@@ -22,7 +22,8 @@ from smr.cluster import ring_ops
 from smr.cluster.provision import StandbyPool, provisioner_for
 from smr.cluster.ring_ops import RingOpError
 from smr.ring.zones import one_zone_windows
-from smr.spec import NodeSpec, read_spec
+from smr.spec.model import NodeSpec
+from smr.spec.parse import read_spec
 
 wait_option = click.option(
     "--wait-s",

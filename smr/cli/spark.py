@@ -26,7 +26,7 @@ from smr.spark.setup import (
     MASTER_DEFAULT,
     MAX_FILES_PER_TRIGGER_DEFAULT,
 )
-from smr.spec import feeder_job, read_spec
+from smr.spec.parse import feeder_job, read_spec
 from smr.windows import refuse_in_cluster
 from smr.wording import counted
 

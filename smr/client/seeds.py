@@ -19,7 +19,8 @@ from typing import Any
 
 from smr.client.control import Client, NodeUnreachable, cluster_view
 from smr.ring.view import Status
-from smr.spec import ClusterError, ClusterSpec, NodeSpec, parse_spec, read_spec
+from smr.spec.model import ClusterError, ClusterSpec, NodeSpec
+from smr.spec.parse import parse_spec, read_spec
 
 _SEED = re.compile(r"^(tcp://)?([A-Za-z0-9._-]+|\[[0-9a-fA-F:]+\]):(\d{1,5})$")
 

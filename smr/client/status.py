@@ -10,7 +10,7 @@ from typing import Any, Final
 
 from smr.client.control import Client, NodeUnreachable, cluster_view
 from smr.ring.view import OWNING_STATUSES, Status, View
-from smr.spec import ClusterSpec
+from smr.spec.model import ClusterSpec
 
 Row = dict[str, Any]
 

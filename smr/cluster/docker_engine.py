@@ -11,7 +11,7 @@ import docker
 import docker.errors
 import docker.types
 
-from smr.spec import ClusterError
+from smr.spec.model import ClusterError
 
 DockerError = docker.errors.DockerException
 """Anything the engine refused or failed (the SDK's base error)."""

@@ -41,7 +41,7 @@ from smr.cluster.processes import (
 from smr.output.table import TableError, TableTarget
 from smr.ring.hashing import SLOT_BITS_DEFAULT
 from smr.ring.ids import NodeId, Token
-from smr.spec import (
+from smr.spec.model import (
     APPLY_RATE_CAP_KEY,
     BALANCE_ABOVE_KEY,
     CHECKPOINT_INTERVAL_MS_DEFAULT,
@@ -55,9 +55,8 @@ from smr.spec import (
     ClusterError,
     ClusterSpec,
     NodeSpec,
-    read_spec,
-    write_spec,
 )
+from smr.spec.parse import read_spec, write_spec
 from smr.transport.security import KEYS_DIR_NAME, init_keys
 from smr.transport.zeromq import use_keys_of
 

@@ -13,12 +13,7 @@ from typing import Final
 from smr.ring.hashing import SLOT_BITS_DEFAULT, check_slot_bits, even_tokens
 from smr.ring.ids import NodeId
 from smr.ring.zones import spread_order
-from smr.spec import (
-    CHECKPOINT_INTERVAL_MS_DEFAULT,
-    ClusterError,
-    ClusterSpec,
-    NodeSpec,
-)
+from smr.spec.model import CHECKPOINT_INTERVAL_MS_DEFAULT, ClusterError, ClusterSpec, NodeSpec
 
 NODES_MAX: Final = 64
 

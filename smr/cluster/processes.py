@@ -17,7 +17,7 @@ from pathlib import Path
 import psutil
 
 from smr.client.control import Client, NodeUnreachable
-from smr.spec import ClusterError, ClusterSpec, NodeSpec
+from smr.spec.model import ClusterError, ClusterSpec, NodeSpec
 
 
 def spawn_node(cluster_dir: Path, node_id: str) -> int:

@@ -19,7 +19,8 @@ from typing import Final, Protocol
 from smr.client.control import Client, NodeUnreachable
 from smr.cluster import local as local_cluster
 from smr.ring.zones import zone_for_new_node
-from smr.spec import NodeSpec, read_spec
+from smr.spec.model import NodeSpec
+from smr.spec.parse import read_spec
 
 # A standby node handed out for a join is not handed out again for this long, or until it
 # answers off standby (its join started).

@@ -34,15 +34,14 @@ from smr.cluster.docker_engine import (
     node_containers,
     own_project,
 )
-from smr.spec import (
+from smr.spec.model import (
     METRICS_PORT_DEFAULT,
     NEWCOMER_PORT_DEFAULT,
     ClusterError,
     NodeSpec,
     newcomer,
-    read_spec,
-    write_spec,
 )
+from smr.spec.parse import read_spec, write_spec
 
 SERVICE_LABEL: Final = "provisioned-node"
 SERVICE_ALIAS: Final = "node"

@@ -18,7 +18,8 @@ from typing import Any, Final
 
 from smr.client.control import Client, NodeUnreachable
 from smr.ring.zones import join_positions
-from smr.spec import ClusterSpec, NodeSpec, read_spec
+from smr.spec.model import ClusterSpec, NodeSpec
+from smr.spec.parse import read_spec
 
 # How often an operation in progress is looked at.
 POLL_S: Final = 0.1

@@ -30,7 +30,8 @@ from typing import Any, Protocol
 
 from smr.client.control import Client, NodeUnreachable
 from smr.cluster import local as local_cluster
-from smr.spec import ClusterError, read_spec
+from smr.spec.model import ClusterError
+from smr.spec.parse import read_spec
 from smr.transport.netfilter import pack_rule
 
 EMULATED = "in-node filter (emulated: messages between nodes held back, none dropped)"

@@ -32,7 +32,7 @@ from typing import Any, Final
 from smr.client.control import Client
 from smr.cluster.docker_engine import DockerError, engine, ip_of, node_containers, own_project
 from smr.faults.backends import EMULATED, HealIncomplete, emulated_rules, send_rules
-from smr.spec import NEWCOMER_PORT_DEFAULT, ClusterError
+from smr.spec.model import NEWCOMER_PORT_DEFAULT, ClusterError
 
 CHAIN_IN: Final = "smr-fault-in"
 CHAIN_OUT: Final = "smr-fault-out"

@@ -25,7 +25,8 @@ from smr.node.core import TICK_MS, NodeCore, Timer
 from smr.node.disk import DiskState
 from smr.node.start import Opened, build_core, open_node
 from smr.ring.invariants import InvariantViolation
-from smr.spec import NodeSpec, spec_to_json, split_host_port
+from smr.spec.model import NodeSpec
+from smr.spec.parse import spec_to_json, split_host_port
 from smr.transport.netfilter import FilteredLinks, parse_rule
 from smr.wire.codec import decode, encode
 from smr.wire.kinds import FrameError, Kind

@@ -19,7 +19,8 @@ from smr.node.settings import NodeSettings
 from smr.output.files import OutputSink, output_path
 from smr.output.table import TableSink
 from smr.ring.ids import NodeId
-from smr.spec import ClusterSpec, NodeSpec, read_spec
+from smr.spec.model import ClusterSpec, NodeSpec
+from smr.spec.parse import read_spec
 from smr.transport.netfilter import FilteredLinks
 from smr.windows import refuse_in_cluster
 

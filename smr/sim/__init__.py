@@ -8,27 +8,7 @@ Guarantee: a run is a pure function of its seed and its :class:`SimConfig`
 whose message starts with ``seed=<seed>`` and names the command that replays it. Sweep seeds
 with ``python -m smr.sim --seeds 2000``; replay one with ``python -m smr.sim --seed 1234 -v``
 (with the flags the failure names) to print its events (docs/design/simulation.md#sweep).
+
+Each name is imported from its module (``from smr.sim.simulation import ...``): the package itself
+imports nothing, so importing one of its modules loads no other.
 """
-
-from smr.sim.config import SimConfig, SimResult, SweepOptions
-from smr.sim.network import NetworkSettings, SimClock, SimNetwork
-from smr.sim.nodes import MemoryOutput, sim_job
-from smr.sim.report import SimulationFailure
-from smr.sim.simulation import Simulation, run_seed, seed_simulation
-from smr.sim.sweep import main
-
-__all__ = [
-    "MemoryOutput",
-    "NetworkSettings",
-    "SimClock",
-    "SimConfig",
-    "SimNetwork",
-    "SimResult",
-    "Simulation",
-    "SimulationFailure",
-    "SweepOptions",
-    "main",
-    "run_seed",
-    "seed_simulation",
-    "sim_job",
-]

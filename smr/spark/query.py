@@ -39,7 +39,7 @@ from smr.client.control import NodeUnreachable, fetch_view
 from smr.mapper.emitter import BATCH_SIZE_DEFAULT, WINDOW_BATCHES_DEFAULT
 from smr.spark.partitions import FeedSettings, emit_records, worker_problem
 from smr.spark.setup import MASTER_DEFAULT, SparkFeedError
-from smr.spec import read_spec
+from smr.spec.parse import read_spec
 from smr.transport.security import KeysError
 from smr.transport.zeromq import use_keys_of
 from smr.windows import refuse_in_cluster
@@ -124,9 +124,7 @@ def session(
         spark = (
             SparkSession.builder.master(master)
             .appName(app_name)
-            .config(
-                "spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={LOG4J2_CONFIG}"
-            )
+            .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={LOG4J2_CONFIG}")
             .config("spark.sql.shuffle.partitions", str(os.cpu_count() or 2))
             .config("spark.speculation", "false")
             .config("spark.ui.enabled", "false")

@@ -21,7 +21,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from smr.checkpoint import Key, MapperId, StateStore
+from smr.checkpoint.ids import Key, MapperId
+from smr.checkpoint.store import StateStore
 
 SLOT_COUNT = 1 << 14  # docs/design/architecture.md#words: SLOT_BITS = 14
 

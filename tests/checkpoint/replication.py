@@ -15,9 +15,11 @@ from typing import Any
 import msgpack
 from hypothesis import strategies as st
 
-from smr.checkpoint import Key, MapperId, Seq, StateStore, decode_delta, encode_delta
 from smr.checkpoint.backup import BackedUpBatch, HwmFn, TupleBackup
+from smr.checkpoint.delta import decode_delta, encode_delta
+from smr.checkpoint.ids import Key, MapperId, Seq
 from smr.checkpoint.replica import PeerReplica
+from smr.checkpoint.store import StateStore
 from smr.ring.ids import Slot
 
 M1 = MapperId("mapper-1")

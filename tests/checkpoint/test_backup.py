@@ -15,7 +15,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from smr.checkpoint import Delta, Key, MapperId, Seq, StateStore, decode_delta, encode_delta
 from smr.checkpoint.backup import (
     SUMMARY_BYTES_PER_SLOT,
     BackedUpBatch,
@@ -24,8 +23,10 @@ from smr.checkpoint.backup import (
     TupleBackup,
     replay_plan,
 )
-from smr.checkpoint.ids import CheckpointNumber
+from smr.checkpoint.delta import Delta, decode_delta, encode_delta
+from smr.checkpoint.ids import CheckpointNumber, Key, MapperId, Seq
 from smr.checkpoint.replica import CheckpointGap, PeerReplica
+from smr.checkpoint.store import StateStore
 from smr.ring.ids import Slot
 from tests.checkpoint.replication import (
     M1,

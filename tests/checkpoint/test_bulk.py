@@ -12,8 +12,9 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from smr.checkpoint import Key, MapperId, StateStore
 from smr.checkpoint.bulk import Columns, apply_folds, apply_reduce_batch, consume
+from smr.checkpoint.ids import Key, MapperId
+from smr.checkpoint.store import StateStore
 
 SLOTS = 4
 KEYS = ["a", "b", "c", "d", "e", "f", 7, 11]

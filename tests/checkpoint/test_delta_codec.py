@@ -15,19 +15,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from smr.checkpoint import (
+from smr.checkpoint.delta import (
     DELTA_FORMAT_VERSION,
     EXT_NESTING_MAX,
     TOMBSTONE,
     Delta,
     DeltaError,
-    MapperId,
-    Seq,
-    StateStore,
     decode_delta,
     encode_delta,
+    split_delta,
 )
-from smr.checkpoint.delta import split_delta
+from smr.checkpoint.ids import MapperId, Seq
+from smr.checkpoint.store import StateStore
 from smr.ring.ids import Slot
 
 scalars = (

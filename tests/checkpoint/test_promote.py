@@ -17,10 +17,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from smr.checkpoint import FAILURE_EXAMPLES_MAX, Delta, Key, MapperId, Seq, StateStore
 from smr.checkpoint.backup import BackedUpBatch, TupleBackup, replay_plan
+from smr.checkpoint.delta import Delta
+from smr.checkpoint.ids import Key, MapperId, Seq
 from smr.checkpoint.promote import PrimaryCopy, PromoteOutcome, promote
 from smr.checkpoint.replica import PeerReplica
+from smr.checkpoint.store import FAILURE_EXAMPLES_MAX, StateStore
 from smr.ring.ids import Slot
 from tests.checkpoint.replication import (
     M1,

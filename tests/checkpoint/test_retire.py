@@ -5,11 +5,12 @@ still needs."""
 
 from __future__ import annotations
 
-from smr.checkpoint import Delta, MapperId, Seq, StateStore
 from smr.checkpoint.backup import TupleBackup
-from smr.checkpoint.delta import decode_delta, encode_delta
+from smr.checkpoint.delta import Delta, decode_delta, encode_delta
+from smr.checkpoint.ids import MapperId, Seq
 from smr.checkpoint.promote import PrimaryCopy, promote
 from smr.checkpoint.replica import PeerReplica
+from smr.checkpoint.store import StateStore
 from smr.ring.ids import Slot
 from tests.checkpoint.replication import M1, M2, count_words, make_batch, state_of
 from tests.checkpoint.test_promote import decode, replica_of

@@ -12,17 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from smr.checkpoint import (
-    FAILURE_EXAMPLES_MAX,
-    TOMBSTONE,
-    Delta,
-    Key,
-    MapperId,
-    Seq,
-    StateStore,
-    decode_delta,
-    encode_delta,
-)
+from smr.checkpoint.delta import TOMBSTONE, Delta, decode_delta, encode_delta
+from smr.checkpoint.ids import Key, MapperId, Seq
+from smr.checkpoint.store import FAILURE_EXAMPLES_MAX, StateStore
 from smr.ring.ids import Slot
 
 M1 = MapperId("mapper-1")

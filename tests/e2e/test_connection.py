@@ -27,7 +27,8 @@ from smr.cluster.local import signal_node
 from smr.connection import Unreachable
 from smr.ring.ids import Slot
 from smr.ring.placement import Ring
-from smr.spec import ClusterError, read_spec
+from smr.spec.model import ClusterError
+from smr.spec.parse import read_spec
 from smr.values import EmitError
 from tests.e2e.conftest import EXAMPLE_BOOKS, REPO, WORD, Cluster, feed_books, word_counts
 from tests.e2e.test_moves import move

@@ -10,7 +10,7 @@ import pytest
 
 from smr.client import status
 from smr.client.control import Client
-from smr.spec import read_spec
+from smr.spec.parse import read_spec
 from tests.e2e.conftest import EXAMPLE_BOOKS, Cluster, word_counts
 from tests.e2e.jobs import SLOW_CALL_S
 

@@ -15,7 +15,7 @@ import pytest
 
 import smr
 from smr.ring.hashing import slot_of
-from smr.spec import read_spec
+from smr.spec.parse import read_spec
 from tests.e2e.conftest import EXAMPLE_BOOKS, Cluster, word_counts
 from tests.e2e.test_resume import SLOW_JOB, terminate_once_applying
 

@@ -19,7 +19,7 @@ import smr
 from smr.client.control import Client, NodeUnreachable
 from smr.cluster.local import signal_node
 from smr.connection import OutputRecord, Subscription
-from smr.spec import read_spec
+from smr.spec.parse import read_spec
 from tests.e2e.conftest import EXAMPLE_BOOKS, FEED_FLAGS, Cluster, word_counts
 
 pytestmark = pytest.mark.e2e

@@ -6,7 +6,10 @@ from dataclasses import dataclass
 
 from hypothesis import strategies as st
 
-from smr.ring import Member, NodeId, Ring, Status, Token, View, slot_count
+from smr.ring.hashing import slot_count
+from smr.ring.ids import NodeId, Token
+from smr.ring.placement import Ring
+from smr.ring.view import Member, Status, View
 
 # Members placement ignores (a joining member is an extra secondary: tests of its own).
 NON_OWNING_STATUSES = (Status.DEAD, Status.STANDBY)

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from smr.ring import (
+from smr.ring.hashing import (
     HASH_SEED,
     SLOT_BITS_DEFAULT,
     SLOT_BITS_MAX,

@@ -6,9 +6,10 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from smr.ring import Member, NodeId, Ring, Status, Token, View
+from smr.ring.ids import NodeId, Token
 from smr.ring.moves import join_blocked_by, plan_join
-from smr.ring.view import join_view, joining_at
+from smr.ring.placement import Ring
+from smr.ring.view import Member, Status, View, join_view, joining_at
 from tests.ring.ring_strategies import Placed, member, placed_views
 
 ring_settings = settings(deadline=None, max_examples=80)

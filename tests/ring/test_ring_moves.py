@@ -7,10 +7,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from smr.ring import NodeId, Ring, Slot, SlotRange, Status, View
+from smr.ring.ids import NodeId, Slot
 from smr.ring.moves import MoveRefused, move_done_in, moved_view, plan_move
-from smr.ring.placement import split_at_load_share
-from smr.ring.view import hand_over_all, with_status
+from smr.ring.placement import Ring, SlotRange, split_at_load_share
+from smr.ring.view import Status, View, hand_over_all, with_status
 from tests.ring.ring_strategies import Placed, member, placed_views, primaries
 
 ring_settings = settings(deadline=None, max_examples=60)

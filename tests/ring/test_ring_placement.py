@@ -6,20 +6,10 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from smr.ring import (
-    Member,
-    NodeId,
-    Ring,
-    Role,
-    Slot,
-    SlotRange,
-    Status,
-    Token,
-    View,
-    even_tokens,
-)
-from smr.ring.placement import grown_clockwise, taken_over_in
-from smr.ring.view import successor_takes_over
+from smr.ring.hashing import even_tokens
+from smr.ring.ids import NodeId, Slot, Token
+from smr.ring.placement import Ring, Role, SlotRange, grown_clockwise, taken_over_in
+from smr.ring.view import Member, Status, View, successor_takes_over
 from tests.ring.ring_strategies import Placed, member, placed_views, primaries, sample_slots
 
 # Rings of up to 2**16 slots are rebuilt per example; no per-example deadline for that.

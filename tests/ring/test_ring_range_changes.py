@@ -8,18 +8,9 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from smr.ring import (
-    NodeId,
-    Ring,
-    Slot,
-    SlotRange,
-    Status,
-    Token,
-    View,
-    grant_range,
-    split_at_load_median,
-    successor_takes_over,
-)
+from smr.ring.ids import NodeId, Slot, Token
+from smr.ring.placement import Ring, SlotRange, split_at_load_median
+from smr.ring.view import Status, View, grant_range, successor_takes_over
 from tests.ring.ring_strategies import Placed, member, placed_views, primaries
 
 ring_settings = settings(deadline=None, max_examples=40)

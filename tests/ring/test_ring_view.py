@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from smr.ring import OWNING_STATUSES, Member, NodeId, Status, Token, View
+from smr.ring.ids import NodeId, Token
+from smr.ring.view import OWNING_STATUSES, Member, Status, View
 from tests.ring.ring_strategies import any_members, colliding_members, colliding_views, member
 
 # -- merge ------------------------------------------------------------------------------------

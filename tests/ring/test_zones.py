@@ -11,7 +11,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from smr.ring import Member, NodeId, Ring, Status, Token, View, even_tokens
+from smr.ring.hashing import even_tokens
+from smr.ring.ids import NodeId, Token
+from smr.ring.placement import Ring
+from smr.ring.view import Member, Status, View
 from smr.ring.zones import (
     join_position,
     join_positions,

@@ -19,11 +19,13 @@ from smr.node.disk import DiskState
 from smr.ring.hashing import slot_of
 from smr.ring.ids import NodeId, Slot
 from smr.ring.view import View
-from smr.sim import SimConfig, Simulation, SimulationFailure, SweepOptions, run_seed
 from smr.sim import reuse as reuse_module
+from smr.sim.config import SimConfig, SweepOptions
 from smr.sim.disk import SimFiles, disk_of
 from smr.sim.ledger import FeedLedger
+from smr.sim.report import SimulationFailure
 from smr.sim.restart import Restart
+from smr.sim.simulation import Simulation, run_seed
 from smr.sim.subscriber import SimSubscriber
 
 EDGES = SweepOptions(edges=True)

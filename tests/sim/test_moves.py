@@ -10,7 +10,8 @@ from smr.faults.commands import Join, Move
 from smr.faults.model import Delay, Fault, FaultSchedule, Kill, Partition, Pause
 from smr.ring.ids import NodeId
 from smr.ring.view import Status
-from smr.sim import SimConfig, SimResult, Simulation, SweepOptions, run_seed
+from smr.sim.config import SimConfig, SimResult, SweepOptions
+from smr.sim.simulation import Simulation, run_seed
 from tests.sim.test_simulation import BIG, LOSSY
 
 # Bigger rings fed by up to three mappers (python -m smr.sim --nodes 4-8 --replication 1-3

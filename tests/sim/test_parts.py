@@ -13,13 +13,14 @@ import pytest
 from smr.node import NodeCore
 from smr.ring.hashing import slot_of
 from smr.ring.ids import NodeId, Slot
-from smr.sim import SimConfig, Simulation
 from smr.sim.clock import Scheduler
+from smr.sim.config import SimConfig
 from smr.sim.delivery import Delivery
 from smr.sim.ledger import FeedLedger
 from smr.sim.network import NetworkSettings, SimClock, SimNetwork
 from smr.sim.nodes import SimNode
 from smr.sim.read_checks import PendingRead, ReadChecks
+from smr.sim.simulation import Simulation
 from smr.wire.codec import pack_body
 from smr.wire.kinds import RequestId
 from smr.wire.reads import QueryReply

@@ -11,7 +11,8 @@ from smr.faults.commands import Join
 from smr.faults.model import FaultSchedule
 from smr.ring.ids import NodeId
 from smr.ring.view import Status
-from smr.sim import SimConfig, Simulation
+from smr.sim.config import SimConfig
+from smr.sim.simulation import Simulation
 
 # Four nodes of 400 tuples/s against two mappers emitting 50 tuples each 20 ms (5,000/s).
 CAP_PER_S = 400

@@ -20,15 +20,10 @@ from smr.faults.model import Fault, FaultSchedule, Kill, Partition, Pause
 from smr.faults.scenarios import SCENARIOS, Scenario
 from smr.ring.ids import NodeId
 from smr.ring.view import Status
-from smr.sim import (
-    NetworkSettings,
-    SimConfig,
-    SimResult,
-    Simulation,
-    SimulationFailure,
-    SweepOptions,
-    run_seed,
-)
+from smr.sim.config import SimConfig, SimResult, SweepOptions
+from smr.sim.network import NetworkSettings
+from smr.sim.report import SimulationFailure
+from smr.sim.simulation import Simulation, run_seed
 from smr.wire.codec import decode
 from smr.wire.kinds import Kind
 from smr.wire.peer import SnapshotChunk

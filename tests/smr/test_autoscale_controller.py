@@ -16,7 +16,8 @@ from smr.autoscale.policies import PolicyRunner
 from smr.client.control import NodeUnreachable
 from smr.cluster import ring_ops
 from smr.ring.ids import NodeId, Token
-from smr.spec import ClusterSpec, NodeSpec, write_spec
+from smr.spec.model import ClusterSpec, NodeSpec
+from smr.spec.parse import write_spec
 
 
 class Provisioner:

@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 from smr import Job, agg, windows
 from smr.cli import main
 from smr.ring.ids import NodeId, Token
-from smr.spec import ClusterSpec, NodeSpec, write_spec
+from smr.spec.model import ClusterSpec, NodeSpec
+from smr.spec.parse import write_spec
 from smr.testing import Watermark, run_job
 from smr.windows import Window, WindowSpec
 

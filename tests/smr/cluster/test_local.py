@@ -15,7 +15,8 @@ from smr.cluster.ports import plan_cluster
 from smr.node.disk import DiskState
 from smr.ring.ids import Slot
 from smr.ring.placement import SlotRange
-from smr.spec import DATA_DIR_KEY, ClusterError, write_spec
+from smr.spec.model import DATA_DIR_KEY, ClusterError
+from smr.spec.parse import write_spec
 
 JOB = "examples.wordcount:job"
 

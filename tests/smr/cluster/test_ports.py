@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from smr.cluster import ports as local_ports
-from smr.spec import ClusterError
+from smr.spec.model import ClusterError
 
 
 def test_ports_are_free_and_below_the_ephemeral_range() -> None:

@@ -9,7 +9,7 @@ import pytest
 from smr.client.control import NodeUnreachable
 from smr.cluster.provision import StandbyPool
 from smr.ring.ids import NodeId, Token
-from smr.spec import NodeSpec
+from smr.spec.model import NodeSpec
 
 
 class Started:
@@ -108,7 +108,7 @@ def test_a_node_handed_out_is_not_handed_out_again_until_its_join_started() -> N
 
 def test_a_planned_cluster_deals_zones_in_turn_and_spreads_them_around_the_ring() -> None:
     from smr.cluster.ports import plan_cluster
-    from smr.spec import ClusterError
+    from smr.spec.model import ClusterError
 
     spec = plan_cluster(4, 1, "examples.wordcount:job", zones=["a", "b"])
     by_token = sorted(spec.nodes, key=lambda node: node.token)

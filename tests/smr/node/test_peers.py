@@ -16,7 +16,7 @@ from smr.ring.hashing import even_tokens, slot_of
 from smr.ring.ids import NodeId
 from smr.ring.placement import Ring, Role
 from smr.ring.view import Member, Status, View, hand_over_all, successor_takes_over, with_status
-from smr.sim import MemoryOutput
+from smr.sim.nodes import MemoryOutput
 from smr.wire.batch_body import encode_batch_body
 from smr.wire.codec import decode, encode, pack_body, unpack_body
 from smr.wire.kinds import ChannelNumber, Kind, RequestId, StreamId

@@ -15,7 +15,7 @@ from smr.node.restart import RestartExchange
 from smr.ring.hashing import even_tokens
 from smr.ring.ids import Incarnation, NodeId, Slot
 from smr.ring.view import Member, Status, View, successor_takes_over
-from smr.sim import MemoryOutput
+from smr.sim.nodes import MemoryOutput
 from smr.wire.codec import decode, encode, pack_body
 from smr.wire.kinds import RequestId
 from smr.wire.messages import Message, Ping, Pong

@@ -10,15 +10,8 @@ from typing import Any
 import pytest
 
 from smr.ring.ids import NodeId, Token
-from smr.spec import (
-    CLUSTER_FILE,
-    ClusterError,
-    ClusterSpec,
-    NodeSpec,
-    read_spec,
-    spec_to_json,
-    write_spec,
-)
+from smr.spec.model import CLUSTER_FILE, ClusterError, ClusterSpec, NodeSpec
+from smr.spec.parse import read_spec, spec_to_json, write_spec
 
 # Exactly what `smr cluster up` wrote before the spec had its own module.
 OLD_FILE: dict[str, Any] = {
