@@ -38,7 +38,8 @@ sys.path.insert(0, str(REPO))
 
 from smr.api import Job  # noqa: E402
 from smr.checkpoint.ids import MapperId  # noqa: E402 (needs the path set above)
-from smr.node import NodeCore, NodeSettings  # noqa: E402
+from smr.node.core import NodeCore  # noqa: E402
+from smr.node.settings import NodeSettings  # noqa: E402
 from smr.ring.hashing import even_tokens, slot_of  # noqa: E402
 from smr.ring.ids import NodeId  # noqa: E402
 from smr.ring.placement import Ring  # noqa: E402

@@ -59,7 +59,7 @@ def node_command(
     names; a node the spec does not name (a compose replica, a node on another host)
     starts on standby, binds every interface and finds the ring through the spec's
     nodes (the seeds)."""
-    from smr.node import serve
+    from smr.node.loop import serve
     from smr.spec.model import newcomer
 
     node_id = node_id or socket.gethostname()

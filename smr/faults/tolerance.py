@@ -17,7 +17,7 @@ from smr.ring.ids import NodeId
 class Tolerance:
     """The failure detector's timings, in milliseconds, and what they let through.
 
-    The defaults are those of docs/design/architecture.md (``smr.node.NodeSettings``) with the
+    The defaults are those of docs/design/architecture.md (``smr.node.settings.NodeSettings``) with the
     node's 50 ms timer tick.
     A watcher declares a node dead only after hearing nothing from it for at least
     ``failure_timeout_ms + probe_timeout_ms`` (a dropped connection; on silence alone, a

@@ -15,7 +15,7 @@ from smr.checkpoint.store import StateStore
 from smr.faults.model import FaultSchedule
 from smr.faults.tolerance import Tolerance, lost_nodes
 from smr.mapper.emitter import Emitter
-from smr.node import NodeCore, Timer
+from smr.node.core import NodeCore, Timer
 from smr.node.takeover import promote_range
 from smr.ring.hashing import slot_of
 from smr.ring.ids import NodeId, Slot

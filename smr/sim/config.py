@@ -11,8 +11,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Final
 
 from smr.faults.model import FaultSchedule
-from smr.node import NodeSettings
-from smr.node.settings import NodeCounters
+from smr.node.settings import NodeCounters, NodeSettings
 from smr.sim.disk import DISK_FAULTS
 from smr.sim.network import NetworkSettings
 
@@ -49,7 +48,7 @@ class SimConfig:
     # The feed emits `feed_chunk` tuples, then lets `feed_pace_ms` of virtual time pass.
     feed_chunk: int = 50
     feed_pace_ms: int = 20
-    # Node settings (smr.node.NodeSettings' defaults; the failure detector keeps its own).
+    # Node settings (smr.node.settings.NodeSettings' defaults; the failure detector keeps its own).
     checkpoint_interval_ms: int = _NODE_DEFAULTS.checkpoint_interval_ms
     snapshot_chunk_keys: int = _NODE_DEFAULTS.snapshot_chunk_keys
     checkpoint_part_keys: int = _NODE_DEFAULTS.checkpoint_part_keys

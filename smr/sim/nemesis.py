@@ -20,7 +20,7 @@ from smr.faults.model import (
     Stall,
     Starve,
 )
-from smr.node import NodeSettings
+from smr.node.settings import NodeSettings
 from smr.ring.ids import NodeId
 from smr.ring.moves import MoveRefused
 from smr.sim.clock import Scheduler

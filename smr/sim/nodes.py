@@ -11,7 +11,7 @@ from typing import Any, Final, Protocol
 
 from smr.api import Job
 from smr.faults.model import Starve
-from smr.node import NodeCore
+from smr.node.core import NodeCore
 from smr.output.files import READ_BYTES_MAX, OutputGone, OutputMissing, OutputSink
 from smr.output.records import Emitted, record_line
 from smr.ring.ids import NodeId

@@ -11,7 +11,7 @@ from contextlib import AbstractContextManager
 from typing import Protocol
 
 from smr.checkpoint.store import StateStore
-from smr.node import NodeCore
+from smr.node.core import NodeCore
 from smr.node.disk import DiskError, DiskState, Restored
 from smr.ring.hashing import slot_of
 from smr.ring.ids import NodeId, Slot

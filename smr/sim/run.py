@@ -8,7 +8,7 @@ import random
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
-from smr.node import NodeCore
+from smr.node.core import NodeCore
 from smr.ring.ids import NodeId
 from smr.sim.clock import Scheduler
 from smr.sim.config import SimConfig

@@ -17,7 +17,7 @@ from smr.faults.draws import random_schedule
 from smr.faults.model import FaultSchedule
 from smr.faults.tolerance import Tolerance, within_tolerance
 from smr.mapper.emitter import Emitter
-from smr.node import NodeCore
+from smr.node.core import NodeCore
 from smr.ring.hashing import even_tokens, slot_count
 from smr.ring.ids import Incarnation, NodeId, Token
 from smr.ring.view import Member, Status, View

@@ -12,7 +12,8 @@ from dataclasses import replace
 from typing import Final
 
 from smr.checkpoint.store import StateStore
-from smr.node import TICK_MS, NodeCore, NodeSettings, Timer
+from smr.node.core import TICK_MS, NodeCore, Timer
+from smr.node.settings import NodeSettings
 from smr.ring.ids import NodeId
 from smr.ring.view import View
 from smr.sim.clock import Scheduler

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from smr.node import NodeCore
+from smr.node.core import NodeCore
 from smr.ring.hashing import slot_of
 from smr.ring.ids import NodeId, Slot
 from smr.sim.clock import Scheduler

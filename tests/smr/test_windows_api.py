@@ -224,7 +224,7 @@ def test_a_cluster_refuses_a_windowed_job_with_one_line(
 def test_a_node_refuses_a_windowed_job_and_exits_2(
     windowed_cluster: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from smr.node import serve
+    from smr.node.loop import serve
 
     with caplog.at_level(logging.ERROR):
         assert serve(windowed_cluster, "n0") == 2

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from smr.node import NodeCore
+from smr.node.core import NodeCore
 from smr.node.settings import NodeSettings
 from smr.output.files import OutputSink
 from smr.ring.ids import NodeId

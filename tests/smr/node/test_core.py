@@ -15,7 +15,7 @@ from smr.api import Job
 from smr.checkpoint.ids import MapperId
 from smr.checkpoint.loss import mark_lost
 from smr.checkpoint.store import StateStore
-from smr.node import NodeCore
+from smr.node.core import NodeCore
 from smr.node.turn import MESSAGES_PER_TURN_MAX
 from smr.output.files import OutputSink
 from smr.ring.hashing import slot_of

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from smr.node import NodeCore
+from smr.node.core import NodeCore
 from smr.node.membership import Membership
 from smr.node.settings import NodeSettings
 from smr.output.files import OutputSink

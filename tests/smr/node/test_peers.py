@@ -10,8 +10,9 @@ from typing import Any
 from smr.api import Job
 from smr.checkpoint.ids import MapperId
 from smr.mapper.emitter import Emitter
-from smr.node import NodeCore, NodeSettings
+from smr.node.core import NodeCore
 from smr.node.replication import EVICT_SCANS_PER_STEP
+from smr.node.settings import NodeSettings
 from smr.ring.hashing import even_tokens, slot_of
 from smr.ring.ids import NodeId
 from smr.ring.placement import Ring, Role

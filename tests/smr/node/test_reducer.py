@@ -12,7 +12,7 @@ import pytest
 
 from smr.api import Job
 from smr.checkpoint.delta import encode_delta
-from smr.node import NodeCore
+from smr.node.core import NodeCore
 from smr.ring.hashing import slot_of
 from smr.ring.ids import NodeId, Slot
 from smr.ring.invariants import InvariantViolation

@@ -10,8 +10,9 @@ from typing import Any
 
 from smr.api import Job
 from smr.checkpoint.store import StateStore
-from smr.node import NodeCore, NodeSettings
+from smr.node.core import NodeCore
 from smr.node.restart import RestartExchange
+from smr.node.settings import NodeSettings
 from smr.ring.hashing import even_tokens
 from smr.ring.ids import Incarnation, NodeId, Slot
 from smr.ring.view import Member, Status, View, successor_takes_over

@@ -12,7 +12,7 @@ import pytest
 
 from smr.checkpoint.ids import MapperId, Seq
 from smr.checkpoint.store import StateStore
-from smr.node import NodeCore
+from smr.node.core import NodeCore
 from smr.node.retirement import Retirement
 from smr.node.settings import NodeSettings
 from smr.output.files import OutputSink
