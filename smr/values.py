@@ -111,9 +111,7 @@ def _key_bytes(key: Any) -> int:
                 f"key {_shown(key)} is outside the 64-bit range keys may take; emit it as a str"
             )
         return SCALAR_BYTES_MAX
-    raise EmitError(
-        f"key {_shown(key)} is {a_type(key)}; keys must be str or int: {_CONVERT_HINT}"
-    )
+    raise EmitError(f"key {_shown(key)} is {a_type(key)}; keys must be str or int: {_CONVERT_HINT}")
 
 
 def _utf8_bytes(text: str, what: str = "value") -> int:

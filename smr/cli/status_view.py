@@ -80,6 +80,7 @@ TOP_COLUMNS_BY_PRIORITY: Final = (
 
 _TOP_DISPLAY_ORDER: Final = tuple(c.header for c in TOP_COLUMNS_BY_PRIORITY)
 
+
 def table(
     rows: Sequence[Row],
     title: str,
@@ -100,10 +101,12 @@ def table(
             return candidate, left_out
         kept.pop()
 
+
 def top_table(rows: Sequence[Row], title: str, width: int) -> tuple[Table, list[str]]:
     """`smr top`'s table: rate, inbox, CPU, RSS, keys, under-replicated slots and moves
     under way per node, fitted to ``width`` as :func:`table` does."""
     return table(rows, title, width, TOP_COLUMNS_BY_PRIORITY, _TOP_DISPLAY_ORDER)
+
 
 def print_table(rows: Sequence[Row], title: str, console: Console | None = None) -> None:
     """Print the table to ``console`` (standard output by default), fitting its width."""
@@ -112,6 +115,7 @@ def print_table(rows: Sequence[Row], title: str, console: Console | None = None)
     console.print(shown)
     if left_out:
         console.print(f"not shown at this width: {', '.join(left_out)} (see --json)")
+
 
 def _table(
     rows: Sequence[Row], title: str, columns: Sequence[Column], order: Sequence[str]
@@ -130,6 +134,7 @@ def _table(
         else:
             shown.add_row(*(c.cell(row) for c in ordered))
     return shown
+
 
 def _one_line(header: str) -> str:
     return header.replace("-\n", "-").replace("\n", " ")

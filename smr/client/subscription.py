@@ -41,8 +41,7 @@ HOLDER_PROBE_S: Final = 1.0
 
 class OutputAsker(Protocol):
     """What a :class:`Subscription` reads through: :class:`smr.client.control.Client`, or a
-simulated
-    client (``smr.sim``)."""
+    simulated client (``smr.sim``)."""
 
     def output_each(
         self, offsets: Mapping[str, int], max_bytes: int, of: Mapping[str, str] | None = None

@@ -17,8 +17,8 @@ from smr.ring.ids import NodeId
 class Tolerance:
     """The failure detector's timings, in milliseconds, and what they let through.
 
-    The defaults are those of docs/design/architecture.md (``smr.node.settings.NodeSettings``) with the
-    node's 50 ms timer tick.
+    The defaults are those of docs/design/architecture.md
+    (``smr.node.settings.NodeSettings``) with the node's 50 ms timer tick.
     A watcher declares a node dead only after hearing nothing from it for at least
     ``failure_timeout_ms + probe_timeout_ms`` (a dropped connection; on silence alone, a
     suspicion of ``suspicion_timeout_ms`` more, or longer); a node sends a heartbeat to its
@@ -55,6 +55,7 @@ class Tolerance:
             + self.suspicion_timeout_ms
             + 2 * self.tick_ms
         )
+
 
 def _silence_windows(
     schedule: FaultSchedule,
@@ -96,6 +97,7 @@ def _silence_windows(
             merged.append((start, end))
     return merged
 
+
 def exposed_sides(
     partition: Partition,
     nodes: Sequence[NodeId],
@@ -120,9 +122,11 @@ def exposed_sides(
             sides.append(side)
     return sides
 
+
 def _leaves_the_ring(fault: Fault) -> TypeGuard[Kill | Move]:
     """A kill, or a leave: the node owns nothing afterwards, and the ring closes over it."""
     return isinstance(fault, Kill) or (isinstance(fault, Move) and fault.leave)
+
 
 def _lost_with(
     schedule: FaultSchedule,
@@ -137,6 +141,7 @@ def _lost_with(
         if any(end - start > tolerance.silence_safe_ms for start, end in windows):
             lost.add(node)
     return lost
+
 
 def lost_nodes(
     schedule: FaultSchedule, nodes: Sequence[NodeId], tolerance: Tolerance = Tolerance()
@@ -173,6 +178,7 @@ def lost_nodes(
         exposed = now_exposed
     lost = _lost_with(schedule, nodes, tolerance, [(p, side) for _, p, side in exposed])
     return [node for node in nodes if node in lost]
+
 
 def within_tolerance(
     schedule: FaultSchedule,

@@ -14,6 +14,7 @@ Emitted = tuple[Any, Any, str, int, int, int]
 
 Origin = tuple[str, int, int, int]
 
+
 def record_line(record: dict[str, Any]) -> str:
     """An output record (``{"node", "key", "value", "origin"}``, or some of them) as one line
     of strict JSON, its key and value in their JSON form (:func:`smr.values.json_form`): how
@@ -21,6 +22,7 @@ def record_line(record: dict[str, Any]) -> str:
     if is_plain_json(record.get("key")) and is_plain_json(record.get("value")):
         return form_text(record)
     return form_text(json_form(record))
+
 
 class Repeats:
     """Which output records a reader has seen, by origin: the first record of an origin is
@@ -41,6 +43,7 @@ class Repeats:
             return True
         self._seen.add(name)
         return False
+
 
 def parse_line(line: str | bytes) -> dict[str, Any] | None:
     """The record ``{"node", "key", "value", "origin"}`` a line of an output file holds, its

@@ -28,6 +28,7 @@ COMBINE_RECORDS: Final = 20_000
 # Where the worker-side check of a query's settings gives up on the cluster.
 VIEW_TIMEOUT_MS: Final = 2000
 
+
 @dataclass(frozen=True)
 class FeedSettings:
     """Everything a Spark task needs to emit, as plain values (it travels to the workers)."""
@@ -50,14 +51,17 @@ class FeedSettings:
     the nodes with (they travel inside Spark's tasks, and never into a repr); None: no
     keys."""
 
+
 # One emitter and job per cluster and job in each Python worker process (Spark reuses
 # workers across tasks, so sockets and routing caches outlive a task).
 _worker_emitters: dict[FeedSettings, tuple[Emitter, Job]] = {}
+
 
 def _worker_job(settings: FeedSettings) -> Job:
     if settings.job_cwd not in sys.path:
         sys.path.append(settings.job_cwd)
     return load_job(settings.job_ref)
+
 
 def worker_problem(settings: FeedSettings) -> str | None:
     """Why a task could not feed, or None: the job must import and the cluster answer."""
@@ -76,6 +80,7 @@ def worker_problem(settings: FeedSettings) -> str | None:
         return f"the Spark workers cannot reach the cluster: {error}"
     return None
 
+
 def _worker_keys(settings: FeedSettings) -> None:
     """A worker's sockets use the driver's keys (none if the cluster has none)."""
     if settings.keys is None:
@@ -83,6 +88,7 @@ def _worker_keys(settings: FeedSettings) -> None:
         return
     cluster_public, client_public, client_secret = settings.keys
     use_keys(Keys(Path("(from the driver)"), cluster_public, client_public, client_secret))
+
 
 def _worker_emitter(settings: FeedSettings) -> tuple[Emitter, Job]:
     cached = _worker_emitters.get(settings)
@@ -130,6 +136,7 @@ def emit_records(
         raise
     return records, tuples
 
+
 def _map_plain(job: Job, records: Iterator[Any], emit: Callable[[Any, Any], None]) -> int:
     """Run ``map`` over ``records``; return how many there were."""
     count = 0
@@ -137,6 +144,7 @@ def _map_plain(job: Job, records: Iterator[Any], emit: Callable[[Any, Any], None
     for count, record in enumerate(records, 1):  # noqa: B007 - the last count is the total
         user_map(record, emit)
     return count
+
 
 def _map_batches(
     job: Job, records: Iterator[Any], emit_many: Callable[[Any, Any], None]
@@ -156,11 +164,13 @@ def _map_batches(
         emitted += _emit_all(batch_map(chunk), emit_many)
     return count, emitted
 
+
 def _emit_all(columns: tuple[Any, Any, int], emit_many: Callable[[Any, Any], None]) -> int:
     """Emit what ``Job.batch_mapper`` returned; return how many tuples ``map_batch`` made."""
     keys, values, produced = columns
     emit_many(keys, values)
     return produced
+
 
 def map_combined(
     job: Job, records: Iterator[Any], emit: Callable[[Any, Any], None]

@@ -24,6 +24,7 @@ from smr.wire.messages import Message
 
 _RECORDS: Final[tuple[type[Message], ...]] = typing.get_args(Message)
 
+
 @dataclass(frozen=True, slots=True)
 class _Field:
     """One header field of a record: its attribute, its key on the wire, and the Python
@@ -32,6 +33,7 @@ class _Field:
     attribute: str
     wire: str
     types: tuple[type, ...]
+
 
 @dataclass(frozen=True, slots=True)
 class _Schema:
@@ -43,6 +45,7 @@ class _Schema:
     wire_keys: tuple[str, ...]
     wire_values: Callable[[Any], tuple[Any, ...]]
 
+
 def _runtime_types(hint: Any) -> tuple[type, ...]:
     """The types a value of annotation ``hint`` has at run time (a NewType is its base)."""
     supertype = getattr(hint, "__supertype__", None)
@@ -51,6 +54,7 @@ def _runtime_types(hint: Any) -> tuple[type, ...]:
     if typing.get_origin(hint) in (typing.Union, types.UnionType):
         return tuple(t for arg in typing.get_args(hint) for t in _runtime_types(arg))
     return (type(None),) if hint is None else (hint,)
+
 
 def _schema(record: type[Message]) -> _Schema:
     hints = typing.get_type_hints(record)
@@ -64,10 +68,12 @@ def _schema(record: type[Message]) -> _Schema:
     wire_keys = ("v", *(f.wire for f in fields))
     return _Schema(record, fields, "body" in hints, wire_keys, wire_values)
 
+
 # The header fields of each kind, in wire order, read off the records' annotations.
 _SCHEMAS: Final[dict[Kind, _Schema]] = {record.kind: _schema(record) for record in _RECORDS}
 
 _HEADER_LENGTH_BYTES: Final = 4
+
 
 def header_fields(kind: Kind) -> tuple[tuple[tuple[str, tuple[type, ...]], ...], bool]:
     """The header fields of ``kind`` as (wire name, the types its value may have), in wire
@@ -76,9 +82,11 @@ def header_fields(kind: Kind) -> tuple[tuple[tuple[str, tuple[type, ...]], ...],
     schema = _SCHEMAS[kind]
     return tuple((f.wire, f.types) for f in schema.fields), schema.has_body
 
+
 def header_of(message: Message) -> dict[str, Any]:
     """The header fields of ``message`` as sent (wire names, without the version)."""
     return {f.wire: getattr(message, f.attribute) for f in _SCHEMAS[message.kind].fields}
+
 
 def encode(message: Message) -> list[bytes]:
     """Encode a message as its frames (one)."""
@@ -88,15 +96,18 @@ def encode(message: Message) -> list[bytes]:
     body: bytes = message.body if schema.has_body else b""  # type: ignore[union-attr]
     return _frame(message.kind, header, body)
 
+
 def encode_raw(kind: Kind, header: dict[str, Any], body: bytes = b"") -> list[bytes]:
     """Encode a message from a header map (wire names; the protocol version is added): for
     tests that need a message no record can express (a missing field, a wrong type)."""
     return _frame(kind, {"v": PROTOCOL_VERSION, **header}, body)
 
+
 def _frame(kind: Kind, header: dict[str, Any], body: bytes) -> list[bytes]:
     header_bytes: bytes = msgpack.packb(header, use_bin_type=True)
     prefix = bytes((kind,)) + len(header_bytes).to_bytes(_HEADER_LENGTH_BYTES, "big")
     return [b"".join((prefix, header_bytes, body))]
+
 
 def decode(frames: Sequence[bytes], frame_bytes_max: int = FRAME_BYTES_MAX_DEFAULT) -> Message:
     """Decode and validate a received message into the record of its kind.
@@ -140,6 +151,7 @@ def decode(frames: Sequence[bytes], frame_bytes_max: int = FRAME_BYTES_MAX_DEFAU
         values.append(bytes(data[header_end:]))
     return schema.record(*values)
 
+
 def unpack_msgpack(data: bytes, what: str) -> Any:
     """Decode msgpack (arrays as tuples); FrameError naming ``what`` if it is malformed."""
     try:
@@ -147,13 +159,16 @@ def unpack_msgpack(data: bytes, what: str) -> Any:
     except Exception as error:  # msgpack raises several unrelated types on bad input
         raise FrameError(f"malformed {what}: {type(error).__name__}: {error}") from None
 
+
 def pack_body(obj: Any) -> bytes:
     """Encode a control body (a status map, a view, a dump page) as msgpack."""
     body: bytes = msgpack.packb(obj, use_bin_type=True)
     return body
 
+
 def unpack_body(data: bytes) -> Any:
     """Decode a control body; raises :class:`FrameError` if it is not valid msgpack."""
     return unpack_msgpack(data, "body")
+
 
 assert set(_SCHEMAS) == set(Kind), "every kind has a record"

@@ -285,5 +285,3 @@ Message: TypeAlias = (
     | PeerMessages
 )
 """One decoded, validated message: a record of one of the kinds."""
-
-

@@ -202,7 +202,7 @@ def test_the_same_seed_gives_the_same_run_twice() -> None:
 def test_a_run_does_not_depend_on_the_string_hash_seed() -> None:
     # Two mappers feeding 4-8 nodes: the nodes' sets of channels then hold several entries.
     code = (
-        "from smr.sim import run_seed, SweepOptions; "
+        "from smr.sim.config import SweepOptions; from smr.sim.simulation import run_seed; "
         "print(run_seed(42, SweepOptions(nodes=(4, 8), mappers=(2, 2))).fingerprint())"
     )
     prints = set()

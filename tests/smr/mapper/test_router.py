@@ -94,9 +94,7 @@ def test_a_refusal_naming_a_moving_range_holds_back_its_tuples_only() -> None:
     channel = setup.channels.to(NodeId("n0"), "sim://n0")
     for word in moving:
         setup.batcher.emit(word, 1)
-    setup.router.on_not_owner(
-        channel, ChannelNumber(1), setup.view, setup.view.epoch, plan.moving
-    )
+    setup.router.on_not_owner(channel, ChannelNumber(1), setup.view, setup.view.epoch, plan.moving)
     assert setup.router.held_rows == 2 and setup.router.holds_for(NodeId("n0"))
     assert setup.sent("n1", ViewRequest)  # the other nodes were asked for news
     before = len(setup.sent("n0"))

@@ -171,12 +171,12 @@ def test_a_spec_built_in_code_defaults_bind_addresses_and_seeds() -> None:
 
 
 def test_launcher_module_re_exports_the_spec() -> None:
-    from smr import spec
     from smr.cluster import local as cluster
+    from smr.spec import model, parse
 
-    assert cluster.read_spec is spec.read_spec
-    assert cluster.ClusterError is spec.ClusterError
-    assert cluster.ClusterSpec is spec.ClusterSpec
+    assert cluster.read_spec is parse.read_spec
+    assert cluster.ClusterError is model.ClusterError
+    assert cluster.ClusterSpec is model.ClusterSpec
 
 
 # -- errors ------------------------------------------------------------------------------------
