@@ -66,7 +66,7 @@ from smr.ring.view import Status, View
 from smr.transport.security import load_keys
 from smr.transport.zeromq import use_keys, use_keys_of
 from smr.values import EmitError
-from smr.windows import refuse_in_cluster
+from smr.windows import refuse_windowed
 
 __all__ = [
     "Cluster",
@@ -126,7 +126,7 @@ def connect(
     if isinstance(job, str):
         job = load_job(job)
     if job is not None:
-        refuse_in_cluster(job)
+        refuse_windowed(job, "smr.connect")
     if position and job is not None and job.combine is not None:
         raise ValueError(
             "a connection with the job's combine starts at position 0: combined tuples' "
