@@ -17,10 +17,10 @@ updates its window and sends a correction; a later one is dropped, counted and, 
 ``Job(late_side_output=True)``, kept in a side output. The rules: docs/design/windows.md.
 
 Tumbling and hopping windows run in a cluster (``smr cluster up``, ``smr feed``, ``smr
-node``), their results in the nodes' output files (docs/design/windows.md#in-the-ring);
-session windows, an output table, ``smr spark-feed`` and ``smr.connect`` refuse a windowed
-job with one line (:func:`refuse_in_cluster`, :func:`refuse_windowed`). Every job runs in
-:func:`smr.testing.run_job`.
+node``, ``smr.connect(job=...)`` with ``emit(..., event_time=...)``), their results in the
+nodes' output files (docs/design/windows.md#in-the-ring); session windows, an output table
+and ``smr spark-feed`` refuse a windowed job with one line (:func:`refuse_in_cluster`,
+:func:`refuse_windowed`). Every job runs in :func:`smr.testing.run_job`.
 """
 
 from __future__ import annotations
@@ -102,6 +102,7 @@ def refuse_windowed(job: Job, entry: str) -> Job:
     if job.windowed:
         raise JobLoadError(
             f"job {job.name!r}: {entry} does not feed windowed jobs in this version; feed "
-            "them with smr feed, or run them in smr.testing.run_job (docs/design/windows.md)"
+            "them with smr feed or smr.connect, or run them in smr.testing.run_job "
+            "(docs/design/windows.md)"
         )
     return job

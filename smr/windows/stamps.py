@@ -23,7 +23,7 @@ from smr.api import Emit, Job, Key, MapFn
 from smr.checkpoint.windows import START_OF_TIME_MS
 from smr.windows.run import event_time_of, mapper_watermark_ms
 
-__all__ = ["StampError", "stamped_mapper", "unstamped"]
+__all__ = ["StampError", "Stamper", "stamped_mapper", "unstamped"]
 
 
 class StampError(ValueError):
@@ -31,20 +31,42 @@ class StampError(ValueError):
     tuples to a ring running a windowed job)."""
 
 
+class Stamper:
+    """One mapper's stamps for windowed ``job``: the largest event time it has seen, and
+    its watermark from it."""
+
+    def __init__(self, job: Job) -> None:
+        spec = job.window
+        assert spec is not None, "a windowed job has a window"
+        self._spec = spec
+        self._largest_ms = START_OF_TIME_MS
+
+    def see(self, event_time_ms: int) -> int:
+        """The mapper's watermark once it has seen ``event_time_ms`` (an int of ms; ValueError
+        otherwise)."""
+        if type(event_time_ms) is not int:
+            raise ValueError(
+                f"event_time must be an int of milliseconds, not {event_time_ms!r:.80}"
+            )
+        self._largest_ms = max(self._largest_ms, event_time_ms)
+        return mapper_watermark_ms(self._largest_ms, self._spec)
+
+    def stamp(self, value: Any, event_time_ms: int) -> list[Any]:
+        """``value`` as it travels: ``[event_time_ms, watermark_ms, value]``."""
+        return [event_time_ms, self.see(event_time_ms), value]
+
+
 def stamped_mapper(job: Job) -> MapFn:
     """``map(record, emit)`` for a feed of windowed ``job``: the job's ``map``, each value
     emitted as ``[event_time_ms, watermark_ms, value]``. One per mapper: it keeps the
     largest event time the mapper has seen."""
-    spec = job.window
     user_map = job.map
-    assert spec is not None and user_map is not None, "a windowed job has a window and a map"
-    largest_ms = START_OF_TIME_MS
+    assert user_map is not None, "a windowed job has a map"
+    stamper = Stamper(job)
 
     def map_stamped(record: Any, emit: Emit) -> None:
-        nonlocal largest_ms
         event_time_ms = event_time_of(job, record)
-        largest_ms = max(largest_ms, event_time_ms)
-        watermark_ms = mapper_watermark_ms(largest_ms, spec)
+        watermark_ms = stamper.see(event_time_ms)
 
         def emit_stamped(key: Key, value: Any) -> None:
             emit(key, [event_time_ms, watermark_ms, value])
@@ -66,5 +88,6 @@ def unstamped(value: Any) -> tuple[int, int, Any]:
         return value[0], value[1], value[2]
     raise StampError(
         f"value {value!r:.80} has no event-time stamps: a windowed job's tuples come from "
-        "its map through smr feed (docs/design/windows.md#on-the-wire)"
+        "its map through smr feed, or from smr.connect(job=...) with emit(..., event_time=) "
+        "(docs/design/windows.md#on-the-wire)"
     )

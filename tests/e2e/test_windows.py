@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+import smr
 from smr.client.control import Client, NodeUnreachable
 from tests.e2e.conftest import EXAMPLE_BOOKS, WORD, Cluster
 from tests.e2e.jobs import WINDOWED_DISORDER_MS, WINDOWED_SIZE_MS
@@ -97,6 +98,23 @@ def test_a_tumbling_count_on_a_cluster_equals_plain_python(
     cluster.up(2, JOB, "--replication", "1", "--checkpoint-interval-ms", "200")
     cluster.feed(str(tmp_path / "events.txt"), job=JOB)
     expected = model_windows(events)
+    assert read_windows(cluster, expected) == expected
+
+
+def test_a_program_writes_a_windowed_job_through_smr_connect(cluster: Cluster) -> None:
+    cluster.up(2, JOB, "--replication", "1", "--checkpoint-interval-ms", "200")
+    sent = [(f"w{i % 7}", i * LINE_MS + (i * 7919) % JITTER_MS) for i in range(3000)]
+    with smr.connect(str(cluster.dir), job=JOB) as connection:
+        with pytest.raises(ValueError, match="needs its event_time"):
+            connection.emit("w0", 1)
+        with pytest.raises(TypeError, match="each take an event_time"):
+            connection.emit_many([("w0", 1)])
+        for word, t in sent:
+            connection.emit(word, 1, event_time=t)
+    # Closing the connection flushed it and told the nodes it finished: every window closes.
+    expected = dict(
+        collections.Counter((word, t // WINDOWED_SIZE_MS * WINDOWED_SIZE_MS) for word, t in sent)
+    )
     assert read_windows(cluster, expected) == expected
 
 

@@ -1,6 +1,6 @@
 """Windowed jobs through the user API: ``run_job`` folds per window as plain Python does,
 advances event time by batch and by marker, counts and keeps late tuples, and what a
-cluster cannot run of them (session windows, an output table, spark-feed, smr.connect) is
+cluster cannot run of them (session windows, an output table, spark-feed) is
 refused with one line (exit 2)."""
 
 from __future__ import annotations
@@ -256,12 +256,12 @@ def test_a_node_refuses_a_session_job_and_exits_2(
     assert "session windows run in smr.testing.run_job only" in caplog.text
 
 
-def test_a_connection_refuses_a_windowed_job(windowed_cluster: Path) -> None:
+def test_a_connection_refuses_a_session_job(windowed_cluster: Path) -> None:
     import smr
     from smr.api import JobLoadError, load_job
 
-    job = load_job(f"{windowed_cluster / 'wjob.py'}:job")
-    with pytest.raises(JobLoadError, match=r"smr\.connect does not feed windowed jobs"):
+    job = load_job(f"{windowed_cluster / 'wjob.py'}:session")
+    with pytest.raises(JobLoadError, match=r"session windows run in smr\.testing\.run_job only"):
         smr.connect(str(windowed_cluster), job=job)
 
 
