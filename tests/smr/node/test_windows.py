@@ -23,15 +23,24 @@ DISORDER_MS = 40
 SLOTS = 4
 
 
-def count_job(lateness_ms: int = 0, side_output: bool = False) -> Job:
+def count_job(lateness_ms: int = 0, side_output: bool = False, slide_ms: int = 0) -> Job:
+    """A count per key and window: tumbling windows of ``SIZE_MS``, or hopping ones sliding
+    by ``slide_ms``."""
+    window = (
+        windows.hopping(
+            SIZE_MS, slide_ms, allowed_lateness_ms=lateness_ms, out_of_orderness_ms=DISORDER_MS
+        )
+        if slide_ms
+        else windows.tumbling(
+            SIZE_MS, allowed_lateness_ms=lateness_ms, out_of_orderness_ms=DISORDER_MS
+        )
+    )
     return Job(
         "wc",
         map=lambda record, emit: emit(record[0], 1),
         reduce=agg.count(),
         event_time=lambda record: record[1],
-        window=windows.tumbling(
-            SIZE_MS, allowed_lateness_ms=lateness_ms, out_of_orderness_ms=DISORDER_MS
-        ),
+        window=window,
         late_side_output=side_output,
     )
 
@@ -42,8 +51,17 @@ def events(seed: int, count: int = 600) -> list[tuple[str, int]]:
     return [(f"k{rng.randrange(12)}", i * 3 + rng.randrange(DISORDER_MS)) for i in range(count)]
 
 
-def model(records: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
-    return dict(Counter((key, t // SIZE_MS * SIZE_MS) for key, t in records))
+def model(records: list[tuple[str, int]], job: Job) -> dict[tuple[str, int], int]:
+    """Plain Python: tuples per (key, window start), each window from the spec's rule."""
+    spec = job.window
+    assert spec is not None
+    if spec.kind == "tumbling":
+        return dict(Counter((key, t // SIZE_MS * SIZE_MS) for key, t in records))
+    counts: Counter[tuple[str, int]] = Counter()
+    for key, t in records:
+        for start in range(t - t % spec.slide_ms, t - SIZE_MS, -spec.slide_ms):
+            counts[(key, start)] += 1
+    return dict(counts)
 
 
 class Node:
@@ -114,9 +132,11 @@ def test_stamps_carry_event_time_and_the_mappers_watermark() -> None:
         unstamped(1)
 
 
-@pytest.mark.parametrize("seed", [1, 2, 3])
-def test_windows_close_as_the_watermark_passes_each_once_equal_to_a_plain_fold(seed: int) -> None:
-    job = count_job()
+@pytest.mark.parametrize(("seed", "slide_ms"), [(1, 0), (2, 0), (3, 0), (4, 50), (5, 30)])
+def test_windows_close_as_the_watermark_passes_each_once_equal_to_a_plain_fold(
+    seed: int, slide_ms: int
+) -> None:
+    job = count_job(slide_ms=slide_ms)
     records = events(seed)
     node = Node(job)
     rows = stamped_rows(job, records)
@@ -130,7 +150,7 @@ def test_windows_close_as_the_watermark_passes_each_once_equal_to_a_plain_fold(s
     names = [(key, value["start_ms"]) for key, value, *_ in node.results]
     assert len(names) == len(set(names)), "a window left twice"
     assert all(value["revision"] == 0 for _key, value, *_ in node.results)
-    assert read_back(node.results) == model(records)
+    assert read_back(node.results) == model(records, job)
     assert not list(node.store.items()), "every window left memory (no lateness)"
     assert node.windows.counts.late_dropped == 0
 
@@ -165,7 +185,7 @@ def test_a_successor_replaying_from_the_last_checkpoint_leaves_the_same_records(
     repeated = after_checkpoint.keys() & again.keys()
     assert repeated, "the successor closed none of the windows the primary closed late"
     assert all(after_checkpoint[name] == again[name] for name in repeated)
-    assert read_back(primary.results + successor.results) == model(records)
+    assert read_back(primary.results + successor.results) == model(records, job)
 
 
 def test_a_late_tuple_within_lateness_corrects_and_a_later_one_is_dropped_and_kept_aside() -> None:
