@@ -91,6 +91,12 @@ class SlotWatermark:
         self._current_ms = max(self._current_ms, candidate)
         return self._current_ms
 
+    def hold_at_least(self, watermark_ms: int) -> None:
+        """Raise the watermark to ``watermark_ms`` if it is lower: what a node that gains a
+        slot learns from the windows it finds already closed there (the watermark had
+        reached their last instant)."""
+        self._current_ms = max(self._current_ms, watermark_ms)
+
     @property
     def current_ms(self) -> int:
         """The watermark as of the last :meth:`advance`."""

@@ -210,6 +210,12 @@ class WindowedState:
             for window in panes:
                 yield key, window
 
+    def next_due_ms(self) -> int | None:
+        """The watermark at which :meth:`advance` next has something to do (a close or a
+        purge; a stale timer may make it early, never late), or None when nothing is held:
+        what a node's index of due keys keeps per key."""
+        return self._timers[0][0] if self._timers else None
+
     def timers_held(self) -> int:
         """Timers in memory (stale ones included until they come due)."""
         return len(self._timers)

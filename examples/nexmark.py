@@ -13,7 +13,8 @@ is a plain function of the first stage's windows, the same for smr and for Spark
     run = run_job(q5, read_events(paths))
     hot = hottest(run.windows, "count")   # {Window: (bids, [auctions])}
 
-Windowed jobs run in ``smr.testing.run_job`` only in this version (docs/guide/windows.md).
+They run in ``smr.testing.run_job``; a cluster runs tumbling and hopping windows too, fed by
+``smr feed`` (docs/guide/windows.md), but these queries are measured in-process only.
 """
 
 from __future__ import annotations

@@ -59,9 +59,9 @@ class AsyncCluster:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor, functools.partial(call, *args))
 
-    async def emit(self, key: str | int, value: Any) -> None:
+    async def emit(self, key: str | int, value: Any, *, event_time: int | None = None) -> None:
         """:meth:`smr.connection.Cluster.emit`."""
-        await self._run(self._cluster.emit, key, value)
+        await self._run(functools.partial(self._cluster.emit, event_time=event_time), key, value)
 
     async def emit_many(self, pairs: Iterable[tuple[str | int, Any]]) -> None:
         """:meth:`smr.connection.Cluster.emit_many` (an iterator is read on the worker)."""

@@ -67,6 +67,7 @@ from smr.transport.security import load_keys
 from smr.transport.zeromq import use_keys, use_keys_of
 from smr.values import EmitError
 from smr.windows import refuse_in_cluster
+from smr.windows.stamps import Stamper
 
 __all__ = [
     "Cluster",
@@ -113,13 +114,14 @@ def connect(
     ``$SMR_KEYS`` names, else none. Keys hold for the whole process: every connection of a
     program uses the last ones chosen.
 
-    ``job`` (a :class:`smr.Job` or a ``module:attribute`` reference) gives the ``combine``
-    that writes apply; ``mapper_id`` names the stream this program writes (default: a new
-    random one) and ``position`` is where it resumes (a value :meth:`Cluster.flush`
-    returned, 0 for its start; only 0 with ``combine``). A ``mapper_id`` without a
-    ``position`` starts a new stream: the first write raises :class:`MapperIdReused` if
-    the id already delivered tuples. The seeds are asked for the ring now:
-    :class:`smr.spec.ClusterError` if none answers, ValueError for a bad argument.
+    ``job`` (a :class:`smr.Job` or a ``module:attribute`` reference) gives the ``combine`` that
+    writes apply, or, for a windowed job (tumbling or hopping), the window whose watermark the
+    writes carry: each :meth:`Cluster.emit` then takes its ``event_time``. ``mapper_id`` names
+    the stream this program writes (default: a new random one) and ``position`` is where it
+    resumes (a value :meth:`Cluster.flush` returned, 0 for its start; only 0 with ``combine``).
+    A ``mapper_id`` without a ``position`` starts a new stream: the first write raises
+    :class:`MapperIdReused` if the id already delivered tuples. The seeds are asked for the
+    ring now: :class:`smr.spec.ClusterError` if none answers, ValueError for a bad argument.
     """
     if position is not None and (type(position) is not int or position < 0):
         raise ValueError(f"position must be an int of at least 0, not {position!r}")
@@ -185,6 +187,8 @@ class Cluster:
         # A named stream without a position is new: its id must have no history.
         self._new_named_stream = bool(mapper_id) and position is None
         self._job = job
+        # A windowed job's writes travel stamped (smr.windows.stamps); its combine is unused.
+        self._stamper = Stamper(job) if job is not None and job.windowed else None
         self._start_position = position or 0
         self._emitter_options: dict[str, Any] = {
             "batch_size": batch_size,
@@ -246,7 +250,7 @@ class Cluster:
                 if history.used:
                     raise MapperIdReused(history)
                 self._new_named_stream = False
-            combine = self._job.combine if self._job is not None else None
+            combine = self._job.combine if self._job is not None and self._stamper is None else None
             emitter = Emitter(
                 self.view(),
                 self.spec.slot_bits,
@@ -260,16 +264,30 @@ class Cluster:
             self._emitter = emitter
         return self._emitter
 
-    def emit(self, key: str | int, value: Any) -> None:
+    def emit(self, key: str | int, value: Any, *, event_time: int | None = None) -> None:
         """Send one tuple. A key or value that cannot travel raises
         :class:`smr.values.EmitError` at once, and nothing is sent. Blocks while the nodes
-        are a full window behind (backpressure); delivery is confirmed by :meth:`flush`."""
+        are a full window behind (backpressure); delivery is confirmed by :meth:`flush`.
+        With a windowed job, ``event_time`` (an int of milliseconds) is the tuple's event
+        time, and the tuple carries this connection's watermark (the largest event time it
+        sent minus the window's ``out_of_orderness_ms``, minus 1); ValueError without one,
+        TypeError with one and no windowed job."""
+        stamper = self._stamper
+        if stamper is not None:
+            if event_time is None:
+                raise ValueError("a windowed job's tuple needs its event_time= (int ms)")
+            value = stamper.stamp(value, event_time)
+        elif event_time is not None:
+            raise TypeError("event_time= needs a windowed job: smr.connect(..., job=...)")
         self.writer().emit(key, value)
 
     def emit_many(self, pairs: Iterable[tuple[str | int, Any]]) -> None:
         """Send ``(key, value)`` pairs, in order. A sequence is checked whole before any pair
         is sent (all or none); an iterator is checked and sent ``EMIT_CHUNK_PAIRS`` at a
-        time, and an EmitError says how many of its pairs went before the bad one's chunk."""
+        time, and an EmitError says how many of its pairs went before the bad one's chunk.
+        A windowed job's tuples go one by one, with their event time (:meth:`emit`)."""
+        if self._stamper is not None:
+            raise TypeError("a windowed job's tuples each take an event_time: use emit()")
         emit_many = self.writer().emit_many
         if isinstance(pairs, Sequence):
             chunks: Iterable[Sequence[tuple[Any, Any]]] = [pairs]

@@ -172,7 +172,7 @@ def cluster_up(
         # One node's failure loses nothing by default; a lone node has nobody to copy to.
         replication = 1 if nodes >= 2 else 0
     # Fail here, with the reason, rather than in every node's log.
-    refuse_in_cluster(load_job(job_ref))
+    refuse_in_cluster(load_job(job_ref), table=output_dsn is not None)
     try:
         target = None if output_dsn is None else TableTarget(output_dsn, output_table, output_merge)
     except TableError as error:

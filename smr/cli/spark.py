@@ -27,7 +27,7 @@ from smr.spark.setup import (
     MAX_FILES_PER_TRIGGER_DEFAULT,
 )
 from smr.spec.parse import feeder_job, read_spec
-from smr.windows import refuse_in_cluster
+from smr.windows import refuse_windowed
 from smr.wording import counted
 
 if TYPE_CHECKING:
@@ -98,7 +98,7 @@ def spark_feed_command(
     # User errors before Spark's start-up time: the job, the input, Java, the cluster.
     spec = read_spec(cluster_dir)
     job_ref = feeder_job(spec, str(cluster_dir / "cluster.json"), job_ref)
-    refuse_in_cluster(load_job(job_ref))
+    refuse_windowed(load_job(job_ref), "smr spark-feed")
     socket_addr = smr_spark.parse_socket_ref(input_ref)
     if socket_addr is None:
         smr_spark.check_input_dir(Path(input_ref))

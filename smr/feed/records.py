@@ -29,6 +29,7 @@ from typing import IO, Any, Final
 from smr.api import Job
 from smr.mapper.emitter import Emitter
 from smr.values import EmitError
+from smr.windows.stamps import stamped_mapper
 
 # Failed records (map raised, bad emit, too long) reported one by one; the rest are counted.
 MAP_FAILURES_REPORTED_MAX: Final = 5
@@ -229,8 +230,9 @@ class _Feeding:
         self.report = report
         self.position = position
         self.max_record_bytes = max_record_bytes
-        self.user_map = job.mapper()
-        self.batch_map = job.batch_mapper()
+        # A windowed job's values travel stamped with event time and the watermark.
+        self.user_map = stamped_mapper(job) if job.windowed else job.mapper()
+        self.batch_map = None if job.windowed else job.batch_mapper()
         self.records = 0
         self.counts = {"map": 0, "emit": 0, "long": 0}
         self.reported = 0

@@ -214,7 +214,8 @@ def run(
     """
     # 1.
     spec = cluster.spec
-    combine = options.combine and job.combine is not None
+    # A windowed job's combine would fold values of different windows together.
+    combine = options.combine and job.combine is not None and not job.windowed
     mapper_id = options.mapper_id or feed_mapper_id(
         spec.incarnation, job_ref, paths, options.batch_size if combine else None
     )

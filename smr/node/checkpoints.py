@@ -14,10 +14,11 @@ from collections.abc import Iterator
 from typing import Final, Protocol
 
 from smr.checkpoint.delta import Delta, encode_delta, split_delta
-from smr.checkpoint.ids import CheckpointNumber
+from smr.checkpoint.ids import CheckpointNumber, MapperId, Seq
 from smr.checkpoint.store import StateStore
 from smr.node.disk import DiskState
 from smr.node.ports import NodeBasics, ViewGossip
+from smr.node.windows import NodeWindows
 from smr.output.files import OutputSink
 from smr.ring.ids import NodeId
 from smr.wire.peer import Checkpoint, CheckpointRequest, PeerMessages
@@ -37,6 +38,19 @@ class CopyTarget(Protocol):
     def copy_target(self) -> tuple[NodeId, ...]: ...
 
 
+class FinishNotices(Protocol):
+    """What the windows' close asks of the retirement (``smr.node.retirement``)."""
+
+    def last_of(self, mapper: MapperId) -> Seq | None: ...
+
+
+class WindowsHolder(Protocol):
+    """The reducer, holding a windowed job's windows (``smr.node.windows``) or None."""
+
+    @property
+    def windows(self) -> NodeWindows | None: ...
+
+
 class CycleNode(NodeBasics, Protocol):
     """What the checkpoint cycle uses of the node (``smr.node.core.NodeCore``)."""
 
@@ -52,6 +66,10 @@ class CycleNode(NodeBasics, Protocol):
     def membership(self) -> ViewGossip: ...
     @property
     def moves(self) -> CopyTarget: ...
+    @property
+    def reducer(self) -> WindowsHolder: ...
+    @property
+    def retirement(self) -> FinishNotices: ...
     def peer_send(self, peer: NodeId, message: PeerMessages) -> bool: ...
 
 
@@ -118,6 +136,8 @@ class CheckpointCycle:
         between its parts. A cycle still in flight is finished first. False if it did not
         run (step 0).
 
+        Before them, a windowed job's windows close (``_close_windows``).
+
         0. Make the output durable (``OutputSink.make_durable``): the file written and the
            output table committed, so no record of a state change this checkpoint carries
            exists only in this process. If the table cannot commit, stop here: the node
@@ -134,6 +154,9 @@ class CheckpointCycle:
         """
         node = self._node
         self.finish_shipping()
+        # A windowed job's windows that the watermark passed close first (smr.node.windows,
+        # step 2): their results are made durable and their closing leaves with this delta.
+        self._close_windows()
         # 0.
         if not node.output.make_durable():
             node.counters.checkpoints_held += 1
@@ -143,6 +166,21 @@ class CheckpointCycle:
         self.checkpoint_number = CheckpointNumber(self.checkpoint_number + 1)
         self._shipping = self._ship(delta, self.checkpoint_number)
         return True
+
+    def _close_windows(self) -> None:
+        """A windowed job's windows that the watermark passed close in this node's range,
+        their results to the output (``smr.node.windows``, step 2); nothing for other jobs."""
+        node = self._node
+        windows = node.reducer.windows
+        if windows is None:
+            return
+        own = node.ring.range_of(node.node_id)
+        owns = (lambda slot: False) if own is None else own.contains
+        windows.close_due(node.store, owns, node.retirement.last_of, node.output.extend)
+        counts, counters = windows.counts, node.counters
+        counters.windows_closed = counts.windows_closed
+        counters.window_corrections = counts.window_corrections
+        counters.late_dropped = counts.late_dropped
 
     def step_shipping(self) -> None:
         """Run one step of the checkpoint in flight (a part sent, or a merge step): a turn

@@ -12,6 +12,7 @@ from smr.api import Job
 from smr.checkpoint.apply import APPLYING
 from smr.checkpoint.bulk import BatchReduceFn, Columns, apply_folds, apply_reduce_batch
 from smr.checkpoint.store import FAILURE_EXAMPLES_MAX, BatchOutcome, ReduceFn, StateStore
+from smr.node.windows import IDLE_TIMEOUT_MS_DEFAULT, NodeWindows
 from smr.output.files import OutputSink
 from smr.output.records import Emitted
 from smr.values import check_state
@@ -33,20 +34,41 @@ class Reducer:
     int of 2**64) fails with :class:`smr.values.StateValueError`, so such a value never
     reaches the store. Each emitted record carries its origin (``smr.output``); with an
     output table that adds values, emitting a value that is not a number fails the call.
+    A windowed job's tuples fold per window, one at a time (``windows``,
+    :class:`smr.node.windows.NodeWindows`).
     """
 
-    def __init__(self, job: Job, output: OutputSink, clock: Callable[[], float]) -> None:
+    def __init__(
+        self,
+        job: Job,
+        output: OutputSink,
+        clock: Callable[[], float],
+        window_idle_timeout_ms: int = IDLE_TIMEOUT_MS_DEFAULT,
+    ) -> None:
         self.output = output
         self._clock = clock
         self._emitted: list[Emitted] = []
         self._error_log_window_start = 0.0
         self._error_logs_in_window = 0
         self._errors_unlogged = 0
+        self._windows: NodeWindows | None = None
+        if job.windowed:
+            self._windows = NodeWindows(job, clock, self._emitted, window_idle_timeout_ms)
+            self.aggregation = None
+            self._reduce_batch = None
+            self.reduce_fn: ReduceFn = self._windows.reduce_fn()
+            return
         # Aggregators are applied in bulk; the per-tuple reduce_fn serves the replay of a
         # takeover (checkpoint.promote) for every kind of reduce.
         self.aggregation = job.aggregation
         self._reduce_batch = self._wrap_batch(job)
-        self.reduce_fn: ReduceFn = self._wrap(job)
+        self.reduce_fn = self._wrap(job)
+
+    @property
+    def windows(self) -> NodeWindows | None:
+        """A windowed job's windows on this node (None for other jobs): the checkpoint
+        cycle closes them."""
+        return self._windows
 
     def replay_fn(self) -> ReduceFn:
         """The per-tuple reduce, wrapped, for replaying backed-up tuples (a promotion)."""

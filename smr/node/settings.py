@@ -51,6 +51,9 @@ class NodeSettings:
     # range over, most often), again every few seconds until it has joined. None: it stays
     # on standby until asked. The wait lets a node that was slow settle first.
     rejoin_after_fence_ms: int | None = 30_000
+    # A windowed job: a mapper not heard from in a slot for this long stops holding the
+    # slot's watermark back (docs/design/windows.md#a-slots-watermark).
+    window_idle_timeout_ms: int = 10_000
     # Tuples applied per second at most (smr.node.rate_cap: emulates a smaller machine for
     # benchmarks and tests of autoscaling). None: as fast as the reducer goes.
     apply_rate_cap_per_s: float | None = None
@@ -139,3 +142,8 @@ class NodeCounters:
     suspicions_vouched: int = 0
     suspicions_refuted: int = 0
     vouches_sent: int = 0
+    # A windowed job (smr.node.windows): windows whose final result left, corrections that
+    # left, tuples dropped as later than the allowed lateness.
+    windows_closed: int = 0
+    window_corrections: int = 0
+    late_dropped: int = 0

@@ -65,11 +65,13 @@ def open_node(cluster_dir: Path, node_id: str, newcomer: NodeSpec | None) -> Ope
         if newcomer is not None and node_id not in {node.id for node in spec.nodes}:
             spec.nodes.append(newcomer)
         me = spec.node(node_id)
-        job = refuse_in_cluster(load_job(spec.job))
+        table = spec.output_table()
+        job = refuse_in_cluster(load_job(spec.job), table=table is not None)
         # A lone count or sum keeps master's keys in compiled tables (before a restore
         # makes the first store).
-        keep_slots_compact(None if job.aggregation is None else job.aggregation.compact_field)
-        table = spec.output_table()
+        keep_slots_compact(
+            None if job.aggregation is None or job.windowed else job.aggregation.compact_field
+        )
         # A cluster with keys (DIR/keys, or $SMR_KEYS): the inbox and the output accept only
         # its clients, and this node reaches its peers as one.
         keys = use_keys_of(cluster_dir)

@@ -42,7 +42,7 @@ from smr.spark.setup import MASTER_DEFAULT, SparkFeedError
 from smr.spec.parse import read_spec
 from smr.transport.security import KeysError
 from smr.transport.zeromq import use_keys_of
-from smr.windows import refuse_in_cluster
+from smr.windows import refuse_windowed
 
 JAVA_MAJOR_MIN: Final = 17
 LOG4J2_CONFIG: Final = Path(__file__).with_name("log4j2.properties")
@@ -214,7 +214,7 @@ def feed_settings(
     """The settings for a query feeding the cluster in ``cluster_dir``, checked on the
     driver: the job loads, and the cluster answers (SparkFeedError otherwise)."""
     try:
-        job = refuse_in_cluster(load_job(job_ref))
+        job = refuse_windowed(load_job(job_ref), "smr spark-feed")
     except JobLoadError as error:
         raise SparkFeedError(str(error)) from None
     spec = read_spec(cluster_dir)

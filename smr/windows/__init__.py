@@ -16,9 +16,11 @@ the watermark passes its end; a tuple within ``allowed_lateness_ms`` behind the 
 updates its window and sends a correction; a later one is dropped, counted and, with
 ``Job(late_side_output=True)``, kept in a side output. The rules: docs/design/windows.md.
 
-In this version windowed jobs run in :func:`smr.testing.run_job` only; a cluster
-(``smr cluster up``, ``smr feed``, ``smr spark-feed``, ``smr node``) refuses them with one
-line (:func:`refuse_in_cluster`).
+Tumbling and hopping windows run in a cluster (``smr cluster up``, ``smr feed``, ``smr
+node``, ``smr.connect(job=...)`` with ``emit(..., event_time=...)``), their results in the
+nodes' output files (docs/design/windows.md#in-the-ring); session windows, an output table
+and ``smr spark-feed`` refuse a windowed job with one line (:func:`refuse_in_cluster`,
+:func:`refuse_windowed`). Every job runs in :func:`smr.testing.run_job`.
 """
 
 from __future__ import annotations
@@ -32,11 +34,15 @@ from smr.checkpoint.window_state import WindowResult as WindowResult
 from smr.checkpoint.windows import Window as Window
 from smr.checkpoint.windows import WindowSpec as WindowSpec
 
-__all__ = ["hopping", "refuse_in_cluster", "session", "tumbling"]
+__all__ = ["hopping", "refuse_in_cluster", "refuse_windowed", "session", "tumbling"]
 
-CLUSTER_REFUSAL: Final = (
-    "windowed jobs run in smr.testing.run_job only in this version; the ring does not carry "
-    "window state yet (docs/design/windows.md)"
+SESSION_REFUSAL: Final = (
+    "session windows run in smr.testing.run_job only in this version; a cluster runs "
+    "tumbling and hopping windows (docs/design/windows.md#in-the-ring)"
+)
+TABLE_REFUSAL: Final = (
+    "a windowed job's results go to the output files only in this version, not to an output "
+    "table (drop --output-postgres; docs/design/windows.md#in-the-ring)"
 )
 
 
@@ -79,9 +85,24 @@ def session(
     )
 
 
-def refuse_in_cluster(job: Job) -> Job:
-    """``job`` if a cluster can run it; for a windowed job, :class:`smr.api.JobLoadError`
-    with the one line the commands print (exit 2)."""
+def refuse_in_cluster(job: Job, *, table: bool = False) -> Job:
+    """``job`` if a cluster's nodes can run it (``table``: with an output table); otherwise
+    :class:`smr.api.JobLoadError` with the one line the commands print (exit 2): session
+    windows, or a windowed job with an output table."""
+    if job.window is not None and job.window.merging:
+        raise JobLoadError(f"job {job.name!r}: {SESSION_REFUSAL}")
+    if job.windowed and table:
+        raise JobLoadError(f"job {job.name!r}: {TABLE_REFUSAL}")
+    return job
+
+
+def refuse_windowed(job: Job, entry: str) -> Job:
+    """``job`` unless it is windowed; for a windowed job, :class:`smr.api.JobLoadError` with
+    one line: ``entry`` (a command, an API) does not stamp event times in this version."""
     if job.windowed:
-        raise JobLoadError(f"job {job.name!r}: {CLUSTER_REFUSAL}")
+        raise JobLoadError(
+            f"job {job.name!r}: {entry} does not feed windowed jobs in this version; feed "
+            "them with smr feed or smr.connect, or run them in smr.testing.run_job "
+            "(docs/design/windows.md)"
+        )
     return job

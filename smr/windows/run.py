@@ -33,7 +33,15 @@ from smr.checkpoint.windows import END_OF_TIME_MS, START_OF_TIME_MS, Window, Win
 from smr.mapper.emitter import BATCH_BYTES_DEFAULT
 from smr.values import check_state, row_bytes
 
-__all__ = ["Watermark", "WindowedRun", "mapper_watermark_ms", "run_windowed"]
+__all__ = [
+    "Watermark",
+    "WindowedRun",
+    "event_time_of",
+    "fold_of",
+    "lifted",
+    "mapper_watermark_ms",
+    "run_windowed",
+]
 
 
 @dataclass(frozen=True)
@@ -64,7 +72,7 @@ def run_windowed(
     assert spec is not None, "run_windowed takes a windowed job"
     run = WindowedRun()
     on_late = (lambda k, v, t: run.late.append((k, v, t))) if job.late_side_output else None
-    state = WindowedState(spec, _fold_of(job), on_late)
+    state = WindowedState(spec, fold_of(job), on_late)
     batch = _Batch(job, state, combine)
     mapper = job.map  # values as the user emits them: aggregators lift them per batch
     assert mapper is not None, "a windowed job has a map"
@@ -80,7 +88,7 @@ def run_windowed(
             run.results += batch.apply()
             run.results += state.advance(record.time_ms)
             continue
-        event_time_ms = _event_time(job, record)
+        event_time_ms = event_time_of(job, record)
         emitted.clear()
         try:
             mapper(record, emit)
@@ -143,7 +151,7 @@ class _Batch:
             if not is_taken(event_time_ms, watermark_ms, lateness_ms):
                 results += state.add(key, event_time_ms, value)  # dropped: counted, set aside
                 continue
-            partial = _lifted(aggregation, key, value)
+            partial = lifted(aggregation, key, value)
             if not self._slice_ms:
                 results += state.add(key, event_time_ms, partial)
                 continue
@@ -157,7 +165,7 @@ class _Batch:
         return results
 
 
-def _lifted(aggregation: Aggregation, key: Key, value: Any) -> Any:
+def lifted(aggregation: Aggregation, key: Key, value: Any) -> Any:
     try:
         return aggregation.lift(value)
     except Exception as error:
@@ -172,7 +180,7 @@ def mapper_watermark_ms(largest_event_time_ms: int, spec: WindowSpec) -> int:
     return largest_event_time_ms - spec.out_of_orderness_ms - 1
 
 
-def _event_time(job: Job, record: Any) -> int:
+def event_time_of(job: Job, record: Any) -> int:
     extract = job.event_time
     assert extract is not None
     try:
@@ -193,7 +201,7 @@ def _refuse_emit(key: Key, value: Any) -> NoReturn:
     )
 
 
-def _fold_of(job: Job) -> Fold:
+def fold_of(job: Job) -> Fold:
     """The job's reduce as a fold of one value into one window's state, each state checked
     as a node checks it before keeping it."""
     aggregation = job.aggregation

@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 from examples.wordcount import WORD, add, count, count_batch, split_lines, split_words
-from smr import Job, agg
+from smr import Job, agg, windows
 
 POISON = "zzpoison"
 
@@ -224,3 +224,28 @@ def keep_and_emit_odd(word: str, n: int, state: dict[str, Any], emit: Any) -> No
 
 
 odd_values = Job("odd-values", map=split_words, reduce=keep_and_emit_odd)
+
+
+# A windowed word count over lines "EVENT_TIME_MS<TAB>TEXT" (tests/e2e/test_windows.py writes
+# them from a book, out of order by less than WINDOWED_DISORDER_MS): words per tumbling window.
+WINDOWED_SIZE_MS = 10_000
+WINDOWED_DISORDER_MS = 1_000
+
+
+def event_line_time(line: str) -> int:
+    """The event time of an event line: its first field."""
+    return int(line.split("\t", 1)[0])
+
+
+def split_event_line(line: str, emit: Any) -> None:
+    """The words of an event line's text, each counted once."""
+    split_words(line.split("\t", 1)[1], emit)
+
+
+windowed_count = Job(
+    "windowed-count",
+    map=split_event_line,
+    reduce=agg.count(),
+    event_time=event_line_time,
+    window=windows.tumbling(WINDOWED_SIZE_MS, out_of_orderness_ms=WINDOWED_DISORDER_MS),
+)

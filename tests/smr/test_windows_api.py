@@ -1,6 +1,7 @@
 """Windowed jobs through the user API: ``run_job`` folds per window as plain Python does,
-advances event time by batch and by marker, counts and keeps late tuples, and a cluster
-refuses a windowed job with one line (exit 2)."""
+advances event time by batch and by marker, counts and keeps late tuples, and what a
+cluster cannot run of them (session windows, an output table, spark-feed) is
+refused with one line (exit 2)."""
 
 from __future__ import annotations
 
@@ -190,45 +191,78 @@ WINDOWED_JOB = """
 from smr import Job, agg, windows
 job = Job("w", map=lambda r, emit: emit(r, 1), reduce=agg.count(),
           event_time=lambda r: 0, window=windows.tumbling(1000))
+session = Job("s", map=lambda r, emit: emit(r, 1), reduce=agg.count(),
+              event_time=lambda r: 0, window=windows.session(1000))
 """
 
 
 @pytest.fixture
 def windowed_cluster(tmp_path: Path) -> Path:
+    """A cluster directory (no node runs) whose job is a session-windowed count."""
     (tmp_path / "wjob.py").write_text(WINDOWED_JOB)
     node = NodeSpec(NodeId("n0"), "tcp://127.0.0.1:1", "tcp://127.0.0.1:2", Token(0))
-    write_spec(tmp_path, ClusterSpec(8, 0, f"{tmp_path / 'wjob.py'}:job", [node]))
+    write_spec(tmp_path, ClusterSpec(8, 0, f"{tmp_path / 'wjob.py'}:session", [node]))
     (tmp_path / "input.txt").write_text("a\n")
     return tmp_path
 
 
-@pytest.mark.parametrize("command", ["cluster-up", "feed", "spark-feed"])
-def test_a_cluster_refuses_a_windowed_job_with_one_line(
-    windowed_cluster: Path, command: str, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize(
+    ("command", "message"),
+    [
+        ("cluster-up-session", "session windows run in smr.testing.run_job only"),
+        ("feed-session", "session windows run in smr.testing.run_job only"),
+        ("cluster-up-table", "not to an output table"),
+        ("spark-feed", "smr spark-feed does not feed windowed jobs in this version"),
+    ],
+)
+def test_what_a_cluster_cannot_run_of_windows_is_refused_with_one_line(
+    windowed_cluster: Path, command: str, message: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    job_ref = f"{windowed_cluster / 'wjob.py'}:job"
-    if command == "cluster-up":
-        args = ["cluster", "up", "--dir", str(windowed_cluster / "new"), "--job", job_ref]
-    elif command == "feed":
-        args = ["feed", "--cluster", str(windowed_cluster), str(windowed_cluster / "input.txt")]
-    else:
-        args = ["spark-feed", "--cluster", str(windowed_cluster), "--input", str(windowed_cluster)]
+    jobs = f"{windowed_cluster / 'wjob.py'}"
+    if command == "spark-feed":  # a cluster whose job is the tumbling one
+        node = NodeSpec(NodeId("n0"), "tcp://127.0.0.1:1", "tcp://127.0.0.1:2", Token(0))
+        write_spec(windowed_cluster, ClusterSpec(8, 0, f"{jobs}:job", [node]))
+    new_dir = str(windowed_cluster / "new")
+    args = {
+        "cluster-up-session": ["cluster", "up", "--dir", new_dir, "--job", f"{jobs}:session"],
+        "feed-session": [
+            "feed", "--cluster", str(windowed_cluster), str(windowed_cluster / "input.txt")
+        ],
+        "cluster-up-table": [
+            "cluster", "up", "--dir", new_dir, "--job", f"{jobs}:job",
+            "--output-postgres", "host=127.0.0.1 port=1",
+        ],
+        "spark-feed": [
+            "spark-feed", "--cluster", str(windowed_cluster), "--job", f"{jobs}:job",
+            "--input", str(windowed_cluster),
+        ],
+    }[command]  # fmt: skip
     with pytest.raises(SystemExit) as exit_:
         main(args)
     assert exit_.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1
-    assert "windowed jobs run in smr.testing.run_job only in this version" in err[0]
+    assert message in err[0]
+    assert not (windowed_cluster / "new" / "cluster.json").exists()
 
 
-def test_a_node_refuses_a_windowed_job_and_exits_2(
+def test_a_node_refuses_a_session_job_and_exits_2(
     windowed_cluster: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     from smr.node.loop import serve
 
     with caplog.at_level(logging.ERROR):
         assert serve(windowed_cluster, "n0") == 2
-    assert "windowed jobs run in smr.testing.run_job only" in caplog.text
+    assert "session windows run in smr.testing.run_job only" in caplog.text
+
+
+def test_a_connection_refuses_a_session_job(windowed_cluster: Path) -> None:
+    import smr
+    from smr.api import JobLoadError, load_job
+
+    job = load_job(f"{windowed_cluster / 'wjob.py'}:session")
+    with pytest.raises(JobLoadError, match=r"session windows run in smr\.testing\.run_job only"):
+        smr.connect(str(windowed_cluster), job=job)
 
 
 def test_the_guides_example_runs_as_written():
