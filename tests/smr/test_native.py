@@ -204,13 +204,26 @@ def test_all_numbers_says_whether_a_sum_can_take_the_values() -> None:
 @contextmanager
 def python_kernels() -> Iterator[None]:
     """checkpoint's hot loops on their Python references for the body of the block."""
-    saved = (IN_FORCE.cut, IN_FORCE.group_add, IN_FORCE.fold_additive, IN_FORCE.drive_reduce)
+    saved = (
+        IN_FORCE.cut,
+        IN_FORCE.group_add,
+        IN_FORCE.fold_additive,
+        IN_FORCE.drive_reduce,
+        IN_FORCE.fold_turn,
+    )
     IN_FORCE.cut, IN_FORCE.group_add = cut, group_add
     IN_FORCE.fold_additive, IN_FORCE.drive_reduce = kernels.fold_additive, None
+    IN_FORCE.fold_turn = None
     try:
         yield
     finally:
-        IN_FORCE.cut, IN_FORCE.group_add, IN_FORCE.fold_additive, IN_FORCE.drive_reduce = saved
+        (
+            IN_FORCE.cut,
+            IN_FORCE.group_add,
+            IN_FORCE.fold_additive,
+            IN_FORCE.drive_reduce,
+            IN_FORCE.fold_turn,
+        ) = saved
 
 
 BATCH_ROWS = st.lists(
