@@ -175,7 +175,56 @@ pub fn fold_turn<'py>(
             None => return Ok(None),
         }
     }
-    let mut running: Vec<Running> = (0..mappers).map(|_| Running::default()).collect();
+    let Some(turn) = cut_and_merge(marks, &read)? else { return Ok(None) };
+    let new_marks = PyList::empty(py);
+    for of_mapper in &turn.running {
+        let raised = PyDict::new(py);
+        for (slot, at, row) in &of_mapper.rose {
+            raised.set_item(&read[*at].slot_objects[*row], of_mapper.marks[slot].0)?;
+        }
+        new_marks.append(raised)?;
+    }
+    take_marks.call1((new_marks,))?;
+    let into = FoldInto::new(active, older, name, new_keys_take_partial)?;
+    let general = PyDict::new(py);
+    let slot_of = PyDict::new(py);
+    let mut rows = Vec::new();
+    for group in &turn.groups {
+        let key = &read[group.batch].keys[group.row];
+        let slot = &read[group.last.0].slot_objects[group.last.1];
+        let partial = match i64::try_from(group.partial) {
+            Ok(small) => small.into_pyobject(py)?.into_any(),
+            Err(_) => group.partial.into_pyobject(py)?.into_any(),
+        };
+        if !into.fold_one(key, &partial, slot)? {
+            general.set_item(key, &partial)?;
+            slot_of.set_item(key, slot)?;
+            rows.push(group.rows);
+        }
+    }
+    let parts: [Bound<'py, PyAny>; 5] = [
+        general.into_any(),
+        slot_of.into_any(),
+        PyList::new(py, rows)?.into_any(),
+        turn.total.into_pyobject(py)?.into_any(),
+        turn.duplicates.into_pyobject(py)?.into_any(),
+    ];
+    Ok(Some(PyTuple::new(py, parts)?))
+}
+
+/// A turn cut and merged: each mapper's marks, the fresh rows' groups, the tuples seen.
+struct Turn {
+    running: Vec<Running>,
+    groups: Vec<Group>,
+    total: usize,
+    duplicates: usize,
+}
+
+/// The cut of every batch against its mapper's marks (``marks``, read only), carried from
+/// batch to batch, and the fresh rows added per key in first-seen order; None when a key is
+/// one only the reference takes (see ``key_ref``).
+fn cut_and_merge(marks: &Bound<'_, PyList>, read: &[Columns<'_>]) -> PyResult<Option<Turn>> {
+    let mut running: Vec<Running> = (0..marks.len()).map(|_| Running::default()).collect();
     let mut index: HashMap<KeyRef<'_>, usize, Quick> = HashMap::default();
     let mut groups: Vec<Group> = Vec::new();
     let (mut total, mut duplicates) = (0usize, 0usize);
@@ -222,38 +271,5 @@ pub fn fold_turn<'py>(
             }
         }
     }
-    let new_marks = PyList::empty(py);
-    for of_mapper in &running {
-        let raised = PyDict::new(py);
-        for (slot, at, row) in &of_mapper.rose {
-            raised.set_item(&read[*at].slot_objects[*row], of_mapper.marks[slot].0)?;
-        }
-        new_marks.append(raised)?;
-    }
-    take_marks.call1((new_marks,))?;
-    let into = FoldInto::new(active, older, name, new_keys_take_partial)?;
-    let general = PyDict::new(py);
-    let slot_of = PyDict::new(py);
-    let mut rows = Vec::new();
-    for group in &groups {
-        let key = &read[group.batch].keys[group.row];
-        let slot = &read[group.last.0].slot_objects[group.last.1];
-        let partial = match i64::try_from(group.partial) {
-            Ok(small) => small.into_pyobject(py)?.into_any(),
-            Err(_) => group.partial.into_pyobject(py)?.into_any(),
-        };
-        if !into.fold_one(key, &partial, slot)? {
-            general.set_item(key, &partial)?;
-            slot_of.set_item(key, slot)?;
-            rows.push(group.rows);
-        }
-    }
-    let parts: [Bound<'py, PyAny>; 5] = [
-        general.into_any(),
-        slot_of.into_any(),
-        PyList::new(py, rows)?.into_any(),
-        total.into_pyobject(py)?.into_any(),
-        duplicates.into_pyobject(py)?.into_any(),
-    ];
-    Ok(Some(PyTuple::new(py, parts)?))
+    Ok(Some(Turn { running, groups, total, duplicates }))
 }
