@@ -51,16 +51,18 @@ def path(compiled: bool) -> Iterator[None]:
     from smr.checkpoint import hwm, kernels
 
     force = kernels.IN_FORCE
-    saved = (smr.native.NATIVE, force.cut, force.group_add, force.fold_additive)
+    saved = (smr.native.NATIVE, force.cut, force.group_add, force.fold_additive, force.fold_turn)
     if not compiled:
         smr.native.NATIVE = None  # type: ignore[misc]
         force.cut = hwm.cut
         force.group_add = kernels.group_add
         force.fold_additive = kernels.fold_additive
+        force.fold_turn = None
     try:
         yield
     finally:
-        smr.native.NATIVE, force.cut, force.group_add, force.fold_additive = saved  # type: ignore[misc]
+        smr.native.NATIVE = saved[0]  # type: ignore[misc]
+        force.cut, force.group_add, force.fold_additive, force.fold_turn = saved[1:]
 
 
 def steps(bodies: list[tuple[int, bytes]], compiled: bool) -> dict[str, Callable[[], Any]]:

@@ -107,6 +107,16 @@ class _Partials:
     fresh_keys: list[Sequence[Key]] = field(default_factory=list)
     total: int = 0
     duplicates: int = 0
+    rows_of_keys: list[int] | None = None
+    """The fresh rows of each key of ``by_key``, in its order, when the compiled merge made
+    the partials (then ``fresh_keys`` stays empty)."""
+
+    def failed_rows(self, failed: set[Key]) -> int:
+        """How many fresh tuples the keys ``failed`` had."""
+        if self.rows_of_keys is not None:
+            rows = dict(zip(self.by_key, self.rows_of_keys, strict=True))
+            return sum(rows[key] for key in failed)
+        return sum(1 for keys in self.fresh_keys for key in keys if key in failed)
 
 
 def apply_folds(store: BulkAppliedTo, batches: Iterable[Columns], fold: KeyFold) -> BatchOutcome:
@@ -123,15 +133,60 @@ def apply_folds(store: BulkAppliedTo, batches: Iterable[Columns], fold: KeyFold)
 
     The caller must not let a checkpoint swap run between the batches it passes.
     """
-    partials = _merge_partials(store, batches, fold)
-    failed_keys = _fold_partials(store, partials, fold)
+    batches = list(batches)
+    partials = _apply_compiled(store, batches, fold)
+    if partials is not None:
+        failed_keys = _fold_general(store, partials, fold)
+    else:
+        partials = _merge_partials(store, batches, fold)
+        failed_keys = _fold_partials(store, partials, fold)
     outcome = BatchOutcome(duplicates=partials.duplicates)
     if failed_keys:
-        failed = {key for key, _ in failed_keys}
-        outcome.failed = sum(1 for keys in partials.fresh_keys for key in keys if key in failed)
+        outcome.failed = partials.failed_rows({key for key, _ in failed_keys})
         outcome.failures = failed_keys[:FAILURE_EXAMPLES_MAX]
     outcome.applied = partials.total - outcome.duplicates - outcome.failed
     return outcome
+
+
+def _apply_compiled(store: AppliedTo, batches: list[Columns], fold: KeyFold) -> _Partials | None:
+    """Steps 1-3 of :func:`apply_folds` for a count or a sum (one owned field, no
+    tombstones in ``active``) in one compiled call (``checkpoint.kernels.IN_FORCE.fold_turn``:
+    every batch cut, the store taking each mapper's new marks, the partials merged per key
+    with no Python object made per row, the common case of the fold); the same marks,
+    state and counts as the Python steps. Returns the keys left to the general fold (step
+    3's other cases), or None, with nothing written, when the compiled call is not in force
+    or leaves the batches to the Python steps (a key or a value it does not take)."""
+    fold_turn = IN_FORCE.fold_turn
+    if (
+        fold_turn is None
+        or not batches
+        or not fold.additive
+        or len(fold.owned) != 1
+        or store.has_tombstones
+    ):
+        return None
+    mappers: dict[MapperId, int] = {}
+    rows = [
+        (mappers.setdefault(mapper, len(mappers)), slots, seqs, keys, values)
+        for mapper, slots, seqs, keys, values in batches
+    ]
+    marks = []
+    for mapper in mappers:
+        of_mapper = store.hwm_marks(mapper)
+        marks.append(of_mapper if of_mapper.__class__ is dict else dict(of_mapper))
+
+    def take_marks(raised: list[dict[int, int]]) -> None:
+        for mapper, of_mapper in zip(mappers, raised, strict=True):
+            store.take_marks(mapper, of_mapper)
+
+    (name,) = fold.owned
+    older = [fragment for fragment in (store.inactive, store.master) if fragment]
+    new_keys_take_partial = bool(getattr(fold, "new_keys_take_partial", False))
+    done = fold_turn(marks, rows, take_marks, store.active, older, name, new_keys_take_partial)
+    if done is None:
+        return None
+    general, slot_of, rows_of_keys, total, duplicates = done
+    return _Partials(general, slot_of, [], total, duplicates, rows_of_keys)
 
 
 def _merge_partials(store: AppliedTo, batches: Iterable[Columns], fold: KeyFold) -> _Partials:
@@ -167,6 +222,28 @@ def _fold_partials(
 ) -> list[tuple[Key, BaseException]]:
     """Step 3 of :func:`apply_folds`: each key's partial folded into its state in
     ``active``; the keys whose fold raised, with the exception, in order."""
+    owned = fold.owned
+    if fold.additive and len(owned) == 1 and not store.has_tombstones:
+        # The common case first: a key that holds the one owned field takes the sum, in
+        # place when active holds it, else into a new active entry (the field read from
+        # inactive, then master: a read takes the newest fragment field by field); new
+        # keys and a sum past 64 bits go the general way.
+        (name,) = owned
+        older = [fragment for fragment in (store.inactive, store.master) if fragment]
+        new_keys_take_partial = bool(getattr(fold, "new_keys_take_partial", False))
+        active = cast(dict[int, dict[Key, dict[str, Any]]], store.active)
+        general = IN_FORCE.fold_additive(
+            partials.by_key, partials.slot_of, active, older, name, new_keys_take_partial
+        )
+        partials = _Partials(general, partials.slot_of)
+    return _fold_general(store, partials, fold)
+
+
+def _fold_general(
+    store: BulkAppliedTo, partials: _Partials, fold: KeyFold
+) -> list[tuple[Key, BaseException]]:
+    """Step 3 of :func:`apply_folds` for each key of ``partials``, by ``fold.fold_key``:
+    the keys whose fold raised, with the exception, in order."""
     grouped, slot_of = partials.by_key, partials.slot_of
     active = cast(dict[int, dict[Key, dict[str, Any]]], store.active)
     active_get = active.get
@@ -176,17 +253,6 @@ def _fold_partials(
     failed_keys: list[tuple[Key, BaseException]] = []
     mutables = fold.mutable_values
     holds_mutables = store.holds_mutables
-    if fold.additive and len(owned) == 1 and not tombstones_possible:
-        # The common case inline: a key that holds the one owned field takes the sum, in
-        # place when active holds it, else into a new active entry (the field read from
-        # inactive, then master: a read takes the newest fragment field by field); new
-        # keys and a sum past 64 bits go the general way below.
-        (name,) = owned
-        older = [fragment for fragment in (store.inactive, store.master) if fragment]
-        new_keys_take_partial = bool(getattr(fold, "new_keys_take_partial", False))
-        grouped = IN_FORCE.fold_additive(
-            grouped, slot_of, active, older, name, new_keys_take_partial
-        )
     for key, partial in grouped.items():
         slot = slot_of[key]
         active_keys = active_get(slot)

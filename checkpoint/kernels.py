@@ -109,6 +109,14 @@ FoldAdditiveFn = Callable[
 ]
 
 
+FoldTurnFn = Callable[..., tuple[Any, ...] | None]
+"""Steps 1-3 of ``checkpoint.bulk.apply_folds`` for a count or a sum in one call
+(``smr._native.fold_turn``: the cut, the marks taken, the merge per key, the common case
+of the fold): ``(general, slot_of, rows per key, tuples, duplicates)``, or None for batches
+it leaves to the reference. No Python reference of its own: ``apply_folds``'s Python steps
+are the reference (None here runs them)."""
+
+
 DriveReduceFn = Callable[..., tuple[int, list[tuple[Any, BaseException]], bool, bool]]
 """Steps 3-5 of ``checkpoint.apply.apply_tuples`` over a batch's fresh rows, calling the
 reducer straight: ``(failed, failures, wrote_tombstone, holds_mutables)``. No Python
@@ -123,6 +131,7 @@ class Kernels:
     group_add: Callable[[dict[Any, Any], Sequence[Any], Sequence[Any]], None] = group_add
     fold_additive: FoldAdditiveFn = fold_additive
     drive_reduce: DriveReduceFn | None = None
+    fold_turn: FoldTurnFn | None = None
     slot_table: Callable[[], Any] | None = None
     """Makes the table of a slot master starts to hold (``checkpoint.delta.SlotTable``), for
     the stores made after it is set; None (the default) keeps master's slots in dicts."""

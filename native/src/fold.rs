@@ -132,11 +132,11 @@ fn in_state_range(value: &Bound<'_, PyAny>) -> bool {
 }
 
 /// The common case of `checkpoint.bulk.apply_folds` for a count or a sum (one owned field
-/// ``name``, no tombstones; checkpoint/kernels.py's `fold_additive` is the reference): each key of ``grouped`` whose field is found (in ``active``,
-/// else the first of ``older`` fragments that holds the key) takes the sum, written into
-/// ``active`` (in place when active holds the key). Returns the keys left to the general
-/// fold, with their partials: new keys, a field that is None, a sum that is not a number or
-/// leaves the 64-bit range.
+/// ``name``, no tombstones; checkpoint/kernels.py's `fold_additive` is the reference): each
+/// key of ``grouped`` whose field is found (in ``active``, else the first of ``older``
+/// fragments that holds the key) takes the sum, written into ``active`` (in place when active
+/// holds the key). Returns the keys left to the general fold, with their partials: new keys,
+/// a field that is None, a sum that is not a number or leaves the 64-bit range.
 #[pyfunction]
 pub fn fold_additive<'py>(
     py: Python<'py>,
@@ -148,13 +148,70 @@ pub fn fold_additive<'py>(
     new_keys_take_partial: bool,
 ) -> PyResult<Bound<'py, PyDict>> {
     let general = PyDict::new(py);
-    let older: Vec<Bound<'py, PyDict>> =
-        older.iter().map(|f| f.cast_into::<PyDict>().map_err(PyErr::from)).collect::<PyResult<_>>()?;
+    let into = FoldInto::new(active, older, name, new_keys_take_partial)?;
     for (key, partial) in grouped.iter() {
         let slot = slot_of.get_item(&key)?.ok_or_else(|| pyo3::exceptions::PyKeyError::new_err(key.clone().unbind()))?;
-        let active_keys = active.get_item(&slot)?;
+        if !into.fold_one(&key, &partial, &slot)? {
+            general.set_item(&key, &partial)?;
+        }
+    }
+    Ok(general)
+}
+
+/// Where `fold_additive` writes (``active``) and reads (``active``, then ``older``).
+pub struct FoldInto<'py> {
+    active: Bound<'py, PyDict>,
+    older: Vec<Bound<'py, PyDict>>,
+    name: Bound<'py, PyString>,
+    new_keys_take_partial: bool,
+}
+
+impl<'py> FoldInto<'py> {
+    pub fn new(
+        active: &Bound<'py, PyDict>,
+        older: &Bound<'py, PyList>,
+        name: &Bound<'py, PyString>,
+        new_keys_take_partial: bool,
+    ) -> PyResult<Self> {
+        let older: Vec<Bound<'py, PyDict>> =
+            older.iter().map(|f| f.cast_into::<PyDict>().map_err(PyErr::from)).collect::<PyResult<_>>()?;
+        Ok(FoldInto { active: active.clone(), older, name: name.clone(), new_keys_take_partial })
+    }
+
+    /// Write ``{name: value}`` as the key's entry in ``active``.
+    fn put_entry(
+        &self,
+        active_keys: &Option<Bound<'py, PyAny>>,
+        key: &Bound<'py, PyAny>,
+        slot: &Bound<'py, PyAny>,
+        value: &Bound<'py, PyAny>,
+    ) -> PyResult<()> {
+        let py = key.py();
+        let entry = PyDict::new(py);
+        entry.set_item(&self.name, value)?;
+        match active_keys {
+            Some(keys) => keys.cast::<PyDict>()?.set_item(key, entry),
+            None => {
+                let keys = PyDict::new(py);
+                keys.set_item(key, entry)?;
+                self.active.set_item(slot, keys)
+            }
+        }
+    }
+
+    /// Fold one key's ``partial`` by `fold_additive`'s rule; false when the key is left to
+    /// the general fold (then nothing is written).
+    pub fn fold_one(
+        &self,
+        key: &Bound<'py, PyAny>,
+        partial: &Bound<'py, PyAny>,
+        slot: &Bound<'py, PyAny>,
+    ) -> PyResult<bool> {
+        let py = key.py();
+        let name = &self.name;
+        let active_keys = self.active.get_item(slot)?;
         let fields = match &active_keys {
-            Some(keys) => keys.cast::<PyDict>()?.get_item(&key)?,
+            Some(keys) => keys.cast::<PyDict>()?.get_item(key)?,
             None => None,
         };
         let mut field: Option<Bound<'py, PyAny>> = None;
@@ -162,9 +219,9 @@ pub fn fold_additive<'py>(
         if let Some(fields) = &fields {
             field = fields.cast::<PyDict>()?.get_item(name)?;
         } else {
-            for fragment in &older {
-                if let Some(keys_of_slot) = fragment.get_item(&slot)? {
-                    if let Some(held) = held_field(&keys_of_slot, &key, name)? {
+            for fragment in &self.older {
+                if let Some(keys_of_slot) = fragment.get_item(slot)? {
+                    if let Some(held) = held_field(&keys_of_slot, key, name)? {
                         unheld = false;
                         if let Some(found) = held {
                             field = Some(found);
@@ -177,59 +234,35 @@ pub fn fold_additive<'py>(
         let field = match field {
             Some(field) if !field.is_none() => field,
             _ => {
-                if new_keys_take_partial && unheld && in_state_range(&partial) {
-                    let entry = PyDict::new(py);
-                    entry.set_item(name, &partial)?;
-                    match &active_keys {
-                        Some(keys) => keys.cast::<PyDict>()?.set_item(&key, entry)?,
-                        None => {
-                            let keys = PyDict::new(py);
-                            keys.set_item(&key, entry)?;
-                            active.set_item(&slot, keys)?;
-                        }
-                    }
-                    continue;
+                if self.new_keys_take_partial && unheld && in_state_range(partial) {
+                    self.put_entry(&active_keys, key, slot, partial)?;
+                    return Ok(true);
                 }
-                general.set_item(&key, &partial)?;
-                continue;
+                return Ok(false);
             }
         };
-        let summed = match field.add(&partial) {
+        let summed = match field.add(partial) {
             Ok(summed) => summed,
-            Err(error) if error.is_instance_of::<pyo3::exceptions::PyTypeError>(py) => {
-                general.set_item(&key, &partial)?;
-                continue;
-            }
+            Err(error) if error.is_instance_of::<pyo3::exceptions::PyTypeError>(py) => return Ok(false),
             Err(error) => return Err(error),
         };
         if summed.is_none() {
-            general.set_item(&key, &partial)?;
-            continue;
+            return Ok(false);
         }
         if summed.is_exact_instance_of::<PyInt>() {
             // [-2**63, 2**64): an i64, or else a u64 (a wider int fails both).
             let in_range = summed.extract::<i64>().is_ok() || summed.extract::<u64>().is_ok();
             if !in_range {
-                general.set_item(&key, &partial)?;
-                continue;
+                return Ok(false);
             }
         }
         if let Some(fields) = fields {
             fields.cast::<PyDict>()?.set_item(name, summed)?;
         } else {
-            let entry = PyDict::new(py);
-            entry.set_item(name, summed)?;
-            match active_keys {
-                Some(keys) => keys.cast::<PyDict>()?.set_item(&key, entry)?,
-                None => {
-                    let keys = PyDict::new(py);
-                    keys.set_item(&key, entry)?;
-                    active.set_item(&slot, keys)?;
-                }
-            }
+            self.put_entry(&active_keys, key, slot, &summed)?;
         }
+        Ok(true)
     }
-    Ok(general)
 }
 
 /// Raise HyperLogLog ``registers`` (``2**precision`` bytes) by 64-bit ``hashes``, as

@@ -10,6 +10,7 @@ mod cut;
 mod drive;
 mod fold;
 mod table;
+mod turn;
 
 #[pymodule]
 fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -23,6 +24,7 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(fold::fold_additive, module)?)?;
     module.add_function(wrap_pyfunction!(fold::hll_add, module)?)?;
     module.add_function(wrap_pyfunction!(drive::drive_reduce, module)?)?;
+    module.add_function(wrap_pyfunction!(turn::fold_turn, module)?)?;
     module.add_class::<table::SlotTable>()?;
     Ok(())
 }

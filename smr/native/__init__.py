@@ -81,4 +81,5 @@ if NATIVE is not None:
     IN_FORCE.group_add = NATIVE.group_add
     IN_FORCE.fold_additive = NATIVE.fold_additive
     IN_FORCE.drive_reduce = NATIVE.drive_reduce
+    IN_FORCE.fold_turn = NATIVE.fold_turn
     IN_FORCE.compiled = True

@@ -204,13 +204,26 @@ def test_all_numbers_says_whether_a_sum_can_take_the_values() -> None:
 @contextmanager
 def python_kernels() -> Iterator[None]:
     """checkpoint's hot loops on their Python references for the body of the block."""
-    saved = (IN_FORCE.cut, IN_FORCE.group_add, IN_FORCE.fold_additive, IN_FORCE.drive_reduce)
+    saved = (
+        IN_FORCE.cut,
+        IN_FORCE.group_add,
+        IN_FORCE.fold_additive,
+        IN_FORCE.drive_reduce,
+        IN_FORCE.fold_turn,
+    )
     IN_FORCE.cut, IN_FORCE.group_add = cut, group_add
     IN_FORCE.fold_additive, IN_FORCE.drive_reduce = kernels.fold_additive, None
+    IN_FORCE.fold_turn = None
     try:
         yield
     finally:
-        IN_FORCE.cut, IN_FORCE.group_add, IN_FORCE.fold_additive, IN_FORCE.drive_reduce = saved
+        (
+            IN_FORCE.cut,
+            IN_FORCE.group_add,
+            IN_FORCE.fold_additive,
+            IN_FORCE.drive_reduce,
+            IN_FORCE.fold_turn,
+        ) = saved
 
 
 BATCH_ROWS = st.lists(
@@ -386,3 +399,36 @@ def test_new_keys_folded_in_bulk_reach_the_state_of_the_per_tuple_path(turns, co
         bulk = drive(turns, fold, per_tuple=False)
         per_tuple = drive(turns, fold, per_tuple=True)
     assert state_of(bulk) == state_of(per_tuple)
+
+
+@settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(st.lists(st.tuples(st.sampled_from(["m1", "m2"]), INT_ROWS), max_size=3), max_size=4)
+)
+def test_a_turn_folded_in_one_compiled_call_counts_and_names_the_reference_failures(turns) -> None:
+    """Keys whose state a sum cannot take (a str, a None) are left by ``fold_turn`` to the
+    general fold, which fails them: the same tuples counted applied, duplicate and failed,
+    the same examples, the same state and marks as on the Python path."""
+
+    def run() -> Any:
+        store = StateStore()
+        store.apply_delta(Delta(states={1: {"a": {"n": "x"}}, 2: {"b": {"n": None}}}, hwms={}))
+        seen = []
+        for turn in turns:
+            batches = [
+                (mapper, *(list(column) for column in zip(*rows, strict=True)))
+                for mapper, rows in turn
+            ]
+            outcome = apply_folds(store, batches, agg.fields(n=agg.sum()))
+            examples = [(key, repr(error)) for key, error in outcome.failures]
+            seen.append((outcome.applied, outcome.duplicates, outcome.failed, examples))
+            if store.inactive:
+                store.merge_inactive()
+            else:
+                seen.append(repr(store.swap().hwms))
+        return seen, state_of(store)
+
+    compiled = run()
+    with python_kernels():
+        reference = run()
+    assert compiled == reference

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import tracemalloc
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from functools import partial
 from typing import Any
 
@@ -38,11 +38,12 @@ def python_path() -> Iterator[None]:
         IN_FORCE.group_add,
         IN_FORCE.fold_additive,
         IN_FORCE.drive_reduce,
+        IN_FORCE.fold_turn,
         IN_FORCE.slot_table,
     )
     IN_FORCE.cut, IN_FORCE.group_add = cut, group_add
     IN_FORCE.fold_additive, IN_FORCE.drive_reduce = kernels.fold_additive, None
-    IN_FORCE.slot_table = None
+    IN_FORCE.fold_turn = IN_FORCE.slot_table = None
     try:
         yield
     finally:
@@ -51,6 +52,7 @@ def python_path() -> Iterator[None]:
             IN_FORCE.group_add,
             IN_FORCE.fold_additive,
             IN_FORCE.drive_reduce,
+            IN_FORCE.fold_turn,
             IN_FORCE.slot_table,
         ) = saved
 
@@ -72,20 +74,29 @@ VALUES = st.one_of(
     st.sampled_from([2**62, 2**63 - 1, 2**63, -(2**63)]),
     st.floats(-1, 1),
 )
-ROWS = st.lists(st.tuples(st.integers(0, 3), st.integers(1, 12), KEYS, VALUES), max_size=25)
-STEPS = st.lists(
-    st.one_of(
-        st.tuples(st.just("fold"), st.lists(st.tuples(st.sampled_from(["m1", "m2"]), ROWS))),
-        st.tuples(st.just("per_tuple"), st.sampled_from(["m1", "m2"]), ROWS),
-        st.tuples(st.just("delete"), st.integers(0, 3), KEYS),
-        st.tuples(st.just("checkpoint"), st.one_of(st.none(), st.integers(1, 4))),
-        st.tuples(st.just("snapshot"), st.sets(st.integers(0, 3))),
-        st.tuples(st.just("promote"), st.sets(st.integers(0, 3))),
-        st.tuples(st.just("drop"), st.sets(st.integers(0, 3), max_size=1)),
-        st.tuples(st.just("restart")),
-    ),
-    max_size=12,
-)
+INT_VALUES = st.one_of(st.integers(-5, 5), st.sampled_from([2**62, 2**63 - 1, -(2**63), -(2**62)]))
+"""Values a turn folded in one compiled call takes whole (no float, nothing past 64 bits)."""
+
+
+def steps_of(values: st.SearchStrategy[Any]) -> st.SearchStrategy[list[tuple[Any, ...]]]:
+    """Random steps of a store's life, with batches of ``values``."""
+    rows = st.lists(st.tuples(st.integers(0, 3), st.integers(1, 12), KEYS, values), max_size=25)
+    return st.lists(
+        st.one_of(
+            st.tuples(st.just("fold"), st.lists(st.tuples(st.sampled_from(["m1", "m2"]), rows))),
+            st.tuples(st.just("per_tuple"), st.sampled_from(["m1", "m2"]), rows),
+            st.tuples(st.just("delete"), st.integers(0, 3), KEYS),
+            st.tuples(st.just("checkpoint"), st.one_of(st.none(), st.integers(1, 4))),
+            st.tuples(st.just("snapshot"), st.sets(st.integers(0, 3))),
+            st.tuples(st.just("promote"), st.sets(st.integers(0, 3))),
+            st.tuples(st.just("drop"), st.sets(st.integers(0, 3), max_size=1)),
+            st.tuples(st.just("restart")),
+        ),
+        max_size=12,
+    )
+
+
+STEPS = steps_of(VALUES)
 
 
 def columns(mapper: str, rows: list[tuple[Any, ...]]) -> tuple[Any, ...]:
@@ -169,6 +180,51 @@ def test_tables_leave_the_python_paths_states_marks_deltas_and_outcomes(steps, k
     with python_path():
         reference = run(steps, aggregation)
     assert compiled == reference
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(steps_of(INT_VALUES), st.sampled_from(["count", "sum"]), st.booleans())
+def test_turns_folded_in_one_compiled_call_leave_the_python_paths_states_marks_and_outcomes(
+    steps, kind, in_tables
+) -> None:
+    """Integer batches, which ``fold_turn`` takes whole (cut, marks, merge and fold in one
+    call) unless a key is past 64 bits or a sum leaves the range (the general fold then
+    takes the key): the trace of the Python path, master in tables or in dicts."""
+    aggregation = agg.fields(n=getattr(agg, kind)())
+    with tables("n") if in_tables else nullcontext():
+        compiled = run(steps, aggregation)
+    with python_path():
+        reference = run(steps, aggregation)
+    assert compiled == reference
+
+
+def test_a_turn_of_int_batches_is_folded_in_one_compiled_call_and_others_are_not() -> None:
+    calls: list[bool] = []
+    fold_turn = IN_FORCE.fold_turn
+    assert fold_turn is not None
+
+    def spy(*args: Any) -> Any:
+        done = fold_turn(*args)
+        calls.append(done is not None)
+        return done
+
+    store = StateStore()
+    IN_FORCE.fold_turn = spy
+    try:
+        count = agg.fields(n=agg.count())
+        ints = ("m", [0, 0, 1], [1, 2, 1], ["a", "a", 7], [2, 3, 4])
+        outcome = apply_folds(store, [ints, ("m", [0], [2], ["a"], [5])], count)
+        assert (outcome.applied, outcome.duplicates) == (3, 1)
+        apply_folds(store, [("m", [2], [1], ["c"], [0.5])], agg.fields(n=agg.sum()))
+    finally:
+        IN_FORCE.fold_turn = fold_turn
+    assert calls == [True, False]
+    assert sorted(map(repr, store.items())) == [
+        "(0, 'a', {'n': 5})",
+        "(1, 7, {'n': 4})",
+        "(2, 'c', {'n': 0.5})",
+    ]
+    assert dict(store.hwms_of("m")) == {0: 2, 1: 1, 2: 1}
 
 
 def test_a_table_answers_as_the_dict_it_stands_for() -> None:
