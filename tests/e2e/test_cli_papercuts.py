@@ -66,6 +66,9 @@ def test_ctrl_c_ends_top_and_tail_quietly_with_exit_0(project: Path, command: st
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # As at a terminal: a suite started as a background job ignores SIGINT, and a
+        # child would inherit that.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         time.sleep(3.0)  # past its start: the loop that Ctrl-C ends
