@@ -14,9 +14,10 @@ inside a function, or under ``if TYPE_CHECKING``. An import moved into a functio
 an import-time circle still makes each module depend on the other, which is what a circle
 says: the state and the code that changes it live in two rooms. Importing a module also
 runs its packages' ``__init__.py`` first: so importing ``smr.node.disk`` depends on the
-package ``smr.node``, and a package depends on what its ``__init__.py`` imports as it runs
-(its top-level imports; a package whose names load on first use, through a module
-``__getattr__``, depends on nothing).
+package ``smr.node``, and a package depends on every module its ``__init__.py`` imports, as
+any module does (a facade whose names load on first use names their homes as strings, for
+``importlib``, and gives their types in a stub beside it, ``__init__.pyi``, which no import
+runs and this graph does not read).
 """
 
 from __future__ import annotations
@@ -127,37 +128,6 @@ def imports_of(module: Module, modules: Mapping[str, Module]) -> list[tuple[str,
     return [(target, name) for target, name in found if target != module.name]
 
 
-def eager_imports(module: Module, modules: Mapping[str, Module]) -> set[str]:
-    """The project modules `module` imports as it runs: its top-level import statements
-    (not those in functions, nor under ``if TYPE_CHECKING``)."""
-    top = ast.Module(
-        body=[
-            node
-            for node in _run_at_import(module.tree.body)
-            if isinstance(node, ast.Import | ast.ImportFrom)
-        ],
-        type_ignores=[],
-    )
-    as_run = Module(module.name, module.path, module.is_package, module.source, top)
-    return {target for target, _ in imports_of(as_run, modules)}
-
-
-def _run_at_import(body: list[ast.stmt]) -> Iterable[ast.stmt]:
-    """The statements of a module's body that run when it is imported, into ``if`` (but
-    ``if TYPE_CHECKING``) and ``try`` blocks."""
-    for node in body:
-        if isinstance(node, ast.If):
-            if "TYPE_CHECKING" not in ast.unparse(node.test):
-                yield from _run_at_import(node.body)
-                yield from _run_at_import(node.orelse)
-        elif isinstance(node, ast.Try):
-            yield from _run_at_import(node.body)
-            for handler in node.handlers:
-                yield from _run_at_import(handler.body)
-        else:
-            yield node
-
-
 def _packages_of(name: str, modules: Mapping[str, Module]) -> list[str]:
     """The project packages that hold `name`, outermost first (``smr``, ``smr.node``)."""
     parts = name.split(".")
@@ -168,18 +138,15 @@ def _packages_of(name: str, modules: Mapping[str, Module]) -> list[str]:
 
 def import_graph(modules: Mapping[str, Module]) -> dict[str, set[str]]:
     """Module -> the project modules it imports, and each package holding one of them
-    (Python runs a package's ``__init__.py`` before any of its modules). A package's own
-    edges are what its ``__init__.py`` imports as it runs (:func:`eager_imports`)."""
+    (Python runs a package's ``__init__.py`` before any of its modules); a package is a
+    module like any other, its edges every import of its ``__init__.py``."""
 
     def with_packages(targets: set[str]) -> set[str]:
         return targets.union(*(_packages_of(target, modules) for target in targets))
 
     graph: dict[str, set[str]] = {}
     for name, module in modules.items():
-        if module.is_package:
-            targets = eager_imports(module, modules)
-        else:
-            targets = {target for target, _ in imports_of(module, modules)}
+        targets = {target for target, _ in imports_of(module, modules)}
         graph[name] = with_packages(targets) - {name}
     return graph
 
