@@ -16,5 +16,4 @@ from smr.spark.query import session as session
 from smr.spark.query import socket_lines as socket_lines
 from smr.spark.query import text_files as text_files
 
-
 def __dir__() -> list[str]: ...
