@@ -195,6 +195,10 @@ class StateStore:
         """``{mapper: hwm}`` of ``slot`` for every mapper with a tuple applied there."""
         return self._marks.vector(slot)
 
+    def hwm_vectors(self, slots: set[Slot]) -> dict[Slot, dict[MapperId, Seq]]:
+        """``{slot: hwm_vector(slot)}`` for ``slots`` (copies)."""
+        return self._marks.vectors(slots)
+
     def hwms_of(self, mapper: MapperId) -> Mapping[Slot, Seq]:
         """``{slot: hwm}`` of ``mapper`` for every slot it has a tuple applied in (read-only)."""
         return self._marks.of_mapper(mapper)
@@ -429,8 +433,8 @@ class StateStore:
             keys = other.master.pop(slot, None)
             if keys:
                 self.master[slot] = keys
-        self._holds_mutables = self._holds_mutables or other._holds_mutables
-        self._marks.adopt(other._marks, movable)
+        self._holds_mutables = self._holds_mutables or other.holds_mutables
+        self._marks.adopt(other.retired, other.hwm_vectors(movable))
         other.drop_slots(wanted)
 
     def drop_slots(self, slots: Iterable[Slot]) -> None:
