@@ -23,16 +23,15 @@ from smr.node.disk import DiskState
 from smr.node.handoff import Handoff
 from smr.node.ingest import Ingest
 from smr.node.load import LoadMeter
-from smr.node.ports import Clock
+from smr.node.ports import NodeBasics
 from smr.node.restart import RestartExchange
 from smr.node.retirement import Retirement
-from smr.node.settings import NodeCounters, NodeSettings
 from smr.output.files import OutputGone, OutputMissing, OutputSink
 from smr.ring.hashing import slot_of
 from smr.ring.ids import Incarnation, NodeId, Slot
 from smr.ring.moves import MoveRefused
-from smr.ring.placement import Ring, Role, SlotRange
-from smr.ring.view import Status, View
+from smr.ring.placement import Role, SlotRange
+from smr.ring.view import Status
 from smr.ring.zones import one_zone_ranges
 from smr.wire.codec import encode, pack_body, unpack_body
 from smr.wire.kinds import FrameError, RequestId
@@ -115,30 +114,18 @@ class SnapshotsReport(Protocol):
     def report(self) -> dict[str, float]: ...
 
 
-class ControlNode(Protocol):
+class ControlNode(NodeBasics, Protocol):
     """What the control uses of the node (``smr.node.core.NodeCore``): nearly all of it, to
     report it; it changes only the loss ledger (an operator's acceptance)."""
 
     @property
-    def node_id(self) -> NodeId: ...
-    @property
     def incarnation(self) -> Incarnation: ...
-    @property
-    def view(self) -> View: ...
-    @property
-    def ring(self) -> Ring: ...
     @property
     def roles(self) -> bytes: ...
     @property
     def secondaries(self) -> tuple[NodeId, ...]: ...
     @property
     def slot_bits(self) -> int: ...
-    @property
-    def clock(self) -> Clock: ...
-    @property
-    def settings(self) -> NodeSettings: ...
-    @property
-    def counters(self) -> NodeCounters: ...
     @property
     def cluster_info(self) -> dict[str, Any]: ...
     @property
