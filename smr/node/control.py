@@ -17,6 +17,7 @@ from typing import Any, Final, Protocol
 
 import psutil
 
+from smr.checkpoint.ids import MapperId
 from smr.checkpoint.loss import LossLedger
 from smr.checkpoint.store import StateStore
 from smr.node.disk import DiskState
@@ -114,6 +115,12 @@ class SnapshotsReport(Protocol):
     def report(self) -> dict[str, float]: ...
 
 
+class WriterRegistry(Protocol):
+    """What the control asks of the reducer (``smr.node.reducer.Reducer``)."""
+
+    def register_writer(self, mapper: MapperId) -> None: ...
+
+
 class ControlNode(NodeBasics, Protocol):
     """What the control uses of the node (``smr.node.core.NodeCore``): nearly all of it, to
     report it; it changes only the loss ledger (an operator's acceptance)."""
@@ -162,6 +169,8 @@ class ControlNode(NodeBasics, Protocol):
     def recovery(self) -> RecoveryReport: ...
     @property
     def snapshots(self) -> SnapshotsReport: ...
+    @property
+    def reducer(self) -> WriterRegistry: ...
     def reply(self, identity: bytes, frames: Sequence[bytes]) -> None: ...
     def utilization(self) -> float: ...
 
@@ -334,9 +343,12 @@ class Control:
     def on_history_request(self, identity: bytes, message: HistoryRequest) -> None:
         """What this node holds of a mapper in the slots it is primary of, by its own view:
         how many have its hwm and the highest, its last seq if it finished, and how many
-        are lost (``smr.client.history`` asks every owner, to tell a used mapper id)."""
+        are lost (``smr.client.history`` asks every owner, to tell a used mapper id). Every
+        writer of a windowed job asks before its first tuple: the ask registers it with the
+        job's windows (``Reducer.register_writer``)."""
         node = self._node
         own = node.ring.range_of(node.node_id) or SlotRange(Slot(0), 0, 1 << node.slot_bits)
+        node.reducer.register_writer(message.mapper)
         hwms = node.store.hwms_of(message.mapper)
         mine = [seq for slot, seq in hwms.items() if own.contains(slot)]
         reply = HistoryReply(

@@ -173,10 +173,7 @@ class SimConfig:
         drawn from a stream of their own (a seed's other draws stay what they were), its
         mappers finishing (so every window closes) each as one mapper id (when every mapper
         a slot heard of finished, its windows all close: a later id's tuples would be late),
-        no combine (a stamped value is not added up). One mapper: a node hears of a mapper
-        only from its tuples, so of two that start together it may close a window by the
-        first one's stamps before the second one's first batch arrives, and drop that
-        batch's tuples as late (docs/design/windows.md#a-slots-watermark)."""
+        no combine (a stamped value is not added up)."""
         if not options.windows:
             return self
         rng = random.Random(f"smr.sim:{seed}:windows")
@@ -189,8 +186,6 @@ class SimConfig:
             event_step_ms=rng.choice((1, 2, 5)),
             finish_mappers=True,
             mapper_parts=1,
-            mappers=1,
-            tuples_per_mapper=self.tuples_per_mapper * self.mappers,
             combine=False,
         )
 

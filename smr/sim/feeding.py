@@ -6,18 +6,24 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 from smr.api import Job
 from smr.checkpoint.ids import MapperId
+from smr.client.control import NodeUnreachable
+from smr.client.history import mapper_history
 from smr.mapper.emitter import Emitter
 from smr.ring.view import View
+from smr.sim.clients import SimClient
 from smr.sim.ledger import FeedLedger, MapperProgress
 from smr.sim.mappers import MapperProcess, SimMapperTransport
 from smr.sim.nodes import job_of
 from smr.sim.run import Run
 from smr.sim.windowed import WindowedFeed, event_times
 from smr.windows.stamps import Stamper
+
+# A windowed writer's wait for every owner's answer (smr.connection's default timeout).
+REGISTER_TIMEOUT_S: Final = 10.0
 
 
 class FeedingRun(Run, Protocol):
@@ -105,6 +111,28 @@ def _values(sim: FeedingRun, name: str, words: list[str], job: Job) -> Sequence[
     return [stamper.stamp(1, event_time_ms) for event_time_ms in times]
 
 
+def _register(sim: FeedingRun, transport: SimMapperTransport, mapper: MapperId) -> None:
+    """A windowed writer's ask before its first tuple, as ``smr.connection`` makes it: every
+    owner answers for its slots, and registers the writer with its windows."""
+    rng = sim.rng(f"register:{mapper}")
+
+    def view(refresh: bool) -> View:
+        live = sim.live()
+        if not live:
+            raise NodeUnreachable("no node answers")
+        return rng.choice(live)[1].view
+
+    mapper_history(
+        SimClient(transport),
+        view,
+        sim.config.slot_bits,
+        mapper,
+        REGISTER_TIMEOUT_S,
+        clock=transport.sim.clock.seconds,
+        sleep=lambda seconds: transport.sleep(seconds * 1000),
+    )
+
+
 def _feed(
     sim: FeedingRun,
     emitter: Emitter,
@@ -130,6 +158,8 @@ def _feed(
     def feed() -> None:
         emit = emitter.emit
         name = emitter.mapper_id
+        if sim.windowed is not None:
+            _register(sim, transport, name)
         for start in chunks:
             if progress is not None:
                 progress.emitting(start + chunk)

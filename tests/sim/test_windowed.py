@@ -103,18 +103,17 @@ def test_the_check_names_what_went_wrong(lines: list[str], said: str) -> None:
     assert said in str(failure.value)
 
 
-def test_a_windowed_run_feeds_one_mapper_that_finishes_without_combine() -> None:
+def test_a_windowed_runs_mappers_finish_each_as_one_id_without_combine() -> None:
     plain = SimConfig.from_seed(5)
     config = SimConfig.from_seed(5, WINDOWS)
     assert config.windowed and config.keeps_output
-    assert config.finish_mappers and config.mapper_parts == 1 and config.mappers == 1
-    assert not config.combine
-    assert config.tuples_per_mapper == plain.tuples_per_mapper * plain.mappers
-    # Every draw of the plain run stays what it was.
-    assert (config.nodes, config.replication, config.slot_bits) == (
+    assert config.finish_mappers and config.mapper_parts == 1 and not config.combine
+    # Every other draw of the plain run stays what it was.
+    assert (config.nodes, config.replication, config.slot_bits, config.mappers) == (
         plain.nodes,
         plain.replication,
         plain.slot_bits,
+        plain.mappers,
     )
     assert config.node_settings().window_idle_timeout_ms > config.feed_limit_ms
 
