@@ -324,6 +324,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         spark.stop()
     report = {
         "label": LABEL,
+        "date": time.strftime("%Y-%m-%d", time.gmtime()),
         "config": {
             **config.__dict__,
             "files": args.files,
