@@ -18,7 +18,9 @@ into the ``active`` fragment, like the per-tuple path, so checkpoints are unchan
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import gc
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeAlias, cast
 
@@ -225,18 +227,35 @@ def _apply_compiled(store: AppliedTo, batches: list[AnyBatch], fold: KeyFold) ->
             for mapper, of_batch in encoded
         ]
         _read_marks(store, mappers, marks)
-        done = fold_turn_bodies(marks, bodies, *slot_counts, *into)
+        with _collector_paused():
+            done = fold_turn_bodies(marks, bodies, *slot_counts, *into)
     else:
         rows = [
             (mappers.setdefault(mapper, len(mappers)), slots, seqs, keys, values)
             for mapper, slots, seqs, keys, values in map(as_columns, batches)
         ]
         _read_marks(store, mappers, marks)
-        done = fold_turn(marks, rows, *into)
+        with _collector_paused():
+            done = fold_turn(marks, rows, *into)
     if done is None:
         return None
     general, slot_of, rows_of_keys, total, duplicates = done
     return _Partials(general, slot_of, [], total, duplicates, rows_of_keys)
+
+
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector paused for the block (a compiled fold that makes a
+    dict per key and no cycle): the collections its allocations would have set off many
+    times, each walking the store's tracked dicts, run once after it, if at all."""
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
 
 
 def _read_marks(

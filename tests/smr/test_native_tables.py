@@ -5,6 +5,7 @@ snapshots, promotions, dropped slots and a restart from a snapshot's bytes."""
 
 from __future__ import annotations
 
+import gc
 import tracemalloc
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
@@ -358,3 +359,30 @@ class TableStoreMachine(StoreMachine):
 
 TableStoreMachine.TestCase.settings = StoreMachine.TestCase.settings
 TestStoreWithTablesAgainstModel = TableStoreMachine.TestCase
+
+
+class NotBytes:
+    """A batch "in its bytes" whose body is not bytes: the compiled call raises TypeError."""
+
+    body = "not bytes"
+    count = 1
+    slot_count = SLOT_COUNT
+
+
+def test_the_collector_is_as_it_was_after_a_compiled_turn_even_one_that_raises() -> None:
+    """The compiled fold runs with Python's cyclic collector paused: after it, returned or
+    raised, the collector is on if it was, off if it was."""
+    store = StateStore()
+    count = agg.fields(n=agg.count())
+    was = gc.isenabled()
+    try:
+        for enabled in (True, False):
+            gc.enable() if enabled else gc.disable()
+            apply_folds(store, [encoded("m", [(0, 1, "a", 1)])], count)
+            assert gc.isenabled() is enabled
+            with pytest.raises(TypeError):
+                apply_folds(store, [("m", NotBytes())], count)
+            assert gc.isenabled() is enabled
+    finally:
+        gc.enable() if was else gc.disable()
+    assert store.get(0, "a") == {"n": 1}
