@@ -15,7 +15,10 @@ of a node's work), best of ``--rounds`` interleaved rounds:
   (the cut, the merge of partials per key, the fold into state);
 - **whole chain**: what ``bench/throughput.py``'s node apply does (decode, then apply through
   the job's reduce, a checkpoint every 20 turns) for the built-in count and for a per-tuple
-  ``reduce``; the state of every way is checked against the bare loop's counts.
+  ``reduce``; the state of every way is checked against the bare loop's counts. For the
+  count, the compiled path keeps each body in its bytes and folds a turn of them in one
+  call (``Reducer.folds_bodies``); "count, decoded" is the same chain with every body
+  decoded into Python objects first (the path before bodies were folded from their bytes).
 
     python bench/native_core.py [--words 500000] [--rounds 3]
 """
@@ -51,18 +54,34 @@ def path(compiled: bool) -> Iterator[None]:
     from smr.checkpoint import hwm, kernels
 
     force = kernels.IN_FORCE
-    saved = (smr.native.NATIVE, force.cut, force.group_add, force.fold_additive, force.fold_turn)
+    saved = (
+        smr.native.NATIVE,
+        smr.wire.batch_body.NATIVE,
+        force.cut,
+        force.group_add,
+        force.fold_additive,
+        force.fold_turn,
+        force.fold_turn_bodies,
+    )
     if not compiled:
         smr.native.NATIVE = None  # type: ignore[misc]
+        smr.wire.batch_body.NATIVE = None  # type: ignore[misc]
         force.cut = hwm.cut
         force.group_add = kernels.group_add
         force.fold_additive = kernels.fold_additive
         force.fold_turn = None
+        force.fold_turn_bodies = None
     try:
         yield
     finally:
-        smr.native.NATIVE = saved[0]  # type: ignore[misc]
-        force.cut, force.group_add, force.fold_additive, force.fold_turn = saved[1:]
+        smr.native.NATIVE, smr.wire.batch_body.NATIVE = saved[:2]  # type: ignore[misc]
+        (
+            force.cut,
+            force.group_add,
+            force.fold_additive,
+            force.fold_turn,
+            force.fold_turn_bodies,
+        ) = saved[2:]
 
 
 def steps(bodies: list[tuple[int, bytes]], compiled: bool) -> dict[str, Callable[[], Any]]:
@@ -109,6 +128,9 @@ def steps(bodies: list[tuple[int, bytes]], compiled: bool) -> dict[str, Callable
         "cut": cut,
         "merge+fold": merge_fold,
         "whole chain, count": lambda: _engine_apply(bodies, "examples.wordcount:fast", compiled),
+        "whole chain, count, decoded": lambda: _engine_apply(
+            bodies, "examples.wordcount:fast", compiled, encoded=False
+        ),
         "whole chain, per-tuple reduce": lambda: _engine_apply(bodies, "examples.wordcount:job"),
     }
 

@@ -167,22 +167,27 @@ def _bare_dict_loop(bodies: list[tuple[int, bytes]]) -> dict[str, int]:
     return counts
 
 
-def _engine_apply(bodies: list[tuple[int, bytes]], job_ref: str, compact: bool = True) -> Any:
+def _engine_apply(
+    bodies: list[tuple[int, bytes]], job_ref: str, compact: bool = True, encoded: bool = True
+) -> Any:
     """What a node does with the same bodies: decode and validate each, apply it through the
     job's reduce as ``smr.node.ingest`` does (aggregators: ``APPLY_TUPLES_PER_TURN`` tuples
     a turn), with a checkpoint swap and merge every second's worth (20 turns). Returns the
     store: reading the counts back (``_counts_of``) is the check's work, not the node's.
     With ``compact`` the store holds master as a node process does for the job
-    (``smr.native.keep_slots_compact``: compiled tables for a lone count or sum)."""
+    (``smr.native.keep_slots_compact``: compiled tables for a lone count or sum); with
+    ``encoded`` a body the job's compiled fold reads straight from its bytes is kept so,
+    as intake keeps it (``Reducer.folds_bodies``), else every body is decoded."""
     from smr.api import load_job
     from smr.checkpoint import kernels
+    from smr.checkpoint.ids import MapperId
     from smr.checkpoint.store import StateStore
     from smr.native import keep_slots_compact
     from smr.node.ingest import APPLY_TUPLES_PER_TURN
     from smr.node.reducer import Reducer
     from smr.output.files import OutputSink
     from smr.ring.hashing import SLOT_BITS_DEFAULT
-    from smr.wire.batch_body import decode_batch_body
+    from smr.wire.batch_body import decode_batch_ids, decode_primary_batch
 
     job = load_job(job_ref)
     field = None if job.aggregation is None or not compact else job.aggregation.compact_field
@@ -194,9 +199,12 @@ def _engine_apply(bodies: list[tuple[int, bytes]], job_ref: str, compact: bool =
     reducer = Reducer(job, sink, time.monotonic)
     turn: list[Any] = []
     turn_tuples = turns = 0
+    slot_count = 1 << SLOT_BITS_DEFAULT
+    keep_bytes = encoded and reducer.folds_bodies
     for count, body in bodies:
-        columns = decode_batch_body(body, count, 1 << SLOT_BITS_DEFAULT)
-        turn.append(("bench", columns.slots, columns.seqs, columns.keys, columns.values))
+        ids = decode_batch_ids(body, count, slot_count)
+        batch = decode_primary_batch(body, count, slot_count, ids, keep_bytes)
+        turn.append(batch.applied_as(MapperId("bench")))
         turn_tuples += count
         if turn_tuples >= APPLY_TUPLES_PER_TURN or not reducer.in_bulk:
             reducer.apply(store, turn)

@@ -18,7 +18,9 @@ into the ``active`` fragment, like the per-tuple path, so checkpoints are unchan
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import gc
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeAlias, cast
 
@@ -30,6 +32,40 @@ from smr.checkpoint.kernels import IN_FORCE
 
 Columns: TypeAlias = tuple[MapperId, Sequence[int], Sequence[int], Sequence[Key], Sequence[Any]]
 """One batch as ``(mapper, slots, seqs, keys, values)``."""
+
+
+class EncodedColumns(Protocol):
+    """A batch still in its wire bytes (``smr.wire.batch_body.EncodedBatch``), kept so for a
+    fold that reads them (a lone count's or sum's, in one compiled call): ``body`` of
+    ``count`` rows over ``slot_count`` slots, known valid; ``columns`` decodes it into
+    ``(slots, seqs, keys, values)`` when a fold cannot read the bytes."""
+
+    @property
+    def body(self) -> bytes: ...
+
+    @property
+    def count(self) -> int: ...
+
+    @property
+    def slot_count(self) -> int: ...
+
+    def columns(self) -> tuple[Sequence[int], Sequence[int], Sequence[Key], Sequence[Any]]: ...
+
+
+BatchInBytes: TypeAlias = tuple[MapperId, EncodedColumns]
+"""One batch as ``(mapper, its columns in their wire bytes)``."""
+
+AnyBatch: TypeAlias = Columns | BatchInBytes
+"""A batch decoded or in its wire bytes; :func:`as_columns` reads either as columns."""
+
+
+def as_columns(batch: AnyBatch) -> Columns:
+    """The batch's :data:`Columns` (an encoded one decoded)."""
+    if len(batch) == 2:
+        mapper, encoded = batch
+        return (mapper, *encoded.columns())
+    return batch
+
 
 BatchReduceFn: TypeAlias = Callable[[list[Key], list[list[Any]], list[dict[str, Any]]], None]
 """``reduce_batch(keys, values, states)``: ``keys`` distinct, ``values[i]`` the values of
@@ -119,8 +155,9 @@ class _Partials:
         return sum(1 for keys in self.fresh_keys for key in keys if key in failed)
 
 
-def apply_folds(store: BulkAppliedTo, batches: Iterable[Columns], fold: KeyFold) -> BatchOutcome:
-    """Apply ``batches`` (in order) through ``fold``: each key's state is written once.
+def apply_folds(store: BulkAppliedTo, batches: Iterable[AnyBatch], fold: KeyFold) -> BatchOutcome:
+    """Apply ``batches`` (in order, decoded or in their wire bytes) through ``fold``: each
+    key's state is written once.
 
     1. Per batch, the duplicate cut (:func:`consume`).
     2. The fresh tuples of all the batches are merged per key, in arrival order (``+``
@@ -131,6 +168,10 @@ def apply_folds(store: BulkAppliedTo, batches: Iterable[Columns], fold: KeyFold)
        ``active``. A key whose fold raises keeps its state; its tuples count as failed:
        :func:`_fold_partials`.
 
+    A count's or a sum's turn runs the three steps in one compiled call when it is in
+    force (:func:`_apply_compiled`), reading batches kept in their wire bytes straight from
+    them; any other turn is decoded and takes the Python steps.
+
     The caller must not let a checkpoint swap run between the batches it passes.
     """
     batches = list(batches)
@@ -138,7 +179,7 @@ def apply_folds(store: BulkAppliedTo, batches: Iterable[Columns], fold: KeyFold)
     if partials is not None:
         failed_keys = _fold_general(store, partials, fold)
     else:
-        partials = _merge_partials(store, batches, fold)
+        partials = _merge_partials(store, map(as_columns, batches), fold)
         failed_keys = _fold_partials(store, partials, fold)
     outcome = BatchOutcome(duplicates=partials.duplicates)
     if failed_keys:
@@ -148,14 +189,16 @@ def apply_folds(store: BulkAppliedTo, batches: Iterable[Columns], fold: KeyFold)
     return outcome
 
 
-def _apply_compiled(store: AppliedTo, batches: list[Columns], fold: KeyFold) -> _Partials | None:
+def _apply_compiled(store: AppliedTo, batches: list[AnyBatch], fold: KeyFold) -> _Partials | None:
     """Steps 1-3 of :func:`apply_folds` for a count or a sum (one owned field, no
-    tombstones in ``active``) in one compiled call (``checkpoint.kernels.IN_FORCE.fold_turn``:
-    every batch cut, the store taking each mapper's new marks, the partials merged per key
-    with no Python object made per row, the common case of the fold); the same marks,
-    state and counts as the Python steps. Returns the keys left to the general fold (step
-    3's other cases), or None, with nothing written, when the compiled call is not in force
-    or leaves the batches to the Python steps (a key or a value it does not take)."""
+    tombstones in ``active``) in one compiled call (``checkpoint.kernels.IN_FORCE``'s
+    ``fold_turn_bodies`` when every batch is in its wire bytes, read with no Python object
+    made per row, else ``fold_turn`` of the decoded columns: every batch cut, the store
+    taking each mapper's new marks, the partials merged per key, the common case of the
+    fold); the same marks, state and counts as the Python steps. Returns the keys left to
+    the general fold (step 3's other cases), or None, with nothing written, when the
+    compiled call is not in force or leaves the batches to the Python steps (a key or a
+    value it does not take)."""
     fold_turn = IN_FORCE.fold_turn
     if (
         fold_turn is None
@@ -166,14 +209,7 @@ def _apply_compiled(store: AppliedTo, batches: list[Columns], fold: KeyFold) -> 
     ):
         return None
     mappers: dict[MapperId, int] = {}
-    rows = [
-        (mappers.setdefault(mapper, len(mappers)), slots, seqs, keys, values)
-        for mapper, slots, seqs, keys, values in batches
-    ]
-    marks = []
-    for mapper in mappers:
-        of_mapper = store.hwm_marks(mapper)
-        marks.append(of_mapper if of_mapper.__class__ is dict else dict(of_mapper))
+    marks: list[dict[Slot, int]] = []
 
     def take_marks(raised: list[dict[int, int]]) -> None:
         for mapper, of_mapper in zip(mappers, raised, strict=True):
@@ -181,12 +217,54 @@ def _apply_compiled(store: AppliedTo, batches: list[Columns], fold: KeyFold) -> 
 
     (name,) = fold.owned
     older = [fragment for fragment in (store.inactive, store.master) if fragment]
-    new_keys_take_partial = bool(getattr(fold, "new_keys_take_partial", False))
-    done = fold_turn(marks, rows, take_marks, store.active, older, name, new_keys_take_partial)
+    into = (take_marks, store.active, older, name, bool(getattr(fold, "new_keys_take_partial", 0)))
+    encoded = cast(list[BatchInBytes], [batch for batch in batches if len(batch) == 2])
+    slot_counts = {of_batch.slot_count for _, of_batch in encoded}
+    fold_turn_bodies = IN_FORCE.fold_turn_bodies
+    if fold_turn_bodies is not None and len(encoded) == len(batches) and len(slot_counts) == 1:
+        bodies = [
+            (mappers.setdefault(mapper, len(mappers)), of_batch.body, of_batch.count)
+            for mapper, of_batch in encoded
+        ]
+        _read_marks(store, mappers, marks)
+        with _collector_paused():
+            done = fold_turn_bodies(marks, bodies, *slot_counts, *into)
+    else:
+        rows = [
+            (mappers.setdefault(mapper, len(mappers)), slots, seqs, keys, values)
+            for mapper, slots, seqs, keys, values in map(as_columns, batches)
+        ]
+        _read_marks(store, mappers, marks)
+        with _collector_paused():
+            done = fold_turn(marks, rows, *into)
     if done is None:
         return None
     general, slot_of, rows_of_keys, total, duplicates = done
     return _Partials(general, slot_of, [], total, duplicates, rows_of_keys)
+
+
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector paused for the block (a compiled fold that makes a
+    dict per key and no cycle): the collections its allocations would have set off many
+    times, each walking the store's tracked dicts, run once after it, if at all."""
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
+def _read_marks(
+    store: AppliedTo, mappers: Iterable[MapperId], marks: list[dict[Slot, int]]
+) -> None:
+    """Append each mapper's marks, as the store's own dict when it is one (read only)."""
+    for mapper in mappers:
+        of_mapper = store.hwm_marks(mapper)
+        marks.append(of_mapper if of_mapper.__class__ is dict else dict(of_mapper))
 
 
 def _merge_partials(store: AppliedTo, batches: Iterable[Columns], fold: KeyFold) -> _Partials:

@@ -117,6 +117,13 @@ it leaves to the reference. No Python reference of its own: ``apply_folds``'s Py
 are the reference (None here runs them)."""
 
 
+FoldTurnBodiesFn = Callable[..., tuple[Any, ...] | None]
+"""``FoldTurnFn`` over batches in their wire bytes (``smr._native.fold_turn_bodies``: each
+``(mapper index, body, count)``, a body read with no Python object made per row), or None
+for bodies it leaves to a decode. No Python reference of its own: ``apply_folds``'s Python
+steps over the decoded bodies are the reference (None here runs them)."""
+
+
 DriveReduceFn = Callable[..., tuple[int, list[tuple[Any, BaseException]], bool, bool]]
 """Steps 3-5 of ``checkpoint.apply.apply_tuples`` over a batch's fresh rows, calling the
 reducer straight: ``(failed, failures, wrote_tombstone, holds_mutables)``. No Python
@@ -132,6 +139,7 @@ class Kernels:
     fold_additive: FoldAdditiveFn = fold_additive
     drive_reduce: DriveReduceFn | None = None
     fold_turn: FoldTurnFn | None = None
+    fold_turn_bodies: FoldTurnBodiesFn | None = None
     slot_table: Callable[[], Any] | None = None
     """Makes the table of a slot master starts to hold (``checkpoint.delta.SlotTable``), for
     the stores made after it is set; None (the default) keeps master's slots in dicts."""

@@ -9,6 +9,7 @@ mod columns;
 mod cut;
 mod drive;
 mod fold;
+mod scan;
 mod table;
 mod turn;
 
@@ -25,6 +26,9 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(fold::hll_add, module)?)?;
     module.add_function(wrap_pyfunction!(drive::drive_reduce, module)?)?;
     module.add_function(wrap_pyfunction!(turn::fold_turn, module)?)?;
+    module.add_function(wrap_pyfunction!(turn::fold_turn_bodies, module)?)?;
+    module.add_function(wrap_pyfunction!(scan::body_folds, module)?)?;
+    module.add_function(wrap_pyfunction!(scan::ids_problem, module)?)?;
     module.add_class::<table::SlotTable>()?;
     Ok(())
 }

@@ -2,14 +2,17 @@
 //! `apply_folds` is the reference): the duplicate cut of each batch against its mapper's
 //! marks (checkpoint/hwm.py's rule, marks carried from batch to batch), the fresh rows'
 //! values added per key with no Python object made per row, the fold into ``active``.
+//! The batches come as decoded columns (`fold_turn`) or as their wire bytes
+//! (`fold_turn_bodies`, read by scan.rs: then a Python object is made per key, not per row).
 
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyInt, PyList, PyString, PyTuple};
+use pyo3::types::{PyBytes, PyDict, PyInt, PyList, PyString, PyTuple};
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hash, Hasher};
 
 use crate::columns::objects;
 use crate::fold::FoldInto;
+use crate::scan::body_rows;
 
 /// FxHash's multiplier: spreads a word's bits over the high ones.
 const SPREAD: u64 = 0x517c_c1b7_2722_0a95;
@@ -48,7 +51,7 @@ type Quick = BuildHasherDefault<QuickHasher>;
 /// A key as the reference's dict tells keys apart: an exact `str` by its text, an exact
 /// `int` by its value (the two never equal each other; an int past i64 is a `Wide` one).
 #[derive(PartialEq, Eq, Clone, Copy)]
-enum KeyRef<'a> {
+pub enum KeyRef<'a> {
     Text(&'a str),
     Int(i64),
     Wide(u64),
@@ -67,24 +70,57 @@ impl Hash for KeyRef<'_> {
     }
 }
 
-/// One batch's columns as Python objects, and its mapper's place in the marks list.
+impl KeyRef<'_> {
+    /// The key as the Python object a decode makes of it.
+    fn to_object<'py>(self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        Ok(match self {
+            KeyRef::Text(text) => PyString::new(py, text).into_any(),
+            KeyRef::Int(value) => value.into_pyobject(py)?.into_any(),
+            KeyRef::Wide(value) => value.into_pyobject(py)?.into_any(),
+        })
+    }
+}
+
+/// One batch's rows as the turn reads them: its mapper's place in the marks list, and per
+/// row the slot, the seq, the key and the value.
+struct Rows<'a> {
+    mapper: usize,
+    slots: Vec<u64>,
+    seqs: Vec<u64>,
+    keys: Vec<KeyRef<'a>>,
+    values: Vec<i64>,
+}
+
+/// One batch's columns as Python objects: its mapper's place, its keys' objects, and its
+/// other columns read.
 struct Columns<'py> {
     mapper: usize,
-    slot_objects: Vec<Bound<'py, PyAny>>,
     slots: Vec<u64>,
     seqs: Vec<u64>,
     keys: Vec<Bound<'py, PyAny>>,
     values: Vec<i64>,
 }
 
+impl Columns<'_> {
+    /// The rows, or None when a key is one only the reference takes (see ``key_ref``).
+    fn rows(&self) -> Option<Rows<'_>> {
+        let keys = self.keys.iter().map(key_ref).collect::<Option<Vec<_>>>()?;
+        Some(Rows { mapper: self.mapper, slots: self.slots.clone(), seqs: self.seqs.clone(), keys, values: self.values.clone() })
+    }
+}
+
+fn mapper_index(mapper: usize, mappers: usize) -> PyResult<usize> {
+    if mapper >= mappers {
+        return Err(pyo3::exceptions::PyValueError::new_err(format!("mapper {mapper} of {mappers}")));
+    }
+    Ok(mapper)
+}
+
 /// The batch's columns, or None when a row holds what only the reference takes (a value
 /// not an exact i64 int, a slot or a seq not a u64, columns of unequal lengths).
 fn read_columns<'py>(batch: &Bound<'py, PyAny>, mappers: usize) -> PyResult<Option<Columns<'py>>> {
     let batch = batch.cast::<PyTuple>()?;
-    let mapper: usize = batch.get_item(0)?.extract()?;
-    if mapper >= mappers {
-        return Err(pyo3::exceptions::PyValueError::new_err(format!("mapper {mapper} of {mappers}")));
-    }
+    let mapper = mapper_index(batch.get_item(0)?.extract()?, mappers)?;
     let slot_objects = objects(&batch.get_item(1)?)?;
     let seq_objects = objects(&batch.get_item(2)?)?;
     let keys = objects(&batch.get_item(3)?)?;
@@ -109,7 +145,7 @@ fn read_columns<'py>(batch: &Bound<'py, PyAny>, mappers: usize) -> PyResult<Opti
         seqs.push(seq);
         values.push(value);
     }
-    Ok(Some(Columns { mapper, slot_objects, slots, seqs, keys, values }))
+    Ok(Some(Columns { mapper, slots, seqs, keys, values }))
 }
 
 fn key_ref<'a>(key: &'a Bound<'_, PyAny>) -> Option<KeyRef<'a>> {
@@ -126,7 +162,8 @@ fn key_ref<'a>(key: &'a Bound<'_, PyAny>) -> Option<KeyRef<'a>> {
     None
 }
 
-/// A key's partial so far: the first row's key object, its last fresh row (its slot), the sum.
+/// A key's partial so far: its first row (batch and row), its last fresh row (its slot),
+/// the sum, the fresh rows.
 struct Group {
     batch: usize,
     row: usize,
@@ -136,12 +173,22 @@ struct Group {
 }
 
 /// The marks of one mapper during the turn: each slot's mark so far (read from the store's
-/// dict once), whether it rose, and the slots that rose in the order they did (as the row,
-/// batch and row, whose slot object names it).
+/// dict once), whether it rose, and the slots that rose in the order they did.
 #[derive(Default)]
 struct Running {
     marks: HashMap<u64, (u64, bool), Quick>,
-    rose: Vec<(u64, usize, usize)>,
+    rose: Vec<u64>,
+}
+
+/// What the fold of a turn needs besides its rows: the store's marks (read only), the
+/// store's call that takes the new ones, and where the fold reads and writes.
+struct TurnInto<'a, 'py> {
+    marks: &'a Bound<'py, PyList>,
+    take_marks: &'a Bound<'py, PyAny>,
+    active: &'a Bound<'py, PyDict>,
+    older: &'a Bound<'py, PyList>,
+    name: &'a Bound<'py, PyString>,
+    new_keys_take_partial: bool,
 }
 
 /// `checkpoint.bulk.apply_folds` of a count or a sum (one owned field ``name``, no
@@ -167,38 +214,91 @@ pub fn fold_turn<'py>(
     name: &Bound<'py, PyString>,
     new_keys_take_partial: bool,
 ) -> PyResult<Option<Bound<'py, PyTuple>>> {
-    let mappers = marks.len();
-    let mut read = Vec::new();
+    let mut columns = Vec::new();
     for batch in objects(batches)? {
-        match read_columns(&batch, mappers)? {
-            Some(columns) => read.push(columns),
+        match read_columns(&batch, marks.len())? {
+            Some(read) => columns.push(read),
             None => return Ok(None),
         }
     }
-    let Some(turn) = cut_and_merge(marks, &read)? else { return Ok(None) };
+    let mut read = Vec::with_capacity(columns.len());
+    for of_batch in &columns {
+        match of_batch.rows() {
+            Some(rows) => read.push(rows),
+            None => return Ok(None),
+        }
+    }
+    let into = TurnInto { marks, take_marks, active, older, name, new_keys_take_partial };
+    // The key's own object: the same one the batch holds.
+    fold_rows(py, &into, &read, |batch, row| Ok(columns[batch].keys[row].clone())).map(Some)
+}
+
+/// `fold_turn` over batches in their wire bytes: ``bodies``, each ``(mapper index, body,
+/// count)``, every body one ``body_folds`` takes (of ``slot_count`` slots). A key's object
+/// is made once, when it is folded. None, with nothing written, when a body is not one
+/// ``body_folds`` takes (the caller decodes the batches and takes the other path).
+#[pyfunction]
+#[allow(clippy::too_many_arguments)]
+pub fn fold_turn_bodies<'py>(
+    py: Python<'py>,
+    marks: &Bound<'py, PyList>,
+    bodies: &Bound<'py, PyAny>,
+    slot_count: u64,
+    take_marks: &Bound<'py, PyAny>,
+    active: &Bound<'py, PyDict>,
+    older: &Bound<'py, PyList>,
+    name: &Bound<'py, PyString>,
+    new_keys_take_partial: bool,
+) -> PyResult<Option<Bound<'py, PyTuple>>> {
+    let mut held = Vec::new();
+    for item in objects(bodies)? {
+        let item = item.cast::<PyTuple>()?;
+        let mapper = mapper_index(item.get_item(0)?.extract()?, marks.len())?;
+        let body = item.get_item(1)?.cast_into::<PyBytes>()?;
+        let count: usize = item.get_item(2)?.extract()?;
+        held.push((mapper, body, count));
+    }
+    let mut read = Vec::with_capacity(held.len());
+    for (mapper, body, count) in &held {
+        let Some(rows) = body_rows(body.as_bytes(), *count, slot_count) else { return Ok(None) };
+        read.push(Rows { mapper: *mapper, slots: rows.slots, seqs: rows.seqs, keys: rows.keys, values: rows.values });
+    }
+    let into = TurnInto { marks, take_marks, active, older, name, new_keys_take_partial };
+    fold_rows(py, &into, &read, |batch, row| read[batch].keys[row].to_object(py)).map(Some)
+}
+
+/// The turn after its rows are read: the cut and merge, the new marks taken, each key folded
+/// (``key_object``: the object of a batch's row's key); ``fold_turn``'s answer.
+fn fold_rows<'py>(
+    py: Python<'py>,
+    into: &TurnInto<'_, 'py>,
+    read: &[Rows<'_>],
+    key_object: impl Fn(usize, usize) -> PyResult<Bound<'py, PyAny>>,
+) -> PyResult<Bound<'py, PyTuple>> {
+    let turn = cut_and_merge(into.marks, read)?;
     let new_marks = PyList::empty(py);
     for of_mapper in &turn.running {
         let raised = PyDict::new(py);
-        for (slot, at, row) in &of_mapper.rose {
-            raised.set_item(&read[*at].slot_objects[*row], of_mapper.marks[slot].0)?;
+        for slot in &of_mapper.rose {
+            raised.set_item(slot, of_mapper.marks[slot].0)?;
         }
         new_marks.append(raised)?;
     }
-    take_marks.call1((new_marks,))?;
-    let into = FoldInto::new(active, older, name, new_keys_take_partial)?;
+    into.take_marks.call1((new_marks,))?;
+    let fold = FoldInto::new(into.active, into.older, into.name, into.new_keys_take_partial)?;
     let general = PyDict::new(py);
     let slot_of = PyDict::new(py);
     let mut rows = Vec::new();
     for group in &turn.groups {
-        let key = &read[group.batch].keys[group.row];
-        let slot = &read[group.last.0].slot_objects[group.last.1];
+        let key = key_object(group.batch, group.row)?;
+        let slot = read[group.last.0].slots[group.last.1].into_pyobject(py)?.into_any();
         let partial = match i64::try_from(group.partial) {
             Ok(small) => small.into_pyobject(py)?.into_any(),
             Err(_) => group.partial.into_pyobject(py)?.into_any(),
         };
-        if !into.fold_one(key, &partial, slot)? {
-            general.set_item(key, &partial)?;
-            slot_of.set_item(key, slot)?;
+        if !fold.fold_one(&key, &partial, &slot)? {
+            general.set_item(&key, &partial)?;
+            slot_of.set_item(&key, &slot)?;
             rows.push(group.rows);
         }
     }
@@ -209,7 +309,7 @@ pub fn fold_turn<'py>(
         turn.total.into_pyobject(py)?.into_any(),
         turn.duplicates.into_pyobject(py)?.into_any(),
     ];
-    Ok(Some(PyTuple::new(py, parts)?))
+    PyTuple::new(py, parts)
 }
 
 /// A turn cut and merged: each mapper's marks, the fresh rows' groups, the tuples seen.
@@ -221,26 +321,23 @@ struct Turn {
 }
 
 /// The cut of every batch against its mapper's marks (``marks``, read only), carried from
-/// batch to batch, and the fresh rows added per key in first-seen order; None when a key is
-/// one only the reference takes (see ``key_ref``).
-fn cut_and_merge(marks: &Bound<'_, PyList>, read: &[Columns<'_>]) -> PyResult<Option<Turn>> {
+/// batch to batch, and the fresh rows added per key in first-seen order.
+fn cut_and_merge(marks: &Bound<'_, PyList>, read: &[Rows<'_>]) -> PyResult<Turn> {
     let mut running: Vec<Running> = (0..marks.len()).map(|_| Running::default()).collect();
     let mut index: HashMap<KeyRef<'_>, usize, Quick> = HashMap::default();
     let mut groups: Vec<Group> = Vec::new();
     let (mut total, mut duplicates) = (0usize, 0usize);
-    for (at, columns) in read.iter().enumerate() {
-        total += columns.keys.len();
-        let of_mapper = &mut running[columns.mapper];
-        let store_marks = marks.get_item(columns.mapper)?;
+    for (at, rows) in read.iter().enumerate() {
+        total += rows.keys.len();
+        let of_mapper = &mut running[rows.mapper];
+        let store_marks = marks.get_item(rows.mapper)?;
         let store_marks = store_marks.cast::<PyDict>()?;
-        for row in 0..columns.keys.len() {
-            let Some(key) = key_ref(&columns.keys[row]) else { return Ok(None) };
-            let (slot, seq) = (columns.slots[row], columns.seqs[row]);
+        for row in 0..rows.keys.len() {
+            let (slot, seq) = (rows.slots[row], rows.seqs[row]);
             let mark = match of_mapper.marks.get_mut(&slot) {
                 Some(mark) => mark,
                 None => {
-                    // The column's own int object: no int made for the lookup.
-                    let start = match store_marks.get_item(&columns.slot_objects[row])? {
+                    let start = match store_marks.get_item(slot)? {
                         Some(found) => found.extract::<u64>()?,
                         None => 0,
                     };
@@ -254,10 +351,10 @@ fn cut_and_merge(marks: &Bound<'_, PyList>, read: &[Columns<'_>]) -> PyResult<Op
             mark.0 = seq;
             if !mark.1 {
                 mark.1 = true;
-                of_mapper.rose.push((slot, at, row));
+                of_mapper.rose.push(slot);
             }
-            let value = i128::from(columns.values[row]);
-            match index.get(&key) {
+            let value = i128::from(rows.values[row]);
+            match index.get(&rows.keys[row]) {
                 Some(&group) => {
                     let group = &mut groups[group];
                     group.last = (at, row);
@@ -265,11 +362,11 @@ fn cut_and_merge(marks: &Bound<'_, PyList>, read: &[Columns<'_>]) -> PyResult<Op
                     group.rows += 1;
                 }
                 None => {
-                    index.insert(key, groups.len());
+                    index.insert(rows.keys[row], groups.len());
                     groups.push(Group { batch: at, row, last: (at, row), partial: value, rows: 1 });
                 }
             }
         }
     }
-    Ok(Some(Turn { running, groups, total, duplicates }))
+    Ok(Turn { running, groups, total, duplicates })
 }

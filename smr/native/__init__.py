@@ -82,4 +82,5 @@ if NATIVE is not None:
     IN_FORCE.fold_additive = NATIVE.fold_additive
     IN_FORCE.drive_reduce = NATIVE.drive_reduce
     IN_FORCE.fold_turn = NATIVE.fold_turn
+    IN_FORCE.fold_turn_bodies = NATIVE.fold_turn_bodies
     IN_FORCE.compiled = True

@@ -14,7 +14,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
-from smr.checkpoint.bulk import Columns
+from smr.checkpoint.bulk import AnyBatch
 from smr.checkpoint.ids import MapperId
 from smr.checkpoint.loss import RESERVED_MAPPER_PREFIX, LossLedger
 from smr.checkpoint.store import StateStore
@@ -36,7 +36,7 @@ from smr.output.files import OutputSink
 from smr.ring.ids import Slot
 from smr.ring.invariants import InvariantViolation
 from smr.ring.placement import Role
-from smr.wire.batch_body import BatchColumns, decode_batch_body, decode_batch_ids
+from smr.wire.batch_body import BatchColumns, EncodedBatch, decode_batch_ids, decode_primary_batch
 from smr.wire.codec import encode, pack_body
 from smr.wire.kinds import ChannelNumber, FrameError, StreamId
 from smr.wire.messages import Ack, Batch, Error, Nack, NotOwner
@@ -65,14 +65,15 @@ OUTPUT_HELD_RETRY_S: Final = 0.05
 
 @dataclass(frozen=True)
 class Pending:
-    """A batch accepted into the inbox, waiting to be applied and acked. A backed-up batch
-    (``batch`` None) is already stored; it waits only so that acks keep channel order."""
+    """A batch accepted into the inbox, waiting to be applied and acked, decoded or (for a
+    fold that reads them) in its wire bytes. A backed-up batch (``batch`` None) is already
+    stored; it waits only so that acks keep channel order."""
 
     identity: bytes
     stream: StreamId
     mapper: MapperId
     chan: ChannelNumber
-    batch: BatchColumns | None
+    batch: BatchColumns | EncodedBatch | None
 
 
 class Ingest:
@@ -273,9 +274,12 @@ class Ingest:
             slot_set = last_seq_by_slot.keys()
             # C-level passes: a set of per-slot lookups costs a Python loop per slot otherwise.
             slot_roles = set(map(seat.roles.__getitem__, slot_set))
-            batch = None
+            batch: BatchColumns | EncodedBatch | None = None
             if slot_roles == {Role.PRIMARY}:
-                batch = decode_batch_body(message.body, message.n, ring.slot_count, ids)
+                keep_bytes = self._reducer.folds_bodies
+                batch = decode_primary_batch(
+                    message.body, message.n, ring.slot_count, ids, keep_bytes
+                )
         except FrameError as error:
             self._peers.bad_frame(identity, f"batch {chan} from {mapper} on {stream}: {error}")
             reply(identity, encode(Error(None, str(error))))
@@ -433,7 +437,7 @@ class Ingest:
         store = self._store()
         applied = 0
         # Aggregators apply the turn's batches together (each key written once per turn).
-        together: list[Columns] | None = [] if reducer.in_bulk else None
+        together: list[AnyBatch] | None = [] if reducer.in_bulk else None
         while self.inbox and budget > 0 and clock() < stop_at:
             pending = self.inbox.popleft()
             if pending.batch is not None:
@@ -452,7 +456,7 @@ class Ingest:
                 continue
             budget -= len(batch)
             self.inbox_tuples -= len(batch)
-            columns = (pending.mapper, batch.slots, batch.seqs, batch.keys, batch.values)
+            columns = batch.applied_as(pending.mapper)
             counters.batches += 1
             applied += len(batch)
             load.note_batch(batch.slots)

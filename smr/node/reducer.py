@@ -10,8 +10,15 @@ from typing import Any, Final
 
 from smr.api import Job
 from smr.checkpoint.apply import APPLYING
-from smr.checkpoint.bulk import BatchReduceFn, Columns, apply_folds, apply_reduce_batch
+from smr.checkpoint.bulk import (
+    AnyBatch,
+    BatchReduceFn,
+    apply_folds,
+    apply_reduce_batch,
+    as_columns,
+)
 from smr.checkpoint.ids import MapperId
+from smr.checkpoint.kernels import IN_FORCE
 from smr.checkpoint.store import FAILURE_EXAMPLES_MAX, BatchOutcome, ReduceFn, StateStore
 from smr.node.windows import IDLE_TIMEOUT_MS_DEFAULT, NodeWindows
 from smr.output.files import OutputSink
@@ -86,14 +93,26 @@ class Reducer:
         """Whether batches are best applied many at once (aggregators)."""
         return self.aggregation is not None
 
-    def apply(self, store: StateStore, batches: Sequence[Columns]) -> BatchOutcome:
-        """Apply ``batches`` (in order) to ``store`` by the job's kind of reduce: aggregators
-        all at once (``checkpoint.bulk.apply_folds``), ``reduce_batch`` one call per batch,
-        ``reduce`` per tuple. One outcome for them all."""
+    @property
+    def folds_bodies(self) -> bool:
+        """Whether batches are best kept in their wire bytes until applied: the job's reduce
+        is a lone count or sum and the compiled fold that reads the bytes is in force
+        (``checkpoint.bulk.apply_folds``)."""
+        aggregation = self.aggregation
+        return (
+            aggregation is not None
+            and aggregation.compact_field is not None
+            and IN_FORCE.fold_turn_bodies is not None
+        )
+
+    def apply(self, store: StateStore, batches: Sequence[AnyBatch]) -> BatchOutcome:
+        """Apply ``batches`` (in order, decoded or in their wire bytes) to ``store`` by the
+        job's kind of reduce: aggregators all at once (``checkpoint.bulk.apply_folds``),
+        ``reduce_batch`` one call per batch, ``reduce`` per tuple. One outcome for them all."""
         if self.aggregation is not None:
             return apply_folds(store, batches, self.aggregation)
         total = BatchOutcome()
-        for columns in batches:
+        for columns in map(as_columns, batches):
             if self._reduce_batch is not None:
                 outcome = apply_reduce_batch(store, columns, self._reduce_batch)
             else:

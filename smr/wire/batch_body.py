@@ -19,7 +19,8 @@ from typing import Any
 
 import msgpack
 
-from smr.checkpoint.ids import Seq
+from smr.checkpoint.bulk import BatchInBytes, Columns
+from smr.checkpoint.ids import MapperId, Seq
 from smr.native import NATIVE
 from smr.ring.ids import Slot
 from smr.wire.codec import unpack_msgpack
@@ -41,6 +42,62 @@ class BatchColumns:
 
     def __len__(self) -> int:
         return len(self.keys)
+
+    def applied_as(self, mapper: MapperId) -> Columns:
+        """The batch as ``checkpoint.bulk`` applies it, from ``mapper``."""
+        return (mapper, self.slots, self.seqs, self.keys, self.values)
+
+
+@dataclass(frozen=True, slots=True)
+class EncodedBatch:
+    """A batch kept in its wire bytes for a fold that reads them (a lone count's or sum's:
+    ``checkpoint.bulk.apply_folds``), known valid (:func:`foldable_body` said so): its slots
+    and seqs decoded (:func:`decode_batch_ids`), its keys and values only if a fold asks
+    (:meth:`columns`)."""
+
+    body: bytes
+    count: int
+    slot_count: int
+    slots: Sequence[int]
+    seqs: Sequence[int]
+
+    def __len__(self) -> int:
+        return self.count
+
+    def applied_as(self, mapper: MapperId) -> BatchInBytes:
+        """The batch as ``checkpoint.bulk`` applies it, from ``mapper``: in its bytes."""
+        return (mapper, self)
+
+    def columns(self) -> tuple[Sequence[int], Sequence[int], Sequence[str | int], Sequence[Any]]:
+        """``(slots, seqs, keys, values)``, decoded (:func:`decode_batch_body`)."""
+        decoded = decode_batch_body(self.body, self.count, self.slot_count)
+        return decoded.slots, decoded.seqs, decoded.keys, decoded.values
+
+
+def foldable_body(body: bytes, count: int, slot_count: int) -> bool:
+    """Whether the compiled fold of a count's or a sum's turn reads the body straight from
+    its bytes (``smr._native.body_folds``): then it is valid, as :func:`decode_batch_body`
+    would find it, every key a ``str`` or an ``int``, every value an ``int`` within the
+    64-bit signed range. False says nothing more (or the compiled module is not in force):
+    decode the body, which validates it."""
+    return NATIVE is not None and bool(NATIVE.body_folds(body, count, slot_count))
+
+
+def decode_primary_batch(
+    body: bytes,
+    count: int,
+    slot_count: int,
+    ids: tuple[array[int], array[int]],
+    keep_bytes: bool,
+) -> BatchColumns | EncodedBatch:
+    """A batch of a primary's slots as intake holds it until applied: in its bytes when
+    ``keep_bytes`` (the job's fold reads them: ``smr.node.reducer.Reducer.folds_bodies``)
+    and the body is one that fold reads whole (:func:`foldable_body`: valid then), else
+    decoded and validated (:func:`decode_batch_body`: :class:`FrameError` if malformed).
+    ``ids``: the body's slots and seqs as :func:`decode_batch_ids` returned them."""
+    if keep_bytes and foldable_body(body, count, slot_count):
+        return EncodedBatch(body, count, slot_count, *ids)
+    return decode_batch_body(body, count, slot_count, ids)
 
 
 def encode_batch_body(
@@ -92,12 +149,23 @@ def decode_batch_ids(body: bytes, count: int, slot_count: int) -> tuple[array[in
     if not _LITTLE_ENDIAN:
         slots.byteswap()
         seqs.byteswap()
-    if count:
-        if max(slots) >= slot_count:
-            raise FrameError(f"slot {max(slots)} out of range (slot count {slot_count})")
-        if min(seqs) < 1:
-            raise FrameError("sequence numbers start at 1")
+    if NATIVE is not None:
+        problem: str | None = NATIVE.ids_problem(body, count, slot_count)
+    else:
+        problem = ids_problem_python(slots, seqs, slot_count)
+    if problem is not None:
+        raise FrameError(problem)
     return slots, seqs
+
+
+def ids_problem_python(slots: Sequence[int], seqs: Sequence[int], slot_count: int) -> str | None:
+    """What is wrong with a batch's slots and seqs (the highest slot out of range first,
+    then a seq of 0), or None: the reference of ``smr._native.ids_problem``."""
+    if slots and max(slots) >= slot_count:
+        return f"slot {max(slots)} out of range (slot count {slot_count})"
+    if seqs and min(seqs) < 1:
+        return "sequence numbers start at 1"
+    return None
 
 
 def decode_batch_body(

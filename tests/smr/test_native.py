@@ -23,6 +23,7 @@ from smr.wire.batch_body import (
     decode_batch_body_python,
     encode_batch_body,
     encode_batch_body_python,
+    ids_problem_python,
 )
 from smr.wire.kinds import FrameError
 
@@ -152,6 +153,61 @@ MARKS = st.dictionaries(st.integers(0, 7), st.integers(1, 30), max_size=8)
 ROWS = st.lists(st.tuples(st.integers(0, 7), st.integers(1, 30)), max_size=60)
 
 
+@given(
+    st.lists(st.tuples(st.integers(0, 2**32 - 1), st.integers(0, 2**64 - 1)), max_size=20),
+    st.sampled_from([1, 64, 2**32]),
+)
+def test_the_compiled_check_of_slots_and_seqs_names_the_reference_problem(rows, slot_count) -> None:
+    slots = [slot for slot, _ in rows]
+    seqs = [seq for _, seq in rows]
+    body = encode_batch_body_python(slots, seqs, [], [], [0.0] * len(rows))
+    expected = ids_problem_python(slots, seqs, slot_count)
+    assert NATIVE.ids_problem(body, len(rows), slot_count) == expected
+
+
+FOLD_VALUES = st.one_of(
+    st.integers(-(2**63), 2**64 - 1),
+    st.sampled_from([-(2**63), 2**63 - 1, 2**63, 2**64 - 1, 0]),
+    st.floats(),
+    st.booleans(),
+    st.none(),
+    st.text(max_size=3),
+)
+
+
+@settings(max_examples=400, suppress_health_check=[HealthCheck.too_slow])
+@given(columns(FOLD_VALUES), st.data())
+def test_the_compiled_fold_reads_a_body_whole_exactly_when_its_decode_gives_int64_values(
+    batch, data
+) -> None:
+    """``body_folds`` (the intake's test for keeping a count's batch in its bytes) says yes
+    exactly when the reference decodes the body, its keys ``str`` or ``int``, its values
+    ``int`` within [-2**63, 2**63): never for a malformed body (damaged, cut short, a
+    count it does not hold), a bool, a float, a value past 64 signed bits."""
+    body = encode_batch_body_python(*batch)
+    count = len(batch[0])
+    damage = data.draw(st.sampled_from(["none", "byte", "cut", "extra", "count"]))
+    if damage == "byte" and body:
+        at = data.draw(st.integers(0, len(body) - 1))
+        body = body[:at] + bytes([data.draw(st.integers(0, 255))]) + body[at + 1 :]
+    elif damage == "cut" and body:
+        body = body[: data.draw(st.integers(0, len(body) - 1))]
+    elif damage == "extra":
+        body += b"\x00"
+    elif damage == "count":
+        count = data.draw(st.integers(0, 14))
+    folds = NATIVE.body_folds(body, count, SLOT_COUNT)
+    try:
+        decoded = decode_batch_body_python(body, count, SLOT_COUNT)
+    except FrameError:
+        assert not folds
+        return
+    readable = all(key.__class__ in (str, int) for key in decoded.keys) and all(
+        value.__class__ is int and -(2**63) <= value < 2**63 for value in decoded.values
+    )
+    assert folds == readable
+
+
 @settings(max_examples=500)
 @given(MARKS, ROWS)
 def test_cut_gives_the_reference_cut_for_any_batch(marks, rows) -> None:
@@ -210,10 +266,11 @@ def python_kernels() -> Iterator[None]:
         IN_FORCE.fold_additive,
         IN_FORCE.drive_reduce,
         IN_FORCE.fold_turn,
+        IN_FORCE.fold_turn_bodies,
     )
     IN_FORCE.cut, IN_FORCE.group_add = cut, group_add
     IN_FORCE.fold_additive, IN_FORCE.drive_reduce = kernels.fold_additive, None
-    IN_FORCE.fold_turn = None
+    IN_FORCE.fold_turn = IN_FORCE.fold_turn_bodies = None
     try:
         yield
     finally:
@@ -223,6 +280,7 @@ def python_kernels() -> Iterator[None]:
             IN_FORCE.fold_additive,
             IN_FORCE.drive_reduce,
             IN_FORCE.fold_turn,
+            IN_FORCE.fold_turn_bodies,
         ) = saved
 
 

@@ -5,8 +5,9 @@ snapshots, promotions, dropped slots and a restart from a snapshot's bytes."""
 
 from __future__ import annotations
 
+import gc
 import tracemalloc
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from functools import partial
 from typing import Any
@@ -20,6 +21,7 @@ from smr.checkpoint.bulk import apply_folds
 from smr.checkpoint.delta import TOMBSTONE, Delta, decode_delta, encode_delta
 from smr.checkpoint.kernels import IN_FORCE
 from smr.checkpoint.store import StateStore
+from smr.wire.batch_body import EncodedBatch, decode_batch_ids, encode_batch_body
 from tests.checkpoint.test_store_stateful import StoreMachine
 from tests.smr.test_native import python_kernels
 
@@ -88,6 +90,21 @@ def columns(mapper: str, rows: list[tuple[Any, ...]]) -> tuple[Any, ...]:
     return (mapper, slots, seqs, keys, values)
 
 
+SLOT_COUNT = 64
+
+
+def encoded(mapper: str, rows: list[tuple[Any, ...]]) -> tuple[Any, ...]:
+    """The batch in its wire bytes, as intake keeps it for a count or a sum."""
+    _, slots, seqs, keys, values = columns(mapper, rows)
+    body = encode_batch_body(slots, seqs, keys, values, [0.0] * len(rows))
+    ids = decode_batch_ids(body, len(rows), SLOT_COUNT)
+    return (mapper, EncodedBatch(body, len(rows), SLOT_COUNT, *ids))
+
+
+def never(index: int) -> bool:
+    return False
+
+
 def seen(store: StateStore) -> Any:
     """Everything a reader, a checkpoint and a move can see of a store, as comparable text."""
     slots = sorted(store.slots())
@@ -114,16 +131,23 @@ def delta_of(delta: Delta) -> Any:
     )
 
 
-def run(steps: list[tuple[Any, ...]], aggregation: Any) -> list[Any]:
+def run(
+    steps: list[tuple[Any, ...]], aggregation: Any, in_bytes: Callable[[int], bool] = never
+) -> list[Any]:
     """Drive a store (and a replica fed its deltas) through ``steps``; what was seen after
-    each step, with each batch's outcome and each delta shipped."""
+    each step, with each batch's outcome and each delta shipped. A fold step's batches whose
+    place ``in_bytes`` picks go in their wire bytes."""
     store, replica = StateStore(), StateStore()
     trace: list[Any] = []
     reduce_fn = partial(aggregation, emit=None)
     for step in steps:
         kind = step[0]
         if kind == "fold":
-            outcome = apply_folds(store, [columns(*batch) for batch in step[1]], aggregation)
+            batches = [
+                encoded(*batch) if in_bytes(at) else columns(*batch)
+                for at, batch in enumerate(step[1])
+            ]
+            outcome = apply_folds(store, batches, aggregation)
             trace.append((outcome.applied, outcome.duplicates, outcome.failed))
         elif kind == "per_tuple":
             outcome = store.apply_batch(*columns(step[1], step[2]), reduce_fn)
@@ -180,6 +204,55 @@ def test_turns_folded_in_one_compiled_call_leave_the_python_paths_states_marks_a
     with python_path():
         reference = run(steps, aggregation)
     assert compiled == reference
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(STEPS, st.sampled_from(["count", "sum"]), st.sampled_from(["all", "some"]), st.booleans())
+def test_turns_folded_from_their_bytes_leave_the_python_paths_states_marks_deltas_and_outcomes(
+    steps, kind, which, in_tables
+) -> None:
+    """Batches kept in their wire bytes (every batch of a turn, or every other one: then the
+    turn is decoded), with duplicates, hwm edges, str and int keys, values at the 64-bit
+    edges and past them, floats (a body the compiled fold leaves to a decode): the trace of
+    the Python path over the same batches decoded, through swaps, merges, snapshots,
+    promotions, dropped slots and restarts, master in tables or in dicts."""
+    aggregation = agg.fields(n=getattr(agg, kind)())
+    every = which == "all"
+    with tables("n") if in_tables else nullcontext():
+        compiled = run(steps, aggregation, lambda at: every or at % 2 == 0)
+    with python_path():
+        reference = run(steps, aggregation)
+    assert compiled == reference
+
+
+def test_a_turn_of_foldable_bodies_is_folded_from_its_bytes_and_others_are_decoded() -> None:
+    calls: list[bool] = []
+    fold_turn_bodies = IN_FORCE.fold_turn_bodies
+    assert fold_turn_bodies is not None
+
+    def spy(*args: Any) -> Any:
+        done = fold_turn_bodies(*args)
+        calls.append(done is not None)
+        return done
+
+    store = StateStore()
+    IN_FORCE.fold_turn_bodies = spy
+    try:
+        count = agg.fields(n=agg.count())
+        rows = [(0, 1, "a", 2), (0, 2, "a", 3), (1, 1, 7, 4), (1, 2, 2**63, -(2**63))]
+        outcome = apply_folds(store, [encoded("m", rows), encoded("m", [(0, 2, "a", 5)])], count)
+        assert (outcome.applied, outcome.duplicates) == (4, 1)
+        apply_folds(store, [encoded("m", [(2, 1, "c", 0.5)])], agg.fields(n=agg.sum()))
+    finally:
+        IN_FORCE.fold_turn_bodies = fold_turn_bodies
+    assert calls == [True, False]
+    assert sorted(map(repr, store.items())) == [
+        "(0, 'a', {'n': 5})",
+        "(1, 7, {'n': 4})",
+        f"(1, {2**63}, {{'n': {-(2**63)}}})",
+        "(2, 'c', {'n': 0.5})",
+    ]
+    assert dict(store.hwms_of("m")) == {0: 2, 1: 2, 2: 1}
 
 
 def test_a_turn_of_int_batches_is_folded_in_one_compiled_call_and_others_are_not() -> None:
@@ -268,3 +341,30 @@ class TableStoreMachine(StoreMachine):
 
 TableStoreMachine.TestCase.settings = StoreMachine.TestCase.settings
 TestStoreWithTablesAgainstModel = TableStoreMachine.TestCase
+
+
+class NotBytes:
+    """A batch "in its bytes" whose body is not bytes: the compiled call raises TypeError."""
+
+    body = "not bytes"
+    count = 1
+    slot_count = SLOT_COUNT
+
+
+def test_the_collector_is_as_it_was_after_a_compiled_turn_even_one_that_raises() -> None:
+    """The compiled fold runs with Python's cyclic collector paused: after it, returned or
+    raised, the collector is on if it was, off if it was."""
+    store = StateStore()
+    count = agg.fields(n=agg.count())
+    was = gc.isenabled()
+    try:
+        for enabled in (True, False):
+            gc.enable() if enabled else gc.disable()
+            apply_folds(store, [encoded("m", [(0, 1, "a", 1)])], count)
+            assert gc.isenabled() is enabled
+            with pytest.raises(TypeError):
+                apply_folds(store, [("m", NotBytes())], count)
+            assert gc.isenabled() is enabled
+    finally:
+        gc.enable() if was else gc.disable()
+    assert store.get(0, "a") == {"n": 1}

@@ -6,11 +6,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Collection, Sequence
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from smr import agg
+from smr.api import Job
 from smr.checkpoint.ids import MapperId, Seq
+from smr.checkpoint.kernels import IN_FORCE
 from smr.checkpoint.loss import LossLedger
 from smr.checkpoint.store import StateStore
 from smr.node.ingest import Ingest
@@ -22,6 +27,7 @@ from smr.output.files import OutputSink
 from smr.ring.hashing import slot_of
 from smr.ring.ids import Slot
 from smr.ring.placement import SlotRange
+from smr.wire.batch_body import BatchColumns, EncodedBatch
 from smr.wire.codec import decode
 from smr.wire.kinds import StreamId
 from smr.wire.messages import Ack, Batch, Error, NotOwner
@@ -105,7 +111,7 @@ class Alone:
     """An intake alone, with stand-ins for the rest of the node (r = 0: node a is primary
     of its range and nothing else)."""
 
-    def __init__(self, tmp_path: Path) -> None:
+    def __init__(self, tmp_path: Path, job: Job = JOB) -> None:
         self.peers = FakePeers()
         self.asked = Admissions()
         self.store = StateStore()
@@ -118,7 +124,7 @@ class Alone:
             lambda: self.store,
             LossLedger(),
             Reducer(
-                JOB, OutputSink("a", tmp_path / "a.jsonl", lambda frames: None), time.monotonic
+                job, OutputSink("a", tmp_path / "a.jsonl", lambda frames: None), time.monotonic
             ),
             LoadMeter(time.monotonic),
             OutputSink("a", tmp_path / "b.jsonl", lambda frames: None),
@@ -128,15 +134,23 @@ class Alone:
         )
         self.harness = Harness(tmp_path)  # for its batches (node a's keys, its encoding)
 
-    def deliver(self, chan: int, keys: list[str], seqs: list[int]) -> list[object]:
-        self.peers.replies.clear()
-        frames = self.harness.batch_frames(chan, [(k, 1) for k in keys], seqs=seqs)
-        message = decode(frames)
-        assert isinstance(message, Batch)
-        self.ingest.receive(b"p", message)
+    def deliver(
+        self, chan: int, keys: list[str], seqs: list[int], values: list[Any] | None = None
+    ) -> list[object]:
+        self.receive(chan, keys, seqs, values)
         self.ingest.apply_inbox()
         self.ingest.send_acks()
         return [reply for _, reply in self.peers.replies]
+
+    def receive(
+        self, chan: int, keys: list[str], seqs: list[int], values: list[Any] | None = None
+    ) -> None:
+        self.peers.replies.clear()
+        pairs = list(zip(keys, values or [1] * len(keys), strict=True))
+        frames = self.harness.batch_frames(chan, pairs, seqs=seqs)
+        message = decode(frames)
+        assert isinstance(message, Batch)
+        self.ingest.receive(b"p", message)
 
 
 def test_intake_alone_applies_and_acks_or_refuses_as_the_admissions_say(tmp_path: Path) -> None:
@@ -164,3 +178,29 @@ def test_intake_alone_applies_and_acks_or_refuses_as_the_admissions_say(tmp_path
     (not_mine,) = alone.deliver(3, [alone.harness.other_keys[0]], [1])
     assert isinstance(not_mine, NotOwner) and not_mine.frozen_length == 0
     assert alone.asked.backed_up == []
+
+
+@pytest.mark.skipif(IN_FORCE.fold_turn_bodies is None, reason="smr._native is not in force")
+def test_a_counts_batches_wait_in_their_bytes_and_fold_as_decoded_ones_do(tmp_path: Path) -> None:
+    """A lone count's batch waits in the inbox in its wire bytes and is folded from them; a
+    body the compiled fold does not read whole (a float value) waits decoded; duplicates
+    are cut across both; a malformed body is refused at intake as before."""
+    alone = Alone(tmp_path, Job("fast", map=lambda record, emit: None, reduce=agg.count()))
+    first, second = alone.harness.own_keys[:2]
+    alone.receive(1, [first, first, second], [1, 2, 1], [1, 2**40, -3])
+    (waiting,) = alone.ingest.inbox
+    assert isinstance(waiting.batch, EncodedBatch) and len(waiting.batch) == 3
+    alone.receive(2, [first, second], [2, 2], [5, 0.5])
+    assert isinstance(alone.ingest.inbox[-1].batch, BatchColumns)
+    alone.ingest.apply_inbox()
+    assert alone.store.get(Slot(slot_of(first, SLOT_BITS)), first) == {"count": 1 + 2**40}
+    assert alone.store.get(Slot(slot_of(second, SLOT_BITS)), second) == {"count": -2.5}
+    alone.receive(3, [first], [3], [1])
+    alone.ingest.apply_inbox()
+    assert alone.store.get(Slot(slot_of(first, SLOT_BITS)), first) == {"count": 2 + 2**40}
+    frames = alone.harness.batch_frames(4, [(first, 1)], seqs=[4])
+    broken = decode(frames)
+    assert isinstance(broken, Batch)
+    alone.ingest.receive(b"p", replace(broken, body=broken.body[:-1]))
+    ((_, error),) = alone.peers.replies
+    assert isinstance(error, Error) and "malformed batch body" in error.message
