@@ -40,6 +40,7 @@ from smr.checkpoint.delta import PLAIN_TYPES, TOMBSTONE, Delta, SlotTableFactory
 from smr.checkpoint.ids import Fragment, Key, MapperId, Seq, Slot
 from smr.checkpoint.kernels import IN_FORCE
 from smr.checkpoint.marks import Marks
+from smr.checkpoint.watermarks import WatermarkRecord, WatermarkRecords
 
 
 class _InForce:
@@ -83,6 +84,8 @@ class StateStore:
         """Writes since the last ``swap``; deleted fields are ``TOMBSTONE``."""
         # The dedup memory: hwms, the slots whose hwm rose since the last swap, retirements.
         self._marks = Marks()
+        # A windowed job's slot watermarks, which travel with the slots like their hwms.
+        self._watermarks = WatermarkRecords()
         # Whether a fragment may hold a tombstone: when neither does, reads skip the scan.
         self._active_has_tombstones = False
         self._inactive_has_tombstones = False
@@ -138,8 +141,8 @@ class StateStore:
         return count
 
     def slots(self) -> set[Slot]:
-        """Slots with an entry in any fragment or any hwm."""
-        return self._fragment_slots() | self._marks.slots()
+        """Slots with an entry in any fragment, any hwm or a watermark."""
+        return self._fragment_slots() | self._marks.slots() | self._watermarks.slots()
 
     @property
     def has_tombstones(self) -> bool:
@@ -223,6 +226,16 @@ class StateStore:
     def is_duplicate(self, mapper: MapperId, slot: Slot, seq: Seq) -> bool:
         """True when the tuple ``(mapper, slot, seq)`` was already applied (or consumed)."""
         return self._marks.is_duplicate(mapper, slot, seq)
+
+    def watermark(self, slot: Slot) -> WatermarkRecord | None:
+        """A windowed job's watermark of ``slot`` as last noted here or received with its
+        state (``checkpoint.watermarks.WatermarkRecord``), or None."""
+        return self._watermarks.of(slot)
+
+    def note_watermark(self, slot: Slot, record: WatermarkRecord) -> None:
+        """A primary's watermark of ``slot`` after its checkpoint cycle advanced it (merged:
+        it never goes back); it goes out with the next delta, as a raised hwm does."""
+        self._watermarks.note(slot, record)
 
     # ---------------------------------------------------------------------------- writes
 
@@ -310,7 +323,8 @@ class StateStore:
 
         1. Refuse (``RuntimeError``) if the previous inactive fragment still holds unmerged
            writes: swapping now would lose them.
-        2. Collect the full hwm vectors of the hwm-dirty slots, and clear the dirty set.
+        2. Collect the full hwm vectors of the hwm-dirty slots and the watermarks noted
+           since the last swap, and clear both dirty sets.
         3. ``active`` becomes ``inactive``; a new empty ``active`` takes the next writes.
 
         Returns a ``Delta`` of the inactive fragment and those vectors. The store never
@@ -324,12 +338,13 @@ class StateStore:
             )
         # 2.
         hwms, retired = self._marks.take_dirty()
+        watermarks = self._watermarks.take_dirty()
         # 3.
         self.inactive, self.active = self.active, {}
         self._inactive_shared = True
         self._inactive_has_tombstones = self._active_has_tombstones
         self._active_has_tombstones = False
-        return Delta(states=self.inactive, hwms=hwms, retired=retired)
+        return Delta(self.inactive, hwms, retired, watermarks)
 
     def merge_inactive(self, max_keys: int | None = None) -> bool:
         """Step 3 of the checkpoint cycle: fold the inactive fragment into master, clear it;
@@ -365,7 +380,8 @@ class StateStore:
 
         Fields are set, tombstones delete fields (keys and slots left empty disappear), and
         each hwm becomes the larger of its own and the delta's, so applying a delta twice, or
-        an older one after a newer one, never lowers a hwm. Then the delta's retired mappers
+        an older one after a newer one, never lowers a hwm; each slot's watermark likewise
+        (``checkpoint.watermarks.merge_records``). Then the delta's retired mappers
         are retired here too, their hwms dropped unless ``forget_retired`` is False (a
         promotion, which may still replay their tuples into slots of another copy). Meant
         for a replica, which takes no local writes: on a key that also has unmerged local
@@ -381,12 +397,13 @@ class StateStore:
                 for value in fields.values()
             )
         self._marks.raise_vectors(delta.hwms)
+        self._watermarks.merge(delta.watermarks)
         for mapper, last in delta.retired.items():
             self.retire(mapper, last, forget_hwms=forget_retired)
 
     def snapshot(self, slots: Iterable[Slot]) -> Delta:
-        """Full merged state and full hwm vectors of ``slots``, and every retired mapper, as
-        a delta with no tombstones.
+        """Full merged state, full hwm vectors and watermarks of ``slots``, and every retired
+        mapper, as a delta with no tombstones.
 
         For re-replication and handoff. A snapshot does not delete what the receiver may
         already hold for those slots: the receiver ``drop_slots`` them first, then
@@ -400,7 +417,8 @@ class StateStore:
             if live:
                 states[slot] = live
         hwms = self._marks.vectors(wanted)
-        return Delta(states=states, hwms=hwms, retired=dict(self._marks.retired))
+        retired = dict(self._marks.retired)
+        return Delta(states, hwms, retired, self._watermarks.of_slots(wanted))
 
     def adopt(self, other: StateStore, slots: Iterable[Slot]) -> None:
         """Move ``slots`` of ``other`` (a replica being promoted) into this store: afterwards
@@ -431,10 +449,12 @@ class StateStore:
                 self.master[slot] = keys
         self._holds_mutables = self._holds_mutables or other._holds_mutables
         self._marks.adopt(other._marks, movable)
+        self._watermarks.merge(other._watermarks.of_slots(movable))
         other.drop_slots(wanted)
 
     def drop_slots(self, slots: Iterable[Slot]) -> None:
-        """Forget the state (all fragments) and hwms of ``slots``, e.g. after a range moved."""
+        """Forget the state (all fragments), hwms and watermarks of ``slots``, e.g. after a
+        range moved."""
         dropped = set(slots)
         for slot in dropped:
             self.master.pop(slot, None)
@@ -444,6 +464,7 @@ class StateStore:
             self.inactive = {s: k for s, k in self.inactive.items() if s not in dropped}
             self._inactive_shared = False
         self._marks.drop_slots(dropped)
+        self._watermarks.drop_slots(dropped)
 
     # --------------------------------------------------------------------------- helpers
 

@@ -12,17 +12,72 @@ last heard from on the node's clock, and computes the slot's watermark:
 - when there are none such otherwise (all idle), what it was;
 - never lower than it was.
 
+A slot's watermark travels with the slot
+(docs/design/windows.md#the-slots-watermark-is-slot-state): :meth:`SlotWatermark.record` is
+what a checkpoint carries of it, a :class:`WatermarkRecord` (the slot's watermark and each
+mapper's, finished or not, idle or not, but not when each was last heard from: that is a
+time of one node's clock), and :meth:`SlotWatermark.resumed` is the watermark a node that
+gains the slot goes on from. :class:`WatermarkRecords` keeps a store's records, the ones
+changed since the last swap, and merges what arrives by :func:`merge_records`.
+
 Pure: the clock is an argument (``now_ms``), nothing is read from the machine.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import NamedTuple
 
-from smr.checkpoint.ids import MapperId
+from smr.checkpoint.ids import MapperId, Slot
 from smr.checkpoint.windows import END_OF_TIME_MS, START_OF_TIME_MS
 
-__all__ = ["MapperWatermark", "SlotWatermark"]
+__all__ = [
+    "MapperStanding",
+    "MapperWatermark",
+    "SlotWatermark",
+    "WatermarkRecord",
+    "WatermarkRecords",
+    "merge_records",
+]
+
+
+class MapperStanding(NamedTuple):
+    """One mapper's part of a :class:`WatermarkRecord`: its watermark, whether it finished,
+    whether it was idle when the record was taken."""
+
+    watermark_ms: int
+    finished: bool
+    idle: bool
+
+
+class WatermarkRecord(NamedTuple):
+    """A slot's watermark as its checkpoints carry it: ``current_ms``, the watermark every
+    tuple applied since the checkpoint was judged against, and each mapper's
+    :class:`MapperStanding`. On the wire, ``[current_ms, {mapper: [watermark_ms, finished,
+    idle]}]`` (``checkpoint.delta``)."""
+
+    current_ms: int
+    mappers: Mapping[MapperId, MapperStanding]
+
+
+def merge_records(one: WatermarkRecord, other: WatermarkRecord) -> WatermarkRecord:
+    """Both records in one, each part the later of the two: the higher watermarks, a mapper
+    finished in either finished, idle only if idle in both (a mapper counted active holds
+    the watermark back, which only delays closes). Order does not matter: a replica applying
+    an older delta after a newer one, or two copies of a slot promoted together, never go
+    back."""
+    mappers = dict(one.mappers)
+    for mapper, standing in other.mappers.items():
+        known = mappers.get(mapper)
+        if known is not None:
+            standing = MapperStanding(
+                max(standing.watermark_ms, known.watermark_ms),
+                standing.finished or known.finished,
+                standing.idle and known.idle,
+            )
+        mappers[mapper] = standing
+    return WatermarkRecord(max(one.current_ms, other.current_ms), mappers)
 
 
 @dataclass
@@ -102,9 +157,86 @@ class SlotWatermark:
         """The watermark as of the last :meth:`advance`."""
         return self._current_ms
 
+    def record(self, now_ms: int) -> WatermarkRecord:
+        """What a checkpoint carries of this watermark at ``now_ms``
+        (:class:`WatermarkRecord`): it changes only when the watermark, a mapper's
+        watermark, finish or idleness does."""
+        return WatermarkRecord(
+            self._current_ms,
+            {
+                mapper: MapperStanding(m.watermark_ms, m.finished, self.is_idle(mapper, now_ms))
+                for mapper, m in self._mappers.items()
+            },
+        )
+
+    @classmethod
+    def resumed(cls, idle_timeout_ms: int, record: WatermarkRecord, now_ms: int) -> SlotWatermark:
+        """The watermark a node that gains the slot goes on from at ``now_ms``: ``record``'s,
+        each mapper idle as it was there and, if it was not, taken as heard from at
+        ``now_ms`` (when it was last heard from is a time of the old owner's clock). So an
+        active mapper holds this watermark back for up to one ``idle_timeout_ms`` longer
+        than it would have there: closes may come later, and no tuple's verdict changes,
+        since the watermark never goes back."""
+        resumed = cls(idle_timeout_ms)
+        resumed._current_ms = record.current_ms
+        for mapper, standing in record.mappers.items():
+            heard_ms = now_ms - idle_timeout_ms if standing.idle else now_ms
+            resumed._mappers[mapper] = MapperWatermark(
+                standing.watermark_ms, heard_ms, standing.finished
+            )
+        return resumed
+
     def mappers(self) -> dict[MapperId, MapperWatermark]:
         """A copy of every mapper's standing (for status and for checkpointing)."""
         return {
             mapper: MapperWatermark(m.watermark_ms, m.heard_ms, m.finished)
             for mapper, m in self._mappers.items()
         }
+
+
+class WatermarkRecords:
+    """The :class:`WatermarkRecord` of each slot of one store, and the slots whose record
+    changed since the last swap (their records go into the next delta). A record only ever
+    rises (:func:`merge_records`)."""
+
+    def __init__(self) -> None:
+        self._records: dict[Slot, WatermarkRecord] = {}
+        self._dirty: set[Slot] = set()
+
+    def of(self, slot: Slot) -> WatermarkRecord | None:
+        """``slot``'s record, or None if it has none."""
+        return self._records.get(slot)
+
+    def slots(self) -> set[Slot]:
+        """Every slot with a record."""
+        return set(self._records)
+
+    def note(self, slot: Slot, record: WatermarkRecord) -> None:
+        """A primary's slot watermark after a cycle: kept (merged), the slot dirty."""
+        known = self._records.get(slot)
+        merged = record if known is None else merge_records(known, record)
+        if merged != known:
+            self._records[slot] = merged
+            self._dirty.add(slot)
+
+    def take_dirty(self) -> dict[Slot, WatermarkRecord]:
+        """For a swap: the records of the dirty slots; the dirty set starts again empty."""
+        dirty = {slot: self._records[slot] for slot in self._dirty if slot in self._records}
+        self._dirty = set()
+        return dirty
+
+    def merge(self, records: Mapping[Slot, WatermarkRecord]) -> None:
+        """Keep the later of each record and a delta's (marks nothing dirty)."""
+        for slot, record in records.items():
+            known = self._records.get(slot)
+            self._records[slot] = record if known is None else merge_records(known, record)
+
+    def of_slots(self, slots: Iterable[Slot]) -> dict[Slot, WatermarkRecord]:
+        """``{slot: record}`` of those of ``slots`` that have one."""
+        return {slot: self._records[slot] for slot in slots if slot in self._records}
+
+    def drop_slots(self, dropped: Iterable[Slot]) -> None:
+        """Forget the records of ``dropped``."""
+        for slot in dropped:
+            self._records.pop(slot, None)
+            self._dirty.discard(slot)

@@ -10,19 +10,29 @@ store keeps them like any field, so checkpoints, the backup's replay, takeovers 
 carry them. A correction, and a late tuple with ``late_side_output``, is a record at once.
 In the checkpoint cycle (:meth:`NodeWindows.close_due`), each slot's watermark advances and
 every key due closes and purges, its fields written back and its results handed to the
-output. What is kept in memory is derived, never the only copy: per slot, the mappers'
-watermarks (``checkpoint.watermarks``) and each key's next due time, rebuilt by reading a
-slot once when the node gains it.
+output, and the slot's watermark is noted in the store (``StateStore.note_watermark``), so
+the delta the cycle swaps out carries it beside the slot's hwm vector. What is kept in memory
+is derived, never the only copy: per slot, the mappers' watermarks (``checkpoint.watermarks``)
+and each key's next due time, rebuilt when the node gains the slot: the watermark from the
+record its checkpoints carried (a takeover, a move, a join, a restart from disk), the due
+times by reading the slot once.
 
 A result is ``{"key": K, "value": {"start_ms", "end_ms", "revision", "state"}}`` with the
 origin ``["@<start>:<end>/<key as JSON>", slot, revision, 0]``: the node that takes a slot
 over closes a window again with the same state under the same origin, and a reader keeps it
 once (``smr.output``).
 
-Guarantee: with tuples that respect ``out_of_orderness_ms`` (none late), every window leaves
-one final result, a fold of all its tuples, through a takeover within ``r``. The mappers'
-watermarks are not checkpointed: a node that gains a slot starts from its closed windows,
-so a tuple its predecessor dropped as late may be taken there as a correction.
+Guarantees (docs/design/windows.md#in-the-ring): a node that gains a slot judges every tuple
+it applies or replays there against the watermark the slot's last checkpoint it holds
+carries, the one the old owner judged the same tuples against; so a tuple the old owner
+dropped as late is dropped again (never taken as a correction) and a window it closed closes
+again with the same state under the same origin. With tuples that respect
+``out_of_orderness_ms`` (none late), every window leaves one final result, a fold of all its
+tuples, through takeovers within ``r``, moves, joins and restarts. One case stays open: a
+primary that closes windows in a cycle and dies before that cycle's delta reaches the
+successor judged the tuples it applied after that delta against a watermark the successor
+never learns; the successor judges them against the older one it holds, and may take a tuple
+the primary dropped (only a tuple later than ``out_of_orderness_ms`` can differ).
 """
 
 from __future__ import annotations
@@ -35,7 +45,7 @@ from smr.api import Job, Key
 from smr.checkpoint.apply import APPLYING
 from smr.checkpoint.ids import MapperId, Seq, Slot
 from smr.checkpoint.store import ReduceFn, StateStore
-from smr.checkpoint.watermarks import SlotWatermark
+from smr.checkpoint.watermarks import SlotWatermark, WatermarkRecord
 from smr.checkpoint.window_state import (
     NOT_CLOSED,
     REVISION_FIELD,
@@ -59,6 +69,13 @@ __all__ = ["NodeWindows", "WindowCounts", "result_origin"]
 IDLE_TIMEOUT_MS_DEFAULT: Final = 10_000
 """A mapper not heard from in a slot for this long stops holding its watermark back."""
 
+CheckpointedWatermark = Callable[[Slot], WatermarkRecord | None]
+"""The watermark record of a slot in the node's store (``StateStore.watermark``), or None."""
+
+
+def _no_record(_slot: Slot) -> WatermarkRecord | None:
+    return None
+
 
 @dataclass
 class WindowCounts:
@@ -77,6 +94,8 @@ class _Slot:
     watermark: SlotWatermark
     due_ms: dict[Key, int] = field(default_factory=dict)
     read: bool = False
+    resumed: bool = False
+    """Whether the watermark came from a checkpointed record (its mappers known)."""
 
 
 def result_origin(result: WindowResult) -> str:
@@ -105,9 +124,11 @@ class NodeWindows:
         clock: Callable[[], float],
         emitted: list[Emitted],
         idle_timeout_ms: int = IDLE_TIMEOUT_MS_DEFAULT,
+        checkpointed: CheckpointedWatermark | None = None,
     ) -> None:
         """``emitted``: where corrections and late tuples go as they are applied (the
-        reducer's list, handed to the output after each batch)."""
+        reducer's list, handed to the output after each batch); ``checkpointed(slot)``: the
+        slot's watermark record in the node's store, which a slot gained resumes from."""
         spec = job.window
         assert spec is not None, "NodeWindows takes a windowed job"
         if spec.merging:
@@ -119,6 +140,7 @@ class NodeWindows:
         self._clock = clock
         self._emitted = emitted
         self._idle_timeout_ms = idle_timeout_ms
+        self._checkpointed = _no_record if checkpointed is None else checkpointed
         self._slots: dict[Slot, _Slot] = {}
         self.counts = WindowCounts()
 
@@ -126,9 +148,16 @@ class NodeWindows:
         return int(self._clock() * 1000)
 
     def _slot(self, slot: Slot) -> _Slot:
+        """The slot's bookkeeping; a slot not known here starts from the watermark its
+        checkpoints carried (the record in the store), or from the start of time."""
         known = self._slots.get(slot)
         if known is None:
-            known = self._slots[slot] = _Slot(SlotWatermark(self._idle_timeout_ms))
+            record = self._checkpointed(slot)
+            if record is None:
+                watermark = SlotWatermark(self._idle_timeout_ms)
+            else:
+                watermark = SlotWatermark.resumed(self._idle_timeout_ms, record, self._now_ms())
+            known = self._slots[slot] = _Slot(watermark, resumed=record is not None)
         return known
 
     def watermark_ms(self, slot: Slot) -> int:
@@ -189,7 +218,8 @@ class NodeWindows:
     ) -> None:
         """Step 2 for the slots this node is primary of (``owns``), in ``store``;
         ``finished(mapper)`` is a finished mapper's last seq (None while it may send);
-        ``emit`` takes the results."""
+        ``emit`` takes the results. Each slot's watermark is noted in ``store`` (its next
+        delta carries it)."""
         for slot in [slot for slot in self._slots if not owns(slot)]:
             del self._slots[slot]
         now_ms = self._now_ms()
@@ -202,6 +232,7 @@ class NodeWindows:
                     watermark.finished(mapper, now_ms)
             before_ms = watermark.current_ms
             after_ms = watermark.advance(now_ms)
+            store.note_watermark(slot, watermark.record(now_ms))
             if after_ms == before_ms:
                 continue
             results = self._close_slot(store, slot, known, before_ms, after_ms)
@@ -215,9 +246,10 @@ class NodeWindows:
         return sorted(unread)
 
     def _read_slot(self, store: StateStore, slot: Slot, now_ms: int) -> None:
-        """A slot gained (or first seen since the start): its keys' next due times, a
-        watermark at least the last instant of its newest closed window, and its mappers
-        as known (they hold the watermark back until they finish or go idle)."""
+        """A slot gained (or first seen since the start): its keys' next due times and, when
+        no checkpoint carried its watermark (a delta of version 2), a watermark at least the
+        last instant of its newest closed window and the mappers of its hwm vector as known
+        (they hold the watermark back until they finish or go idle)."""
         known = self._slot(slot)
         known.read = True
         floor_ms = START_OF_TIME_MS
@@ -231,6 +263,8 @@ class NodeWindows:
                 if parsed is not None and parsed[1] == REVISION_FIELD and value != NOT_CLOSED:
                     floor_ms = max(floor_ms, parsed[0].close_ms)
         known.watermark.hold_at_least(floor_ms)
+        if known.resumed:
+            return
         for mapper in store.hwm_vector(slot):
             if mapper not in known.watermark.mappers():
                 known.watermark.heard(mapper, START_OF_TIME_MS, now_ms)
