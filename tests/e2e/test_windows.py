@@ -219,6 +219,7 @@ def test_a_tumbling_count_is_exact_through_a_kill(cluster: Cluster, tmp_path: Pa
     assert sum(row.get("late_dropped", 0) for row in rows.values()) == 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("change", ["move", "join"])
 def test_a_move_or_a_join_during_a_feed_with_late_tuples_leaves_each_window_once(
     cluster: Cluster, tmp_path: Path, change: str
