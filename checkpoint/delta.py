@@ -9,12 +9,10 @@ Wire format, version 3 (msgpack): one array ``[version, states, hwms, retired,
 watermarks]``; ``states`` maps slot (int) -> key (str or int) -> field (str) -> value,
 ``hwms`` maps slot (int) -> mapper id (str) -> seq (int >= 0), ``retired`` maps mapper id
 (str) -> the last seq (int >= 0) of a finished mapper whose hwms the sender let go of, and
-``watermarks`` maps slot (int) -> ``[watermark_ms, {mapper id: [watermark_ms, finished,
-idle]}]``,
-a windowed job's slot watermark (``checkpoint.watermarks.WatermarkRecord``). A delta without
-watermarks is written as version 2, the same array without them: the bytes of a job without
-windows are those an older node wrote and reads. Versions 2 and 1 (without ``retired``) are
-still read. Field values round-trip exactly, so that a
+``watermarks`` maps slot (int) -> a windowed job's slot watermark (``checkpoint.watermarks``,
+``records_from_wire``). A delta without watermarks is written as version 2, the array
+without them (what an older node wrote and reads); versions 2 and 1 (without ``retired``)
+are still read. Field values round-trip exactly, so that a
 promoted replica behaves like the primary it replaces: msgpack arrays carry tuples, and the
 types msgpack cannot tell apart travel as extension types (the codes are ``_EXT_*`` below).
 Decoding never trusts its input: anything malformed raises ``DeltaError``.
@@ -22,16 +20,15 @@ Decoding never trusts its input: anything malformed raises ``DeltaError``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Container, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from dataclasses import field as dataclass_field
-from itertools import chain
 from typing import Any, Final, Protocol, cast, final
 
 import msgpack
 
 from smr.checkpoint.ids import Fragment, MapperId, Seq, Slot
-from smr.checkpoint.watermarks import MapperStanding, WatermarkRecord
+from smr.checkpoint.watermarks import WatermarkRecord, records_from_wire
 
 DELTA_FORMAT_VERSION: Final = 3
 """The newest version, written first in every encoded delta that carries watermarks (one
@@ -44,10 +41,6 @@ WITHOUT_WATERMARKS_VERSION: Final = 2
 # The array length of each version a decoder reads.
 _ITEMS_OF_VERSION: Final = {1: 3, 2: 4, 3: 5}
 
-# The 64-bit range a watermark travels in (checkpoint.windows.START_OF_TIME_MS and
-# END_OF_TIME_MS are its ends).
-_INT64_MIN: Final = -(2**63)
-_INT64_MAX: Final = 2**63 - 1
 
 DELTA_BYTES_MAX_DEFAULT: Final = 64 * 1024 * 1024
 """Default cap on an encoded delta (64 MiB): a full snapshot of 100 k keys is about 1 MB, so
@@ -238,7 +231,11 @@ def decode_delta(data: bytes, max_bytes: int = DELTA_BYTES_MAX_DEFAULT) -> Delta
     _validate_states(states)
     _validate_hwms(hwms)
     _validate_retired(retired)
-    return Delta(states=states, hwms=hwms, retired=retired, watermarks=_records_of(watermarks))
+    try:
+        records = records_from_wire(watermarks)
+    except ValueError as error:
+        raise DeltaError(str(error)) from error
+    return Delta(states=states, hwms=hwms, retired=retired, watermarks=records)
 
 
 def _states_to_wire(states: Fragment) -> dict[Slot, dict[Any, dict[str, Any]]]:
@@ -374,46 +371,6 @@ def _validate_retired(retired: Any) -> None:
         _check_non_negative_int(seq, f"last seq of retired mapper {mapper!r}")
 
 
-def _records_of(watermarks: Any) -> dict[Slot, WatermarkRecord]:
-    """The watermark records of a decoded delta; ``DeltaError`` unless ``watermarks`` is
-    slot -> ``[watermark_ms, {mapper id: [watermark_ms, finished, idle]}]``, every
-    watermark a 64-bit int."""
-    if type(watermarks) is not dict:
-        raise DeltaError(f"delta watermarks must be a map, got {type(watermarks).__name__}")
-    records: dict[Slot, WatermarkRecord] = {}
-    for slot, record in watermarks.items():
-        _check_non_negative_int(slot, "slot")
-        if type(record) is not tuple or len(record) != 2 or type(record[1]) is not dict:
-            raise DeltaError(
-                f"watermark of slot {slot} must be [watermark_ms, {{mapper: [watermark_ms, "
-                f"finished, idle]}}], got {record!r:.80}"
-            )
-        _check_watermark(record[0], f"watermark of slot {slot}")
-        mappers: dict[MapperId, MapperStanding] = {}
-        for mapper, standing in record[1].items():
-            if type(mapper) is not str:
-                raise DeltaError(f"mapper id {mapper!r} of slot {slot}'s watermark must be str")
-            if (
-                type(standing) is not tuple
-                or len(standing) != 3
-                or type(standing[1]) is not bool
-                or type(standing[2]) is not bool
-            ):
-                raise DeltaError(
-                    f"mapper {mapper!r} of slot {slot}'s watermark must be [watermark_ms, "
-                    f"finished, idle], got {standing!r:.80}"
-                )
-            _check_watermark(standing[0], f"watermark of mapper {mapper!r} in slot {slot}")
-            mappers[MapperId(mapper)] = MapperStanding(*standing)
-        records[slot] = WatermarkRecord(record[0], mappers)
-    return records
-
-
-def _check_watermark(value: Any, what: str) -> None:
-    if type(value) is not int or not _INT64_MIN <= value <= _INT64_MAX:
-        raise DeltaError(f"{what} must be a 64-bit int of milliseconds, got {value!r:.80}")
-
-
 def _check_non_negative_int(value: Any, what: str) -> None:
     # bool is an int subclass; a slot or seq of True is a forgery, not a number.
     if type(value) is not int or value < 0:
@@ -507,63 +464,3 @@ class SlotTable(Protocol):
 
 SlotTableFactory = Callable[[], Any]
 """Makes an empty :class:`SlotTable` for a slot master starts to hold."""
-
-
-def restrict_delta(delta: Delta, slots: Container[int]) -> Delta:
-    """The part of ``delta`` about ``slots``: what a copy of only those slots applies (the
-    copy a move's copy holder keeps of the moving slots, fed by the giver's checkpoints)."""
-    return Delta(
-        states={slot: keys for slot, keys in delta.states.items() if slot in slots},
-        hwms={slot: vector for slot, vector in delta.hwms.items() if slot in slots},
-        retired=delta.retired,
-        watermarks={slot: mark for slot, mark in delta.watermarks.items() if slot in slots},
-    )
-
-
-def split_delta(delta: Delta, keys_per_part: int) -> Iterator[tuple[Delta, bool]]:
-    """``delta`` cut into parts of about ``keys_per_part`` keys (and hwm-only slots) each,
-    in order, as ``(part, last)``: a primary ships a big checkpoint as several messages, so
-    neither it nor a secondary spends one long stretch of its loop on it.
-
-    Guarantees: every slot of ``delta`` is in exactly one part, with its states, its hwm
-    vector and its watermark, so a replica that applied some of the parts holds, slot by
-    slot, a state and the hwms and watermark it matches (of this checkpoint or of the one
-    before); the retired mappers ride in the last part; applying the parts in order equals
-    applying ``delta``. There is always at least one part (an empty delta is one empty
-    part). The parts share ``delta``'s maps: read-only, like it. Parts are built as they
-    are asked for.
-    """
-    if keys_per_part < 1:
-        raise ValueError(f"keys_per_part must be >= 1, got {keys_per_part}")
-    states, hwms, watermarks = delta.states, delta.hwms, delta.watermarks
-    part = Delta(states={}, hwms={})
-    size = 0
-    full: Delta | None = None
-    others = [slot for slot in chain(hwms, watermarks) if slot not in states]
-    for slot in chain(states, dict.fromkeys(others)):
-        keys = states.get(slot)
-        if keys is not None:
-            part.states[slot] = keys
-            size += len(keys)
-        vector = hwms.get(slot)
-        if vector is not None:
-            part.hwms[slot] = vector
-        mark = watermarks.get(slot)
-        if mark is not None:
-            part.watermarks[slot] = mark
-        size += 1
-        if size >= keys_per_part:
-            # One part is held back, so that the last one is known to be last when sent.
-            if full is not None:
-                yield full, False
-            full, part, size = part, Delta(states={}, hwms={}), 0
-    if full is not None and part.is_empty():
-        yield _with_retired(full, delta.retired), True
-        return
-    if full is not None:
-        yield full, False
-    yield _with_retired(part, delta.retired), True
-
-
-def _with_retired(part: Delta, retired: dict[MapperId, Seq]) -> Delta:
-    return Delta(part.states, part.hwms, retired, part.watermarks)

@@ -84,8 +84,7 @@ class StateStore:
         """Writes since the last ``swap``; deleted fields are ``TOMBSTONE``."""
         # The dedup memory: hwms, the slots whose hwm rose since the last swap, retirements.
         self._marks = Marks()
-        # A windowed job's slot watermarks, which travel with the slots like their hwms.
-        self._watermarks = WatermarkRecords()
+        self._watermarks = WatermarkRecords()  # a windowed job's, which travel like hwms
         # Whether a fragment may hold a tombstone: when neither does, reads skip the scan.
         self._active_has_tombstones = False
         self._inactive_has_tombstones = False
@@ -228,13 +227,12 @@ class StateStore:
         return self._marks.is_duplicate(mapper, slot, seq)
 
     def watermark(self, slot: Slot) -> WatermarkRecord | None:
-        """A windowed job's watermark of ``slot`` as last noted here or received with its
-        state (``checkpoint.watermarks.WatermarkRecord``), or None."""
+        """A windowed job's watermark record of ``slot`` (noted or received), or None."""
         return self._watermarks.of(slot)
 
     def note_watermark(self, slot: Slot, record: WatermarkRecord) -> None:
-        """A primary's watermark of ``slot`` after its checkpoint cycle advanced it (merged:
-        it never goes back); it goes out with the next delta, as a raised hwm does."""
+        """A primary's record of ``slot`` after its cycle (merged: it never goes back); it
+        goes out with the next delta, as a raised hwm does."""
         self._watermarks.note(slot, record)
 
     # ---------------------------------------------------------------------------- writes

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, Final, NamedTuple
 
 from smr.checkpoint.ids import MapperId, Slot
 from smr.checkpoint.windows import END_OF_TIME_MS, START_OF_TIME_MS
@@ -39,7 +39,12 @@ __all__ = [
     "WatermarkRecord",
     "WatermarkRecords",
     "merge_records",
+    "records_from_wire",
 ]
+
+# The 64-bit range a watermark travels in (START_OF_TIME_MS and END_OF_TIME_MS its ends).
+_INT64_MIN: Final = -(2**63)
+_INT64_MAX: Final = 2**63 - 1
 
 
 class MapperStanding(NamedTuple):
@@ -240,3 +245,40 @@ class WatermarkRecords:
         for slot in dropped:
             self._records.pop(slot, None)
             self._dirty.discard(slot)
+
+
+def records_from_wire(watermarks: Any) -> dict[Slot, WatermarkRecord]:
+    """The records a decoded delta carries (``checkpoint.delta``); ``ValueError`` naming the
+    part unless ``watermarks`` is slot (int >= 0) -> ``[watermark_ms, {mapper id (str):
+    [watermark_ms, finished, idle]}]``, every watermark a 64-bit int, ``finished`` and
+    ``idle`` bools, arrays as msgpack decodes them (tuples)."""
+    if type(watermarks) is not dict:
+        raise ValueError(f"delta watermarks must be a map, got {type(watermarks).__name__}")
+    records: dict[Slot, WatermarkRecord] = {}
+    for slot, record in watermarks.items():
+        if type(slot) is not int or slot < 0:
+            raise ValueError(f"slot must be a non-negative int, got {slot!r}")
+        if type(record) is not tuple or len(record) != 2 or type(record[1]) is not dict:
+            raise ValueError(
+                f"watermark of slot {slot} must be [watermark_ms, {{mapper: [watermark_ms, "
+                f"finished, idle]}}], got {record!r:.80}"
+            )
+        _check_watermark(record[0], f"watermark of slot {slot}")
+        mappers: dict[MapperId, MapperStanding] = {}
+        for mapper, standing in record[1].items():
+            if type(mapper) is not str:
+                raise ValueError(f"mapper id {mapper!r} of slot {slot}'s watermark must be str")
+            if type(standing) is not tuple or tuple(map(type, standing[1:])) != (bool, bool):
+                raise ValueError(
+                    f"mapper {mapper!r} of slot {slot}'s watermark must be [watermark_ms, "
+                    f"finished, idle], got {standing!r:.80}"
+                )
+            _check_watermark(standing[0], f"watermark of mapper {mapper!r} in slot {slot}")
+            mappers[MapperId(mapper)] = MapperStanding(*standing)
+        records[Slot(slot)] = WatermarkRecord(record[0], mappers)
+    return records
+
+
+def _check_watermark(value: Any, what: str) -> None:
+    if type(value) is not int or not _INT64_MIN <= value <= _INT64_MAX:
+        raise ValueError(f"{what} must be a 64-bit int of milliseconds, got {value!r:.80}")

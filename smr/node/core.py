@@ -170,15 +170,7 @@ class NodeCore:
         self._handler_error_log = Throttle()
         # The output sink (smr.output), the reducer's and the roles' that make it durable.
         self.output = output
-        # A windowed job's slot gained resumes its watermark from the store it lands in
-        # (asked of the store in place at the time: fencing replaces it).
-        self.reducer = Reducer(
-            job,
-            output,
-            clock,
-            settings.window_idle_timeout_ms,
-            lambda slot: self.store.watermark(slot),
-        )
+        self.reducer = Reducer(job, output, clock, settings.window_idle_timeout_ms)
         # A node restored from disk exchanges views with its peers before it serves.
         self.restart = RestartExchange(
             node_id, settings, restored=store is not None, crashed=restored_from_crash

@@ -12,7 +12,7 @@ from smr.api import Job
 from smr.checkpoint.apply import APPLYING
 from smr.checkpoint.bulk import BatchReduceFn, Columns, apply_folds, apply_reduce_batch
 from smr.checkpoint.store import FAILURE_EXAMPLES_MAX, BatchOutcome, ReduceFn, StateStore
-from smr.node.windows import IDLE_TIMEOUT_MS_DEFAULT, CheckpointedWatermark, NodeWindows
+from smr.node.windows import IDLE_TIMEOUT_MS_DEFAULT, NodeWindows
 from smr.output.files import OutputSink
 from smr.output.records import Emitted
 from smr.values import check_state
@@ -44,10 +44,7 @@ class Reducer:
         output: OutputSink,
         clock: Callable[[], float],
         window_idle_timeout_ms: int = IDLE_TIMEOUT_MS_DEFAULT,
-        checkpointed_watermark: CheckpointedWatermark | None = None,
     ) -> None:
-        """``checkpointed_watermark(slot)``: a windowed job's watermark record of ``slot``
-        in the node's store (``smr.node.windows``), which a slot gained resumes from."""
         self.output = output
         self._clock = clock
         self._emitted: list[Emitted] = []
@@ -56,9 +53,7 @@ class Reducer:
         self._errors_unlogged = 0
         self._windows: NodeWindows | None = None
         if job.windowed:
-            self._windows = NodeWindows(
-                job, clock, self._emitted, window_idle_timeout_ms, checkpointed_watermark
-            )
+            self._windows = NodeWindows(job, clock, self._emitted, window_idle_timeout_ms)
             self.aggregation = None
             self._reduce_batch = None
             self.reduce_fn: ReduceFn = self._windows.reduce_fn()
@@ -75,8 +70,11 @@ class Reducer:
         cycle closes them."""
         return self._windows
 
-    def replay_fn(self) -> ReduceFn:
-        """The per-tuple reduce, wrapped, for replaying backed-up tuples (a promotion)."""
+    def replay_fn(self, store: StateStore) -> ReduceFn:
+        """The per-tuple reduce, wrapped, for replaying backed-up tuples into ``store`` (a
+        promotion)."""
+        if self._windows is not None:
+            self._windows.applying_to(store)
         return self.reduce_fn
 
     @property
@@ -88,6 +86,8 @@ class Reducer:
         """Apply ``batches`` (in order) to ``store`` by the job's kind of reduce: aggregators
         all at once (``checkpoint.bulk.apply_folds``), ``reduce_batch`` one call per batch,
         ``reduce`` per tuple. One outcome for them all."""
+        if self._windows is not None:
+            self._windows.applying_to(store)
         if self.aggregation is not None:
             return apply_folds(store, batches, self.aggregation)
         total = BatchOutcome()

@@ -2,37 +2,29 @@
 its key's slot state, per-slot watermarks from the mappers' stamps, windows closed and
 purged in the checkpoint cycle, every result an output record named by its window.
 
-The window logic is ``checkpoint.window_state``'s. Per tuple (:meth:`NodeWindows.reduce_fn`,
-the store's per-tuple reduce), the windows it falls in are read from its key's window fields
-(:meth:`WindowedState.restore`), the tuple is judged against the slot's watermark of the last
-cycle and added, and the fields are written back (:meth:`WindowedState.export_key`): the
-store keeps them like any field, so checkpoints, the backup's replay, takeovers and restarts
-carry them. A correction, and a late tuple with ``late_side_output``, is a record at once.
-In the checkpoint cycle (:meth:`NodeWindows.close_due`), each slot's watermark advances and
-every key due closes and purges, its fields written back and its results handed to the
-output, and the slot's watermark is noted in the store (``StateStore.note_watermark``), so
-the delta the cycle swaps out carries it beside the slot's hwm vector. What is kept in memory
-is derived, never the only copy: per slot, the mappers' watermarks (``checkpoint.watermarks``)
-and each key's next due time, rebuilt when the node gains the slot: the watermark from the
-record its checkpoints carried (a takeover, a move, a join, a restart from disk), the due
-times by reading the slot once.
+Per tuple (:meth:`NodeWindows.reduce_fn`, the store's per-tuple reduce), the windows it
+falls in (a session: all its key's) are read from its key's window fields, the tuple is
+judged against the slot's watermark of the last cycle and added by ``checkpoint.window_state``,
+and the fields are written back: checkpoints, the backup's replay, takeovers, moves and
+restarts carry them. A correction, and a late tuple with ``late_side_output``, is a record at
+once. In the checkpoint cycle (:meth:`NodeWindows.close_due`), each slot's watermark
+advances, every key due closes and purges, and the slot's watermark record is noted in the
+store (``StateStore.note_watermark``): the delta swapped out next carries it beside the
+slot's hwm vector. In memory, derived only: per slot the mappers' watermarks, resumed from
+the store's record when the node gains the slot, and each key's next due time.
 
-A result is ``{"key": K, "value": {"start_ms", "end_ms", "revision", "state"}}`` with the
-origin ``["@<start>:<end>/<key as JSON>", slot, revision, 0]``: the node that takes a slot
-over closes a window again with the same state under the same origin, and a reader keeps it
-once (``smr.output``).
+A result is ``{"key": K, "value": {"start_ms", "end_ms", "revision", "state"}}`` (a merged
+session's also ``"replaces"``) with the origin ``["@<start>:<end>/<key as JSON>", slot,
+revision, 0]``; a reader keeps each origin once (``smr.output``).
 
-Guarantees (docs/design/windows.md#in-the-ring): a node that gains a slot judges every tuple
-it applies or replays there against the watermark the slot's last checkpoint it holds
-carries, the one the old owner judged the same tuples against; so a tuple the old owner
-dropped as late is dropped again (never taken as a correction) and a window it closed closes
-again with the same state under the same origin. With tuples that respect
-``out_of_orderness_ms`` (none late), every window leaves one final result, a fold of all its
-tuples, through takeovers within ``r``, moves, joins and restarts. One case stays open: a
-primary that closes windows in a cycle and dies before that cycle's delta reaches the
-successor judged the tuples it applied after that delta against a watermark the successor
-never learns; the successor judges them against the older one it holds, and may take a tuple
-the primary dropped (only a tuple later than ``out_of_orderness_ms`` can differ).
+Guarantees: a node that gains a slot (takeover, move, join, restart from disk) judges every
+tuple it applies or replays there against the watermark of the slot's last checkpoint it
+holds, as the old owner did: a tuple the old owner dropped as late is dropped again, and a
+window it closed closes again with the same state under the same origin. One case stays
+open (docs/design/windows.md#closing-and-replay-giving-the-same-answer): a primary dead
+between closing windows and that cycle's delta reaching its successor leaves it an older
+watermark for the tuples that followed, so a tuple later than ``out_of_orderness_ms`` that
+the primary dropped may be taken there.
 """
 
 from __future__ import annotations
@@ -69,9 +61,6 @@ __all__ = ["NodeWindows", "WindowCounts", "result_origin"]
 IDLE_TIMEOUT_MS_DEFAULT: Final = 10_000
 """A mapper not heard from in a slot for this long stops holding its watermark back."""
 
-CheckpointedWatermark = Callable[[Slot], WatermarkRecord | None]
-"""The watermark record of a slot in the node's store (``StateStore.watermark``), or None."""
-
 
 def _no_record(_slot: Slot) -> WatermarkRecord | None:
     return None
@@ -105,13 +94,17 @@ def result_origin(result: WindowResult) -> str:
 
 
 def result_record(result: WindowResult, slot: Slot) -> Emitted:
-    """A window's result as an output record, named ``(window and key, slot, revision, 0)``."""
-    value = {
+    """A window's result as an output record, named ``(window and key, slot, revision, 0)``;
+    a merged session's names the sessions that already left which it replaces
+    (``"replaces": [[start_ms, end_ms], ...]``)."""
+    value: dict[str, Any] = {
         "start_ms": result.window.start_ms,
         "end_ms": result.window.end_ms,
         "revision": result.revision,
         "state": result.state,
     }
+    if result.replaces:
+        value["replaces"] = [[window.start_ms, window.end_ms] for window in result.replaces]
     return (result.key, value, result_origin(result), slot, result.revision, 0)
 
 
@@ -124,15 +117,11 @@ class NodeWindows:
         clock: Callable[[], float],
         emitted: list[Emitted],
         idle_timeout_ms: int = IDLE_TIMEOUT_MS_DEFAULT,
-        checkpointed: CheckpointedWatermark | None = None,
     ) -> None:
         """``emitted``: where corrections and late tuples go as they are applied (the
-        reducer's list, handed to the output after each batch); ``checkpointed(slot)``: the
-        slot's watermark record in the node's store, which a slot gained resumes from."""
+        reducer's list, handed to the output after each batch)."""
         spec = job.window
         assert spec is not None, "NodeWindows takes a windowed job"
-        if spec.merging:
-            raise ValueError("session windows do not run in the ring yet")
         self.spec = spec
         self._fold = fold_of(job)
         self._aggregation = job.aggregation
@@ -140,12 +129,18 @@ class NodeWindows:
         self._clock = clock
         self._emitted = emitted
         self._idle_timeout_ms = idle_timeout_ms
-        self._checkpointed = _no_record if checkpointed is None else checkpointed
+        # The watermark record of a slot in the store tuples are applied to (applying_to).
+        self._checkpointed: Callable[[Slot], WatermarkRecord | None] = _no_record
         self._slots: dict[Slot, _Slot] = {}
         self.counts = WindowCounts()
 
     def _now_ms(self) -> int:
         return int(self._clock() * 1000)
+
+    def applying_to(self, store: StateStore) -> None:
+        """Tuples are applied (or replayed) to ``store`` from now on: a slot gained there
+        resumes the watermark record ``store`` holds of it (``StateStore.watermark``)."""
+        self._checkpointed = store.watermark
 
     def _slot(self, slot: Slot) -> _Slot:
         """The slot's bookkeeping; a slot not known here starts from the watermark its
@@ -180,8 +175,13 @@ class NodeWindows:
             known.watermark.heard(mapper, stamp_ms, self._now_ms())
             late: list[Any] = []
             # Only the windows the tuple falls in are read and written back: the key's other
-            # windows are untouched by it.
-            prefixes = tuple(window_field(w, "") for w in assign(spec, event_time_ms))
+            # windows are untouched by it. A session may merge with any of its key's
+            # sessions: all of them are.
+            prefixes = (
+                (FIELD_PREFIX,)
+                if spec.merging
+                else tuple(window_field(w, "") for w in assign(spec, event_time_ms))
+            )
             touched = {name: v for name, v in state.items() if name.startswith(prefixes)}
             windows = WindowedState.restore(
                 spec,
@@ -220,6 +220,7 @@ class NodeWindows:
         ``finished(mapper)`` is a finished mapper's last seq (None while it may send);
         ``emit`` takes the results. Each slot's watermark is noted in ``store`` (its next
         delta carries it)."""
+        self.applying_to(store)
         for slot in [slot for slot in self._slots if not owns(slot)]:
             del self._slots[slot]
         now_ms = self._now_ms()

@@ -24,8 +24,8 @@ from smr.checkpoint.delta import (
     DeltaError,
     decode_delta,
     encode_delta,
-    split_delta,
 )
+from smr.checkpoint.delta_parts import split_delta
 from smr.checkpoint.ids import MapperId, Seq
 from smr.checkpoint.store import StateStore
 from smr.checkpoint.watermarks import MapperStanding, WatermarkRecord

@@ -12,7 +12,8 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from smr.checkpoint.delta import Delta, decode_delta, encode_delta, restrict_delta
+from smr.checkpoint.delta import Delta, decode_delta, encode_delta
+from smr.checkpoint.delta_parts import restrict_delta
 from smr.checkpoint.ids import MapperId, Slot
 from smr.checkpoint.store import StateStore
 from smr.checkpoint.watermarks import (
