@@ -4,7 +4,7 @@ feed, ``r = 1``), every window's final result read from the output once, equal t
 Python's windows. A move and a join during a feed that also carries tuples far behind the
 watermark: the nodes that gain slots resume their watermarks, so every late tuple is
 dropped wherever it lands, and every window leaves under one origin with one result, the
-model's."""
+model's. Session windows per word, merged as tuples bridge them, equal plain Python's."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ import pytest
 import smr
 from smr.client.control import Client, NodeUnreachable
 from tests.e2e.conftest import EXAMPLE_BOOKS, WORD, Cluster
-from tests.e2e.jobs import WINDOWED_DISORDER_MS, WINDOWED_SIZE_MS
+from tests.e2e.jobs import SESSION_GAP_MS, WINDOWED_DISORDER_MS, WINDOWED_SIZE_MS
 
 pytestmark = pytest.mark.e2e
 
@@ -257,3 +257,46 @@ def test_a_move_or_a_join_during_a_feed_with_late_tuples_leaves_each_window_once
     assert sum(row.get("moves_received", 0) for row in rows.values()) == 1
     assert sum(row.get("takeovers", 0) for row in rows.values()) == 0
     assert sum(row.get("late_dropped", 0) for row in rows.values()) == fed.late_tuples
+
+
+def model_sessions(events: list[tuple[int, str]]) -> dict[tuple[str, int, int], int]:
+    """Plain Python: per word, its runs of event times less than ``SESSION_GAP_MS`` apart,
+    as (word, start, end) with the words counted."""
+    times: dict[str, list[int]] = collections.defaultdict(list)
+    for t, line in events:
+        for word in WORD.findall(line.lower()):
+            times[word].append(t)
+    sessions: dict[tuple[str, int, int], int] = {}
+    for word, word_times in times.items():
+        word_times.sort()
+        start, end, count = word_times[0], word_times[0] + SESSION_GAP_MS, 0
+        for t in word_times:
+            if t >= end:
+                sessions[(word, start, end)] = count
+                start, count = t, 0
+            end, count = max(end, t + SESSION_GAP_MS), count + 1
+        sessions[(word, start, end)] = count
+    return sessions
+
+
+def test_session_windows_on_a_cluster_equal_plain_python(cluster: Cluster, tmp_path: Path) -> None:
+    """Sessions per word merge as tuples bridge them and each leaves once, with no late
+    tuple: none replaces another, and the sessions are the model's."""
+    job = "tests.e2e.jobs:session_count"
+    events = write_event_lines(EXAMPLE_BOOKS[0], tmp_path / "events.txt", 1200)
+    cluster.up(2, job, "--replication", "1", "--checkpoint-interval-ms", "200")
+    cluster.feed(str(tmp_path / "events.txt"), job=job)
+    expected = model_sessions(events)
+    deadline = time.monotonic() + 20
+    records, report = output_windows(cluster)
+    while len(records) < len(expected) and time.monotonic() < deadline:
+        time.sleep(0.3)
+        records, report = output_windows(cluster)
+    found: dict[tuple[str, int, int], int] = {}
+    for record in records:
+        value = record["value"]
+        assert value["revision"] == 0 and "replaces" not in value, record
+        name = (record["key"], value["start_ms"], value["end_ms"])
+        assert name not in found, f"session {name} left twice: {record}"
+        found[name] = value["state"]["count"]
+    assert found == expected, report
