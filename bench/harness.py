@@ -72,14 +72,17 @@ def local_cluster(
     mapper_lease_ms: int | None = None,
     data_dir: Path | None = None,
     output_table: Any = None,
+    slot_bits: int | None = None,
 ) -> Iterator[tuple[Path, Any]]:
     """A fresh local cluster of ``job`` (the word count unless given) in a temporary
     directory, its nodes capped at ``apply_rate_cap_per_s`` and balancing above
     ``balance_above`` if given, writing to ``output_table`` (a
-    ``smr.output.table.TableTarget``) if given; yields its directory
+    ``smr.output.table.TableTarget``) if given, with ``2**slot_bits`` slots if given (else
+    the default); yields its directory
     and ``ClusterSpec``, and stops every node (``smr.cluster.local.down``) on the way out,
     whatever happened."""
     from smr.cluster.local import down, up
+    from smr.ring.hashing import SLOT_BITS_DEFAULT
     from smr.transport.security import KEYS_DIR_NAME, KEYS_ENV
 
     keys_before = os.environ.get(KEYS_ENV)
@@ -91,6 +94,7 @@ def local_cluster(
                 nodes,
                 replication,
                 job,
+                slot_bits=SLOT_BITS_DEFAULT if slot_bits is None else slot_bits,
                 checkpoint_interval_ms=checkpoint_interval_ms,
                 apply_rate_cap_per_s=apply_rate_cap_per_s,
                 balance_above=balance_above,

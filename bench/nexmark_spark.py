@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
@@ -28,14 +28,21 @@ EVENT_SCHEMA: Final = "kind STRING, auction LONG, bidder LONG, price LONG, date_
 QUERIES: Final = ("q5", "q7")
 
 
+# Progress reports a query keeps (Spark's default is 100): one per micro-batch of a run.
+PROGRESS_KEPT: Final = 100_000
+
+
 @dataclass
 class SparkRun:
     """A query's windows ``(auction, (start_ms, end_ms)) -> value``, its wall time from
-    start to the last batch's end, and how many micro-batches it ran."""
+    start to the last batch's end, how many micro-batches it ran, and each batch's time as
+    its progress report gives it (``durationMs.triggerExecution``: planning, reading,
+    state, the sink) for the batches that read rows."""
 
     windows: dict[tuple[int, tuple[int, int]], int]
     seconds: float
     batches: int
+    batch_ms: list[float] = field(default_factory=list)
 
 
 def _bids(spark: Any, input_dir: Path, max_files_per_trigger: int | None) -> Any:
@@ -85,6 +92,7 @@ def run_query(
         for row in batch.collect():
             windows[(row.auction, (row.start_ms, row.end_ms))] = row.value
 
+    spark.conf.set("spark.sql.streaming.numRecentProgressUpdates", str(PROGRESS_KEPT))
     frame = _query_frame(name, _bids(spark, input_dir, max_files_per_trigger))
     with tempfile.TemporaryDirectory(prefix=f"smr-nexmark-{name}-") as checkpoint:
         started = time.perf_counter()
@@ -97,4 +105,16 @@ def run_query(
         )
         query.awaitTermination()
         seconds = time.perf_counter() - started
-    return SparkRun(windows, seconds, batches)
+    return SparkRun(windows, seconds, batches, _batch_ms(query.recentProgress))
+
+
+def _batch_ms(progress: list[Any]) -> list[float]:
+    """Each progress report's ``triggerExecution`` time (ms), for batches that read rows
+    (a report is a dict in older PySpark, an object with the same fields in newer)."""
+    times = []
+    for report in progress:
+        rows = report["numInputRows"] if isinstance(report, dict) else report.numInputRows
+        durations = report["durationMs"] if isinstance(report, dict) else report.durationMs
+        if rows and "triggerExecution" in durations:
+            times.append(float(durations["triggerExecution"]))
+    return times

@@ -309,14 +309,16 @@ class TupleBackup:
                 self._tuple_count += batch.tuple_count
                 continue
             inside = {slot: seq for slot, seq in summary.items() if slot in slots}
-            moved._hold(_cut(batch, inside))
+            moved.hold(_cut(batch, inside))
             if len(inside) < len(summary):
                 outside = {slot: seq for slot, seq in summary.items() if slot not in slots}
                 self._held_append(_cut(batch, outside), kept)
         self._held = kept
         return moved
 
-    def _hold(self, batch: BackedUpBatch) -> None:
+    def hold(self, batch: BackedUpBatch) -> None:
+        """Keep ``batch`` with no check of its marks or of the bound (a range moved here
+        from another backup: :meth:`split_off`)."""
         self._held_append(batch, self._held)
 
     def _held_append(self, batch: BackedUpBatch, held: list[_Held]) -> None:

@@ -123,14 +123,14 @@ class Marks:
         """Keep the larger of each mark and a delta's (marks nothing dirty)."""
         raise_vectors(self._hwm, vectors)
 
-    def adopt(self, other: Marks, slots: set[Slot]) -> None:
-        """Take ``other``'s retired mappers (their marks kept) and its marks of ``slots``."""
-        for mapper, last in other._retired.items():
+    def adopt(
+        self, retired: Mapping[MapperId, Seq], vectors: Mapping[Slot, Mapping[MapperId, Seq]]
+    ) -> None:
+        """Take another store's retired mappers (the marks here kept) and its marks of some
+        slots (``vectors``, as :meth:`vectors` gives them), keeping the larger of each."""
+        for mapper, last in retired.items():
             self.retire(mapper, last, forget_hwms=False)
-        for mapper, hwm_of_slot in other._hwm.items():
-            moved = {slot: hwm_of_slot[slot] for slot in slots.intersection(hwm_of_slot)}
-            if moved:
-                raise_marks(self._hwm.setdefault(mapper, {}), moved)
+        raise_vectors(self._hwm, vectors)
 
     def drop_slots(self, dropped: Iterable[Slot]) -> None:
         """Forget every mark of ``dropped``."""

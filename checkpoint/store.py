@@ -197,6 +197,10 @@ class StateStore:
         """``{mapper: hwm}`` of ``slot`` for every mapper with a tuple applied there."""
         return self._marks.vector(slot)
 
+    def hwm_vectors(self, slots: set[Slot]) -> dict[Slot, dict[MapperId, Seq]]:
+        """``{slot: hwm_vector(slot)}`` for ``slots`` (copies)."""
+        return self._marks.vectors(slots)
+
     def hwms_of(self, mapper: MapperId) -> Mapping[Slot, Seq]:
         """``{slot: hwm}`` of ``mapper`` for every slot it has a tuple applied in (read-only)."""
         return self._marks.of_mapper(mapper)
@@ -231,8 +235,7 @@ class StateStore:
         return self._watermarks.of(slot)
 
     def note_watermark(self, slot: Slot, record: WatermarkRecord) -> None:
-        """A primary's record of ``slot`` after its cycle (merged: it never goes back); it
-        goes out with the next delta, as a raised hwm does."""
+        """A primary's record of ``slot`` after its cycle (merged), shipped with the next delta."""
         self._watermarks.note(slot, record)
 
     # ---------------------------------------------------------------------------- writes
@@ -321,8 +324,7 @@ class StateStore:
 
         1. Refuse (``RuntimeError``) if the previous inactive fragment still holds unmerged
            writes: swapping now would lose them.
-        2. Collect the full hwm vectors of the hwm-dirty slots and the watermarks noted
-           since the last swap, and clear both dirty sets.
+        2. Collect the hwm-dirty slots' full vectors and the watermarks noted; clear both.
         3. ``active`` becomes ``inactive``; a new empty ``active`` takes the next writes.
 
         Returns a ``Delta`` of the inactive fragment and those vectors. The store never
@@ -415,8 +417,7 @@ class StateStore:
             if live:
                 states[slot] = live
         hwms = self._marks.vectors(wanted)
-        retired = dict(self._marks.retired)
-        return Delta(states, hwms, retired, self._watermarks.of_slots(wanted))
+        return Delta(states, hwms, dict(self._marks.retired), self._watermarks.of_slots(wanted))
 
     def adopt(self, other: StateStore, slots: Iterable[Slot]) -> None:
         """Move ``slots`` of ``other`` (a replica being promoted) into this store: afterwards
@@ -445,14 +446,13 @@ class StateStore:
             keys = other.master.pop(slot, None)
             if keys:
                 self.master[slot] = keys
-        self._holds_mutables = self._holds_mutables or other._holds_mutables
-        self._marks.adopt(other._marks, movable)
-        self._watermarks.merge(other._watermarks.of_slots(movable))
+        self._holds_mutables = self._holds_mutables or other.holds_mutables
+        self._marks.adopt(other.retired, other.hwm_vectors(movable))
+        self._watermarks.merge_from(other.watermark, movable)
         other.drop_slots(wanted)
 
     def drop_slots(self, slots: Iterable[Slot]) -> None:
-        """Forget the state (all fragments), hwms and watermarks of ``slots``, e.g. after a
-        range moved."""
+        """Forget the state (all fragments), hwms and watermarks of ``slots`` (a range moved)."""
         dropped = set(slots)
         for slot in dropped:
             self.master.pop(slot, None)

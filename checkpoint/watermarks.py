@@ -25,7 +25,7 @@ Pure: the clock is an argument (``now_ms``), nothing is read from the machine.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, NamedTuple
 
@@ -183,13 +183,18 @@ class SlotWatermark:
         than it would have there: closes may come later, and no tuple's verdict changes,
         since the watermark never goes back."""
         resumed = cls(idle_timeout_ms)
-        resumed._current_ms = record.current_ms
+        resumed.resume(record, now_ms)
+        return resumed
+
+    def resume(self, record: WatermarkRecord, now_ms: int) -> None:
+        """:meth:`resumed`, on a watermark that knows no mapper yet."""
+        assert not self._mappers, "resume a watermark that knows no mapper"
+        self._current_ms = max(self._current_ms, record.current_ms)
         for mapper, standing in record.mappers.items():
-            heard_ms = now_ms - idle_timeout_ms if standing.idle else now_ms
-            resumed._mappers[mapper] = MapperWatermark(
+            heard_ms = now_ms - self.idle_timeout_ms if standing.idle else now_ms
+            self._mappers[mapper] = MapperWatermark(
                 standing.watermark_ms, heard_ms, standing.finished
             )
-        return resumed
 
     def mappers(self) -> dict[MapperId, MapperWatermark]:
         """A copy of every mapper's standing (for status and for checkpointing)."""
@@ -235,6 +240,13 @@ class WatermarkRecords:
         for slot, record in records.items():
             known = self._records.get(slot)
             self._records[slot] = record if known is None else merge_records(known, record)
+
+    def merge_from(
+        self, records_of: Callable[[Slot], WatermarkRecord | None], slots: Iterable[Slot]
+    ) -> None:
+        """:meth:`merge` the records ``records_of(slot)`` gives of ``slots`` (another
+        store's, ``StateStore.watermark``)."""
+        self.merge({slot: mark for slot in slots if (mark := records_of(slot)) is not None})
 
     def of_slots(self, slots: Iterable[Slot]) -> dict[Slot, WatermarkRecord]:
         """``{slot: record}`` of those of ``slots`` that have one."""

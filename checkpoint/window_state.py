@@ -92,7 +92,12 @@ class WindowedState:
         spec: WindowSpec,
         fold: Fold,
         on_late: Callable[[Key, Any, int], None] | None = None,
+        *,
+        watermark_ms: int = START_OF_TIME_MS,
+        fields_by_key: Mapping[Key, Mapping[str, Any]] | None = None,
     ) -> None:
+        """Empty windows, or with ``fields_by_key`` the windows those fields hold (see
+        :meth:`restore`)."""
         self.spec = spec
         self._fold = fold
         self._on_late = on_late
@@ -101,8 +106,10 @@ class WindowedState:
         # that holds the same windows, however they arrived or were restored.
         self._timers: list[tuple[int, int, Window, bool, Key]] = []
         self._arrivals = 0
-        self._watermark_ms = START_OF_TIME_MS
+        self._watermark_ms = watermark_ms
         self.late_dropped = 0
+        if fields_by_key:
+            self._restore(fields_by_key)
 
     @property
     def watermark_ms(self) -> int:
@@ -251,23 +258,24 @@ class WindowedState:
     ) -> WindowedState:
         """A state rebuilt from slot state (a promoted replica, a moved slot, a restart): the
         windows from their fields and the timers derived from their bounds."""
-        restored = cls(spec, fold, on_late)
-        restored._watermark_ms = watermark_ms
+        return cls(spec, fold, on_late, watermark_ms=watermark_ms, fields_by_key=fields_by_key)
+
+    def _restore(self, fields_by_key: Mapping[Key, Mapping[str, Any]]) -> None:
         for key, fields in fields_by_key.items():
             for name, value in fields.items():
                 parsed = window_of_field(name)
                 if parsed is None:
                     continue
                 window, field_name = parsed
-                pane = restored._panes.setdefault(key, {}).setdefault(window, _Pane())
-                restored._restore_field(pane, field_name, value)
-        for key, panes in restored._panes.items():
+                pane = self._panes.setdefault(key, {}).setdefault(window, _Pane())
+                self._restore_field(pane, field_name, value)
+        lateness_ms = self.spec.allowed_lateness_ms
+        for key, panes in self._panes.items():
             for window, pane in panes.items():
                 if pane.revision == NOT_CLOSED:
-                    restored._push(window.close_ms, _CLOSE, key, window)
+                    self._push(window.close_ms, _CLOSE, key, window)
                 else:
-                    restored._push(window.purge_ms(spec.allowed_lateness_ms), _PURGE, key, window)
-        return restored
+                    self._push(window.purge_ms(lateness_ms), _PURGE, key, window)
 
     def _restore_field(self, pane: _Pane, field_name: str, value: Any) -> None:
         if field_name == REVISION_FIELD:

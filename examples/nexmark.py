@@ -13,8 +13,10 @@ is a plain function of the first stage's windows, the same for smr and for Spark
     run = run_job(q5, read_events(paths))
     hot = hottest(run.windows, "count")   # {Window: (bids, [auctions])}
 
-They run in ``smr.testing.run_job``; a cluster runs tumbling and hopping windows too, fed by
-``smr feed`` (docs/guide/windows.md), but these queries are measured in-process only.
+They run in ``smr.testing.run_job`` and on a cluster of nodes (``smr feed``, or a program's
+``smr.connect(job=...)`` with ``emit(..., event_time=...)``, docs/guide/windows.md);
+``bench/nexmark.py`` measures both against Spark, the second stage over the first's windows
+read from the cluster's output.
 """
 
 from __future__ import annotations

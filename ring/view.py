@@ -86,9 +86,6 @@ class View:
             if not isinstance(member, Member):
                 raise TypeError(f"a View holds Members, got {type(member).__name__}")
             _keep_max(table, member)
-        self._set(table)
-
-    def _set(self, table: dict[NodeId, Member]) -> None:
         self._members = table
         self._members_view = MappingProxyType(table)
         self._epoch = Epoch(sum(_epoch_weight(member) for member in table.values()))
@@ -98,13 +95,6 @@ class View:
                 key=ring_order,
             )
         )
-
-    @classmethod
-    def _of(cls, table: dict[NodeId, Member]) -> View:
-        # For tables already reduced to one maximal entry per node: skips the re-check.
-        view = cls.__new__(cls)
-        view._set(table)
-        return view
 
     @property
     def members(self) -> Mapping[NodeId, Member]:
@@ -123,10 +113,7 @@ class View:
         Guarantees: commutative, associative, idempotent; the result's epoch is at least the
         epoch of each input.
         """
-        table = dict(self._members)
-        for member in other._members.values():
-            _keep_max(table, member)
-        return View._of(table)
+        return View([*self._members.values(), *other.members.values()])
 
     def with_member(self, member: Member) -> View:
         """This view merged with a view holding just `member` (so a stale entry is ignored)."""
@@ -188,7 +175,7 @@ class View:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, View):
             return NotImplemented
-        return self._members == other._members
+        return self._members_view == other.members
 
     __hash__ = None  # type: ignore[assignment]  # a value compared by content, not a key
 

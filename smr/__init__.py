@@ -14,7 +14,9 @@ cluster, or none of its nodes answers), :class:`Unreachable`, :class:`DeliveryEr
 
 ``import smr`` is light: each name is imported from its module when first used (a module
 ``__getattr__``), so a program or a command that needs only ``Job`` does not load the
-client, its sockets and the aggregators.
+client, its sockets and the aggregators. The names' types are in the stub beside this file
+(``__init__.pyi``): this module names their homes as strings only, so no module of ``smr``,
+which all run this file first, is imported back from it.
 
 ``__version__`` is the installed distribution's version (semantic versioning; the changes
 of each are in ``CHANGELOG.md``), the one ``smr --version`` prints.
@@ -23,24 +25,7 @@ of each are in ``CHANGELOG.md``), the one ``smr --version`` prints.
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any, Final
-
-if TYPE_CHECKING:
-    from smr import agg, windows
-    from smr.api import Job, JobLoadError, load_job
-    from smr.connection import (
-        Cluster,
-        DeliveryError,
-        EmitError,
-        HistoryUnknown,
-        LostSlotsSkipped,
-        MapperIdReused,
-        SlotsLost,
-        Unreachable,
-        connect,
-    )
-    from smr.spec.model import ClusterError
-    from smr.transport.security import KeysError
+from typing import Any, Final
 
 # The installed distribution whose version ``__version__`` is.
 DISTRIBUTION: Final = "smr-ring"

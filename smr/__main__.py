@@ -1,5 +1,5 @@
 """``python -m smr`` runs the command line."""
 
-from smr.cli import main
+from smr.cli.root import main
 
 main()

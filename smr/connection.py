@@ -239,15 +239,19 @@ class Cluster:
     def writer(self) -> Emitter:
         """The emitter this connection writes through (made at the first write, once a new
         named stream's id proved unused: :class:`MapperIdReused` if it delivered tuples
-        before, :class:`HistoryUnknown` if that cannot be told within ``timeout_s``)."""
+        before, :class:`HistoryUnknown` if that cannot be told within ``timeout_s``). A
+        windowed job's writer asks every owner first in any case, which registers it with
+        their windows: :class:`HistoryUnknown` if not every owner answers."""
         if self._closed:
             raise RuntimeError("this connection is closed")
         if self._emitter is None:
-            if self._new_named_stream:
+            # A windowed job's writer asks too, whatever its id: the ask registers it with
+            # every owner's windows before its first tuple (smr.node.windows).
+            if self._new_named_stream or self._stamper is not None:
                 history = mapper_history(
                     self._client, self.view, self.spec.slot_bits, self.mapper_id, self.timeout_s
                 )
-                if history.used:
+                if history.used and self._new_named_stream:
                     raise MapperIdReused(history)
                 self._new_named_stream = False
             combine = self._job.combine if self._job is not None and self._stamper is None else None

@@ -1,6 +1,6 @@
 """The house rules, measured from the source (docs/design/architecture.md#layout): import
 circles among the project's modules, private names imported across modules, reaches into
-another module's private members, one node role reaching into another's data through the
+another object's private members, one node role reaching into another's data through the
 core, long functions, big modules, and modules directly under ``smr/``.
 
 Every measure is a pure function of a checkout's root, so that ``tests/test_house.py`` runs
@@ -14,9 +14,10 @@ inside a function, or under ``if TYPE_CHECKING``. An import moved into a functio
 an import-time circle still makes each module depend on the other, which is what a circle
 says: the state and the code that changes it live in two rooms. Importing a module also
 runs its packages' ``__init__.py`` first: so importing ``smr.node.disk`` depends on the
-package ``smr.node``, and a package depends on what its ``__init__.py`` imports as it runs
-(its top-level imports; a package whose names load on first use, through a module
-``__getattr__``, depends on nothing).
+package ``smr.node``, and a package depends on every module its ``__init__.py`` imports, as
+any module does (a facade whose names load on first use names their homes as strings, for
+``importlib``, and gives their types in a stub beside it, ``__init__.pyi``, which no import
+runs and this graph does not read).
 """
 
 from __future__ import annotations
@@ -127,37 +128,6 @@ def imports_of(module: Module, modules: Mapping[str, Module]) -> list[tuple[str,
     return [(target, name) for target, name in found if target != module.name]
 
 
-def eager_imports(module: Module, modules: Mapping[str, Module]) -> set[str]:
-    """The project modules `module` imports as it runs: its top-level import statements
-    (not those in functions, nor under ``if TYPE_CHECKING``)."""
-    top = ast.Module(
-        body=[
-            node
-            for node in _run_at_import(module.tree.body)
-            if isinstance(node, ast.Import | ast.ImportFrom)
-        ],
-        type_ignores=[],
-    )
-    as_run = Module(module.name, module.path, module.is_package, module.source, top)
-    return {target for target, _ in imports_of(as_run, modules)}
-
-
-def _run_at_import(body: list[ast.stmt]) -> Iterable[ast.stmt]:
-    """The statements of a module's body that run when it is imported, into ``if`` (but
-    ``if TYPE_CHECKING``) and ``try`` blocks."""
-    for node in body:
-        if isinstance(node, ast.If):
-            if "TYPE_CHECKING" not in ast.unparse(node.test):
-                yield from _run_at_import(node.body)
-                yield from _run_at_import(node.orelse)
-        elif isinstance(node, ast.Try):
-            yield from _run_at_import(node.body)
-            for handler in node.handlers:
-                yield from _run_at_import(handler.body)
-        else:
-            yield node
-
-
 def _packages_of(name: str, modules: Mapping[str, Module]) -> list[str]:
     """The project packages that hold `name`, outermost first (``smr``, ``smr.node``)."""
     parts = name.split(".")
@@ -168,18 +138,15 @@ def _packages_of(name: str, modules: Mapping[str, Module]) -> list[str]:
 
 def import_graph(modules: Mapping[str, Module]) -> dict[str, set[str]]:
     """Module -> the project modules it imports, and each package holding one of them
-    (Python runs a package's ``__init__.py`` before any of its modules). A package's own
-    edges are what its ``__init__.py`` imports as it runs (:func:`eager_imports`)."""
+    (Python runs a package's ``__init__.py`` before any of its modules); a package is a
+    module like any other, its edges every import of its ``__init__.py``."""
 
     def with_packages(targets: set[str]) -> set[str]:
         return targets.union(*(_packages_of(target, modules) for target in targets))
 
     graph: dict[str, set[str]] = {}
     for name, module in modules.items():
-        if module.is_package:
-            targets = eager_imports(module, modules)
-        else:
-            targets = {target for target, _ in imports_of(module, modules)}
+        targets = {target for target, _ in imports_of(module, modules)}
         graph[name] = with_packages(targets) - {name}
     return graph
 
@@ -251,21 +218,18 @@ def _is_private(name: str) -> bool:
 
 def private_reaches(root: Path) -> Counter[str]:
     """Attribute reads and writes ``x._y`` where ``x`` is not the bare ``self``, ``cls`` or
-    ``super()``, and ``_y`` is not a name the module itself defines (as ``self._y``, a class
-    attribute, a function or a global): "path: x._y", counted. ``self.other._y`` counts (a
-    member's private member). A module's own helper reaching into its own class's ``_y``
-    (``other._members`` in ``View.__eq__``) does not: the rule is about rooms, and a module is
-    one room. Blind spot: a reach into another module's ``_y`` when this module also defines a
-    ``_y`` of its own."""
+    ``super()``: "path: x._y", counted. ``self.other._y`` counts (a member's private
+    member), and so does a class's method reaching into another instance of its own class
+    (``other._members`` in an ``__eq__``): that instance is asked through named methods
+    like any other. The standard library's public names that start with ``_`` (``os._exit``,
+    a namedtuple's ``_replace``) are no reach."""
     found: Counter[str] = Counter()
     for module in project_modules(root).values():
-        own = _private_names_defined(module.tree)
         for node in ast.walk(module.tree):
             if (
                 isinstance(node, ast.Attribute)
                 and _is_private(node.attr)
                 and node.attr not in PUBLIC_UNDERSCORE_NAMES
-                and node.attr not in own
                 and not _is_self(node.value)
             ):
                 found[f"{module.path}: {ast.unparse(node.value)}.{node.attr}"] += 1
@@ -279,21 +243,6 @@ def _is_self(node: ast.expr) -> bool:
     return (
         isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "super"
     )
-
-
-def _private_names_defined(tree: ast.Module) -> set[str]:
-    """The private names a module defines: ``self._y = ...``, ``_y: T`` or ``_y = ...``
-    (globals, class attributes), ``def _y``, ``class _Y``."""
-    names: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            names.add(node.name)
-        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
-            if _is_self(node.value):
-                names.add(node.attr)
-        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
-            names.add(node.id)
-    return {name for name in names if _is_private(name)}
 
 
 ROLE_HOLDER = ("smr/node/core.py", "NodeCore")
@@ -508,7 +457,7 @@ def figures(root: Path) -> str:
         [
             f"import circles: {len(circles)} ({sum(map(len, circles))} modules)",
             f"private names imported across modules: {sum(private_imports(root).values())}",
-            f"reaches into another module's _private members: "
+            f"reaches into another object's _private members: "
             f"{sum(private_reaches(root).values())}",
             f"reaches into another node role's data: {sum(role_reaches(root).values())}",
             f"functions over {FUNCTION_LINES_MAX} lines: "

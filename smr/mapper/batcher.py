@@ -281,6 +281,22 @@ class Batcher:
         big_rows_bytes_max = self.batch_bytes - small_row_bytes * self.batch_size
         return small_row_bytes, big_rows_bytes_max, small_row_bytes >= FAST_ROW_BYTES_MAX
 
+    def _make_room_maker(self, dispatch: Callable[[int], None]) -> Callable[[int, int], None]:
+        """``make_room(dest, size_bytes)`` for a row over ``small_row_bytes``: its bytes are
+        added up for its destination's open batch, which ``dispatch`` closes first if this row
+        would take it past ``big_rows_bytes_max`` (:meth:`_byte_bounds`)."""
+        open_bytes = self._open_bytes
+        big_rows_bytes_max = self._byte_bounds()[1]
+
+        def make_room(dest: int, size_bytes: int) -> None:
+            held = open_bytes[dest] + size_bytes
+            if held > big_rows_bytes_max:
+                dispatch(dest)  # close the batch before this row would take it over
+                held = size_bytes
+            open_bytes[dest] = held
+
+        return make_room
+
     def _make_linger(self) -> Callable[[float], None]:
         """``linger(emitted_at)`` after a tuple is added: the first tuple opened since the last
         flush sets when the open batches must go (``linger_ms`` later); the first emit at or past
@@ -311,11 +327,11 @@ class Batcher:
         position = self._position
         dest_of_slot = self._dest_of_slot
         open_rows = self._open_rows
-        open_bytes = self._open_bytes
         batch_size = self.batch_size
         batch_bytes = self.batch_bytes
-        small_row_bytes, big_rows_bytes_max, fast = self._byte_bounds()
+        small_row_bytes, _, fast = self._byte_bounds()
         dispatch = self._dispatch_rows
+        make_room = self._make_room_maker(dispatch)
         now = time.time
         linger = self._make_linger()
 
@@ -325,11 +341,7 @@ class Batcher:
                 slot = find_slot(key)
             dest = dest_of_slot[slot]
             if size > small_row_bytes:
-                held = open_bytes[dest] + size
-                if held > big_rows_bytes_max:
-                    dispatch(dest)  # close the batch before this row would take it over
-                    held = size
-                open_bytes[dest] = held
+                make_room(dest, size)
             seq = position[0] + 1
             position[0] = seq
             rows = open_rows[dest]
@@ -375,11 +387,11 @@ class Batcher:
         find_slot = self._slot
         dest_of_slot = self._dest_of_slot
         open_combined = self._open_combined
-        open_bytes = self._open_bytes
         batch_size = self.batch_size
         batch_bytes = self.batch_bytes
-        small_row_bytes, big_rows_bytes_max, fast = self._byte_bounds()
+        small_row_bytes, _, fast = self._byte_bounds()
         dispatch = self._dispatch_combined
+        make_room = self._make_room_maker(dispatch)
         combine = self._combine
         assert combine is not None
         now = time.time
@@ -394,11 +406,7 @@ class Batcher:
             if entry is None:
                 self._combined_emits += 1
                 if size > small_row_bytes:
-                    held = open_bytes[dest] + size
-                    if held > big_rows_bytes_max:
-                        dispatch(dest)
-                        held = size
-                    open_bytes[dest] = held
+                    make_room(dest, size)
                 combined[key] = [slot, value, now()]
                 if len(combined) >= batch_size:
                     dispatch(dest)

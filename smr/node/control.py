@@ -17,22 +17,22 @@ from typing import Any, Final, Protocol
 
 import psutil
 
+from smr.checkpoint.ids import MapperId
 from smr.checkpoint.loss import LossLedger
 from smr.checkpoint.store import StateStore
 from smr.node.disk import DiskState
 from smr.node.handoff import Handoff
 from smr.node.ingest import Ingest
 from smr.node.load import LoadMeter
-from smr.node.ports import Clock
+from smr.node.ports import NodeBasics
 from smr.node.restart import RestartExchange
 from smr.node.retirement import Retirement
-from smr.node.settings import NodeCounters, NodeSettings
 from smr.output.files import OutputGone, OutputMissing, OutputSink
 from smr.ring.hashing import slot_of
 from smr.ring.ids import Incarnation, NodeId, Slot
 from smr.ring.moves import MoveRefused
-from smr.ring.placement import Ring, Role, SlotRange
-from smr.ring.view import Status, View
+from smr.ring.placement import Role, SlotRange
+from smr.ring.view import Status
 from smr.ring.zones import one_zone_ranges
 from smr.wire.codec import encode, pack_body, unpack_body
 from smr.wire.kinds import FrameError, RequestId
@@ -115,30 +115,24 @@ class SnapshotsReport(Protocol):
     def report(self) -> dict[str, float]: ...
 
 
-class ControlNode(Protocol):
+class WriterRegistry(Protocol):
+    """What the control asks of the reducer (``smr.node.reducer.Reducer``)."""
+
+    def register_writer(self, mapper: MapperId) -> None: ...
+
+
+class ControlNode(NodeBasics, Protocol):
     """What the control uses of the node (``smr.node.core.NodeCore``): nearly all of it, to
     report it; it changes only the loss ledger (an operator's acceptance)."""
 
     @property
-    def node_id(self) -> NodeId: ...
-    @property
     def incarnation(self) -> Incarnation: ...
-    @property
-    def view(self) -> View: ...
-    @property
-    def ring(self) -> Ring: ...
     @property
     def roles(self) -> bytes: ...
     @property
     def secondaries(self) -> tuple[NodeId, ...]: ...
     @property
     def slot_bits(self) -> int: ...
-    @property
-    def clock(self) -> Clock: ...
-    @property
-    def settings(self) -> NodeSettings: ...
-    @property
-    def counters(self) -> NodeCounters: ...
     @property
     def cluster_info(self) -> dict[str, Any]: ...
     @property
@@ -175,6 +169,8 @@ class ControlNode(Protocol):
     def recovery(self) -> RecoveryReport: ...
     @property
     def snapshots(self) -> SnapshotsReport: ...
+    @property
+    def reducer(self) -> WriterRegistry: ...
     def reply(self, identity: bytes, frames: Sequence[bytes]) -> None: ...
     def utilization(self) -> float: ...
 
@@ -347,9 +343,12 @@ class Control:
     def on_history_request(self, identity: bytes, message: HistoryRequest) -> None:
         """What this node holds of a mapper in the slots it is primary of, by its own view:
         how many have its hwm and the highest, its last seq if it finished, and how many
-        are lost (``smr.client.history`` asks every owner, to tell a used mapper id)."""
+        are lost (``smr.client.history`` asks every owner, to tell a used mapper id). Every
+        writer of a windowed job asks before its first tuple: the ask registers it with the
+        job's windows (``Reducer.register_writer``)."""
         node = self._node
         own = node.ring.range_of(node.node_id) or SlotRange(Slot(0), 0, 1 << node.slot_bits)
+        node.reducer.register_writer(message.mapper)
         hwms = node.store.hwms_of(message.mapper)
         mine = [seq for slot, seq in hwms.items() if own.contains(slot)]
         reply = HistoryReply(

@@ -22,9 +22,8 @@ from smr.checkpoint.ids import CheckpointNumber
 from smr.checkpoint.loss import LossLedger
 from smr.checkpoint.store import StateStore
 from smr.node.load import LoadMeter
-from smr.node.ports import Clock, TakingIntake, ViewGossip
-from smr.node.settings import NodeCounters
-from smr.ring.ids import Epoch, Incarnation, NodeId, Slot
+from smr.node.ports import NodeBasics, TakingIntake, ViewGossip
+from smr.ring.ids import NodeId, Slot
 from smr.ring.moves import MovePlan, MoveRefused, plan_move
 from smr.ring.placement import Ring, SlotRange
 from smr.ring.view import Status, View, with_status
@@ -128,19 +127,9 @@ class GiverMoves(Protocol):
     def note_record(self, record: dict[str, Any]) -> None: ...
 
 
-class GiverNode(Protocol):
+class GiverNode(NodeBasics, Protocol):
     """What the giver uses of the node (``smr.node.core.NodeCore``)."""
 
-    @property
-    def node_id(self) -> NodeId: ...
-    @property
-    def view(self) -> View: ...
-    @property
-    def stamp(self) -> tuple[NodeId, Incarnation, Epoch]: ...
-    @property
-    def clock(self) -> Clock: ...
-    @property
-    def counters(self) -> NodeCounters: ...
     @property
     def store(self) -> StateStore: ...
     @property

@@ -17,11 +17,10 @@ from smr.node.giving import Giving
 from smr.node.load import LoadMeter
 from smr.node.membership import PeerLoad
 from smr.node.move_taking import Agreed, MoveTaking
-from smr.node.ports import Clock
-from smr.node.settings import NodeSettings
-from smr.ring.ids import Epoch, Incarnation, NodeId, Slot, Token
+from smr.node.ports import NodeBasics
+from smr.ring.ids import NodeId, Slot, Token
 from smr.ring.moves import MovePlan, MoveRefused, join_blocked_by, plan_join
-from smr.ring.placement import Ring, SlotRange, split_at_load_share
+from smr.ring.placement import SlotRange, split_at_load_share
 from smr.ring.view import Status, View, joining_at, with_status
 from smr.ring.zones import join_position
 from smr.wire.kinds import MoveNumber
@@ -65,23 +64,11 @@ class FencedSince(Protocol):
     def fenced_since(self) -> float | None: ...
 
 
-class JoinsNode(Protocol):
+class JoinsNode(NodeBasics, Protocol):
     """What the joins use of the node (``smr.node.core.NodeCore``)."""
 
     @property
-    def node_id(self) -> NodeId: ...
-    @property
-    def view(self) -> View: ...
-    @property
-    def ring(self) -> Ring: ...
-    @property
     def predecessors(self) -> tuple[NodeId, ...]: ...
-    @property
-    def stamp(self) -> tuple[NodeId, Incarnation, Epoch]: ...
-    @property
-    def clock(self) -> Clock: ...
-    @property
-    def settings(self) -> NodeSettings: ...
     @property
     def load(self) -> LoadMeter: ...
     @property

@@ -33,12 +33,11 @@ from smr.node.giving import (
 from smr.node.joins import FencedSince, JoinerCopies, Joins, JoinsMembership, JoinsNode
 from smr.node.load import LoadMeter
 from smr.node.move_taking import MoveTaking, MoveTakingNode
-from smr.node.ports import Clock, Promotion, TakenCopies, ViewGossip
-from smr.node.settings import NodeSettings
-from smr.ring.ids import Epoch, Incarnation, NodeId, Slot
+from smr.node.ports import Promotion, TakenCopies, ViewGossip
+from smr.ring.ids import NodeId, Slot
 from smr.ring.moves import MovePlan, MoveRefused, move_done_in, plan_move
-from smr.ring.placement import Ring, SlotRange, split_at_load_share
-from smr.ring.view import OWNING_STATUSES, Status, View
+from smr.ring.placement import SlotRange, split_at_load_share
+from smr.ring.view import OWNING_STATUSES, Status
 from smr.wire.kinds import FrameError, StreamId
 from smr.wire.peer import (
     MoveAnswer,
@@ -68,18 +67,6 @@ class MovesNode(GiverNode, JoinsNode, MoveTakingNode, Protocol):
     """What the moves use of the node (``smr.node.core.NodeCore``), with what they hand on
     to their giver (``GiverNode``), joins (``JoinsNode``) and taking side (``MoveTakingNode``)."""
 
-    @property
-    def node_id(self) -> NodeId: ...
-    @property
-    def view(self) -> View: ...
-    @property
-    def ring(self) -> Ring: ...
-    @property
-    def stamp(self) -> tuple[NodeId, Incarnation, Epoch]: ...
-    @property
-    def clock(self) -> Clock: ...
-    @property
-    def settings(self) -> NodeSettings: ...
     @property
     def load(self) -> LoadMeter: ...
     @property

@@ -11,6 +11,7 @@ from typing import Any, Final
 from smr.api import Job
 from smr.checkpoint.apply import APPLYING
 from smr.checkpoint.bulk import BatchReduceFn, Columns, apply_folds, apply_reduce_batch
+from smr.checkpoint.ids import MapperId
 from smr.checkpoint.store import FAILURE_EXAMPLES_MAX, BatchOutcome, ReduceFn, StateStore
 from smr.node.windows import IDLE_TIMEOUT_MS_DEFAULT, NodeWindows
 from smr.output.files import OutputSink
@@ -69,6 +70,12 @@ class Reducer:
         """A windowed job's windows on this node (None for other jobs): the checkpoint
         cycle closes them."""
         return self._windows
+
+    def register_writer(self, mapper: MapperId) -> None:
+        """A stream of ``mapper`` is about to write: a windowed job's windows count it among
+        the mappers that hold their watermarks back (:meth:`NodeWindows.register`)."""
+        if self._windows is not None:
+            self._windows.register(mapper)
 
     def replay_fn(self, store: StateStore) -> ReduceFn:
         """The per-tuple reduce, wrapped, for replaying backed-up tuples into ``store`` (a

@@ -16,11 +16,10 @@ from smr.checkpoint.delta import DeltaError, decode_delta, encode_delta
 from smr.checkpoint.ids import CheckpointNumber
 from smr.checkpoint.replica import PeerReplica
 from smr.checkpoint.store import StateStore
-from smr.node.ports import Clock, MoveCopies, ViewGossip
-from smr.node.settings import NodeCounters, NodeSettings
+from smr.node.ports import MoveCopies, NodeBasics, ViewGossip
 from smr.output.files import OutputSink
-from smr.ring.ids import Epoch, Incarnation, NodeId, Slot
-from smr.ring.placement import Ring, Role, SlotRange
+from smr.ring.ids import NodeId, Slot
+from smr.ring.placement import Role, SlotRange
 from smr.wire.kinds import FrameError, SnapshotNumber
 from smr.wire.peer import (
     PeerMessages,
@@ -57,27 +56,15 @@ class IntakePosition(Protocol):
     def position(self) -> tuple[int, int]: ...
 
 
-class SnapshotsNode(Protocol):
+class SnapshotsNode(NodeBasics, Protocol):
     """What the snapshots use of the node (``smr.node.core.NodeCore``)."""
 
-    @property
-    def node_id(self) -> NodeId: ...
-    @property
-    def ring(self) -> Ring: ...
     @property
     def roles(self) -> bytes: ...
     @property
     def predecessors(self) -> tuple[NodeId, ...]: ...
     @property
     def secondaries(self) -> tuple[NodeId, ...]: ...
-    @property
-    def stamp(self) -> tuple[NodeId, Incarnation, Epoch]: ...
-    @property
-    def clock(self) -> Clock: ...
-    @property
-    def settings(self) -> NodeSettings: ...
-    @property
-    def counters(self) -> NodeCounters: ...
     @property
     def store(self) -> StateStore: ...
     @property

@@ -132,6 +132,9 @@ class NodeWindows:
         # The watermark record of a slot in the store tuples are applied to (applying_to).
         self._checkpointed: Callable[[Slot], WatermarkRecord | None] = _no_record
         self._slots: dict[Slot, _Slot] = {}
+        # Writers registered (register) within the last idle timeout, and when: each slot
+        # made here meanwhile counts them too.
+        self._registered: dict[MapperId, int] = {}
         self.counts = WindowCounts()
 
     def _now_ms(self) -> int:
@@ -153,7 +156,22 @@ class NodeWindows:
             else:
                 watermark = SlotWatermark.resumed(self._idle_timeout_ms, record, self._now_ms())
             known = self._slots[slot] = _Slot(watermark, resumed=record is not None)
+            for mapper, registered_ms in self._registered.items():
+                known.watermark.heard(mapper, START_OF_TIME_MS, registered_ms)
         return known
+
+    def register(self, mapper: MapperId) -> None:
+        """A writer of ``mapper`` is about to send its first tuple (every windowed writer
+        asks the owners first, ``smr.client.history``): from now on it holds back every slot
+        of this node, at the start of time until its stamps reach the slot, until it goes
+        idle there or finishes. So two writers that start together are each known to every
+        node before either one's tuples can advance a watermark past the other's. A writer
+        registered after a slot's watermark advanced finds it where it is: a watermark never
+        goes back."""
+        now_ms = self._now_ms()
+        self._registered[mapper] = now_ms
+        for known in self._slots.values():
+            known.watermark.heard(mapper, START_OF_TIME_MS, now_ms)
 
     def watermark_ms(self, slot: Slot) -> int:
         """The slot's watermark as of the last cycle (the start of time if unknown here)."""
@@ -224,6 +242,11 @@ class NodeWindows:
         for slot in [slot for slot in self._slots if not owns(slot)]:
             del self._slots[slot]
         now_ms = self._now_ms()
+        self._registered = {
+            mapper: registered_ms
+            for mapper, registered_ms in self._registered.items()
+            if now_ms - registered_ms < self._idle_timeout_ms and finished(mapper) is None
+        }
         for slot in self._unread(store, owns):
             self._read_slot(store, slot, now_ms)
         for slot, known in self._slots.items():

@@ -174,14 +174,14 @@ def promoted_copy(holder: NodeCore, owner: NodeId, slots: list[Slot]) -> StateSt
     return store
 
 
-def check_state(sim: CheckedRun) -> None:
-    """(a) one live primary per slot, the live owners' ranges partitioning the ring;
-    (b) the primaries' state equals the oracle."""
+def check_ownership(sim: CheckedRun) -> tuple[Ring, dict[NodeId, NodeCore]]:
+    """(a) one live primary per slot, the live owners' ranges partitioning the ring; the
+    ring and the live cores by node id."""
     live = sim.live()
     view = live[0][1].view
     ring = Ring(view, sim.config.slot_bits)
     cores = {node.node_id: core for node, core in live}
-    # (a)
+
     problems = []
     covered = 0
     for owner, slot_range in ring.ranges():
@@ -201,6 +201,13 @@ def check_state(sim: CheckedRun) -> None:
             break
     if problems:
         raise AssertionError("ownership: " + "; ".join(problems[:10]))
+    return ring, cores
+
+
+def check_state(sim: CheckedRun) -> None:
+    """(a) one live primary per slot, the live owners' ranges partitioning the ring
+    (:func:`check_ownership`); (b) the primaries' state equals the oracle."""
+    ring, cores = check_ownership(sim)
     # (b)
     actual: dict[str, int] = {}
     holder: dict[str, NodeId] = {}

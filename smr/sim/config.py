@@ -23,6 +23,10 @@ log = logging.getLogger("smr.sim")
 
 _NODE_DEFAULTS = NodeSettings()
 
+# A windowed run's mappers must never be taken for idle: a mapper held back by a fault would
+# (by design) let its slots' watermarks pass its delayed tuples (smr.sim.windowed).
+WINDOW_IDLE_TIMEOUT_MS: Final = 3_600_000
+
 
 @dataclass(frozen=True)
 class SimConfig:
@@ -96,6 +100,24 @@ class SimConfig:
     strict_disk: bool = False
     # A subscriber follows the output from the start (smr.sim.subscriber).
     subscriber: bool = False
+    # A windowed job (smr.sim.windowed) when window_size_ms > 0: hopping windows sliding by
+    # window_slide_ms, tumbling ones when it is 0; a mapper's i-th word at event time
+    # i * event_step_ms less a seeded jitter of at most out_of_orderness_ms.
+    window_size_ms: int = 0
+    window_slide_ms: int = 0
+    out_of_orderness_ms: int = 0
+    event_step_ms: int = 1
+
+    @property
+    def windowed(self) -> bool:
+        """Whether the run's job is windowed."""
+        return self.window_size_ms > 0
+
+    @property
+    def keeps_output(self) -> bool:
+        """Whether the nodes write their output files (on the disk they share): for a
+        subscriber to follow, and for a windowed run's results to be checked."""
+        return self.subscriber or self.windowed
 
     @property
     def feed_ms(self) -> int:
@@ -127,6 +149,7 @@ class SimConfig:
             rejoin_after_fence_ms=None,
             mapper_lease_ms=self.mapper_lease_ms,
             apply_rate_cap_per_s=self.apply_rate_cap_per_s,
+            window_idle_timeout_ms=WINDOW_IDLE_TIMEOUT_MS,
         )
 
     def with_edges(self, seed: int, options: SweepOptions) -> SimConfig:
@@ -145,6 +168,27 @@ class SimConfig:
             subscriber=True,
         )
 
+    def with_windows(self, seed: int, options: SweepOptions) -> SimConfig:
+        """This configuration with a windowed job when ``options`` ask for one: its windows
+        drawn from a stream of their own (a seed's other draws stay what they were), its
+        mappers finishing (so every window closes) each as one mapper id (when every mapper
+        a slot heard of finished, its windows all close: a later id's tuples would be late),
+        no combine (a stamped value is not added up)."""
+        if not options.windows:
+            return self
+        rng = random.Random(f"smr.sim:{seed}:windows")
+        size_ms = rng.choice((20, 100, 500))
+        return replace(
+            self,
+            window_size_ms=size_ms,
+            window_slide_ms=rng.choice((0, 0, size_ms // 2, size_ms // 4)),
+            out_of_orderness_ms=rng.choice((0, 5, 50)),
+            event_step_ms=rng.choice((1, 2, 5)),
+            finish_mappers=True,
+            mapper_parts=1,
+            combine=False,
+        )
+
     @classmethod
     def from_seed(cls, seed: int, options: SweepOptions | None = None) -> SimConfig:
         """A configuration drawn from ``seed`` within ``options`` (default ``SweepOptions()``)."""
@@ -157,37 +201,41 @@ class SimConfig:
         weights = [1 if r == 0 else 4 for r in r_choices]
         total = rng.randint(*options.tuples)
         mappers = rng.randint(*options.mappers)
-        return cls(
-            nodes=node_count,
-            replication=rng.choices(r_choices, weights=weights)[0],
-            slot_bits=rng.randint(*options.slot_bits),
-            mappers=mappers,
-            tuples_per_mapper=total // mappers,
-            vocabulary=rng.choice((20, 100, 300)),
-            batch_size=rng.choice((10, 25, 50, 100, 200)),
-            window_batches=rng.choice((1, 2, 4, 8, 16)),
-            combine=rng.random() < 0.3,
-            feed_chunk=rng.choice((20, 50, 100)),
-            feed_pace_ms=rng.choice((10, 20, 40)),
-            checkpoint_interval_ms=rng.choice((50, 100, 250, 500, 1000)),
-            snapshot_chunk_keys=rng.choice((5, 20, 5000)),
-            backup_bytes_max=rng.choice((512 * 1024 * 1024, 512 * 1024 * 1024, 40_000)),
-            first_contact_grace_ms=rng.choice((0, 0, 300)),
-            resend_after_ms=rng.choice((250, 1000)),
-            even_tokens=rng.random() < 0.5,
-            timers_first_on_resume=rng.random() < 0.5,
-            network=NetworkSettings(
-                drop_probability=options.drop_probability,
-                duplicate_probability=options.duplicate_probability,
-            ),
-            faults_max=options.faults_max,
-            # Drawn last, so that every earlier draw of a seed stays what it was.
-            standby=rng.choice((0, 0, 1, 2)),
-            finish_mappers=rng.random() < 0.7,
-            mapper_lease_ms=rng.choice((50, 300, 2000)),
-            mapper_parts=rng.choice((1, 3, 8)),
-            checkpoint_part_keys=rng.choice((3, 20, _NODE_DEFAULTS.checkpoint_part_keys)),
-        ).with_edges(seed, options)
+        return (
+            cls(
+                nodes=node_count,
+                replication=rng.choices(r_choices, weights=weights)[0],
+                slot_bits=rng.randint(*options.slot_bits),
+                mappers=mappers,
+                tuples_per_mapper=total // mappers,
+                vocabulary=rng.choice((20, 100, 300)),
+                batch_size=rng.choice((10, 25, 50, 100, 200)),
+                window_batches=rng.choice((1, 2, 4, 8, 16)),
+                combine=rng.random() < 0.3,
+                feed_chunk=rng.choice((20, 50, 100)),
+                feed_pace_ms=rng.choice((10, 20, 40)),
+                checkpoint_interval_ms=rng.choice((50, 100, 250, 500, 1000)),
+                snapshot_chunk_keys=rng.choice((5, 20, 5000)),
+                backup_bytes_max=rng.choice((512 * 1024 * 1024, 512 * 1024 * 1024, 40_000)),
+                first_contact_grace_ms=rng.choice((0, 0, 300)),
+                resend_after_ms=rng.choice((250, 1000)),
+                even_tokens=rng.random() < 0.5,
+                timers_first_on_resume=rng.random() < 0.5,
+                network=NetworkSettings(
+                    drop_probability=options.drop_probability,
+                    duplicate_probability=options.duplicate_probability,
+                ),
+                faults_max=options.faults_max,
+                # Drawn last, so that every earlier draw of a seed stays what it was.
+                standby=rng.choice((0, 0, 1, 2)),
+                finish_mappers=rng.random() < 0.7,
+                mapper_lease_ms=rng.choice((50, 300, 2000)),
+                mapper_parts=rng.choice((1, 3, 8)),
+                checkpoint_part_keys=rng.choice((3, 20, _NODE_DEFAULTS.checkpoint_part_keys)),
+            )
+            .with_edges(seed, options)
+            .with_windows(seed, options)
+        )
 
 
 @dataclass(frozen=True)
@@ -207,6 +255,13 @@ class SweepOptions:
     edges: bool = False
     strict_reads: bool = False
     strict_disk: bool = False
+    # A windowed job (smr.sim.windowed) instead of the plain count; not with the edges,
+    # whose readers and subscriber check a plain count.
+    windows: bool = False
+
+    def __post_init__(self) -> None:
+        if self.windows and self.edges:
+            raise ValueError("a windowed run does not attack the edges: drop --edges or --windows")
 
     def flags(self) -> str:
         """The command-line flags that select these options (for the replay command)."""
@@ -229,6 +284,8 @@ class SweepOptions:
             text += " --strict-reads"
         if self.strict_disk:
             text += " --strict-disk"
+        if self.windows:
+            text += " --windows"
         return text
 
 

@@ -16,7 +16,9 @@ from smr.output.files import READ_BYTES_MAX, OutputGone, OutputMissing, OutputSi
 from smr.output.records import Emitted, record_line
 from smr.ring.ids import NodeId
 from smr.sim.clock import Scheduler
+from smr.sim.config import SimConfig
 from smr.sim.network import ADDR_PREFIX, Link, SimNetwork
+from smr.sim.windowed import windowed_job
 
 log = logging.getLogger("smr.sim")
 
@@ -226,3 +228,8 @@ def sim_job(emit_every: int = EMIT_EVERY) -> Job:
         return a + b
 
     return Job("simcount", map=lambda record, emit: None, reduce=count, combine=add)
+
+
+def job_of(config: SimConfig) -> Job:
+    """The run's job: the windowed count of ``smr.sim.windowed`` or :func:`sim_job`."""
+    return windowed_job(config) if config.windowed else sim_job()

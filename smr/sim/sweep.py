@@ -73,15 +73,20 @@ def _parser() -> argparse.ArgumentParser:
         help="with --edges, fail a run on a restore partial in silence that the state files "
         "cannot detect today (a lost tail, a lost file)",
     )
+    parser.add_argument(
+        "--windows",
+        action="store_true",
+        help="run a windowed word count (tumbling or hopping, out-of-order event times) and "
+        "check every window's result in the output against a plain model; not with --edges",
+    )
     parser.add_argument("--jobs", type=int, default=1, help="worker processes")
     parser.add_argument("-v", "--verbose", action="store_true", help="print each run's events")
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """The sweep: run many seeds, print the failing ones and a summary; 1 if any failed."""
-    args = _parser().parse_args(argv)
-    options = SweepOptions(
+def _options(args: argparse.Namespace) -> SweepOptions:
+    """The sweep's options from its flags (ValueError for flags that do not go together)."""
+    return SweepOptions(
         nodes=_parse_range(args.nodes),
         replication=_parse_range(args.replication),
         slot_bits=_parse_range(args.slot_bits),
@@ -93,7 +98,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         edges=args.edges or args.strict_reads or args.strict_disk,
         strict_reads=args.strict_reads,
         strict_disk=args.strict_disk,
+        windows=args.windows,
     )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The sweep: run many seeds, print the failing ones and a summary; 1 if any failed."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    try:
+        options = _options(args)
+    except ValueError as error:
+        parser.error(str(error))
     logging.basicConfig(level=logging.CRITICAL)
     seeds = [args.seed] if args.seed is not None else range(args.start, args.start + args.seeds)
     if args.seed is not None:

@@ -20,7 +20,7 @@ from smr.sim.clock import Scheduler
 from smr.sim.config import SimConfig
 from smr.sim.disk import SimFiles, disk_of
 from smr.sim.network import Envelope, SimNetwork
-from smr.sim.nodes import MemoryOutput, NodePost, SimNode, SimNodeLinks, sim_job
+from smr.sim.nodes import MemoryOutput, NodePost, SimNode, SimNodeLinks, job_of
 from smr.wire.codec import decode, header_of
 from smr.wire.kinds import FrameError
 
@@ -105,11 +105,11 @@ class NodeTurns:
             settings = replace(settings, restart_left_out=frozenset(left_out))
         core = NodeCore(
             node_id,
-            sim_job(),
+            job_of(config),
             view,
             config.slot_bits,
             sim_node.links,
-            MemoryOutput(node_id, self.output_files if config.subscriber else None),
+            MemoryOutput(node_id, self.output_files if config.keeps_output else None),
             clock=self._clock.seconds,
             settings=settings,
             store=store,

@@ -5,7 +5,9 @@ imports pyspark; ``partitions.py`` emits one partition of a micro-batch; ``setup
 
 The public names below are imported from their module when first used (a module
 ``__getattr__``), so ``import smr.spark`` needs no pyspark; using one of them without
-pyspark raises :class:`smr.spark.setup.SparkMissing`, saying what to install.
+pyspark raises :class:`smr.spark.setup.SparkMissing`, saying what to install. Their
+types are in the stub beside this file (``__init__.pyi``): this module names their homes as
+strings only, so ``smr.spark.query``, which runs this file first, is not imported back.
 
 May import: ``smr.mapper``, ``smr.client``, ``smr.spec``, ``smr.api``, ``smr.transport``.
 """
@@ -13,26 +15,7 @@ May import: ``smr.mapper``, ``smr.client``, ``smr.spec``, ``smr.api``, ``smr.tra
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any, Final
-
-if TYPE_CHECKING:
-    from smr.spark.partitions import FeedSettings
-    from smr.spark.query import (
-        BatchReport,
-        SparkQueryError,
-        await_query,
-        check_input_dir,
-        check_java,
-        check_workers,
-        emit,
-        feed_settings,
-        java_major_version,
-        parse_socket_ref,
-        root_cause,
-        session,
-        socket_lines,
-        text_files,
-    )
+from typing import Any, Final
 
 # Each public name and the module it comes from.
 _PUBLIC: Final = {

@@ -88,6 +88,7 @@ def test_bad_arguments_are_refused_with_a_clear_error(cluster: Cluster) -> None:
         smr.connect(cluster.dir, job="examples.wordcount:job", mapper_id="m", position=10)
 
 
+@pytest.mark.slow
 def test_a_node_killed_mid_emit_and_mid_scan_costs_nothing(cluster: Cluster) -> None:
     cluster.up(3)
     words = book_words(feed_books())
@@ -214,6 +215,7 @@ def test_a_program_killed_after_a_flush_resumes_from_its_position_exactly(
         assert scanned_counts(reader) == word_counts(books)
 
 
+@pytest.mark.slow
 def test_get_during_a_feed_never_fails_while_a_node_is_killed(cluster: Cluster) -> None:
     cluster.up(3)
     feed = cluster.feed_in_background(*feed_books(), extra=["--batch-size", "200", "--window", "8"])

@@ -58,6 +58,7 @@ def read_dump(path: Path) -> dict[str, int]:
     }
 
 
+@pytest.mark.slow
 def test_reads_of_lost_slots_are_refused_unless_a_partial_answer_is_asked_for(
     cluster: Cluster,
 ) -> None:

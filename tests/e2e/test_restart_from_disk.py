@@ -40,6 +40,7 @@ def wait_until(cluster: Cluster, done: Any, timeout_s: float = 20) -> None:
         time.sleep(0.3)
 
 
+@pytest.mark.slow
 def test_down_then_up_restores_every_key_and_a_rerun_resumes(cluster: Cluster) -> None:
     up_with_disk(cluster)
     cluster.feed(EXAMPLE_BOOKS[0], extra=["--no-combine"])

@@ -61,6 +61,7 @@ def retired_everywhere(feeds: int) -> Any:
     return done
 
 
+@pytest.mark.slow
 def test_finished_feeds_leave_no_hwms_and_a_rerun_changes_nothing(
     cluster: Cluster, tmp_path: Path
 ) -> None:

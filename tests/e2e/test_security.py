@@ -81,6 +81,7 @@ def smr_as(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 def test_only_key_holders_reach_a_cluster_and_others_change_nothing(
     cluster: Cluster, tmp_path: Path
 ) -> None:

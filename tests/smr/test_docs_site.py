@@ -16,7 +16,7 @@ from pathlib import Path
 import click
 import pytest
 
-from smr.cli import main_group
+from smr.cli.root import main_group
 
 REPO = Path(__file__).resolve().parents[2]
 # The modules of the public API, each with a page of its own under reference/api/.

@@ -16,13 +16,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from smr import agg, native
-from smr.checkpoint import kernels
 from smr.checkpoint.bulk import apply_folds
 from smr.checkpoint.delta import TOMBSTONE, Delta, decode_delta, encode_delta
-from smr.checkpoint.hwm import cut
-from smr.checkpoint.kernels import IN_FORCE, group_add
+from smr.checkpoint.kernels import IN_FORCE
 from smr.checkpoint.store import StateStore
 from tests.checkpoint.test_store_stateful import StoreMachine
+from tests.smr.test_native import python_kernels
 
 pytestmark = pytest.mark.skipif(
     native.NATIVE is None, reason="smr._native is not built (SMR_NATIVE=off or no Rust build)"
@@ -33,28 +32,13 @@ NATIVE: Any = native.NATIVE
 @contextmanager
 def python_path() -> Iterator[None]:
     """The Python references and master in dicts for the body of the block."""
-    saved = (
-        IN_FORCE.cut,
-        IN_FORCE.group_add,
-        IN_FORCE.fold_additive,
-        IN_FORCE.drive_reduce,
-        IN_FORCE.fold_turn,
-        IN_FORCE.slot_table,
-    )
-    IN_FORCE.cut, IN_FORCE.group_add = cut, group_add
-    IN_FORCE.fold_additive, IN_FORCE.drive_reduce = kernels.fold_additive, None
-    IN_FORCE.fold_turn = IN_FORCE.slot_table = None
+    saved = IN_FORCE.slot_table
+    IN_FORCE.slot_table = None
     try:
-        yield
+        with python_kernels():
+            yield
     finally:
-        (
-            IN_FORCE.cut,
-            IN_FORCE.group_add,
-            IN_FORCE.fold_additive,
-            IN_FORCE.drive_reduce,
-            IN_FORCE.fold_turn,
-            IN_FORCE.slot_table,
-        ) = saved
+        IN_FORCE.slot_table = saved
 
 
 @contextmanager

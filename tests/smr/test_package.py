@@ -77,3 +77,26 @@ def test_without_uvloop_the_node_runs_on_asyncios_own_loop(
         assert type(with_uvloop).__module__.startswith("uvloop")
     finally:
         with_uvloop.close()
+
+
+@pytest.mark.parametrize("package", ["smr", "smr.spark"])
+def test_a_facades_stub_types_exactly_the_names_it_loads(package: str) -> None:
+    # The facade loads its names on first use from homes named as strings; the stub beside
+    # it gives their types. A name in one and not the other would load untyped, or be typed
+    # and fail at run time.
+    import ast
+    import importlib
+
+    facade = importlib.import_module(package)
+    stub_path = Path(facade.__file__).with_suffix(".pyi")
+    stub = ast.parse(stub_path.read_text(encoding="utf-8"))
+    typed = {
+        alias.asname or alias.name
+        for node in stub.body
+        if isinstance(node, ast.ImportFrom) and node.module != "typing"
+        for alias in node.names
+    }
+    loaded = set(facade.__all__) - {"__version__"}
+    assert typed == loaded
+    for name in sorted(typed):
+        assert getattr(facade, name) is not None, name

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from smr import Job, agg, windows
-from smr.cli import main
+from smr.cli.root import main
 from smr.ring.ids import NodeId, Token
 from smr.spec.model import ClusterSpec, NodeSpec
 from smr.spec.parse import write_spec

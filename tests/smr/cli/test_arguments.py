@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from smr.cli import main, main_group
+from smr.cli.root import main, main_group
 
 
 def test_a_non_integer_key_with_int_key_names_the_key_and_the_flag(

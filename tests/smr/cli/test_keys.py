@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from smr.cli import main
+from smr.cli.root import main
 from smr.transport import security
 from smr.transport.security import KeysError, add_client, init_keys, keys_for, load_keys
 

@@ -11,7 +11,7 @@ import pytest
 
 import smr
 from smr.api import JobLoadError, absolute_job_ref, load_job
-from smr.cli import first_sentence, main, main_group
+from smr.cli.root import first_sentence, main, main_group
 from smr.client.control import none_answers_message
 from smr.client.status import unreachable_line
 
@@ -223,17 +223,18 @@ def test_import_smr_loads_no_client_no_sockets_and_no_aggregators() -> None:
 
 def test_smr_version_loads_no_command_module() -> None:
     loaded = _modules_loaded_by(
-        "import contextlib\nfrom smr.cli import main\n"
+        "import contextlib\nfrom smr.cli.root import main\n"
         "with contextlib.suppress(SystemExit):\n    main(['--version'])"
     )
-    # The root group is smr.cli itself; no command's module of it is loaded.
-    assert not {name for name in loaded if name.startswith(("smr.cli.", "smr.node", "zmq"))}
-    assert "smr.cli" in loaded and "smr.autoscale" not in loaded
+    # The root group is smr.cli.root; no command's module is loaded beside it.
+    commands = {name for name in loaded if name.startswith(("smr.cli.", "smr.node", "zmq"))}
+    assert commands == {"smr.cli.root"}
+    assert "smr.autoscale" not in loaded
 
 
 def test_a_command_loads_its_own_module_and_not_the_others() -> None:
     loaded = _modules_loaded_by(
-        "import contextlib\nfrom smr.cli import main\n"
+        "import contextlib\nfrom smr.cli.root import main\n"
         "with contextlib.suppress(SystemExit):\n    main(['cluster', '--help'])"
     )
     assert "smr.cli.cluster" in loaded

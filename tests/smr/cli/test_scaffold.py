@@ -11,7 +11,7 @@ import pytest
 
 import smr
 from smr.api import load_job
-from smr.cli import main
+from smr.cli.root import main
 from smr.cli.scaffold import FILES, job_name
 from smr.testing import run_job
 
@@ -84,7 +84,7 @@ sys.meta_path.insert(0, NoPySpark())
 
 def test_without_pyspark_spark_feed_says_how_to_install_it_in_one_line(tmp_path: Path) -> None:
     program = WITHOUT_PYSPARK + (
-        "from smr.cli import main\n"
+        "from smr.cli.root import main\n"
         f"main(['spark-feed', '--cluster', {str(tmp_path)!r}, '--input', {str(tmp_path)!r}])\n"
     )
     done = subprocess.run(
