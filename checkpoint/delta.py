@@ -5,11 +5,14 @@ A ``Delta`` is what a primary ships to a slot range's secondaries at each checkp
 fields as ``TOMBSTONE``, and the hwm vectors of the slots whose hwm moved. A full snapshot of some
 slots (for re-replication and handoff) is a ``Delta`` without tombstones.
 
-Wire format, version 2 (msgpack): one array ``[version, states, hwms, retired]``;
-``states`` maps slot (int) -> key (str or int) -> field (str) -> value, ``hwms`` maps
-slot (int) -> mapper id (str) -> seq (int >= 0), and ``retired`` maps mapper id (str) -> the
-last seq (int >= 0) of a finished mapper whose hwms the sender let go of. Version 1, the same
-without ``retired``, is still read. Field values round-trip exactly, so that a
+Wire format, version 3 (msgpack): one array ``[version, states, hwms, retired,
+watermarks]``; ``states`` maps slot (int) -> key (str or int) -> field (str) -> value,
+``hwms`` maps slot (int) -> mapper id (str) -> seq (int >= 0), ``retired`` maps mapper id
+(str) -> the last seq (int >= 0) of a finished mapper whose hwms the sender let go of, and
+``watermarks`` maps slot (int) -> a windowed job's slot watermark (``checkpoint.watermarks``,
+``records_from_wire``). A delta without watermarks is written as version 2, the array
+without them (what an older node wrote and reads); versions 2 and 1 (without ``retired``)
+are still read. Field values round-trip exactly, so that a
 promoted replica behaves like the primary it replaces: msgpack arrays carry tuples, and the
 types msgpack cannot tell apart travel as extension types (the codes are ``_EXT_*`` below).
 Decoding never trusts its input: anything malformed raises ``DeltaError``.
@@ -17,22 +20,27 @@ Decoding never trusts its input: anything malformed raises ``DeltaError``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Container, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from dataclasses import field as dataclass_field
-from itertools import chain
 from typing import Any, Final, Protocol, cast, final
 
 import msgpack
 
 from smr.checkpoint.ids import Fragment, MapperId, Seq, Slot
+from smr.checkpoint.watermarks import WatermarkRecord, records_from_wire
 
-DELTA_FORMAT_VERSION: Final = 2
-"""Version written first in every encoded delta; a decoder reads it and version 1 (which has
-no retired mappers), and refuses any other."""
+DELTA_FORMAT_VERSION: Final = 3
+"""The newest version, written first in every encoded delta that carries watermarks (one
+without them is written as version 2); a decoder reads it, version 2 (no watermarks) and
+version 1 (no retired mappers either), and refuses any other."""
+
+WITHOUT_WATERMARKS_VERSION: Final = 2
+"""The version a delta without watermarks is written as."""
 
 # The array length of each version a decoder reads.
-_ITEMS_OF_VERSION: Final = {1: 3, 2: 4}
+_ITEMS_OF_VERSION: Final = {1: 3, 2: 4, 3: 5}
+
 
 DELTA_BYTES_MAX_DEFAULT: Final = 64 * 1024 * 1024
 """Default cap on an encoded delta (64 MiB): a full snapshot of 100 k keys is about 1 MB, so
@@ -114,11 +122,19 @@ class Delta:
     retired: dict[MapperId, Seq] = dataclass_field(default_factory=dict)
     """Finished mappers the sender retired (``StateStore.retire``): in a checkpoint, those
     retired since the previous one; in a snapshot, all of them. Not per slot."""
+    watermarks: dict[Slot, WatermarkRecord] = dataclass_field(default_factory=dict)
+    """A windowed job's slot watermarks (``checkpoint.watermarks``): in a checkpoint, those
+    of the slots whose watermark rose since the previous one; in a snapshot, all of the
+    slots'."""
 
     def is_empty(self) -> bool:
-        """True when the delta carries neither state, hwm nor retirement, so shipping it
-        changes nothing."""
-        return not self.states and not self.hwms and not self.retired
+        """True when the delta carries neither state, hwm, retirement nor watermark, so
+        shipping it changes nothing."""
+        return not self.states and not self.hwms and not self.retired and not self.watermarks
+
+    def slots(self) -> set[Slot]:
+        """Every slot the delta says something of (state, hwm vector or watermark)."""
+        return set(self.states).union(self.hwms, self.watermarks)
 
     def key_count(self) -> int:
         """Number of (slot, key) entries the delta carries, deletions included."""
@@ -126,16 +142,20 @@ class Delta:
 
 
 def encode_delta(delta: Delta) -> bytes:
-    """Encode ``delta`` in wire format version ``DELTA_FORMAT_VERSION``.
+    """Encode ``delta`` in wire format version ``DELTA_FORMAT_VERSION`` (version 2 when it
+    carries no watermarks).
 
     ``decode_delta(encode_delta(d))`` equals ``d`` for field values made of None, bool, int
     (64-bit), float, str, bytes, bytearray, and lists, tuples, dicts, sets and frozensets of
     those. Raises ``DeltaError`` naming the slot, key and field of a value it cannot encode.
     """
+    items = [_states_to_wire(delta.states), delta.hwms, delta.retired]
+    if delta.watermarks:
+        items = [DELTA_FORMAT_VERSION, *items, delta.watermarks]
+    else:
+        items = [WITHOUT_WATERMARKS_VERSION, *items]
     try:
-        encoded: bytes = msgpack.packb(
-            [DELTA_FORMAT_VERSION, _states_to_wire(delta.states), delta.hwms, delta.retired]
-        )
+        encoded: bytes = msgpack.packb(items)
     except Exception as error:
         raise DeltaError(_locate_unencodable(delta, error)) from error
     return encoded
@@ -196,6 +216,7 @@ def decode_delta(data: bytes, max_bytes: int = DELTA_BYTES_MAX_DEFAULT) -> Delta
         states = unpacker.unpack()
         hwms = unpacker.unpack()
         retired = unpacker.unpack() if version >= 2 else {}
+        watermarks = unpacker.unpack() if version >= 3 else {}
         if unpacker.tell() != size_bytes:
             raise DeltaError(f"{size_bytes - unpacker.tell()} trailing bytes after the delta")
     except DeltaError:
@@ -210,7 +231,11 @@ def decode_delta(data: bytes, max_bytes: int = DELTA_BYTES_MAX_DEFAULT) -> Delta
     _validate_states(states)
     _validate_hwms(hwms)
     _validate_retired(retired)
-    return Delta(states=states, hwms=hwms, retired=retired)
+    try:
+        records = records_from_wire(watermarks)
+    except ValueError as error:
+        raise DeltaError(str(error)) from error
+    return Delta(states=states, hwms=hwms, retired=retired, watermarks=records)
 
 
 def _states_to_wire(states: Fragment) -> dict[Slot, dict[Any, dict[str, Any]]]:
@@ -439,55 +464,3 @@ class SlotTable(Protocol):
 
 SlotTableFactory = Callable[[], Any]
 """Makes an empty :class:`SlotTable` for a slot master starts to hold."""
-
-
-def restrict_delta(delta: Delta, slots: Container[int]) -> Delta:
-    """The part of ``delta`` about ``slots``: what a copy of only those slots applies (the
-    copy a move's copy holder keeps of the moving slots, fed by the giver's checkpoints)."""
-    return Delta(
-        states={slot: keys for slot, keys in delta.states.items() if slot in slots},
-        hwms={slot: vector for slot, vector in delta.hwms.items() if slot in slots},
-        retired=delta.retired,
-    )
-
-
-def split_delta(delta: Delta, keys_per_part: int) -> Iterator[tuple[Delta, bool]]:
-    """``delta`` cut into parts of about ``keys_per_part`` keys (and hwm-only slots) each,
-    in order, as ``(part, last)``: a primary ships a big checkpoint as several messages, so
-    neither it nor a secondary spends one long stretch of its loop on it.
-
-    Guarantees: every slot of ``delta`` is in exactly one part, with both its states and its
-    hwm vector, so a replica that applied some of the parts holds, slot by slot, a state and
-    the hwms it matches (of this checkpoint or of the one before); the retired mappers ride
-    in the last part; applying the parts in order equals applying ``delta``. There is always
-    at least one part (an empty delta is one empty part). The parts share ``delta``'s maps:
-    read-only, like it. Parts are built as they are asked for.
-    """
-    if keys_per_part < 1:
-        raise ValueError(f"keys_per_part must be >= 1, got {keys_per_part}")
-    states, hwms = delta.states, delta.hwms
-    part_states: Fragment = {}
-    part_hwms: dict[Slot, dict[MapperId, Seq]] = {}
-    size = 0
-    full: Delta | None = None
-    for slot in chain(states, [slot for slot in hwms if slot not in states]):
-        keys = states.get(slot)
-        if keys is not None:
-            part_states[slot] = keys
-            size += len(keys)
-        vector = hwms.get(slot)
-        if vector is not None:
-            part_hwms[slot] = vector
-        size += 1
-        if size >= keys_per_part:
-            # One part is held back, so that the last one is known to be last when sent.
-            if full is not None:
-                yield full, False
-            full = Delta(states=part_states, hwms=part_hwms)
-            part_states, part_hwms, size = {}, {}, 0
-    if full is not None and not part_states and not part_hwms:
-        yield Delta(states=full.states, hwms=full.hwms, retired=delta.retired), True
-        return
-    if full is not None:
-        yield full, False
-    yield Delta(states=part_states, hwms=part_hwms, retired=delta.retired), True

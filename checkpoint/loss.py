@@ -81,8 +81,9 @@ def restore_lost(store: StateStore, copy: Delta, slots: Iterable[Slot]) -> set[S
     state when it was fenced). Returns the slots restored: those of ``slots`` marked lost in
     ``store`` and not in ``copy`` (a copy marked lost itself holds nothing to restore).
 
-    Each restored slot gets the copy's state and hwm vector and serves again (``ACCEPTED``):
-    its tuples that the copy already holds are dropped as duplicates when resent.
+    Each restored slot gets the copy's state, hwm vector and watermark and serves again
+    (``ACCEPTED``): its tuples that the copy already holds are dropped as duplicates when
+    resent.
     """
     lost = lost_slots(store)
     restorable = {
@@ -94,6 +95,7 @@ def restore_lost(store: StateStore, copy: Delta, slots: Iterable[Slot]) -> set[S
         Delta(
             states={slot: keys for slot, keys in copy.states.items() if slot in restorable},
             hwms={slot: vector for slot, vector in copy.hwms.items() if slot in restorable},
+            watermarks={slot: m for slot, m in copy.watermarks.items() if slot in restorable},
         )
     )
     for slot in restorable:

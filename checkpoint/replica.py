@@ -212,14 +212,15 @@ class PeerReplica:
     def apply_snapshot_chunk(self, chunk: Delta) -> None:
         """Step 3: replace the state and hwms of the chunk's slots by the chunk's.
 
-        The chunk's slots are those it has state or an hwm vector for. A slot the primary
-        holds nothing for appears in no chunk; whatever older checkpoints wrote to it is then
-        undone by the later ones, applied in order, so the replica converges all the same.
+        The chunk's slots are those it has state, an hwm vector or a watermark for. A slot
+        the primary holds nothing for appears in no chunk; whatever older checkpoints wrote
+        to it is then undone by the later ones, applied in order, so the replica converges
+        all the same.
         Ignored outside a snapshot: it belongs to one a gap aborted.
         """
         if not self._snapshot_in_progress:
             return
-        self.store.drop_slots(set(chunk.states).union(chunk.hwms))
+        self.store.drop_slots(chunk.slots())
         self.store.apply_delta(chunk)
 
     def end_snapshot(self) -> None:

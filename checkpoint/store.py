@@ -40,6 +40,7 @@ from smr.checkpoint.delta import PLAIN_TYPES, TOMBSTONE, Delta, SlotTableFactory
 from smr.checkpoint.ids import Fragment, Key, MapperId, Seq, Slot
 from smr.checkpoint.kernels import IN_FORCE
 from smr.checkpoint.marks import Marks
+from smr.checkpoint.watermarks import WatermarkRecord, WatermarkRecords
 
 
 class _InForce:
@@ -83,6 +84,7 @@ class StateStore:
         """Writes since the last ``swap``; deleted fields are ``TOMBSTONE``."""
         # The dedup memory: hwms, the slots whose hwm rose since the last swap, retirements.
         self._marks = Marks()
+        self._watermarks = WatermarkRecords()  # a windowed job's, which travel like hwms
         # Whether a fragment may hold a tombstone: when neither does, reads skip the scan.
         self._active_has_tombstones = False
         self._inactive_has_tombstones = False
@@ -138,8 +140,8 @@ class StateStore:
         return count
 
     def slots(self) -> set[Slot]:
-        """Slots with an entry in any fragment or any hwm."""
-        return self._fragment_slots() | self._marks.slots()
+        """Slots with an entry in any fragment, any hwm or a watermark."""
+        return self._fragment_slots() | self._marks.slots() | self._watermarks.slots()
 
     @property
     def has_tombstones(self) -> bool:
@@ -228,6 +230,14 @@ class StateStore:
         """True when the tuple ``(mapper, slot, seq)`` was already applied (or consumed)."""
         return self._marks.is_duplicate(mapper, slot, seq)
 
+    def watermark(self, slot: Slot) -> WatermarkRecord | None:
+        """A windowed job's watermark record of ``slot`` (noted or received), or None."""
+        return self._watermarks.of(slot)
+
+    def note_watermark(self, slot: Slot, record: WatermarkRecord) -> None:
+        """A primary's record of ``slot`` after its cycle (merged), shipped with the next delta."""
+        self._watermarks.note(slot, record)
+
     # ---------------------------------------------------------------------------- writes
 
     def commit(
@@ -314,7 +324,7 @@ class StateStore:
 
         1. Refuse (``RuntimeError``) if the previous inactive fragment still holds unmerged
            writes: swapping now would lose them.
-        2. Collect the full hwm vectors of the hwm-dirty slots, and clear the dirty set.
+        2. Collect the hwm-dirty slots' full vectors and the watermarks noted; clear both.
         3. ``active`` becomes ``inactive``; a new empty ``active`` takes the next writes.
 
         Returns a ``Delta`` of the inactive fragment and those vectors. The store never
@@ -328,12 +338,13 @@ class StateStore:
             )
         # 2.
         hwms, retired = self._marks.take_dirty()
+        watermarks = self._watermarks.take_dirty()
         # 3.
         self.inactive, self.active = self.active, {}
         self._inactive_shared = True
         self._inactive_has_tombstones = self._active_has_tombstones
         self._active_has_tombstones = False
-        return Delta(states=self.inactive, hwms=hwms, retired=retired)
+        return Delta(self.inactive, hwms, retired, watermarks)
 
     def merge_inactive(self, max_keys: int | None = None) -> bool:
         """Step 3 of the checkpoint cycle: fold the inactive fragment into master, clear it;
@@ -369,7 +380,8 @@ class StateStore:
 
         Fields are set, tombstones delete fields (keys and slots left empty disappear), and
         each hwm becomes the larger of its own and the delta's, so applying a delta twice, or
-        an older one after a newer one, never lowers a hwm. Then the delta's retired mappers
+        an older one after a newer one, never lowers a hwm; each slot's watermark likewise
+        (``checkpoint.watermarks.merge_records``). Then the delta's retired mappers
         are retired here too, their hwms dropped unless ``forget_retired`` is False (a
         promotion, which may still replay their tuples into slots of another copy). Meant
         for a replica, which takes no local writes: on a key that also has unmerged local
@@ -385,12 +397,13 @@ class StateStore:
                 for value in fields.values()
             )
         self._marks.raise_vectors(delta.hwms)
+        self._watermarks.merge(delta.watermarks)
         for mapper, last in delta.retired.items():
             self.retire(mapper, last, forget_hwms=forget_retired)
 
     def snapshot(self, slots: Iterable[Slot]) -> Delta:
-        """Full merged state and full hwm vectors of ``slots``, and every retired mapper, as
-        a delta with no tombstones.
+        """Full merged state, full hwm vectors and watermarks of ``slots``, and every retired
+        mapper, as a delta with no tombstones.
 
         For re-replication and handoff. A snapshot does not delete what the receiver may
         already hold for those slots: the receiver ``drop_slots`` them first, then
@@ -404,7 +417,7 @@ class StateStore:
             if live:
                 states[slot] = live
         hwms = self._marks.vectors(wanted)
-        return Delta(states=states, hwms=hwms, retired=dict(self._marks.retired))
+        return Delta(states, hwms, dict(self._marks.retired), self._watermarks.of_slots(wanted))
 
     def adopt(self, other: StateStore, slots: Iterable[Slot]) -> None:
         """Move ``slots`` of ``other`` (a replica being promoted) into this store: afterwards
@@ -435,10 +448,11 @@ class StateStore:
                 self.master[slot] = keys
         self._holds_mutables = self._holds_mutables or other.holds_mutables
         self._marks.adopt(other.retired, other.hwm_vectors(movable))
+        self._watermarks.merge_from(other.watermark, movable)
         other.drop_slots(wanted)
 
     def drop_slots(self, slots: Iterable[Slot]) -> None:
-        """Forget the state (all fragments) and hwms of ``slots``, e.g. after a range moved."""
+        """Forget the state (all fragments), hwms and watermarks of ``slots`` (a range moved)."""
         dropped = set(slots)
         for slot in dropped:
             self.master.pop(slot, None)
@@ -448,6 +462,7 @@ class StateStore:
             self.inactive = {s: k for s, k in self.inactive.items() if s not in dropped}
             self._inactive_shared = False
         self._marks.drop_slots(dropped)
+        self._watermarks.drop_slots(dropped)
 
     # --------------------------------------------------------------------------- helpers
 

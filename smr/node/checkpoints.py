@@ -13,7 +13,8 @@ import logging
 from collections.abc import Iterator
 from typing import Final, Protocol
 
-from smr.checkpoint.delta import Delta, encode_delta, split_delta
+from smr.checkpoint.delta import Delta, encode_delta
+from smr.checkpoint.delta_parts import split_delta
 from smr.checkpoint.ids import CheckpointNumber, MapperId, Seq
 from smr.checkpoint.store import StateStore
 from smr.node.disk import DiskState

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from smr.checkpoint.delta import DeltaError, decode_delta, restrict_delta
+from smr.checkpoint.delta import DeltaError, decode_delta
+from smr.checkpoint.delta_parts import restrict_delta
 from smr.checkpoint.ids import CheckpointNumber
 from smr.checkpoint.replica import PeerReplica
 from smr.node.orphans import Orphan

@@ -84,8 +84,11 @@ class Reducer:
         if self._windows is not None:
             self._windows.register(mapper)
 
-    def replay_fn(self) -> ReduceFn:
-        """The per-tuple reduce, wrapped, for replaying backed-up tuples (a promotion)."""
+    def replay_fn(self, store: StateStore) -> ReduceFn:
+        """The per-tuple reduce, wrapped, for replaying backed-up tuples into ``store`` (a
+        promotion)."""
+        if self._windows is not None:
+            self._windows.applying_to(store)
         return self.reduce_fn
 
     @property
@@ -109,6 +112,8 @@ class Reducer:
         """Apply ``batches`` (in order, decoded or in their wire bytes) to ``store`` by the
         job's kind of reduce: aggregators all at once (``checkpoint.bulk.apply_folds``),
         ``reduce_batch`` one call per batch, ``reduce`` per tuple. One outcome for them all."""
+        if self._windows is not None:
+            self._windows.applying_to(store)
         if self.aggregation is not None:
             return apply_folds(store, batches, self.aggregation)
         total = BatchOutcome()

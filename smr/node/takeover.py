@@ -187,7 +187,7 @@ class Takeover:
         node = self._node
         reducer = node.reducer
         outcome = promote_range(
-            node.store, copies, slots, node.ring.slot_count, reducer.replay_fn()
+            node.store, copies, slots, node.ring.slot_count, reducer.replay_fn(node.store)
         )
         reducer.note_failures(outcome.failed, outcome.failures)
         reducer.flush_emits()

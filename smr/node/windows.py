@@ -2,27 +2,29 @@
 its key's slot state, per-slot watermarks from the mappers' stamps, windows closed and
 purged in the checkpoint cycle, every result an output record named by its window.
 
-The window logic is ``checkpoint.window_state``'s. Per tuple (:meth:`NodeWindows.reduce_fn`,
-the store's per-tuple reduce), the windows it falls in are read from its key's window fields
-(:meth:`WindowedState.restore`), the tuple is judged against the slot's watermark of the last
-cycle and added, and the fields are written back (:meth:`WindowedState.export_key`): the
-store keeps them like any field, so checkpoints, the backup's replay, takeovers and restarts
-carry them. A correction, and a late tuple with ``late_side_output``, is a record at once.
-In the checkpoint cycle (:meth:`NodeWindows.close_due`), each slot's watermark advances and
-every key due closes and purges, its fields written back and its results handed to the
-output. What is kept in memory is derived, never the only copy: per slot, the mappers'
-watermarks (``checkpoint.watermarks``) and each key's next due time, rebuilt by reading a
-slot once when the node gains it.
+Per tuple (:meth:`NodeWindows.reduce_fn`, the store's per-tuple reduce), the windows it
+falls in (a session: all its key's) are read from its key's window fields, the tuple is
+judged against the slot's watermark of the last cycle and added by ``checkpoint.window_state``,
+and the fields are written back: checkpoints, the backup's replay, takeovers, moves and
+restarts carry them. A correction, and a late tuple with ``late_side_output``, is a record at
+once. In the checkpoint cycle (:meth:`NodeWindows.close_due`), each slot's watermark
+advances, every key due closes and purges, and the slot's watermark record is noted in the
+store (``StateStore.note_watermark``): the delta swapped out next carries it beside the
+slot's hwm vector. In memory, derived only: per slot the mappers' watermarks, resumed from
+the store's record when the node gains the slot, and each key's next due time.
 
-A result is ``{"key": K, "value": {"start_ms", "end_ms", "revision", "state"}}`` with the
-origin ``["@<start>:<end>/<key as JSON>", slot, revision, 0]``: the node that takes a slot
-over closes a window again with the same state under the same origin, and a reader keeps it
-once (``smr.output``).
+A result is ``{"key": K, "value": {"start_ms", "end_ms", "revision", "state"}}`` (a merged
+session's also ``"replaces"``) with the origin ``["@<start>:<end>/<key as JSON>", slot,
+revision, 0]``; a reader keeps each origin once (``smr.output``).
 
-Guarantee: with tuples that respect ``out_of_orderness_ms`` (none late), every window leaves
-one final result, a fold of all its tuples, through a takeover within ``r``. The mappers'
-watermarks are not checkpointed: a node that gains a slot starts from its closed windows,
-so a tuple its predecessor dropped as late may be taken there as a correction.
+Guarantees: a node that gains a slot (takeover, move, join, restart from disk) judges every
+tuple it applies or replays there against the watermark of the slot's last checkpoint it
+holds, as the old owner did: a tuple the old owner dropped as late is dropped again, and a
+window it closed closes again with the same state under the same origin. One case stays
+open (docs/design/windows.md#closing-and-replay-giving-the-same-answer): a primary dead
+between closing windows and that cycle's delta reaching its successor leaves it an older
+watermark for the tuples that followed, so a tuple later than ``out_of_orderness_ms`` that
+the primary dropped may be taken there.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from smr.api import Job, Key
 from smr.checkpoint.apply import APPLYING
 from smr.checkpoint.ids import MapperId, Seq, Slot
 from smr.checkpoint.store import ReduceFn, StateStore
-from smr.checkpoint.watermarks import SlotWatermark
+from smr.checkpoint.watermarks import SlotWatermark, WatermarkRecord
 from smr.checkpoint.window_state import (
     NOT_CLOSED,
     REVISION_FIELD,
@@ -60,6 +62,10 @@ IDLE_TIMEOUT_MS_DEFAULT: Final = 10_000
 """A mapper not heard from in a slot for this long stops holding its watermark back."""
 
 
+def _no_record(_slot: Slot) -> WatermarkRecord | None:
+    return None
+
+
 @dataclass
 class WindowCounts:
     """What a node's windows did since it started (reported by ``smr status``)."""
@@ -77,6 +83,8 @@ class _Slot:
     watermark: SlotWatermark
     due_ms: dict[Key, int] = field(default_factory=dict)
     read: bool = False
+    resumed: bool = False
+    """Whether the watermark came from a checkpointed record (its mappers known)."""
 
 
 def result_origin(result: WindowResult) -> str:
@@ -86,13 +94,17 @@ def result_origin(result: WindowResult) -> str:
 
 
 def result_record(result: WindowResult, slot: Slot) -> Emitted:
-    """A window's result as an output record, named ``(window and key, slot, revision, 0)``."""
-    value = {
+    """A window's result as an output record, named ``(window and key, slot, revision, 0)``;
+    a merged session's names the sessions that already left which it replaces
+    (``"replaces": [[start_ms, end_ms], ...]``)."""
+    value: dict[str, Any] = {
         "start_ms": result.window.start_ms,
         "end_ms": result.window.end_ms,
         "revision": result.revision,
         "state": result.state,
     }
+    if result.replaces:
+        value["replaces"] = [[window.start_ms, window.end_ms] for window in result.replaces]
     return (result.key, value, result_origin(result), slot, result.revision, 0)
 
 
@@ -110,8 +122,6 @@ class NodeWindows:
         reducer's list, handed to the output after each batch)."""
         spec = job.window
         assert spec is not None, "NodeWindows takes a windowed job"
-        if spec.merging:
-            raise ValueError("session windows do not run in the ring yet")
         self.spec = spec
         self._fold = fold_of(job)
         self._aggregation = job.aggregation
@@ -119,6 +129,8 @@ class NodeWindows:
         self._clock = clock
         self._emitted = emitted
         self._idle_timeout_ms = idle_timeout_ms
+        # The watermark record of a slot in the store tuples are applied to (applying_to).
+        self._checkpointed: Callable[[Slot], WatermarkRecord | None] = _no_record
         self._slots: dict[Slot, _Slot] = {}
         # Writers registered (register) within the last idle timeout, and when: each slot
         # made here meanwhile counts them too.
@@ -128,10 +140,22 @@ class NodeWindows:
     def _now_ms(self) -> int:
         return int(self._clock() * 1000)
 
+    def applying_to(self, store: StateStore) -> None:
+        """Tuples are applied (or replayed) to ``store`` from now on: a slot gained there
+        resumes the watermark record ``store`` holds of it (``StateStore.watermark``)."""
+        self._checkpointed = store.watermark
+
     def _slot(self, slot: Slot) -> _Slot:
+        """The slot's bookkeeping; a slot not known here starts from the watermark its
+        checkpoints carried (the record in the store), or from the start of time."""
         known = self._slots.get(slot)
         if known is None:
-            known = self._slots[slot] = _Slot(SlotWatermark(self._idle_timeout_ms))
+            record = self._checkpointed(slot)
+            if record is None:
+                watermark = SlotWatermark(self._idle_timeout_ms)
+            else:
+                watermark = SlotWatermark.resumed(self._idle_timeout_ms, record, self._now_ms())
+            known = self._slots[slot] = _Slot(watermark, resumed=record is not None)
             for mapper, registered_ms in self._registered.items():
                 known.watermark.heard(mapper, START_OF_TIME_MS, registered_ms)
         return known
@@ -169,8 +193,13 @@ class NodeWindows:
             known.watermark.heard(mapper, stamp_ms, self._now_ms())
             late: list[Any] = []
             # Only the windows the tuple falls in are read and written back: the key's other
-            # windows are untouched by it.
-            prefixes = tuple(window_field(w, "") for w in assign(spec, event_time_ms))
+            # windows are untouched by it. A session may merge with any of its key's
+            # sessions: all of them are.
+            prefixes = (
+                (FIELD_PREFIX,)
+                if spec.merging
+                else tuple(window_field(w, "") for w in assign(spec, event_time_ms))
+            )
             touched = {name: v for name, v in state.items() if name.startswith(prefixes)}
             windows = WindowedState.restore(
                 spec,
@@ -207,7 +236,9 @@ class NodeWindows:
     ) -> None:
         """Step 2 for the slots this node is primary of (``owns``), in ``store``;
         ``finished(mapper)`` is a finished mapper's last seq (None while it may send);
-        ``emit`` takes the results."""
+        ``emit`` takes the results. Each slot's watermark is noted in ``store`` (its next
+        delta carries it)."""
+        self.applying_to(store)
         for slot in [slot for slot in self._slots if not owns(slot)]:
             del self._slots[slot]
         now_ms = self._now_ms()
@@ -225,6 +256,7 @@ class NodeWindows:
                     watermark.finished(mapper, now_ms)
             before_ms = watermark.current_ms
             after_ms = watermark.advance(now_ms)
+            store.note_watermark(slot, watermark.record(now_ms))
             if after_ms == before_ms:
                 continue
             results = self._close_slot(store, slot, known, before_ms, after_ms)
@@ -238,9 +270,10 @@ class NodeWindows:
         return sorted(unread)
 
     def _read_slot(self, store: StateStore, slot: Slot, now_ms: int) -> None:
-        """A slot gained (or first seen since the start): its keys' next due times, a
-        watermark at least the last instant of its newest closed window, and its mappers
-        as known (they hold the watermark back until they finish or go idle)."""
+        """A slot gained (or first seen since the start): its keys' next due times and, when
+        no checkpoint carried its watermark (a delta of version 2), a watermark at least the
+        last instant of its newest closed window and the mappers of its hwm vector as known
+        (they hold the watermark back until they finish or go idle)."""
         known = self._slot(slot)
         known.read = True
         floor_ms = START_OF_TIME_MS
@@ -254,6 +287,8 @@ class NodeWindows:
                 if parsed is not None and parsed[1] == REVISION_FIELD and value != NOT_CLOSED:
                     floor_ms = max(floor_ms, parsed[0].close_ms)
         known.watermark.hold_at_least(floor_ms)
+        if known.resumed:
+            return
         for mapper in store.hwm_vector(slot):
             if mapper not in known.watermark.mappers():
                 known.watermark.heard(mapper, START_OF_TIME_MS, now_ms)

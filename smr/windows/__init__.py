@@ -16,10 +16,10 @@ the watermark passes its end; a tuple within ``allowed_lateness_ms`` behind the 
 updates its window and sends a correction; a later one is dropped, counted and, with
 ``Job(late_side_output=True)``, kept in a side output. The rules: docs/design/windows.md.
 
-Tumbling and hopping windows run in a cluster (``smr cluster up``, ``smr feed``, ``smr
-node``, ``smr.connect(job=...)`` with ``emit(..., event_time=...)``), their results in the
-nodes' output files (docs/design/windows.md#in-the-ring); session windows, an output table
-and ``smr spark-feed`` refuse a windowed job with one line (:func:`refuse_in_cluster`,
+Tumbling, hopping and session windows run in a cluster (``smr cluster up``, ``smr feed``,
+``smr node``, ``smr.connect(job=...)`` with ``emit(..., event_time=...)``), their results in
+the nodes' output files (docs/design/windows.md#in-the-ring); an output table and ``smr
+spark-feed`` refuse a windowed job with one line (:func:`refuse_in_cluster`,
 :func:`refuse_windowed`). Every job runs in :func:`smr.testing.run_job`.
 """
 
@@ -36,10 +36,6 @@ from smr.checkpoint.windows import WindowSpec as WindowSpec
 
 __all__ = ["hopping", "refuse_in_cluster", "refuse_windowed", "session", "tumbling"]
 
-SESSION_REFUSAL: Final = (
-    "session windows run in smr.testing.run_job only in this version; a cluster runs "
-    "tumbling and hopping windows (docs/design/windows.md#in-the-ring)"
-)
 TABLE_REFUSAL: Final = (
     "a windowed job's results go to the output files only in this version, not to an output "
     "table (drop --output-postgres; docs/design/windows.md#in-the-ring)"
@@ -87,10 +83,8 @@ def session(
 
 def refuse_in_cluster(job: Job, *, table: bool = False) -> Job:
     """``job`` if a cluster's nodes can run it (``table``: with an output table); otherwise
-    :class:`smr.api.JobLoadError` with the one line the commands print (exit 2): session
-    windows, or a windowed job with an output table."""
-    if job.window is not None and job.window.merging:
-        raise JobLoadError(f"job {job.name!r}: {SESSION_REFUSAL}")
+    :class:`smr.api.JobLoadError` with the one line the commands print (exit 2): a windowed
+    job with an output table."""
     if job.windowed and table:
         raise JobLoadError(f"job {job.name!r}: {TABLE_REFUSAL}")
     return job

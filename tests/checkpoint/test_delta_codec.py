@@ -19,14 +19,16 @@ from smr.checkpoint.delta import (
     DELTA_FORMAT_VERSION,
     EXT_NESTING_MAX,
     TOMBSTONE,
+    WITHOUT_WATERMARKS_VERSION,
     Delta,
     DeltaError,
     decode_delta,
     encode_delta,
-    split_delta,
 )
+from smr.checkpoint.delta_parts import split_delta
 from smr.checkpoint.ids import MapperId, Seq
 from smr.checkpoint.store import StateStore
+from smr.checkpoint.watermarks import MapperStanding, WatermarkRecord
 from smr.ring.ids import Slot
 
 scalars = (
@@ -54,6 +56,16 @@ field_values = st.recursive(
 keys = st.text(max_size=6) | st.integers(-(2**63), 2**64 - 1)
 slots = st.integers(0, 2**14 - 1).map(Slot)
 seqs = st.integers(0, 2**64 - 1).map(Seq)
+watermark_ms = st.integers(-(2**63), 2**63 - 1)
+watermark_records = st.builds(
+    WatermarkRecord,
+    watermark_ms,
+    st.dictionaries(
+        st.text(max_size=5).map(MapperId),
+        st.builds(MapperStanding, watermark_ms, st.booleans(), st.booleans()),
+        max_size=3,
+    ),
+)
 deltas = st.builds(
     Delta,
     st.dictionaries(
@@ -68,6 +80,8 @@ deltas = st.builds(
     st.dictionaries(
         slots, st.dictionaries(st.text(max_size=5).map(MapperId), seqs, max_size=3), max_size=3
     ),
+    st.just({}),
+    st.dictionaries(slots, watermark_records, max_size=3),
 )
 
 
@@ -90,27 +104,28 @@ def test_decoding_an_encoded_delta_gives_back_exactly_the_same_delta(delta: Delt
     assert decoded == delta
     assert exact(decoded.states) == exact(delta.states)
     assert exact(decoded.hwms) == exact(delta.hwms)
+    assert exact(decoded.watermarks) == exact(delta.watermarks)
 
 
 def test_a_tombstone_travels_as_extension_type_1_with_no_data() -> None:
     delta = Delta({Slot(3): {"k": {"gone": TOMBSTONE}}}, {})
     encoded = encode_delta(delta)
     expected = msgpack.packb(
-        [DELTA_FORMAT_VERSION, {3: {"k": {"gone": msgpack.ExtType(1, b"")}}}, {}, {}]
+        [WITHOUT_WATERMARKS_VERSION, {3: {"k": {"gone": msgpack.ExtType(1, b"")}}}, {}, {}]
     )
     assert encoded == expected
     assert decode_delta(encoded).states[Slot(3)]["k"]["gone"] is TOMBSTONE
 
 
 def test_the_version_comes_first_and_any_other_version_is_refused() -> None:
-    encoded = encode_delta(Delta({}, {}))
-    assert msgpack.unpackb(encoded)[0] == DELTA_FORMAT_VERSION
-    for version in (0, 3, -1, "1", 1.0, True, None):
+    encoded = encode_delta(Delta({}, {}, watermarks={Slot(0): WatermarkRecord(5, {})}))
+    assert msgpack.unpackb(encoded, strict_map_key=False)[0] == DELTA_FORMAT_VERSION == 3
+    for version in (0, 4, -1, "1", 1.0, True, None):
         with pytest.raises(DeltaError, match="version"):
             decode_delta(msgpack.packb([version, {}, {}, {}]))
     # A newer version is refused for its version even when its body is unreadable to us.
-    with pytest.raises(DeltaError, match="version 3"):
-        decode_delta(msgpack.packb([3, msgpack.ExtType(99, b"?"), [1, 2], "more"]))
+    with pytest.raises(DeltaError, match="version 4"):
+        decode_delta(msgpack.packb([4, msgpack.ExtType(99, b"?"), [1, 2], "more"]))
     with pytest.raises(DeltaError, match="got \\[\\]"):
         decode_delta(msgpack.packb([]))
 
@@ -120,6 +135,29 @@ def test_retired_mappers_round_trip_and_a_version_1_delta_is_still_read() -> Non
     assert decode_delta(encode_delta(delta)) == delta
     old = decode_delta(msgpack.packb([1, {5: {"k": {"n": 1}}}, {5: {"m": 3}}]))
     assert old == Delta({Slot(5): {"k": {"n": 1}}}, {Slot(5): {MapperId("m"): Seq(3)}}, {})
+
+
+def test_watermarks_travel_in_version_3_and_a_delta_without_them_is_version_2_as_before() -> None:
+    """A windowed job's slot watermarks round-trip, the ends of time included; a delta
+    without them is the very bytes version 2 wrote, which an older node reads."""
+    records = {
+        Slot(1): WatermarkRecord(-(2**63), {}),
+        Slot(9): WatermarkRecord(
+            2**63 - 1,
+            {
+                MapperId("a"): MapperStanding(-5, False, True),
+                MapperId("b"): MapperStanding(7, True, False),
+            },
+        ),
+    }
+    delta = Delta({Slot(1): {"k": {"n": 1}}}, {Slot(1): {MapperId("a"): Seq(3)}}, {}, records)
+    encoded = encode_delta(delta)
+    assert msgpack.unpackb(encoded, strict_map_key=False)[0] == 3
+    assert decode_delta(encoded) == delta
+    assert decode_delta(encoded).watermarks[Slot(9)].mappers[MapperId("b")] == (7, True, False)
+    plain = Delta({Slot(1): {"k": {"n": 1}}}, {Slot(1): {MapperId("a"): Seq(3)}})
+    assert encode_delta(plain) == msgpack.packb([2, {1: {"k": {"n": 1}}}, {1: {"a": 3}}, {}])
+    assert decode_delta(encode_delta(plain)).watermarks == {}
 
 
 def test_an_oversize_delta_is_refused_before_it_is_decoded() -> None:
@@ -176,6 +214,19 @@ def test_trailing_bytes_after_a_delta_are_refused() -> None:
         ([1, {0: {"k": {"f": msgpack.ExtType(2, msgpack.packb(5))}}}, {}], "must hold an array"),
         ([1, {0: {"k": {"f": msgpack.ExtType(2, b"\xc1")}}}, {}], "malformed"),
         ([1, {0: {"k": {"f": msgpack.ExtType(3, msgpack.packb([{}]))}}}, {}], "malformed"),
+        ([3, {}, {}, {}], "of 5 items, got 4"),
+        ([3, {}, {}, {}, []], "watermarks must be a map"),
+        ([3, {}, {}, {}, {-1: [0, {}]}], "slot must be a non-negative int"),
+        ([3, {}, {}, {}, {0: [0]}], "watermark of slot 0 must be"),
+        ([3, {}, {}, {}, {0: [0, []]}], "watermark of slot 0 must be"),
+        ([3, {}, {}, {}, {0: [1.5, {}]}], "watermark of slot 0 must be a 64-bit int"),
+        ([3, {}, {}, {}, {0: [True, {}]}], "watermark of slot 0 must be a 64-bit int"),
+        ([3, {}, {}, {}, {0: [2**63, {}]}], "watermark of slot 0 must be a 64-bit int"),
+        ([3, {}, {}, {}, {0: [0, {7: [0, False, False]}]}], "mapper id 7 of slot 0"),
+        ([3, {}, {}, {}, {0: [0, {"m": [0, False]}]}], "mapper 'm' of slot 0's watermark must"),
+        ([3, {}, {}, {}, {0: [0, {"m": [0, 1, False]}]}], "mapper 'm' of slot 0's watermark"),
+        ([3, {}, {}, {}, {0: [0, {"m": [0, False, 0]}]}], "mapper 'm' of slot 0's watermark"),
+        ([3, {}, {}, {}, {0: [0, {"m": ["x", True, True]}]}], "watermark of mapper 'm' in slot"),
     ],
 )
 def test_a_malformed_structure_is_refused_with_a_clear_message(body: Any, complaint: str) -> None:
@@ -245,6 +296,11 @@ def _decode_or_refuse(data: bytes) -> None:
     for slot, vector in delta.hwms.items():
         assert type(slot) is int and slot >= 0
         assert all(type(m) is str and type(s) is int and s >= 0 for m, s in vector.items())
+    for slot, record in delta.watermarks.items():
+        assert type(slot) is int and slot >= 0 and type(record.current_ms) is int
+        assert all(
+            type(m) is str and type(s.watermark_ms) is int for m, s in record.mappers.items()
+        )
 
 
 def test_encoding_a_value_msgpack_cannot_carry_names_its_place() -> None:
@@ -276,22 +332,24 @@ def test_delta_counts_keys_and_knows_when_it_is_empty() -> None:
 def test_a_delta_split_into_parts_applies_as_the_whole_and_keeps_each_slot_whole(
     delta: Delta, retired: dict[MapperId, Seq], keys_per_part: int
 ) -> None:
-    """Every slot in exactly one part with both its states and its hwm vector; the retired
-    mappers in the last part only; the parts applied in order give what the whole gives."""
-    delta = Delta(states=delta.states, hwms=delta.hwms, retired=retired)
+    """Every slot in exactly one part with its states, its hwm vector and its watermark; the
+    retired mappers in the last part only; the parts applied in order give what the whole
+    gives."""
+    delta = Delta(delta.states, delta.hwms, retired, delta.watermarks)
     parts = list(split_delta(delta, keys_per_part))
     assert parts and [last for _, last in parts] == [False] * (len(parts) - 1) + [True]
     seen: list[int] = []
     for part, last in parts:
-        slots_of_part = set(part.states) | set(part.hwms)
+        slots_of_part = part.slots()
         seen.extend(slots_of_part)
         for slot in slots_of_part:
             assert part.states.get(slot) == delta.states.get(slot)
             assert part.hwms.get(slot) == delta.hwms.get(slot)
+            assert part.watermarks.get(slot) == delta.watermarks.get(slot)
         assert part.retired == (retired if last else {})
         if not last:
             assert part.key_count() + len(slots_of_part) >= keys_per_part
-    assert sorted(seen) == sorted(set(delta.states) | set(delta.hwms))
+    assert sorted(seen) == sorted(delta.slots())
     whole, in_parts = StateStore(), StateStore()
     whole.apply_delta(decode_delta(encode_delta(delta)))
     for part, _ in parts:

@@ -23,7 +23,8 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from smr.checkpoint.delta import TOMBSTONE, decode_delta, encode_delta, split_delta
+from smr.checkpoint.delta import TOMBSTONE, decode_delta, encode_delta
+from smr.checkpoint.delta_parts import split_delta
 from smr.checkpoint.ids import Key, MapperId
 from smr.checkpoint.store import StateStore
 from smr.ring.ids import Slot

@@ -249,3 +249,15 @@ windowed_count = Job(
     event_time=event_line_time,
     window=windows.tumbling(WINDOWED_SIZE_MS, out_of_orderness_ms=WINDOWED_DISORDER_MS),
 )
+
+# The same count per session of each word: its runs of event times less than SESSION_GAP_MS
+# apart.
+SESSION_GAP_MS = 3_000
+
+session_count = Job(
+    "session-count",
+    map=split_event_line,
+    reduce=agg.count(),
+    event_time=event_line_time,
+    window=windows.session(SESSION_GAP_MS, out_of_orderness_ms=WINDOWED_DISORDER_MS),
+)

@@ -5,7 +5,6 @@ refused with one line (exit 2)."""
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 from typing import Any
 
@@ -209,8 +208,6 @@ def windowed_cluster(tmp_path: Path) -> Path:
 @pytest.mark.parametrize(
     ("command", "message"),
     [
-        ("cluster-up-session", "session windows run in smr.testing.run_job only"),
-        ("feed-session", "session windows run in smr.testing.run_job only"),
         ("cluster-up-table", "not to an output table"),
         ("spark-feed", "smr spark-feed does not feed windowed jobs in this version"),
     ],
@@ -224,10 +221,6 @@ def test_what_a_cluster_cannot_run_of_windows_is_refused_with_one_line(
         write_spec(windowed_cluster, ClusterSpec(8, 0, f"{jobs}:job", [node]))
     new_dir = str(windowed_cluster / "new")
     args = {
-        "cluster-up-session": ["cluster", "up", "--dir", new_dir, "--job", f"{jobs}:session"],
-        "feed-session": [
-            "feed", "--cluster", str(windowed_cluster), str(windowed_cluster / "input.txt")
-        ],
         "cluster-up-table": [
             "cluster", "up", "--dir", new_dir, "--job", f"{jobs}:job",
             "--output-postgres", "host=127.0.0.1 port=1",
@@ -246,23 +239,16 @@ def test_what_a_cluster_cannot_run_of_windows_is_refused_with_one_line(
     assert not (windowed_cluster / "new" / "cluster.json").exists()
 
 
-def test_a_node_refuses_a_session_job_and_exits_2(
-    windowed_cluster: Path, caplog: pytest.LogCaptureFixture
+def test_a_cluster_takes_a_session_job_but_not_with_an_output_table(
+    windowed_cluster: Path,
 ) -> None:
-    from smr.node.loop import serve
-
-    with caplog.at_level(logging.ERROR):
-        assert serve(windowed_cluster, "n0") == 2
-    assert "session windows run in smr.testing.run_job only" in caplog.text
-
-
-def test_a_connection_refuses_a_session_job(windowed_cluster: Path) -> None:
-    import smr
     from smr.api import JobLoadError, load_job
+    from smr.windows import refuse_in_cluster
 
     job = load_job(f"{windowed_cluster / 'wjob.py'}:session")
-    with pytest.raises(JobLoadError, match=r"session windows run in smr\.testing\.run_job only"):
-        smr.connect(str(windowed_cluster), job=job)
+    assert refuse_in_cluster(job) is job
+    with pytest.raises(JobLoadError, match="not to an output table"):
+        refuse_in_cluster(job, table=True)
 
 
 def test_the_guides_example_runs_as_written():
