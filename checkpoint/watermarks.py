@@ -123,6 +123,10 @@ class SlotWatermark:
         known.watermark_ms = max(known.watermark_ms, watermark_ms)
         known.heard_ms = max(known.heard_ms, now_ms)
 
+    def knows(self, mapper: MapperId) -> bool:
+        """Whether ``mapper`` was heard from, or said it finished, here."""
+        return mapper in self._mappers
+
     def finished(self, mapper: MapperId, now_ms: int) -> None:
         """``mapper`` said it finished: it never holds the watermark back again."""
         known = self._mappers.setdefault(mapper, MapperWatermark(START_OF_TIME_MS, now_ms))

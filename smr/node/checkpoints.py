@@ -177,7 +177,13 @@ class CheckpointCycle:
             return
         own = node.ring.range_of(node.node_id)
         owns = (lambda slot: False) if own is None else own.contains
-        windows.close_due(node.store, owns, node.retirement.last_of, node.output.extend)
+        windows.close_due(
+            node.store,
+            owns,
+            node.retirement.last_of,
+            node.output.extend,
+            owned=() if own is None else own.slots(),
+        )
         counts, counters = windows.counts, node.counters
         counters.windows_closed = counts.windows_closed
         counters.window_corrections = counts.window_corrections

@@ -13,6 +13,7 @@ from smr.node.ingest import Ingest
 from smr.node.membership import Membership
 from smr.node.moves import Moves
 from smr.node.recovery import Recovery
+from smr.node.reducer import Reducer
 from smr.node.replication import Replication
 from smr.node.retirement import Retirement
 from smr.node.snapshots import Snapshots
@@ -68,6 +69,8 @@ class Serving(Protocol):
     @property
     def retirement(self) -> Retirement: ...
     @property
+    def reducer(self) -> Reducer: ...
+    @property
     def membership(self) -> Membership: ...
     @property
     def recovery(self) -> Recovery: ...
@@ -96,7 +99,8 @@ def dispatch(node: Serving, identity: bytes, message: Message) -> None:
             # The mapper's tuples were all acked before its notice: their output goes to
             # the file before the answer, so it is there when the mapper's feed ends.
             node.output.flush()
-            node.retirement.on_mapper_done(identity, message)
+            if node.retirement.on_mapper_done(identity, message):
+                node.reducer.writer_finished(message.mapper)
         case ViewRequest():
             node.control.on_view_request(identity, message)
         case StatusRequest():

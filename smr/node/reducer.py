@@ -84,6 +84,12 @@ class Reducer:
         if self._windows is not None:
             self._windows.register(mapper)
 
+    def writer_finished(self, mapper: MapperId) -> None:
+        """``mapper`` said it finished: a windowed job's windows stop counting it
+        (:meth:`NodeWindows.writer_finished`)."""
+        if self._windows is not None:
+            self._windows.writer_finished(mapper)
+
     def replay_fn(self, store: StateStore) -> ReduceFn:
         """The per-tuple reduce, wrapped, for replaying backed-up tuples into ``store`` (a
         promotion)."""

@@ -117,15 +117,16 @@ class Retirement:
             "batches_refused_finished": self.batches_refused,
         }
 
-    def on_mapper_done(self, identity: bytes, message: MapperDone) -> None:
+    def on_mapper_done(self, identity: bytes, message: MapperDone) -> bool:
         """Step 1 for a ``MapperDone`` notice: answer PONG (the emitter waits for it), or
-        count a bad frame for a negative seq."""
+        count a bad frame for a negative seq; whether the notice was taken."""
         peers = self._peers
         if message.last < 0 or type(message.last) is not int:
             peers.bad_frame(identity, f"mapper-done of {message.mapper} with seq {message.last}")
-            return
+            return False
         self.on_done(message.mapper, Seq(message.last))
         peers.reply(identity, encode(Pong(message.req, self._seat().node_id)))
+        return True
 
     def on_done(self, mapper: MapperId, last: Seq) -> None:
         """Step 1: ``mapper`` finished at ``last``; its lease starts now (a repeat keeps the

@@ -29,7 +29,7 @@ the primary dropped may be taken there.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -135,6 +135,9 @@ class NodeWindows:
         # Writers registered (register) within the last idle timeout, and when: each slot
         # made here meanwhile counts them too.
         self._registered: dict[MapperId, int] = {}
+        # Writers that said they finished within the last idle timeout, and when (a slot
+        # gained meanwhile may know them from its record as still writing).
+        self._finished: dict[MapperId, int] = {}
         self.counts = WindowCounts()
 
     def _now_ms(self) -> int:
@@ -158,6 +161,9 @@ class NodeWindows:
             known = self._slots[slot] = _Slot(watermark, resumed=record is not None)
             for mapper, registered_ms in self._registered.items():
                 known.watermark.heard(mapper, START_OF_TIME_MS, registered_ms)
+            for mapper, finished_ms in self._finished.items():
+                if watermark.knows(mapper):
+                    watermark.finished(mapper, finished_ms)
         return known
 
     def register(self, mapper: MapperId) -> None:
@@ -172,6 +178,18 @@ class NodeWindows:
         self._registered[mapper] = now_ms
         for known in self._slots.values():
             known.watermark.heard(mapper, START_OF_TIME_MS, now_ms)
+
+    def writer_finished(self, mapper: MapperId) -> None:
+        """``mapper`` said it finished (its ``MapperDone``): it never holds a slot of this node
+        back again. Told at once, not asked in the next cycle: a node forgets a finished
+        mapper that never wrote to it once its lease ran out (``smr.node.retirement``), and
+        a registered writer that never wrote here would hold its slots for ever."""
+        now_ms = self._now_ms()
+        self._registered.pop(mapper, None)
+        self._finished[mapper] = now_ms
+        for known in self._slots.values():
+            if known.watermark.knows(mapper):
+                known.watermark.finished(mapper, now_ms)
 
     def watermark_ms(self, slot: Slot) -> int:
         """The slot's watermark as of the last cycle (the start of time if unknown here)."""
@@ -233,11 +251,13 @@ class NodeWindows:
         owns: Callable[[Slot], bool],
         finished: Callable[[MapperId], Seq | None],
         emit: Callable[[list[Emitted]], None],
+        owned: Iterable[Slot] = (),
     ) -> None:
-        """Step 2 for the slots this node is primary of (``owns``), in ``store``;
-        ``finished(mapper)`` is a finished mapper's last seq (None while it may send);
-        ``emit`` takes the results. Each slot's watermark is noted in ``store`` (its next
-        delta carries it)."""
+        """Step 2 for the slots this node is primary of (``owns``, ``owned`` listing them), in
+        ``store``; ``finished(mapper)`` is a finished mapper's last seq (None while it may
+        send); ``emit`` takes the results. Each slot's watermark is noted in ``store`` (its
+        next delta carries it). While writers are registered, every owned slot holds them,
+        tuples or not: a node that gains the slot later learns of them from its record."""
         self.applying_to(store)
         for slot in [slot for slot in self._slots if not owns(slot)]:
             del self._slots[slot]
@@ -247,8 +267,16 @@ class NodeWindows:
             for mapper, registered_ms in self._registered.items()
             if now_ms - registered_ms < self._idle_timeout_ms and finished(mapper) is None
         }
+        self._finished = {
+            mapper: finished_ms
+            for mapper, finished_ms in self._finished.items()
+            if now_ms - finished_ms < self._idle_timeout_ms
+        }
         for slot in self._unread(store, owns):
             self._read_slot(store, slot, now_ms)
+        if self._registered:
+            for slot in owned:
+                self._slot(slot)
         for slot, known in self._slots.items():
             watermark = known.watermark
             for mapper, standing in watermark.mappers().items():

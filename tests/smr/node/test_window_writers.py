@@ -4,7 +4,7 @@ back, so two writers that start together lose no tuple to the other's stamps."""
 
 from __future__ import annotations
 
-from smr.checkpoint.ids import MapperId
+from smr.checkpoint.ids import MapperId, Slot
 from smr.checkpoint.windows import START_OF_TIME_MS
 from tests.smr.node.test_windows import Node, count_job, read_back, stamped_rows
 
@@ -62,3 +62,34 @@ def test_a_registration_older_than_the_idle_timeout_holds_nothing_back() -> None
     node.apply("m0", stamped_rows(job, LEAD))
     node.cycle()
     assert node.windows.watermark_ms(1) == LEAD[-1][1] - 40 - 1
+
+
+def test_a_registered_writer_that_never_wrote_here_stops_holding_once_it_finished() -> None:
+    # The node forgets a finished mapper that never wrote to it once its lease ran out, so
+    # the next cycle's question would answer "still writing": the notice is told at once.
+    job = count_job()
+    node = Node(job)
+    node.windows.register(MapperId("m1"))
+    node.apply("m0", stamped_rows(job, LEAD))
+    node.done.add("m0")
+    node.cycle()
+    assert node.results == []  # m1 holds the slot at the start of time
+    node.windows.writer_finished(MapperId("m1"))
+    node.cycle()  # node.done lacks m1: as after the lease, the cycle is not told
+    assert sum(read_back(node.results).values()) == len(LEAD)
+
+
+def test_every_owned_slot_holds_a_registered_writer_in_the_record_it_checkpoints() -> None:
+    # A node that gains a slot later learns of the writer from the slot's record, even a
+    # slot no tuple reached yet.
+    job = count_job()
+    node = Node(job)
+    node.windows.register(MapperId("m1"))
+    node.now_s += 0.1
+    node.windows.close_due(
+        node.store, lambda slot: True, lambda m: None, node.emit, owned=[Slot(0), Slot(3)]
+    )
+    for slot in (Slot(0), Slot(3)):
+        record = node.store.watermark(slot)
+        assert record is not None and MapperId("m1") in record.mappers
+    assert node.store.watermark(Slot(2)) is None
