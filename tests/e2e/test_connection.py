@@ -187,6 +187,7 @@ print("done", offset)
 """
 
 
+@pytest.mark.slow
 def test_a_program_killed_after_a_flush_resumes_from_its_position_exactly(
     cluster: Cluster, tmp_path: Path
 ) -> None:

@@ -78,6 +78,7 @@ def _files_of(data_dir: Path) -> dict[str, bytes]:
         "node's folder removed",
     ],
 )
+@pytest.mark.slow
 def test_a_state_file_damaged_at_a_boundary_refuses_the_restart_naming_it(
     cluster: Cluster, damage: str
 ) -> None:

@@ -21,6 +21,7 @@ pytestmark = pytest.mark.e2e
 FAST = "examples.wordcount:fast"
 
 
+@pytest.mark.slow
 def test_the_fast_word_count_stays_exact_with_a_node_killed_mid_feed(cluster: Cluster) -> None:
     books = EXAMPLE_BOOKS
     # Capped nodes, so that the feed is still running when the node dies (the shipped books

@@ -41,6 +41,7 @@ def total(scrapes: list[Samples], name: str) -> float:
     return sum(samples[(name, ())] for samples in scrapes)
 
 
+@pytest.mark.slow
 def test_metrics_agree_with_the_state_a_feed_left(cluster: Cluster) -> None:
     cluster.up(3, "examples.wordcount:job", "--replication", "1")
     cluster.feed(*EXAMPLE_BOOKS, extra=["--no-combine"])

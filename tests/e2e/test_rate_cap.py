@@ -34,6 +34,7 @@ def first_words(path: Path, count: int = WORDS) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_capped_nodes_apply_no_faster_than_their_cap_and_lose_nothing(
     cluster: Cluster, tmp_path: Path
 ) -> None:

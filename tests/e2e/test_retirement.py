@@ -86,6 +86,7 @@ def test_finished_feeds_leave_no_hwms_and_a_rerun_changes_nothing(
     assert cluster.counts() == expected
 
 
+@pytest.mark.slow
 def test_a_finished_mapper_id_used_for_more_tuples_is_refused(cluster: Cluster) -> None:
     cluster.up(3, "examples.wordcount:job", "--replication", "1", "--mapper-lease-s", "1")
     with smr.connect(cluster.dir) as first:

@@ -153,6 +153,7 @@ def test_only_key_holders_reach_a_cluster_and_others_change_nothing(
     assert cluster.counts() == expected
 
 
+@pytest.mark.slow
 def test_a_node_without_the_keys_cannot_join(cluster: Cluster) -> None:
     cluster.up(2, "examples.wordcount:job", "--replication", "1")
     seed_spec = cluster.dir / "cluster.json"

@@ -32,6 +32,7 @@ def slots_of(cluster: Cluster, keys: list[str]) -> int:
     return len({slot_of(key, slot_bits) for key in keys})
 
 
+@pytest.mark.slow
 def test_a_second_feed_of_standard_input_under_a_used_mapper_id_is_refused(
     cluster: Cluster,
 ) -> None:
@@ -104,6 +105,7 @@ def test_a_second_program_under_a_used_mapper_id_is_refused_before_it_sends(
     assert cluster.counts() == expected
 
 
+@pytest.mark.slow
 def test_a_feed_of_files_under_a_used_mapper_id_resumes_only_when_told(
     cluster: Cluster,
 ) -> None:
