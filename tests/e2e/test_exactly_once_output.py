@@ -57,7 +57,10 @@ def file_output(cluster: Cluster, merge: str = "add") -> tuple[dict[str, int], s
 
 @pytest.mark.parametrize(
     ("job", "merge"),
-    [("examples.wordcount:counted", "add"), ("examples.wordcount:published", "replace")],
+    [
+        ("examples.wordcount:counted", "add"),
+        pytest.param("examples.wordcount:published", "replace", marks=pytest.mark.slow),
+    ],
 )
 def test_the_table_and_the_files_hold_each_record_once(
     cluster: Cluster, postgres_dsn: str, job: str, merge: str

@@ -10,6 +10,7 @@ from tests.e2e.conftest import EXAMPLE_BOOKS, Cluster
 pytestmark = pytest.mark.e2e
 
 
+@pytest.mark.slow
 def test_top_shows_every_node_within_80_columns(cluster: Cluster) -> None:
     cluster.up(3, "examples.wordcount:job", "--replication", "1")
     cluster.feed(EXAMPLE_BOOKS[0])

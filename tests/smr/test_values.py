@@ -191,6 +191,7 @@ field_names = st.one_of(
 )
 
 
+@pytest.mark.slow  # 400 examples, about 10 s
 @settings(max_examples=400, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.dictionaries(field_names, values, max_size=4), max_size=8))
 def test_every_state_reduce_leaves_is_stored_and_round_trips_or_is_a_counted_failure(
