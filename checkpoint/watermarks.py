@@ -127,6 +127,11 @@ class SlotWatermark:
         """Whether ``mapper`` was heard from, or said it finished, here."""
         return mapper in self._mappers
 
+    def running(self) -> list[MapperId]:
+        """The mappers known here that have not said they finished (no copy of their
+        standings: the checkpoint cycle asks this of every slot)."""
+        return [mapper for mapper, m in self._mappers.items() if not m.finished]
+
     def finished(self, mapper: MapperId, now_ms: int) -> None:
         """``mapper`` said it finished: it never holds the watermark back again."""
         known = self._mappers.setdefault(mapper, MapperWatermark(START_OF_TIME_MS, now_ms))

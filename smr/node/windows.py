@@ -279,8 +279,8 @@ class NodeWindows:
                 self._slot(slot)
         for slot, known in self._slots.items():
             watermark = known.watermark
-            for mapper, standing in watermark.mappers().items():
-                if not standing.finished and finished(mapper) is not None:
+            for mapper in watermark.running():
+                if finished(mapper) is not None:
                     watermark.finished(mapper, now_ms)
             before_ms = watermark.current_ms
             after_ms = watermark.advance(now_ms)
